@@ -1,0 +1,15 @@
+// Logging through spdlog; one logger for the whole process.
+#pragma once
+#include <spdlog/spdlog.h>
+
+namespace serval::log {
+
+using spdlog::debug;
+using spdlog::error;
+using spdlog::info;
+using spdlog::warn;
+
+// Sets the level from SERVAL_LOG_LEVEL (trace/debug/info/warn/error) or `fallback`.
+void init(spdlog::level::level_enum fallback = spdlog::level::info);
+
+}  // namespace serval::log
