@@ -1,0 +1,70 @@
+// config.json and generation_config.json of a Hugging Face model folder, as plain structs.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+
+namespace serval::io {
+
+// rope_scaling of config.json. type "default" means none.
+struct RopeScaling {
+  std::string type = "default";  // default | llama3 | linear
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;  // llama3
+  int original_max_position_embeddings = 8192;  // llama3
+};
+
+// Everything the architectures need from config.json. Missing optional keys get the
+// Hugging Face defaults of the architecture; missing required keys are a LoadError.
+struct ModelConfig {
+  std::string architecture;  // architectures[0]
+  std::string model_type;
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;  // defaults to num_attention_heads
+  int head_dim = 0;             // defaults to hidden_size / num_attention_heads
+  int max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  DType torch_dtype = DType::kBF16;  // "torch_dtype" or "dtype"
+  std::vector<int32_t> eos_token_ids;  // eos_token_id (int or list)
+  std::optional<int32_t> bos_token_id;
+
+  // Mixture of experts (Qwen3-MoE, Mixtral). num_experts == 0 means dense.
+  int num_experts = 0;              // num_experts | num_local_experts
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;    // Qwen3-MoE; Mixtral uses intermediate_size
+  bool norm_topk_prob = true;       // Mixtral: true (softmax over the top-k)
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
+
+  // True if layer `i` uses the MoE block (Qwen3-MoE rule, also right for Mixtral).
+  bool is_moe_layer(int i) const;
+  // Number of parameters the weights hold (embeddings and LM head counted once if tied).
+  int64_t num_parameters() const;
+};
+
+// Parses config.json text. `path` is used in error messages only.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& path);
+ModelConfig load_model_config(const std::string& model_dir);
+
+// Sampling defaults from generation_config.json; unset fields stay empty.
+struct GenerationConfig {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k;
+  std::vector<int32_t> eos_token_ids;
+};
+// Returns an empty GenerationConfig when the file does not exist; LoadError if malformed.
+GenerationConfig load_generation_config(const std::string& model_dir);
+
+}  // namespace serval::io

@@ -1,0 +1,152 @@
+// The engine's public API: submit token-id requests, receive streamed outputs, abort, stats.
+// The only runtime header the server may include.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace serval::tokenizer {
+class Tokenizer;
+class ChatTemplate;
+}  // namespace serval::tokenizer
+
+namespace serval::runtime {
+
+// Sampling and stopping rules of one sequence. Stop *strings* are the caller's job (they need
+// detokenized text); the engine stops on EOS, stop_token_ids and max_tokens.
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;        // (0, 1]
+  int top_k = 0;             // 0 or -1 = disabled
+  float min_p = 0.0f;        // [0, 1]
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;
+  int max_tokens = 16;  // new tokens to generate, >= 1
+  int min_tokens = 0;   // EOS / stop ids are suppressed until this many were generated
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob plus the top k
+};
+
+enum class FinishReason { kStop, kLength, kAbort };
+
+struct TokenLogprob {
+  int32_t token_id;
+  float logprob;
+};
+
+// Logprob of one generated token and the `SamplingParams::logprobs` most likely alternatives.
+struct LogprobEntry {
+  TokenLogprob sampled;
+  std::vector<TokenLogprob> top;  // descending by logprob
+};
+
+// One update for a request, delivered in order on the engine thread. The callback must not
+// block; it may call Engine::abort.
+struct RequestOutput {
+  uint64_t request_id = 0;
+  std::vector<int32_t> new_token_ids;  // tokens generated since the last update
+  std::vector<LogprobEntry> logprobs;  // one per new token when logprobs >= 0
+  std::optional<FinishReason> finish;  // set on the last update
+  // Set with kStop when the stop was an EOS or stop_token_id (that token is in new_token_ids).
+  std::optional<int32_t> stop_token_id;
+  int num_prompt_tokens = 0;
+  int num_cached_tokens = 0;  // prompt tokens served from the prefix cache
+  std::string error;          // non-empty if the request failed inside the engine
+};
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+struct EngineConfig {
+  std::string model_dir;
+  std::string served_model_name;  // empty: model_dir
+  std::string dtype = "auto";     // auto | bfloat16 | float16 | float32
+  std::string load_format = "auto";  // auto | safetensors | dummy
+  std::string device = "auto";       // auto | cpu | cuda
+  std::string kv_cache_dtype = "auto";
+  std::string moe_backend;  // empty: SERVAL_MOE_BACKEND, else "latency"
+  std::string generation_config = "auto";  // auto | vllm | a folder
+  int max_model_len = 0;                   // 0: from config.json
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 0;  // 0: max(8192, max_model_len)
+  int max_waiting_requests = 4096;  // submit() beyond this throws QueueFull
+  int block_size = 16;
+  float gpu_memory_utilization = 0.9f;
+  int64_t cpu_kv_cache_bytes = 0;  // 0: a default sized for the CPU backend
+  bool enable_prefix_caching = true;
+  int max_logprobs = 20;
+  uint64_t seed = 0;
+  int tensor_parallel_size = 1;
+  bool enable_expert_parallel = false;
+  bool enforce_eager = false;
+  bool async_scheduling = false;
+  std::string cudagraph_mode = "FULL_DECODE_ONLY";
+};
+
+// Facts about the loaded model, for logs, /v1/models and request validation.
+struct ModelInfo {
+  std::string served_model_name;
+  std::string model_dir;
+  std::string architecture;
+  std::string dtype;
+  std::string kv_cache_dtype;
+  std::string device;        // "cpu" or "cuda"
+  std::string moe_backend;   // effective expert backend; empty for dense models
+  int64_t num_parameters = 0;
+  int max_model_len = 0;
+  int vocab_size = 0;
+  int64_t kv_cache_tokens = 0;
+  int num_kv_scale_layers = 0;  // layers whose k/v scales came from the checkpoint
+  std::vector<int32_t> eos_token_ids;
+  SamplingParams default_sampling;  // from generation_config.json
+};
+
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int64_t num_free_blocks = 0;
+  int64_t num_total_blocks = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up
+  int64_t prefix_cache_hits = 0;     // of those, served from cache
+  int64_t num_preemptions = 0;
+  int64_t steps_total = 0;
+};
+
+// Thrown by submit() when the waiting queue is full (HTTP 503).
+class QueueFull : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Engine {
+ public:
+  // Loads the model and tokenizer and starts the engine thread. Throws serval::Error.
+  static std::unique_ptr<Engine> create(const EngineConfig& config);
+  virtual ~Engine() = default;
+
+  virtual const ModelInfo& info() const = 0;
+  // Null when the model folder has no tokenizer.json.
+  virtual const tokenizer::Tokenizer* tokenizer() const = 0;
+  virtual const tokenizer::ChatTemplate* chat_template() const = 0;
+
+  // Queues a request. Throws InvalidArgument (bad params, prompt + max_tokens too long) or
+  // QueueFull. Returns the request id; `on_output` receives every update.
+  virtual uint64_t submit(std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
+                          OutputCallback on_output) = 0;
+  // Aborts a queued or running request; its KV blocks are freed within one step. Its callback
+  // receives a final update with FinishReason::kAbort unless it already finished.
+  virtual void abort(uint64_t request_id) = 0;
+
+  virtual EngineStats stats() const = 0;
+  virtual bool healthy() const = 0;
+  // Aborts everything and joins the engine thread.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace serval::runtime
