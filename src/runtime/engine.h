@@ -63,16 +63,16 @@ using OutputCallback = std::function<void(const RequestOutput&)>;
 
 struct EngineConfig {
   std::string model_dir;
-  std::string served_model_name;  // empty: model_dir
-  std::string dtype = "auto";     // auto | bfloat16 | float16 | float32
+  std::string served_model_name;     // empty: model_dir
+  std::string dtype = "auto";        // auto | bfloat16 | float16 | float32
   std::string load_format = "auto";  // auto | safetensors | dummy
   std::string device = "auto";       // auto | cpu | cuda
   std::string kv_cache_dtype = "auto";
-  std::string moe_backend;  // empty: SERVAL_MOE_BACKEND, else "latency"
+  std::string moe_backend;                 // empty: SERVAL_MOE_BACKEND, else "latency"
   std::string generation_config = "auto";  // auto | vllm | a folder
   int max_model_len = 0;                   // 0: from config.json
   int max_num_seqs = 256;
-  int max_num_batched_tokens = 0;  // 0: max(8192, max_model_len)
+  int max_num_batched_tokens = 0;   // 0: max(8192, max_model_len)
   int max_waiting_requests = 4096;  // submit() beyond this throws QueueFull
   int block_size = 16;
   float gpu_memory_utilization = 0.9f;
@@ -94,8 +94,8 @@ struct ModelInfo {
   std::string architecture;
   std::string dtype;
   std::string kv_cache_dtype;
-  std::string device;        // "cpu" or "cuda"
-  std::string moe_backend;   // effective expert backend; empty for dense models
+  std::string device;       // "cpu" or "cuda"
+  std::string moe_backend;  // effective expert backend; empty for dense models
   int64_t num_parameters = 0;
   int max_model_len = 0;
   int vocab_size = 0;

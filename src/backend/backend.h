@@ -1,0 +1,84 @@
+// The Backend interface: the ops a model needs, on tensors of one device.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/params.h"
+#include "tensor/tensor.h"
+
+namespace serval::backend {
+
+// Per-step attention metadata, built once on the host and uploaded once; layers only read it.
+struct StepMetadata {
+  Tensor token_ids;       // [num_tokens] i32
+  Tensor positions;       // [num_tokens] i32
+  Tensor slot_mapping;    // [num_tokens] i32: block · block_size + offset
+  Tensor query_start;     // [num_seqs + 1] i32
+  Tensor context_lens;    // [num_seqs] i32
+  Tensor block_tables;    // [num_seqs, max_blocks_per_seq] i32
+  Tensor logits_indices;  // [num_logits] i32: token rows whose logits are returned
+  int num_tokens = 0, num_seqs = 0, max_blocks_per_seq = 0, num_logits = 0;
+};
+
+// One layer's paged KV cache: [num_blocks, block_size, num_kv_heads, head_dim] each.
+struct KvCacheLayer {
+  Tensor k, v;
+  int block_size = 0;
+  float k_scale = 1.0f, v_scale = 1.0f;
+};
+
+// Experts of one MoE layer, all on the backend's device.
+struct MoeWeights {
+  Tensor router;   // [num_experts, hidden]
+  Tensor gate_up;  // [num_experts, 2 * inter, hidden]: rows [0, inter) gate, [inter, 2·inter) up
+  Tensor down;     // [num_experts, hidden, inter]
+  int num_experts = 0, top_k = 0, hidden = 0, inter = 0;
+  kernels::RoutingMethod routing = kernels::RoutingMethod::kSoftmaxTopK;
+  bool renormalize = true;
+  // Expert-parallel slice: this rank holds experts [local_offset, local_offset + num_local).
+  int local_offset = 0, num_local = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+  // Activations dtype of this backend (f32 on the CPU).
+  virtual DType activation_dtype() const = 0;
+
+  virtual Tensor empty(DType dtype, Shape shape) = 0;
+  // Copies a host tensor to the device (a no-op view on the CPU backend).
+  virtual Tensor upload(const Tensor& host) = 0;
+  // Copies a device tensor into host memory of the same byte size.
+  virtual void download(const Tensor& src, void* dst) = 0;
+  // Fills a tensor with zeros.
+  virtual void zero(Tensor& t) = 0;
+
+  // out[t] = table[ids[t]]; out: [num_tokens, hidden]
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
+  // out = rms_norm(x (+ residual)) · w; with residual, residual += x first.
+  virtual void rms_norm(const Tensor& x, Tensor* residual, const Tensor& w, float eps,
+                        Tensor& out) = 0;
+  // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n])
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  // In-place neox rotary embedding of q [T, Hq, D] and k [T, Hkv, D].
+  virtual void rope(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq) = 0;
+  // Appends k/v [T, Hkv, D] to the cache, then attends q [T, Hq, D] → out [T, Hq, D].
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, KvCacheLayer& cache,
+                         const StepMetadata& meta, float scale, Tensor& out) = 0;
+  // out[r] = silu(x[r, :I]) · x[r, I:]
+  virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
+  // out[T, hidden] = Σ_k weight_k · expert_k(x) over the routed experts held locally.
+  virtual void moe(const Tensor& x, const MoeWeights& w, Tensor& out) = 0;
+  // out[i] = x[rows[i]]
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// Null when serval was built without CUDA or no GPU is present.
+std::unique_ptr<Backend> make_cuda_backend();
+bool cuda_available();
+
+}  // namespace serval::backend

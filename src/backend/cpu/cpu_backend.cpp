@@ -1,0 +1,118 @@
+// The CPU backend: f32 activations, weights in their checkpoint dtype, fp32 KV cache.
+#include <cstring>
+
+#include "backend/backend.h"
+#include "backend/moe/moe_cpu.h"
+#include "base/error.h"
+#include "kernels/cpu/ops.h"
+
+namespace serval::backend {
+
+namespace {
+
+void expect_f32(const Tensor& t, const char* what) {
+  if (t.dtype != DType::kF32)
+    throw Error(std::string("cpu backend: ") + what + " must be float32, got " +
+                std::string(dtype_name(t.dtype)));
+}
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::kCpu; }
+  std::string name() const override { return "cpu"; }
+  DType activation_dtype() const override { return DType::kF32; }
+
+  Tensor empty(DType dtype, Shape shape) override { return host_empty(dtype, std::move(shape)); }
+  Tensor upload(const Tensor& host) override { return host; }
+  void download(const Tensor& src, void* dst) override { std::memcpy(dst, src.data, src.nbytes()); }
+  void zero(Tensor& t) override { std::memset(t.data, 0, t.nbytes()); }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+    kernels::cpu::embedding({table.data, table.dtype, ids.as<int32_t>(), out.as<float>(),
+                             int(ids.numel()), int(table.dim(1)), int(table.dim(0))});
+  }
+
+  void rms_norm(const Tensor& x, Tensor* residual, const Tensor& w, float eps,
+                Tensor& out) override {
+    expect_f32(x, "rms_norm input");
+    int hidden = int(w.numel());
+    kernels::cpu::rms_norm({x.as<float>(), residual ? residual->as<float>() : nullptr, w.data,
+                            w.dtype, out.as<float>(), int(x.numel() / hidden), hidden, eps});
+  }
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    expect_f32(x, "linear input");
+    int k = int(w.dim(1)), n = int(w.dim(0));
+    kernels::cpu::linear({x.as<float>(), w.data, w.dtype, bias ? bias->data : nullptr,
+                          y.as<float>(), int(x.numel() / k), n, k});
+  }
+
+  void rope(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq) override {
+    int head_dim = int(q.dim(-1));
+    int tokens = int(positions.numel());
+    kernels::cpu::rope({q.as<float>(), k.as<float>(), positions.as<int32_t>(), inv_freq.as<float>(),
+                        tokens, int(q.numel() / tokens / head_dim),
+                        int(k.numel() / tokens / head_dim), head_dim});
+  }
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, KvCacheLayer& cache,
+                 const StepMetadata& meta, float scale, Tensor& out) override {
+    const int head_dim = int(cache.k.dim(3)), num_kv_heads = int(cache.k.dim(2));
+    const int tokens = meta.num_tokens;
+    kernels::cpu::kv_append({k.as<float>(), v.as<float>(), meta.slot_mapping.as<int32_t>(),
+                             cache.k.as<float>(), cache.v.as<float>(), tokens, num_kv_heads,
+                             head_dim});
+    kernels::PagedAttentionParams p{};
+    p.q = q.as<float>();
+    p.out = out.as<float>();
+    p.k_cache = cache.k.as<float>();
+    p.v_cache = cache.v.as<float>();
+    p.query_start = meta.query_start.as<int32_t>();
+    p.context_lens = meta.context_lens.as<int32_t>();
+    p.block_tables = meta.block_tables.as<int32_t>();
+    p.num_seqs = meta.num_seqs;
+    p.max_blocks_per_seq = meta.max_blocks_per_seq;
+    p.block_size = cache.block_size;
+    p.num_q_heads = int(q.numel() / tokens / head_dim);
+    p.num_kv_heads = num_kv_heads;
+    p.head_dim = head_dim;
+    p.scale = scale;
+    kernels::cpu::paged_attention(p);
+  }
+
+  void silu_mul(const Tensor& x, Tensor& out) override {
+    int inter = int(out.dim(-1));
+    kernels::cpu::silu_mul({x.as<float>(), out.as<float>(), int(out.numel() / inter), inter});
+  }
+
+  void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override {
+    expect_f32(x, "moe input");
+    moe::moe_forward_cpu(x.as<float>(), int(x.dim(0)), w, out.as<float>());
+  }
+
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
+    size_t row_bytes = x.nbytes() / size_t(x.dim(0));
+    for (int64_t i = 0; i < rows.numel(); ++i) {
+      std::memcpy(static_cast<char*>(out.data) + i * row_bytes,
+                  static_cast<const char*>(x.data) + size_t(rows.as<int32_t>()[i]) * row_bytes,
+                  row_bytes);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
+
+#ifndef SERVAL_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend() {
+  return nullptr;
+}
+bool cuda_available() {
+  return false;
+}
+#endif
+
+}  // namespace serval::backend

@@ -1,0 +1,101 @@
+// Plain-data parameters of every kernel; the CPU twins and the CUDA kernels share them.
+// Activations are float (CPU) unless a field says otherwise; weights carry their dtype.
+#pragma once
+#include <cstdint>
+
+#include "base/dtype.h"
+
+namespace serval::kernels {
+
+struct EmbeddingParams {
+  const void* table;  // [vocab, hidden], table_dtype
+  DType table_dtype;
+  const int32_t* ids;  // [num_tokens]
+  float* out;          // [num_tokens, hidden]
+  int num_tokens, hidden, vocab;
+};
+
+// out = rms_norm(x (+ residual)) * weight. With `residual` non-null, residual += x first and
+// the sum is normalized (x may alias out).
+struct RmsNormParams {
+  const float* x;      // [rows, hidden]
+  float* residual;     // [rows, hidden] or null
+  const void* weight;  // [hidden], weight_dtype
+  DType weight_dtype;
+  float* out;  // [rows, hidden]
+  int rows, hidden;
+  float eps;
+};
+
+// y = x · Wᵀ (+ bias)
+struct LinearParams {
+  const float* x;  // [m, k]
+  const void* w;   // [n, k], w_dtype
+  DType w_dtype;
+  const void* bias;  // [n] (w_dtype) or null
+  float* y;          // [m, n]
+  int m, n, k;
+};
+
+// Rotary embedding, "neox" layout (first half / second half of each head), in place.
+struct RopeParams {
+  float* q;                  // [num_tokens, num_q_heads, head_dim]
+  float* k;                  // [num_tokens, num_kv_heads, head_dim]
+  const int32_t* positions;  // [num_tokens]
+  const float* inv_freq;     // [rotary_dim / 2]
+  int num_tokens, num_q_heads, num_kv_heads, head_dim;
+};
+
+// Writes new K/V rows into the paged cache: token t goes to slot_mapping[t] = block·bs + offset.
+struct KvAppendParams {
+  const float* k;  // [num_tokens, num_kv_heads, head_dim]
+  const float* v;
+  const int32_t* slot_mapping;  // [num_tokens]
+  float* k_cache;               // [num_blocks, block_size, num_kv_heads, head_dim]
+  float* v_cache;
+  int num_tokens, num_kv_heads, head_dim;
+};
+
+// Causal attention of each sequence's new tokens over its paged KV (which already holds them).
+// Sequence s has query rows [query_start[s], query_start[s+1]) at positions
+// context_len[s] - query_len .. context_len[s] - 1.
+struct PagedAttentionParams {
+  const float* q;        // [num_tokens, num_q_heads, head_dim]
+  float* out;            // [num_tokens, num_q_heads, head_dim]
+  const float* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const float* v_cache;
+  const int32_t* query_start;   // [num_seqs + 1]
+  const int32_t* context_lens;  // [num_seqs]
+  const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
+  int num_seqs, max_blocks_per_seq, block_size;
+  int num_q_heads, num_kv_heads, head_dim;
+  float scale;  // softmax scale (1/sqrt(head_dim), times k_scale for fp8 KV)
+};
+
+// out = silu(x[:, :inter]) * x[:, inter:]
+struct SiluMulParams {
+  const float* x;  // [rows, 2 * inter]
+  float* out;      // [rows, inter]
+  int rows, inter;
+};
+
+enum class RoutingMethod : uint8_t {
+  kSoftmaxTopK,         // softmax over all experts, top-k, optionally renormalized
+  kTopKSoftmax,         // top-k on logits, softmax over the k
+  kSigmoidGroupedTopK,  // DeepSeek-V3: sigmoid, + bias for selection, group top-k
+};
+
+// Router: top-k experts and weights per token, fp32 math, ties to the lower expert index.
+struct RouterParams {
+  const float* logits;           // [num_tokens, num_experts]
+  const float* correction_bias;  // [num_experts] or null (grouped method only)
+  int32_t* topk_ids;             // [num_tokens, top_k]
+  float* topk_weights;           // [num_tokens, top_k]
+  int num_tokens, num_experts, top_k;
+  RoutingMethod method;
+  bool renormalize;  // kSoftmaxTopK / kSigmoidGroupedTopK: divide by the sum of the k weights
+  int num_groups = 1, topk_groups = 1;  // grouped method
+  float routed_scaling_factor = 1.0f;
+};
+
+}  // namespace serval::kernels

@@ -1,0 +1,45 @@
+// A pre-norm decoder-only transformer (Llama family); architectures describe their differences
+// in a DecoderSpec and share this forward.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "model/layers/layers.h"
+#include "model/model.h"
+
+namespace serval::model {
+
+struct DecoderSpec {
+  bool qk_norm = false;  // per-head RMSNorm of q and k before RoPE (Qwen3)
+  // MoE names for layer i, or nullopt for a dense MLP layer.
+  std::function<std::optional<MoeNames>(int layer)> moe_names;
+  int moe_inter = 0;  // expert intermediate size
+};
+
+class Decoder final : public Model {
+ public:
+  Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const WeightSource& w,
+          backend::Backend& b, const LoadOptions& options);
+  const io::ModelConfig& config() const override { return c_; }
+  KvGeometry kv_geometry() const override;
+  Tensor forward(const backend::StepMetadata& meta,
+                 std::vector<backend::KvCacheLayer>& kv_cache) override;
+  std::string moe_backend() const override { return moe_backend_; }
+
+ private:
+  struct Layer {
+    Tensor input_norm, post_attention_norm;
+    std::unique_ptr<Attention> attn;
+    std::unique_ptr<Mlp> mlp;       // dense layers
+    std::unique_ptr<MoeBlock> moe;  // sparse layers
+  };
+  io::ModelConfig c_;
+  backend::Backend& b_;
+  Tensor embed_, final_norm_, lm_head_, inv_freq_;
+  std::vector<Layer> layers_;
+  std::string moe_backend_;
+};
+
+}  // namespace serval::model

@@ -1,0 +1,153 @@
+#include "model/layers/layers.h"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "base/error.h"
+
+namespace serval::model {
+
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  Shape shape = parts.at(0).shape;
+  shape[0] = 0;
+  for (const Tensor& p : parts) {
+    check(p.dtype == parts[0].dtype, "concat_rows: equal dtypes");
+    shape[0] += p.shape[0];
+  }
+  Tensor out = host_empty(parts[0].dtype, shape);
+  char* dst = static_cast<char*>(out.data);
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.data, p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+Tensor rope_inv_freq(const io::ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  Tensor t = host_empty(DType::kF32, {half});
+  const io::RopeScaling& rs = c.rope_scaling;
+  for (int i = 0; i < half; ++i) {
+    // Same expression as the reference: base^(2i/d) in double, inverted in float.
+    double freq = 1.0 / std::pow(double(c.rope_theta), double(2 * i) / c.head_dim);
+    if (rs.type == "linear") {
+      freq /= rs.factor;
+    } else if (rs.type == "llama3") {
+      const double low_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor;
+      const double high_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor;
+      const double wavelen = 2 * std::numbers::pi / freq;
+      if (wavelen > low_wavelen) {
+        freq /= rs.factor;
+      } else if (wavelen >= high_wavelen) {
+        double smooth = (rs.original_max_position_embeddings / wavelen - rs.low_freq_factor) /
+                        (rs.high_freq_factor - rs.low_freq_factor);
+        freq = (1 - smooth) * freq / rs.factor + smooth * freq;
+      }
+    }
+    t.as<float>()[i] = float(freq);
+  }
+  return t;
+}
+
+Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
+                     const std::string& prefix, bool qk_norm)
+    : b_(b),
+      num_heads_(c.num_attention_heads),
+      num_kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      eps_(c.rms_norm_eps),
+      has_bias_(c.attention_bias),
+      qk_norm_(qk_norm) {
+  const int64_t H = c.hidden_size, q_dim = int64_t(num_heads_) * head_dim_,
+                kv_dim = int64_t(num_kv_heads_) * head_dim_;
+  wq_ = b.upload(w.get(prefix + ".q_proj.weight", {q_dim, H}));
+  wk_ = b.upload(w.get(prefix + ".k_proj.weight", {kv_dim, H}));
+  wv_ = b.upload(w.get(prefix + ".v_proj.weight", {kv_dim, H}));
+  wo_ = b.upload(w.get(prefix + ".o_proj.weight", {H, q_dim}));
+  if (has_bias_) {
+    bq_ = b.upload(w.get(prefix + ".q_proj.bias", {q_dim}));
+    bk_ = b.upload(w.get(prefix + ".k_proj.bias", {kv_dim}));
+    bv_ = b.upload(w.get(prefix + ".v_proj.bias", {kv_dim}));
+  }
+  if (qk_norm_) {
+    q_norm_ = b.upload(w.get(prefix + ".q_norm.weight", {head_dim_}));
+    k_norm_ = b.upload(w.get(prefix + ".k_norm.weight", {head_dim_}));
+  }
+}
+
+void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
+                        backend::KvCacheLayer& cache, Tensor& out) {
+  const int64_t T = x.dim(0);
+  const DType act = b_.activation_dtype();
+  Tensor q = b_.empty(act, {T, num_heads_, head_dim_});
+  Tensor k = b_.empty(act, {T, num_kv_heads_, head_dim_});
+  Tensor v = b_.empty(act, {T, num_kv_heads_, head_dim_});
+  b_.linear(x, wq_, has_bias_ ? &bq_ : nullptr, q);
+  b_.linear(x, wk_, has_bias_ ? &bk_ : nullptr, k);
+  b_.linear(x, wv_, has_bias_ ? &bv_ : nullptr, v);
+  if (qk_norm_) {
+    b_.rms_norm(q, nullptr, q_norm_, eps_, q);
+    b_.rms_norm(k, nullptr, k_norm_, eps_, k);
+  }
+  b_.rope(q, k, meta.positions, inv_freq);
+  Tensor attn = b_.empty(act, {T, num_heads_, head_dim_});
+  b_.attention(q, k, v, cache, meta, 1.0f / std::sqrt(float(head_dim_)), attn);
+  b_.linear(attn.reshape({T, int64_t(num_heads_) * head_dim_}), wo_, nullptr, out);
+}
+
+Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
+         const std::string& gate, const std::string& up, const std::string& down)
+    : b_(b), hidden_(c.hidden_size), inter_(inter) {
+  gate_up_ = b.upload(concat_rows({w.get(gate, {inter, hidden_}), w.get(up, {inter, hidden_})}));
+  down_ = b.upload(w.get(down, {hidden_, inter}));
+}
+
+void Mlp::forward(const Tensor& x, Tensor& out) {
+  const int64_t T = x.dim(0);
+  Tensor h = b_.empty(b_.activation_dtype(), {T, 2 * int64_t(inter_)});
+  Tensor a = b_.empty(b_.activation_dtype(), {T, inter_});
+  b_.linear(x, gate_up_, nullptr, h);
+  b_.silu_mul(h, a);
+  b_.linear(a, down_, nullptr, out);
+}
+
+namespace {
+
+std::string expert_name(const MoeNames& n, int e, const std::string& proj) {
+  std::string s = n.expert_fmt;
+  s.replace(s.find("{e}"), 3, std::to_string(e));
+  s.replace(s.find("{proj}"), 6, proj);
+  return s;
+}
+
+}  // namespace
+
+MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
+                   const MoeNames& names)
+    : b_(b) {
+  const int E = c.num_experts, H = c.hidden_size, I = inter;
+  w_.num_experts = E;
+  w_.top_k = c.num_experts_per_tok;
+  w_.hidden = H;
+  w_.inter = I;
+  w_.routing = kernels::RoutingMethod::kSoftmaxTopK;
+  w_.renormalize = c.norm_topk_prob;
+  w_.local_offset = 0;
+  w_.num_local = E;
+  w_.router = b.upload(w.get(names.router, {E, H}));
+  std::vector<Tensor> gate_up, down;
+  for (int e = 0; e < E; ++e) {
+    gate_up.push_back(w.get(expert_name(names, e, names.gate), {I, H}));
+    gate_up.push_back(w.get(expert_name(names, e, names.up), {I, H}));
+    down.push_back(w.get(expert_name(names, e, names.down), {H, I}));
+  }
+  w_.gate_up = b.upload(concat_rows(gate_up).reshape({E, 2 * int64_t(I), H}));
+  w_.down = b.upload(concat_rows(down).reshape({E, H, I}));
+}
+
+void MoeBlock::forward(const Tensor& x, Tensor& out) {
+  b_.moe(x, w_, out);
+}
+
+}  // namespace serval::model

@@ -1,0 +1,66 @@
+// Decoder building blocks on backend ops: attention, dense MLP, MoE block, rotary tables.
+#pragma once
+#include <string>
+
+#include "backend/backend.h"
+#include "io/model_config.h"
+#include "model/weight_source.h"
+
+namespace serval::model {
+
+// Concatenates host tensors of equal dtype and trailing shape along dim 0 (copy).
+Tensor concat_rows(const std::vector<Tensor>& parts);
+
+// inv_freq [head_dim / 2] with the config's rope scaling (default, linear, llama3).
+Tensor rope_inv_freq(const io::ModelConfig& c);
+
+class Attention {
+ public:
+  // prefix: "model.layers.N.self_attn"
+  Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
+            const std::string& prefix, bool qk_norm);
+  // x [T, hidden] → out [T, hidden]
+  void forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
+               backend::KvCacheLayer& cache, Tensor& out);
+
+ private:
+  backend::Backend& b_;
+  int num_heads_, num_kv_heads_, head_dim_;
+  float eps_;
+  Tensor wq_, wk_, wv_, wo_, bq_, bk_, bv_, q_norm_, k_norm_;
+  bool has_bias_, qk_norm_;
+};
+
+class Mlp {
+ public:
+  // gate/up/down are full names of the three projections' weights.
+  Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
+      const std::string& gate, const std::string& up, const std::string& down);
+  void forward(const Tensor& x, Tensor& out);
+
+ private:
+  backend::Backend& b_;
+  int hidden_, inter_;
+  Tensor gate_up_, down_;
+};
+
+// Names of one MoE block's tensors in a checkpoint.
+struct MoeNames {
+  std::string router;          // e.g. "model.layers.N.mlp.gate.weight"
+  std::string expert_fmt;      // "{prefix}.experts.{e}.{proj}.weight" with {e} and {proj}
+  std::string gate, up, down;  // projection names: gate_proj/up_proj/down_proj or w1/w3/w2
+};
+
+class MoeBlock {
+ public:
+  // inter: each expert's intermediate size.
+  MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
+           const MoeNames& names);
+  void forward(const Tensor& x, Tensor& out);
+
+ private:
+  backend::Backend& b_;
+  backend::MoeWeights w_;
+};
+
+}  // namespace serval::model

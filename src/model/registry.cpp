@@ -1,0 +1,42 @@
+// Maps config.json architectures[0] to its factory: one line per architecture.
+#include <string_view>
+
+#include "base/error.h"
+#include "model/archs/archs.h"
+
+namespace serval::model {
+
+namespace {
+
+struct ArchEntry {
+  std::string_view name;
+  ArchFactory make;
+};
+
+constexpr ArchEntry kArchs[] = {
+    {"LlamaForCausalLM", make_llama},
+    {"Qwen3ForCausalLM", make_qwen3},
+    {"Qwen3MoeForCausalLM", make_qwen3_moe},
+    {"MixtralForCausalLM", make_mixtral},
+};
+
+}  // namespace
+
+std::vector<std::string> known_architectures() {
+  std::vector<std::string> names;
+  for (const ArchEntry& e : kArchs) names.emplace_back(e.name);
+  return names;
+}
+
+std::unique_ptr<Model> create_model(const io::ModelConfig& config, const WeightSource& weights,
+                                    backend::Backend& backend, const LoadOptions& options) {
+  for (const ArchEntry& e : kArchs) {
+    if (e.name == config.architecture) return e.make(config, weights, backend, options);
+  }
+  std::string known;
+  for (const ArchEntry& e : kArchs) known += (known.empty() ? "" : ", ") + std::string(e.name);
+  throw LoadError("unknown architecture '" + config.architecture + "' (serval knows: " + known +
+                  ")");
+}
+
+}  // namespace serval::model

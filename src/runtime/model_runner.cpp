@@ -1,0 +1,95 @@
+#include "runtime/model_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace serval::runtime {
+
+namespace {
+
+Tensor host_i32(const std::vector<int32_t>& v, Shape shape) {
+  Tensor t = host_empty(DType::kI32, std::move(shape));
+  std::memcpy(t.data, v.data(), v.size() * sizeof(int32_t));
+  return t;
+}
+
+}  // namespace
+
+backend::StepMetadata build_step_metadata(std::span<const SeqChunk> chunks, int block_size) {
+  std::vector<int32_t> ids, positions, slots, query_start{0}, context_lens, logits_rows;
+  int max_blocks = 1;
+  for (const SeqChunk& c : chunks) max_blocks = std::max(max_blocks, int(c.block_table.size()));
+  std::vector<int32_t> tables(chunks.size() * max_blocks, 0);
+  for (size_t s = 0; s < chunks.size(); ++s) {
+    const SeqChunk& c = chunks[s];
+    check(c.num_new > 0 && c.start + c.num_new <= int(c.tokens.size()), "chunk within tokens");
+    check(int(c.block_table.size()) * block_size >= c.start + c.num_new, "chunk has its blocks");
+    for (int i = 0; i < c.num_new; ++i) {
+      int pos = c.start + i;
+      ids.push_back(c.tokens[pos]);
+      positions.push_back(pos);
+      slots.push_back(c.block_table[pos / block_size] * block_size + pos % block_size);
+    }
+    const int first_row = query_start.back();
+    query_start.push_back(first_row + c.num_new);
+    context_lens.push_back(c.start + c.num_new);
+    std::copy(c.block_table.begin(), c.block_table.end(), tables.begin() + s * max_blocks);
+    switch (c.logits) {
+      case SeqChunk::Logits::kNone:
+        break;
+      case SeqChunk::Logits::kLast:
+        logits_rows.push_back(query_start.back() - 1);
+        break;
+      case SeqChunk::Logits::kAll:
+        for (int i = 0; i < c.num_new; ++i) logits_rows.push_back(first_row + i);
+        break;
+    }
+  }
+  backend::StepMetadata m;
+  m.num_tokens = int(ids.size());
+  m.num_seqs = int(chunks.size());
+  m.max_blocks_per_seq = max_blocks;
+  m.num_logits = int(logits_rows.size());
+  m.token_ids = host_i32(ids, {m.num_tokens});
+  m.positions = host_i32(positions, {m.num_tokens});
+  m.slot_mapping = host_i32(slots, {m.num_tokens});
+  m.query_start = host_i32(query_start, {m.num_seqs + 1});
+  m.context_lens = host_i32(context_lens, {m.num_seqs});
+  m.block_tables = host_i32(tables, {m.num_seqs, max_blocks});
+  m.logits_indices = host_i32(logits_rows, {m.num_logits});
+  return m;
+}
+
+int64_t ModelRunner::kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype) {
+  return int64_t(g.num_layers) * 2 * g.num_kv_heads * g.head_dim * dtype_bits(kv_dtype) / 8;
+}
+
+ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
+                         std::unique_ptr<model::Model> model, int num_blocks, int block_size)
+    : backend_(std::move(backend)), model_(std::move(model)), block_size_(block_size) {
+  const model::KvGeometry g = model_->kv_geometry();
+  for (int i = 0; i < g.num_layers; ++i) {
+    backend::KvCacheLayer layer;
+    layer.k = backend_->empty(DType::kF32, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
+    layer.v = backend_->empty(DType::kF32, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
+    layer.block_size = block_size;
+    kv_.push_back(std::move(layer));
+  }
+}
+
+std::vector<float> ModelRunner::execute(std::span<const SeqChunk> chunks) {
+  backend::StepMetadata host = build_step_metadata(chunks, block_size_);
+  backend::StepMetadata meta = host;
+  for (Tensor* t : {&meta.token_ids, &meta.positions, &meta.slot_mapping, &meta.query_start,
+                    &meta.context_lens, &meta.block_tables, &meta.logits_indices}) {
+    *t = backend_->upload(*t);
+  }
+  Tensor logits = model_->forward(meta, kv_);
+  std::vector<float> out(size_t(logits.numel()));
+  backend_->download(logits, out.data());
+  return out;
+}
+
+}  // namespace serval::runtime

@@ -1,0 +1,47 @@
+// ModelRunner: turns scheduled chunks into one forward pass over the paged KV cache.
+#pragma once
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace serval::runtime {
+
+// One sequence's slice of a step: tokens [start, start + num_new) of `tokens`, whose KV lives in
+// the blocks of `block_table`.
+struct SeqChunk {
+  std::span<const int32_t> tokens;
+  int start = 0;
+  int num_new = 0;
+  std::span<const int32_t> block_table;
+  // Logits wanted: none, the last new token's, or every new token's (golden tests, echo).
+  enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
+};
+
+// Host-side metadata of a step (built once, uploaded once).
+backend::StepMetadata build_step_metadata(std::span<const SeqChunk> chunks, int block_size);
+
+class ModelRunner {
+ public:
+  // num_blocks KV blocks of block_size tokens for every layer of the model.
+  ModelRunner(std::unique_ptr<backend::Backend> backend, std::unique_ptr<model::Model> model,
+              int num_blocks, int block_size);
+  // Runs one step; returns logits [rows, vocab] in host memory, rows in chunk order.
+  std::vector<float> execute(std::span<const SeqChunk> chunks);
+  model::Model& model() { return *model_; }
+  backend::Backend& backend() { return *backend_; }
+  int block_size() const { return block_size_; }
+
+  // Bytes of KV cache one token needs across all layers.
+  static int64_t kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype);
+
+ private:
+  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<model::Model> model_;
+  std::vector<backend::KvCacheLayer> kv_;
+  int block_size_;
+};
+
+}  // namespace serval::runtime

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Builds the tiny golden-test checkpoints under tests/fixtures/ (run where torch + transformers are).
+
+For each architecture: a random model with real config keys (deterministic seed), saved with
+save_pretrained (safetensors) in a chosen dtype, a small byte-level BPE tokenizer trained on GSM8K
+text (shared by all fixtures), and golden.json with reference logits (fp32 math, all positions)
+for a few prompts and a 32-token greedy continuation of each.
+
+usage: make_fixtures.py --gsm8k PATH/train.jsonl --out tests/fixtures
+"""
+import argparse
+import json
+import os
+
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers, Regex
+
+VOCAB = 512
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def train_tokenizer(gsm8k_path):
+    texts = []
+    with open(gsm8k_path) as f:
+        for i, line in enumerate(f):
+            if i >= 2000:
+                break
+            item = json.loads(line)
+            texts.append(f"Question: {item['question']}\nAnswer: {item['answer']}\n\n")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def base_config(**kw):
+    cfg = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+               max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0,
+               bos_token_id=None, eos_token_id=0, tie_word_embeddings=False)
+    cfg.update(kw)
+    return cfg
+
+
+ARCHS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", torch.bfloat16,
+              base_config(rope_theta=500000.0,
+                          rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": 64})),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", torch.float32,
+              base_config(tie_word_embeddings=True, rope_theta=1000000.0)),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", torch.bfloat16,
+                  base_config(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                              norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[2],
+                              rope_theta=1000000.0)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", torch.float16,
+                base_config(num_local_experts=4, num_experts_per_tok=2, intermediate_size=96,
+                            rope_theta=1000000.0)),
+}
+
+
+@torch.no_grad()
+def greedy(model, prompt, steps):
+    ids = list(prompt)
+    margins = []
+    for _ in range(steps):
+        logits = model(torch.tensor([ids])).logits[0, -1].double()
+        top2 = torch.topk(logits, 2)
+        margins.append(float(top2.values[0] - top2.values[1]))
+        ids.append(int(top2.indices[0]))
+    return ids[len(prompt):], min(margins)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gsm8k", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    tok = train_tokenizer(args.gsm8k)
+    gen = torch.Generator().manual_seed(1234)
+    prompts = [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in (5, 11, 17)]
+    prompts.append(tok.encode("Question: Tom has 3 apples and buys 5 more. How many?\nAnswer:").ids)
+    for name, (cfg_cls, model_cls, dtype, cfg) in ARCHS.items():
+        torch.manual_seed(sum(map(ord, name)))
+        config = getattr(transformers, cfg_cls)(**cfg)
+        config.torch_dtype = dtype
+        model = getattr(transformers, model_cls)(config).to(dtype).eval()
+        # Widen the random init so logits are not all near zero (clearer argmax margins).
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.data.normal_(0.0, 0.08, generator=torch.Generator().manual_seed(p.numel()))
+        folder = os.path.join(args.out, name)
+        os.makedirs(folder, exist_ok=True)
+        model.save_pretrained(folder, safe_serialization=True)
+        model.generation_config.save_pretrained(folder)
+        tok.save(os.path.join(folder, "tokenizer.json"))
+        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": None, "eos_token": "<|endoftext|>",
+                       "pad_token": "<|endoftext|>", "chat_template": CHAT_TEMPLATE,
+                       "model_max_length": 512, "tokenizer_class": "PreTrainedTokenizerFast"},
+                      f, indent=2)
+        # Reference in fp32 from the saved (rounded) weights.
+        ref = getattr(transformers, model_cls).from_pretrained(folder, torch_dtype=torch.float32)
+        ref = ref.eval()
+        golden = {"architecture": model_cls, "transformers": transformers.__version__,
+                  "prompts": [], "weight_keys": None}
+        for prompt in prompts:
+            with torch.no_grad():
+                logits = ref(torch.tensor([prompt])).logits[0].float()
+            cont, margin = greedy(ref, prompt, 32)
+            golden["prompts"].append({"ids": prompt, "logits": logits.tolist(),
+                                      "greedy": cont, "min_greedy_margin": margin})
+        from safetensors import safe_open
+        with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
+            golden["weight_keys"] = sorted(f.keys())
+        with open(os.path.join(folder, "golden.json"), "w") as f:
+            json.dump(golden, f)
+        print(name, "params", sum(p.numel() for p in model.parameters()),
+              "keys", len(golden["weight_keys"]), golden["weight_keys"][:12],
+              "margins", [p["min_greedy_margin"] for p in golden["prompts"]])
+
+
+if __name__ == "__main__":
+    main()
