@@ -13,8 +13,8 @@ namespace serval::io {
 struct RopeScaling {
   std::string type = "default";  // default | llama3 | linear
   float factor = 1.0f;
-  float low_freq_factor = 1.0f;   // llama3
-  float high_freq_factor = 4.0f;  // llama3
+  float low_freq_factor = 1.0f;                 // llama3
+  float high_freq_factor = 4.0f;                // llama3
   int original_max_position_embeddings = 8192;  // llama3
 };
 
@@ -35,16 +35,19 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
-  DType torch_dtype = DType::kBF16;  // "torch_dtype" or "dtype"
+  bool attention_bias = false;  // biases on q, k, v and o projections
+  bool mlp_bias = false;        // biases on gate, up and down projections (Llama)
+  bool qk_norm = false;         // per-head RMSNorm on q and k, weight [head_dim] (Qwen3 family)
+  std::string hidden_act = "silu";
+  DType torch_dtype = DType::kBF16;    // "torch_dtype" or "dtype"
   std::vector<int32_t> eos_token_ids;  // eos_token_id (int or list)
   std::optional<int32_t> bos_token_id;
 
   // Mixture of experts (Qwen3-MoE, Mixtral). num_experts == 0 means dense.
-  int num_experts = 0;              // num_experts | num_local_experts
+  int num_experts = 0;  // num_experts | num_local_experts
   int num_experts_per_tok = 0;
-  int moe_intermediate_size = 0;    // Qwen3-MoE; Mixtral uses intermediate_size
-  bool norm_topk_prob = true;       // Mixtral: true (softmax over the top-k)
+  int moe_intermediate_size = 0;  // per-expert width; for Mixtral copied from intermediate_size
+  bool norm_topk_prob = true;     // Mixtral: true (softmax over the top-k)
   int decoder_sparse_step = 1;
   std::vector<int> mlp_only_layers;
 

@@ -1,0 +1,278 @@
+#include "io/model_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+
+#include "base/error.h"
+#include "io/json_reader.h"
+
+namespace serval::io {
+namespace {
+
+using nlohmann::json;
+
+// Hugging Face defaults of the config classes (transformers 4.5x) for keys a config may omit.
+struct ArchDefaults {
+  int max_position_embeddings = 2048;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  bool qk_norm = false;
+  // MoE defaults; num_experts == 0 means the architecture is dense unless the config says so.
+  int num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
+  bool norm_topk_prob = true;
+};
+
+ArchDefaults arch_defaults(const std::string& model_type, const std::string& arch) {
+  ArchDefaults d;
+  if (model_type == "qwen3" || arch == "Qwen3ForCausalLM") {
+    d.max_position_embeddings = 32768;
+    d.qk_norm = true;
+  } else if (model_type == "qwen3_moe" || arch == "Qwen3MoeForCausalLM") {
+    d.max_position_embeddings = 32768;
+    d.qk_norm = true;
+    d.num_experts = 128;
+    d.num_experts_per_tok = 8;
+    d.moe_intermediate_size = 768;
+    d.norm_topk_prob = false;
+  } else if (model_type == "mixtral" || arch == "MixtralForCausalLM") {
+    d.max_position_embeddings = 4096 * 32;
+    d.rms_norm_eps = 1e-5f;
+    d.rope_theta = 1e6f;
+    d.num_experts = 8;
+    d.num_experts_per_tok = 2;
+    d.norm_topk_prob = true;
+  }
+  return d;
+}
+
+// An integer key that must fit in int and lie in [lo, INT_MAX].
+int checked_int(const JsonReader& r, std::string_view key, int64_t v, int64_t lo) {
+  if (v < lo || v > INT_MAX)
+    r.fail(key, fmt::format("must be in [{}, {}], got {}", lo, INT_MAX, v));
+  return int(v);
+}
+int req_int(const JsonReader& r, std::string_view key, int64_t lo) {
+  return checked_int(r, key, r.get_int(key), lo);
+}
+int opt_int(const JsonReader& r, std::string_view key, int def, int64_t lo) {
+  auto v = r.opt_int(key);
+  return v ? checked_int(r, key, *v, lo) : def;
+}
+float positive_float(const JsonReader& r, std::string_view key, float def) {
+  auto v = r.opt_number(key);
+  if (!v) return def;
+  if (!(*v > 0)) r.fail(key, fmt::format("must be > 0, got {}", *v));
+  return float(*v);
+}
+
+// eos_token_id: an integer, a list of integers, or absent/null.
+std::vector<int32_t> token_ids(const JsonReader& r, std::string_view key) {
+  std::vector<int32_t> ids;
+  const json* v = r.find(key);
+  if (!v) return ids;
+  auto one = [&](const json& x) {
+    if (!x.is_number()) r.fail(key, fmt::format("must hold integers, got {}", json_type_name(x)));
+    ids.push_back(checked_int(r, key, r.as_int(x, key), 0));
+  };
+  if (v->is_array()) {
+    for (const json& x : *v) one(x);
+  } else {
+    one(*v);
+  }
+  return ids;
+}
+
+// One rope dict: rope_scaling (type key required) or rope_parameters (type defaults to default).
+RopeScaling parse_rope_dict(const JsonReader& r, bool type_required) {
+  RopeScaling s;
+  auto type = r.opt_string("rope_type");
+  if (!type) type = r.opt_string("type");
+  if (!type) {
+    if (type_required) r.fail("rope_type", "is missing (required: 'rope_type' or 'type')");
+    return s;
+  }
+  s.type = *type;
+  if (s.type == "default") return s;
+  if (s.type != "linear" && s.type != "llama3") {
+    r.fail("rope_type",
+           fmt::format("'{}' is not supported (supported: default, linear, llama3)", s.type));
+  }
+  s.factor = float(r.get_number("factor"));
+  if (!(s.factor > 0)) r.fail("factor", fmt::format("must be > 0, got {}", s.factor));
+  if (s.type == "llama3") {
+    s.low_freq_factor = float(r.get_number("low_freq_factor"));
+    s.high_freq_factor = float(r.get_number("high_freq_factor"));
+    s.original_max_position_embeddings = req_int(r, "original_max_position_embeddings", 1);
+    if (!(s.low_freq_factor > 0) || !(s.high_freq_factor > s.low_freq_factor)) {
+      r.fail("high_freq_factor", fmt::format("must exceed low_freq_factor > 0 (got {} and {})",
+                                             s.high_freq_factor, s.low_freq_factor));
+    }
+  }
+  return s;
+}
+
+// rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5).
+void parse_rope(const JsonReader& top, float default_theta, ModelConfig& c) {
+  c.rope_theta = positive_float(top, "rope_theta", default_theta);
+  if (const json* p = top.find("rope_parameters")) {
+    JsonReader r(*p, top.path(), "rope_parameters.");
+    c.rope_theta = positive_float(r, "rope_theta", c.rope_theta);
+    c.rope_scaling = parse_rope_dict(r, /*type_required=*/false);
+  } else if (const json* s = top.find("rope_scaling")) {
+    c.rope_scaling = parse_rope_dict(JsonReader(*s, top.path(), "rope_scaling."), true);
+  }
+}
+
+void parse_moe(const JsonReader& r, const ArchDefaults& d, ModelConfig& c) {
+  const char* experts_key = r.has("num_local_experts") ? "num_local_experts" : "num_experts";
+  c.num_experts = opt_int(r, experts_key, d.num_experts, 0);
+  if (c.num_experts == 0) return;
+  c.num_experts_per_tok = opt_int(r, "num_experts_per_tok", d.num_experts_per_tok, 1);
+  if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts) {
+    r.fail("num_experts_per_tok", fmt::format("must be in [1, {}] ({}), got {}", c.num_experts,
+                                              experts_key, c.num_experts_per_tok));
+  }
+  // Mixtral-style configs size experts with intermediate_size.
+  int expert_default = d.moe_intermediate_size ? d.moe_intermediate_size : c.intermediate_size;
+  c.moe_intermediate_size = opt_int(r, "moe_intermediate_size", expert_default, 1);
+  c.norm_topk_prob = r.opt_bool("norm_topk_prob").value_or(d.norm_topk_prob);
+  c.decoder_sparse_step = opt_int(r, "decoder_sparse_step", 1, 1);
+  c.mlp_only_layers.clear();
+  if (const json* v = r.find("mlp_only_layers")) {
+    if (!v->is_array()) {
+      r.fail("mlp_only_layers", fmt::format("must be an array, got {}", json_type_name(*v)));
+    }
+    for (const json& x : *v) {
+      if (!x.is_number()) r.fail("mlp_only_layers", "must hold integers");
+      int64_t i = r.as_int(x, "mlp_only_layers");
+      if (i < 0 || i >= c.num_hidden_layers) {
+        r.fail("mlp_only_layers",
+               fmt::format("holds layer {} outside [0, {})", i, c.num_hidden_layers));
+      }
+      c.mlp_only_layers.push_back(int(i));
+    }
+  }
+}
+
+}  // namespace
+
+bool ModelConfig::is_moe_layer(int i) const {
+  if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), i) != mlp_only_layers.end()) {
+    return false;
+  }
+  return (i + 1) % decoder_sparse_step == 0;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t h = hidden_size, q_dim = int64_t(num_attention_heads) * head_dim,
+                kv_dim = int64_t(num_key_value_heads) * head_dim;
+  int64_t attn = h * q_dim + 2 * h * kv_dim + q_dim * h;  // q, k, v, o
+  if (attention_bias) attn += q_dim + 2 * kv_dim + h;
+  if (qk_norm) attn += 2 * int64_t(head_dim);
+  int64_t dense_mlp =
+      3 * h * intermediate_size + (mlp_bias ? 2 * int64_t(intermediate_size) + h : 0);
+  int64_t moe = int64_t(num_experts) * h                                          // router
+                + int64_t(num_experts) * 3 * h * int64_t(moe_intermediate_size);  // experts
+  int64_t total = int64_t(vocab_size) * h + h;  // embeddings, final norm
+  if (!tie_word_embeddings) total += int64_t(vocab_size) * h;
+  for (int i = 0; i < num_hidden_layers; ++i) {
+    total += attn + 2 * h + (is_moe_layer(i) ? moe : dense_mlp);
+  }
+  return total;
+}
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& path) {
+  json j = parse_json(json_text, path);
+  JsonReader r(j, path);
+  ModelConfig c;
+
+  const json* archs = r.find("architectures");
+  if (!archs) r.fail("architectures", "is missing (required)");
+  if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
+    r.fail("architectures", "must be a non-empty array of strings");
+  }
+  c.architecture = (*archs)[0].get<std::string>();
+  c.model_type = r.opt_string("model_type").value_or("");
+  ArchDefaults d = arch_defaults(c.model_type, c.architecture);
+
+  c.vocab_size = req_int(r, "vocab_size", 1);
+  c.hidden_size = req_int(r, "hidden_size", 1);
+  c.intermediate_size = req_int(r, "intermediate_size", 1);
+  c.num_hidden_layers = req_int(r, "num_hidden_layers", 1);
+  c.num_attention_heads = req_int(r, "num_attention_heads", 1);
+  c.num_key_value_heads = opt_int(r, "num_key_value_heads", c.num_attention_heads, 1);
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    r.fail("num_key_value_heads", fmt::format("({}) must divide num_attention_heads ({})",
+                                              c.num_key_value_heads, c.num_attention_heads));
+  }
+  if (r.has("head_dim")) {
+    c.head_dim = req_int(r, "head_dim", 1);
+  } else if (c.hidden_size % c.num_attention_heads != 0) {
+    r.fail("head_dim", fmt::format("is missing and hidden_size ({}) is not a multiple of "
+                                   "num_attention_heads ({})",
+                                   c.hidden_size, c.num_attention_heads));
+  } else {
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.max_position_embeddings = opt_int(r, "max_position_embeddings", d.max_position_embeddings, 1);
+  c.rms_norm_eps = positive_float(r, "rms_norm_eps", d.rms_norm_eps);
+  parse_rope(r, d.rope_theta, c);
+  c.tie_word_embeddings = r.opt_bool("tie_word_embeddings").value_or(false);
+  c.attention_bias = r.opt_bool("attention_bias").value_or(false);
+  c.mlp_bias = r.opt_bool("mlp_bias").value_or(false);
+  c.qk_norm = d.qk_norm;
+  c.hidden_act = r.opt_string("hidden_act").value_or("silu");
+
+  const char* dtype_key = r.has("torch_dtype") ? "torch_dtype" : "dtype";
+  if (auto s = r.opt_string(dtype_key)) {
+    if (!dtype_from_torch_name(*s, &c.torch_dtype)) {
+      r.fail(dtype_key, fmt::format("'{}' is not a known dtype (bfloat16, float16, float32)", *s));
+    }
+  }
+  c.eos_token_ids = token_ids(r, "eos_token_id");
+  std::vector<int32_t> bos = token_ids(r, "bos_token_id");
+  if (bos.size() > 1) r.fail("bos_token_id", "must be a single integer");
+  if (!bos.empty()) c.bos_token_id = bos[0];
+
+  parse_moe(r, d, c);
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& model_dir) {
+  std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  if (!std::filesystem::is_regular_file(path)) {
+    throw LoadError(fmt::format("{}: no config.json in model folder '{}'", path, model_dir));
+  }
+  return parse_model_config(read_text_file(path), path);
+}
+
+GenerationConfig load_generation_config(const std::string& model_dir) {
+  std::string path = (std::filesystem::path(model_dir) / "generation_config.json").string();
+  GenerationConfig g;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return g;
+  json j = parse_json(read_text_file(path), path);
+  JsonReader r(j, path);
+  auto num = [&](const char* key) -> std::optional<float> {
+    auto v = r.opt_number(key);
+    if (v && *v < 0) r.fail(key, fmt::format("must be >= 0, got {}", *v));
+    return v ? std::optional<float>(float(*v)) : std::nullopt;
+  };
+  g.temperature = num("temperature");
+  g.top_p = num("top_p");
+  g.min_p = num("min_p");
+  g.repetition_penalty = num("repetition_penalty");
+  if (auto k = r.opt_int("top_k")) {
+    if (*k < -1 || *k > INT_MAX)
+      r.fail("top_k", fmt::format("must be in [-1, {}], got {}", INT_MAX, *k));
+    g.top_k = int(*k);
+  }
+  g.eos_token_ids = token_ids(r, "eos_token_id");
+  return g;
+}
+
+}  // namespace serval::io
