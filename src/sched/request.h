@@ -1,0 +1,28 @@
+// The scheduler's view of one request: its tokens and how many of them have KV.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace serval::sched {
+
+enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
+
+// Owned by the engine; the scheduler holds a pointer from add_request until finish_request or
+// abort_request.
+struct Request {
+  uint64_t id = 0;
+  std::vector<int32_t> token_ids;  // prompt, then generated tokens as the engine appends them
+  int num_prompt_tokens = 0;
+  int num_computed_tokens = 0;  // tokens whose KV is written (or scheduled this step)
+  int num_cached_tokens = -1;   // prompt tokens served by the prefix cache at first admission
+                                // (-1 until admitted)
+  int max_tokens = 16;          // the engine finishes the request; the scheduler only reads it
+  double arrival_time = 0;
+  RequestStatus status = RequestStatus::kWaiting;
+  int num_preemptions = 0;
+
+  int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+};
+
+}  // namespace serval::sched
