@@ -1,0 +1,28 @@
+// Jinja operators and access with Python semantics: arithmetic, `in`, iteration, attribute
+// and item lookup (bound str/dict methods included), slices. Errors throw InvalidArgument
+// without a line; the evaluator adds it.
+#pragma once
+#include <string>
+
+#include "tokenizer/jinja_value.h"
+
+namespace serval::tokenizer::jinja {
+
+// op in {+ - * / // % ** ~}.
+Value binary_op(const std::string& op, const Value& a, const Value& b);
+// Python `needle in haystack` (substring, list membership, dict key); Undefined is empty.
+bool contains(const Value& haystack, const Value& needle);
+// Items a for loop visits: list/tuple items, dict keys, string characters; Undefined -> none.
+ValueList iterate(const Value& v);
+// len(v); throws for objects without a length.
+int64_t length(const Value& v);
+// Jinja getattr: obj.name — a method of str/dict/list if one is called `name`, else the key.
+Value get_attr(const Value& obj, const std::string& name);
+// Jinja getitem: obj[key] — key/index lookup, falling back to get_attr for string keys.
+Value get_item(const Value& obj, const Value& key);
+// obj[start:stop:step] on strings (code points), lists and tuples. Absent bounds: Undefined.
+Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+// Argument `index` or keyword `name`, else `fallback`.
+Value arg(const CallArgs& args, size_t index, const char* name, Value fallback = Value());
+
+}  // namespace serval::tokenizer::jinja
