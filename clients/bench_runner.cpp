@@ -1,0 +1,158 @@
+#include "clients/bench_runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "clients/http_client.h"
+#include "clients/progress.h"
+
+namespace serval::clients {
+namespace {
+
+// Streaming state of one request while its SSE events arrive.
+struct Live {
+  RequestOutcome* out = nullptr;
+  double last_chunk_s = 0;
+  int content_chunks = 0;
+  std::optional<int> usage_tokens;
+  bool done_marker = false;  // saw "data: [DONE]"
+  std::string parse_error;
+
+  void on_event(std::string_view data, double t) {
+    if (data == "[DONE]") {
+      done_marker = true;
+      return;
+    }
+    nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      if (parse_error.empty()) parse_error = fmt::format("malformed SSE chunk: {:.200}", data);
+      return;
+    }
+    auto choices = j.find("choices");
+    if (choices != j.end() && choices->is_array() && !choices->empty()) {
+      if (content_chunks == 0) {
+        out->ttft_s = t - out->start_s;
+      } else {
+        out->itl_s.push_back(t - last_chunk_s);
+      }
+      last_chunk_s = t;
+      ++content_chunks;
+      const auto& c = (*choices)[0];
+      if (auto text = c.find("text"); text != c.end() && text->is_string()) {
+        out->generated_text += text->get<std::string>();
+      } else if (auto d = c.find("delta"); d != c.end() && d->is_object()) {
+        if (auto ct = d->find("content"); ct != d->end() && ct->is_string())
+          out->generated_text += ct->get<std::string>();
+      }
+    }
+    if (auto usage = j.find("usage"); usage != j.end() && usage->is_object()) {
+      if (auto n = usage->find("completion_tokens"); n != usage->end() && n->is_number_integer())
+        usage_tokens = n->get<int>();
+    }
+  }
+
+  void on_done(HttpResponse&& r, double t) {
+    out->end_s = t;
+    if (!r.error.empty()) {
+      out->error = r.error;
+    } else if (r.status != 200) {
+      std::string msg = r.body;
+      auto j = nlohmann::json::parse(r.body, nullptr, false);
+      if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+          j["error"].contains("message") && j["error"]["message"].is_string())
+        msg = j["error"]["message"].get<std::string>();
+      out->error = fmt::format("HTTP {}: {:.300}", r.status, msg);
+    } else if (!parse_error.empty()) {
+      out->error = parse_error;
+    } else if (content_chunks == 0) {
+      out->error = "Never received a valid chunk to calculate TTFT.";
+    } else if (!done_marker) {
+      out->error = "stream ended before data: [DONE]";
+    }
+    out->success = out->error.empty();
+    out->latency_s = content_chunks > 0 ? last_chunk_s - out->start_s : t - out->start_s;
+    out->output_tokens = usage_tokens.value_or(content_chunks);
+  }
+};
+
+}  // namespace
+
+std::string request_body(const BenchRequest& r, const LoadOptions& o) {
+  nlohmann::json j = {{"prompt", r.prompt},
+                      {"max_tokens", r.output_len},
+                      {"temperature", 0.0},
+                      {"stream", true},
+                      {"stream_options", {{"include_usage", true}}}};
+  if (!o.model.empty()) j["model"] = o.model;
+  if (o.ignore_eos) j["ignore_eos"] = true;
+  return j.dump();
+}
+
+std::vector<double> arrival_offsets(int n, double rate, double burstiness, uint64_t seed) {
+  std::vector<double> t(std::max(0, n), 0.0);
+  if (!std::isfinite(rate)) return t;
+  if (rate <= 0) throw InvalidArgument("--request-rate must be > 0 (or inf)");
+  if (burstiness <= 0) throw InvalidArgument("--burstiness must be > 0");
+  std::mt19937_64 rng(seed);
+  std::gamma_distribution<double> gap(burstiness, 1.0 / (rate * burstiness));
+  for (int i = 1; i < n; ++i) t[i] = t[i - 1] + gap(rng);
+  return t;
+}
+
+BenchRun run_requests(const std::vector<BenchRequest>& requests, const LoadOptions& o) {
+  const int n = static_cast<int>(requests.size());
+  BenchRun run;
+  run.outcomes.resize(n);
+  std::vector<Live> live(n);
+  std::vector<double> arrivals = arrival_offsets(n, o.request_rate, o.burstiness, o.seed);
+  const int cap = o.max_concurrency.value_or(std::numeric_limits<int>::max());
+  if (cap <= 0) throw InvalidArgument("--max-concurrency must be >= 1");
+  HttpDriver driver;
+  ErrorLog errors;
+  ProgressBar bar("bench", n, o.progress);
+  int next = 0, finished = 0;
+  double first_dispatch = -1, last_done = 0;
+  while (finished < n) {
+    double now = now_seconds();
+    while (next < n && driver.in_flight() < cap &&
+           (first_dispatch < 0 || first_dispatch + arrivals[next] <= now)) {
+      int i = next++;
+      RequestOutcome& out = run.outcomes[i];
+      out.prompt_len = static_cast<int>(requests[i].prompt.size());
+      live[i].out = &out;
+      HttpRequest req{.url = o.url,
+                      .body = request_body(requests[i], o),
+                      .timeout_s = o.request_timeout_s,
+                      .sse = true};
+      out.start_s = now_seconds();
+      if (first_dispatch < 0) first_dispatch = out.start_s;
+      driver.start(
+          req, [&l = live[i]](std::string_view d, double t) { l.on_event(d, t); },
+          [&, i](HttpResponse&& r, double t) {
+            live[i].on_done(std::move(r), t);
+            if (!run.outcomes[i].success) errors.record(run.outcomes[i].error);
+            last_done = std::max(last_done, t);
+            ++finished;
+          });
+      now = now_seconds();
+    }
+    int wait_ms = 50;
+    if (next < n && driver.in_flight() < cap) {
+      double until = first_dispatch + arrivals[next] - now_seconds();
+      wait_ms = std::clamp(static_cast<int>(std::ceil(until * 1000)), 0, 50);
+    }
+    driver.poll(wait_ms);
+    bar.update(finished);
+  }
+  run.start_s = first_dispatch;
+  run.duration_s = n > 0 ? last_done - first_dispatch : 0;
+  return run;
+}
+
+}  // namespace serval::clients

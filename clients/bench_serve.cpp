@@ -1,0 +1,214 @@
+#include "clients/bench_serve.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/error.h"
+#include "clients/bench_dataset.h"
+#include "clients/bench_plot.h"
+#include "clients/bench_report.h"
+#include "clients/bench_runner.h"
+#include "clients/http_client.h"
+
+namespace serval::clients {
+namespace {
+
+// A text whose tokens stand in for the vocabulary when the server does not report its size.
+constexpr const char* kProbeText =
+    "The quick brown fox jumps over the lazy dog. Serving benchmarks send many prompts of "
+    "random tokens; numbers like 0123456789, punctuation (!?;:), words in other languages "
+    "such as Schnell, rapide, veloce, and code like for (int i = 0; i < n; ++i) {} help "
+    "cover a broad range of token ids across the vocabulary of a typical tokenizer.";
+
+struct ServerInfo {
+  std::string model;
+  int vocab_size = 0;
+  std::vector<int> pool;
+};
+
+ServerInfo discover(const BenchServeOptions& o) {
+  ServerInfo info;
+  info.model = o.model;
+  HttpResponse r = http_get(o.base_url + "/v1/models", 30);
+  if (!r.ok()) {
+    if (o.model.empty() || !o.vocab_size)
+      throw Error(fmt::format("cannot list models at {}/v1/models: {}", o.base_url,
+                              r.error.empty() ? fmt::format("HTTP {}", r.status) : r.error));
+  } else {
+    auto j = nlohmann::json::parse(r.body, nullptr, false);
+    if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
+      throw Error(fmt::format("{}/v1/models returned no models: {:.200}", o.base_url, r.body));
+    const nlohmann::json* entry = &j["data"][0];
+    for (const auto& m : j["data"])
+      if (m.value("id", "") == o.model) entry = &m;
+    if (info.model.empty()) info.model = entry->value("id", "");
+    if (entry->contains("vocab_size") && (*entry)["vocab_size"].is_number_integer())
+      info.vocab_size = (*entry)["vocab_size"].get<int>();
+  }
+  if (o.vocab_size) info.vocab_size = *o.vocab_size;
+  if (info.vocab_size > 0) return info;
+  // Fallback: sample from the ids the server's tokenizer gives a probe text.
+  nlohmann::json body = {{"model", info.model}, {"prompt", kProbeText}};
+  r = http_post_json(o.base_url + "/tokenize", body.dump(), 30);
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (r.ok() && j.is_object() && j.contains("tokens") && j["tokens"].is_array()) {
+    std::set<int> ids;
+    for (const auto& t : j["tokens"])
+      if (t.is_number_integer()) ids.insert(t.get<int>());
+    info.pool.assign(ids.begin(), ids.end());
+  }
+  if (info.pool.empty())
+    throw Error(fmt::format(
+        "cannot find the vocabulary size: /v1/models has no vocab_size and /tokenize failed ({}); "
+        "pass --vocab-size",
+        r.error.empty() ? fmt::format("HTTP {}", r.status) : r.error));
+  return info;
+}
+
+std::string rate_word(double rate) {  // as Python prints a float: 10.0, 2.5, inf
+  if (!std::isfinite(rate)) return "inf";
+  if (rate == std::floor(rate)) return fmt::format("{:.1f}", rate);
+  return fmt::format("{}", rate);
+}
+
+}  // namespace
+
+GoodputSlo parse_goodput(const std::vector<std::string>& items) {
+  GoodputSlo slo;
+  for (const std::string& item : items) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos)
+      throw InvalidArgument(fmt::format("--goodput item '{}' is not KEY:MS", item));
+    std::string key = item.substr(0, colon);
+    double ms = 0;
+    try {
+      size_t used = 0;
+      ms = std::stod(item.substr(colon + 1), &used);
+      if (used != item.size() - colon - 1) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      throw InvalidArgument(fmt::format("--goodput item '{}': value is not a number", item));
+    }
+    if (ms < 0) throw InvalidArgument(fmt::format("--goodput item '{}': negative value", item));
+    if (key == "ttft")
+      slo.ttft_ms = ms;
+    else if (key == "tpot")
+      slo.tpot_ms = ms;
+    else if (key == "e2el")
+      slo.e2el_ms = ms;
+    else
+      throw InvalidArgument(fmt::format("--goodput key '{}' is not one of ttft, tpot, e2el", key));
+  }
+  return slo;
+}
+
+int bench_serve(const BenchServeOptions& o) {
+  if (o.dataset_name != "random")
+    throw InvalidArgument(
+        fmt::format("--dataset-name {}: only 'random' is supported", o.dataset_name));
+  for (const std::string& m : o.percentile_metrics)
+    if (m != "ttft" && m != "tpot" && m != "itl" && m != "e2el")
+      throw InvalidArgument(fmt::format("--percentile-metrics: unknown metric '{}'", m));
+  for (double p : o.metric_percentiles)
+    if (!(p > 0 && p < 100))
+      throw InvalidArgument(fmt::format("--metric-percentiles: {} is not in (0, 100)", p));
+  GoodputSlo slo = parse_goodput(o.goodput);
+  if (o.plot && !gnuplot_available())  // say so before the run, not after it
+    throw Error(
+        "--plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
+
+  ServerInfo info = discover(o);
+  RandomDatasetOptions d{.num_prompts = o.num_prompts,
+                         .input_len = o.random_input_len,
+                         .output_len = o.random_output_len,
+                         .range_ratio = o.random_range_ratio,
+                         .prefix_len = o.random_prefix_len,
+                         .seed = o.seed};
+  std::vector<BenchRequest> requests = random_requests(d, info.vocab_size, info.pool);
+  LoadOptions load{.url = o.base_url + o.endpoint,
+                   .model = info.model,
+                   .ignore_eos = o.ignore_eos,
+                   .request_rate = o.request_rate,
+                   .burstiness = o.burstiness,
+                   .max_concurrency = o.max_concurrency,
+                   .seed = o.seed,
+                   .request_timeout_s = o.request_timeout_s,
+                   .progress = !o.disable_tqdm};
+
+  fmt::print("Model: {}\n", info.model);
+  if (o.num_warmups > 0 && !requests.empty()) {
+    fmt::print("Warming up with {} requests...\n", o.num_warmups);
+    std::vector<BenchRequest> warm;
+    for (int i = 0; i < o.num_warmups; ++i) warm.push_back(requests[i % requests.size()]);
+    LoadOptions wl = load;
+    wl.request_rate = std::numeric_limits<double>::infinity();
+    run_requests(warm, wl);
+  }
+  fmt::print("Traffic request rate: {}\nBurstiness factor: {}{}\nMaximum request concurrency: {}\n",
+             rate_word(o.request_rate), rate_word(o.burstiness),
+             o.burstiness == 1 ? " (Poisson process)" : " (Gamma distribution)",
+             o.max_concurrency ? std::to_string(*o.max_concurrency) : "None");
+  std::fflush(stdout);
+
+  BenchRun run = run_requests(requests, load);
+  std::vector<double> ps = o.metric_percentiles;
+  BenchMetrics m = compute_metrics(run.outcomes, run.start_s, run.duration_s, ps, slo);
+  ReportOptions ro{.max_concurrency = o.max_concurrency,
+                   .request_rate = o.request_rate,
+                   .goodput = slo.any(),
+                   .percentile_metrics = o.percentile_metrics};
+  fmt::print("{}", format_report(m, ro));
+  std::fflush(stdout);
+
+  std::time_t now = std::time(nullptr);
+  std::string date = fmt::format("{:%Y%m%d-%H%M%S}", fmt::localtime(now));
+  std::string base_model = info.model.substr(info.model.rfind('/') + 1);
+  std::string stem =
+      o.result_filename.empty()
+          ? fmt::format("serval-{}qps{}-{}-{}", rate_word(o.request_rate),
+                        o.max_concurrency ? fmt::format("-concurrency{}", *o.max_concurrency) : "",
+                        base_model, date)
+          : std::filesystem::path(o.result_filename).stem().string();
+  if (o.save_result) {
+    nlohmann::json header = {
+        {"date", date},
+        {"backend", "serval"},
+        {"endpoint_type", "serval"},
+        {"label", nullptr},
+        {"model_id", info.model},
+        {"tokenizer_id", info.model},
+        {"num_prompts", o.num_prompts},
+        {"request_rate",
+         std::isfinite(o.request_rate) ? nlohmann::json(o.request_rate) : nlohmann::json("inf")},
+        {"burstiness", o.burstiness},
+        {"max_concurrency",
+         o.max_concurrency ? nlohmann::json(*o.max_concurrency) : nlohmann::json(nullptr)}};
+    std::filesystem::create_directories(o.result_dir);
+    std::string name = o.result_filename.empty() ? stem + ".json" : o.result_filename;
+    std::filesystem::path path = std::filesystem::path(o.result_dir) / name;
+    std::ofstream f(path);
+    f << result_json(header, m, run.outcomes, ro).dump(2) << "\n";
+    if (!f) throw Error(fmt::format("cannot write {}", path.string()));
+    fmt::print(stderr, "Saved the results to {}\n", path.string());
+  }
+  if (o.plot) {
+    std::filesystem::create_directories(o.result_dir);
+    std::string png = (std::filesystem::path(o.result_dir) / (stem + ".png")).string();
+    write_plot(run.outcomes, run.start_s, png);
+    fmt::print(stderr, "Saved the plot to {}\n", png);
+  }
+  if (m.completed == 0 && !run.outcomes.empty()) {
+    fmt::print(stderr, "error: all {} requests failed\n", run.outcomes.size());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace serval::clients

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# End-to-end: `serval serve` on the fixture model, then `bench serve` and `eval gsm8k` against it.
+# Usage: clients_test.sh SERVAL_BINARY REPO_ROOT
+set -euo pipefail
+serval=$1
+root=$2
+model=$root/tests/fixtures/qwen3_moe
+if [[ ! -d $model ]]; then
+  echo "SKIP: no fixture ($model)"
+  exit 0
+fi
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  if [[ -n $server_pid ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$serval" serve "$model" --port "$port" >"$work/server.log" 2>&1 &
+server_pid=$!
+
+# Wait for /health (up to 300 s), failing early if the server died.
+for _ in $(seq 1 600); do
+  if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then break; fi
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "FAIL: server exited before becoming healthy"; cat "$work/server.log"; exit 1
+  fi
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:$port/health" >/dev/null || {
+  echo "FAIL: server not healthy after 300 s"; cat "$work/server.log"; exit 1; }
+
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Prints the value of a report line ("Label:   value").
+value_of() { grep -F "$1" "$2" | head -n1 | sed -e "s/^.*:[[:space:]]*//" | tr -d '[:space:]'; }
+
+"$serval" bench serve --port "$port" --num-prompts 20 --max-concurrency 4 \
+  --random-input-len 32 --random-output-len 16 --ignore-eos --disable-tqdm \
+  >"$work/bench.out" 2>"$work/bench.err" || {
+  cat "$work/bench.out" "$work/bench.err"; fail "bench serve exited non-zero"; }
+cat "$work/bench.out"
+[[ $(value_of "Successful requests:" "$work/bench.out") == 20 ]] || fail "expected 20 successful requests"
+[[ $(value_of "Failed requests:" "$work/bench.out") == 0 ]] || fail "expected 0 failed requests"
+[[ $(value_of "Total generated tokens:" "$work/bench.out") == 320 ]] || fail "expected 320 generated tokens"
+grep -q "^============ Serving Benchmark Result ============$" "$work/bench.out" || fail "no report title"
+
+"$serval" eval gsm8k --port "$port" --num-questions 10 --data-dir "$root/../shared/data/gsm8k" \
+  --disable-tqdm >"$work/eval.out" 2>"$work/eval.err" || {
+  cat "$work/eval.out" "$work/eval.err"; fail "eval gsm8k exited non-zero"; }
+cat "$work/eval.out"
+grep -Eq '^Accuracy: [0-9]+\.[0-9]{3}$' "$work/eval.out" || fail "no Accuracy line"
+grep -Eq '^Invalid responses: [0-9]+\.[0-9]{3}$' "$work/eval.out" || fail "no Invalid responses line"
+grep -Eq '^Total latency: [0-9]+\.[0-9]{3} s$' "$work/eval.out" || fail "no Total latency line"
+grep -Eq '^Questions per second: [0-9]+\.[0-9]{3}$' "$work/eval.out" || fail "no Questions per second line"
+echo "PASS"
