@@ -1,0 +1,195 @@
+// Routing, authentication, model listing, tokenize/detokenize, /metrics.
+#include "server/api_server.h"
+
+#include <fmt/format.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "server/api_error.h"
+#include "server/generation_job.h"
+#include "tokenizer/tokenizer.h"
+
+namespace serval::server {
+namespace {
+
+constexpr const char* kJson = "application/json";
+constexpr const char* kVersion = "0.1.0";
+
+struct Route {
+  const char* path;
+  const char* method;
+};
+constexpr Route kRoutes[] = {
+    {"/health", "GET"},    {"/version", "GET"},         {"/v1/models", "GET"},
+    {"/metrics", "GET"},   {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/tokenize", "POST"}, {"/detokenize", "POST"},
+};
+
+}  // namespace
+
+ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
+    : engine_(engine), options_(std::move(options)), created_(unix_time_seconds()) {
+  names_ = options_.served_model_names;
+  if (names_.empty()) names_.push_back(engine_.info().served_model_name);
+  ctx_.info = &engine_.info();
+  ctx_.tokenizer = engine_.tokenizer();
+  ctx_.chat_template = engine_.chat_template();
+  ctx_.max_logprobs = options_.max_logprobs;
+}
+
+void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {
+  try {
+    route(req, res);
+  } catch (const ApiError& e) {
+    if (e.status() >= 500) log::warn("{} {}: {}", req.method, req.path, e.what());
+    res->send(e.status(), kJson, error_json(e.status(), e.what(), e.param()));
+  } catch (const std::exception& e) {
+    log::error("{} {} failed: {}", req.method, req.path, e.what());
+    res->send(500, kJson, error_json(500, std::string("internal error: ") + e.what()));
+  }
+}
+
+void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+  const Route* route = nullptr;
+  for (const auto& r : kRoutes)
+    if (req.path == r.path) route = &r;
+  if (!route) throw ApiError(404, fmt::format("route {} not found", req.path));
+  if (req.method != route->method)
+    throw ApiError(405, fmt::format("method {} is not allowed on {}; use {}", req.method, req.path,
+                                    route->method));
+  if (!options_.api_key.empty() && req.path.starts_with("/v1/") &&
+      req.authorization != "Bearer " + options_.api_key)
+    throw ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')");
+
+  const std::string& p = req.path;
+  if (p == "/health") {
+    if (engine_.healthy()) return res->send(200, kJson, "{}");
+    throw ApiError(503, "the engine is not healthy");
+  }
+  if (p == "/version") return res->send(200, kJson, Json{{"version", kVersion}}.dump());
+  if (p == "/v1/models") return res->send(200, kJson, models_json());
+  if (p == "/metrics")
+    return res->send(200, "text/plain; version=0.0.4; charset=utf-8",
+                     metrics_.render(engine_.info(), engine_.stats()));
+  if (p == "/tokenize") return res->send(200, kJson, tokenize(req.body));
+  if (p == "/detokenize") return res->send(200, kJson, detokenize(req.body));
+  if (p == "/v1/completions") return generate(req, res, ApiKind::kCompletion);
+  if (p == "/v1/chat/completions") return generate(req, res, ApiKind::kChat);
+  throw ApiError(404, fmt::format("route {} not found", p));
+}
+
+void ApiServer::check_model(const Json& body) const {
+  auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return;
+  if (!it->is_string()) throw bad_request("model", "'model' must be a string");
+  const auto name = it->get<std::string>();
+  for (const auto& n : names_)
+    if (n == name) return;
+  throw ApiError(404, fmt::format("The model `{}` does not exist.", name), "model");
+}
+
+void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder>& res,
+                         ApiKind kind) {
+  Json body = parse_body(req.body);
+  check_model(body);
+  GenerationRequest gen = kind == ApiKind::kChat ? parse_chat_request(body, ctx_)
+                                                 : parse_completion_request(body, ctx_);
+  uint64_t key;
+  {
+    std::lock_guard lock(mu_);
+    key = next_job_++;
+  }
+  auto job = std::make_shared<GenerationJob>(engine_, ctx_, std::move(gen), model_name(), res,
+                                             metrics_, req.arrival_s, [this, key] {
+                                               std::lock_guard lock(mu_);
+                                               in_flight_.erase(key);
+                                             });
+  {
+    std::lock_guard lock(mu_);
+    in_flight_[key] = {job, res};
+  }
+  try {
+    job->start();
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    in_flight_.erase(key);
+    throw;
+  }
+}
+
+void ApiServer::abort_all() {
+  std::lock_guard lock(mu_);
+  for (auto& [key, f] : in_flight_)
+    if (auto job = f.job.lock()) f.res->post([job] { job->abort_all(); });
+}
+
+int ApiServer::num_in_flight() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(in_flight_.size());
+}
+
+std::string ApiServer::models_json() const {
+  const auto& info = engine_.info();
+  Json data = Json::array();
+  for (const auto& name : names_) {
+    data.push_back(
+        {{"id", name},
+         {"object", "model"},
+         {"created", created_},
+         {"owned_by", "serval"},
+         {"root", info.model_dir},
+         {"parent", nullptr},
+         {"max_model_len", info.max_model_len},
+         {"vocab_size", info.vocab_size},
+         {"permission", Json::array()},
+         {"serval",
+          {{"architecture", info.architecture},
+           {"dtype", info.dtype},
+           {"kv_cache_dtype", info.kv_cache_dtype},
+           {"device", info.device},
+           {"moe_backend", info.moe_backend.empty() ? Json(nullptr) : Json(info.moe_backend)},
+           {"num_parameters", info.num_parameters},
+           {"kv_cache_tokens", info.kv_cache_tokens}}}});
+  }
+  return Json{{"object", "list"}, {"data", std::move(data)}}.dump();
+}
+
+std::string ApiServer::tokenize(const std::string& text) const {
+  Json body = parse_body(text);
+  check_model(body);
+  if (!ctx_.tokenizer) throw bad_request("", "the model has no tokenizer.json");
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    std::string prompt = render_chat(body, ctx_, true);
+    ids = ctx_.tokenizer->encode(prompt, get_bool(body, "add_special_tokens").value_or(false));
+  } else {
+    auto it = body.find("prompt");
+    if (it == body.end() || !it->is_string())
+      throw bad_request("prompt", "'prompt' (a string) or 'messages' is required");
+    ids = ctx_.tokenizer->encode(it->get<std::string>(),
+                                 get_bool(body, "add_special_tokens").value_or(true));
+  }
+  return Json{
+      {"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.info().max_model_len}}
+      .dump();
+}
+
+std::string ApiServer::detokenize(const std::string& text) const {
+  Json body = parse_body(text);
+  check_model(body);
+  if (!ctx_.tokenizer) throw bad_request("", "the model has no tokenizer.json");
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) throw bad_request("tokens", "'tokens' must be a list");
+  std::vector<int32_t> ids;
+  for (const auto& v : *it) {
+    if (!v.is_number_integer()) throw bad_request("tokens", "'tokens' must hold integers");
+    int64_t id = v.get<int64_t>();
+    if (id < 0 || id >= engine_.info().vocab_size)
+      throw bad_request("tokens", fmt::format("token id {} is outside the vocabulary", id));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return Json{{"prompt", ctx_.tokenizer->decode(ids, false)}}.dump(-1, ' ', false,
+                                                                   Json::error_handler_t::replace);
+}
+
+}  // namespace serval::server

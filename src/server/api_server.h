@@ -1,0 +1,61 @@
+// The OpenAI-compatible routes of `serval serve` on top of an Engine: /v1/*, /tokenize,
+// /detokenize, /health, /version, /metrics. Transport-free: it handles HttpRequest/Responder.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/request_parser.h"
+
+namespace serval::server {
+
+class GenerationJob;
+
+struct ApiOptions {
+  std::vector<std::string> served_model_names;  // empty: info().served_model_name
+  std::string api_key;                          // empty: no authentication
+  int max_logprobs = 20;
+};
+
+class ApiServer {
+ public:
+  ApiServer(runtime::Engine& engine, ApiOptions options);
+
+  // The HttpHandler: runs on the connection's strand, never throws.
+  void handle(HttpRequest req, std::shared_ptr<Responder> res);
+
+  // Aborts every generation in flight (shutdown); their responses end shortly after.
+  void abort_all();
+  int num_in_flight() const;
+  // The name responses carry in "model".
+  const std::string& model_name() const { return names_.front(); }
+
+ private:
+  void route(const HttpRequest& req, const std::shared_ptr<Responder>& res);
+  void generate(const HttpRequest& req, const std::shared_ptr<Responder>& res, ApiKind kind);
+  void check_model(const Json& body) const;
+  std::string models_json() const;
+  std::string tokenize(const std::string& body) const;
+  std::string detokenize(const std::string& body) const;
+
+  runtime::Engine& engine_;
+  ApiOptions options_;
+  std::vector<std::string> names_;
+  ModelContext ctx_;
+  Metrics metrics_;
+  int64_t created_;
+  mutable std::mutex mu_;
+  uint64_t next_job_ = 0;
+  struct InFlight {
+    std::weak_ptr<GenerationJob> job;
+    std::shared_ptr<Responder> res;
+  };
+  std::unordered_map<uint64_t, InFlight> in_flight_;
+};
+
+}  // namespace serval::server

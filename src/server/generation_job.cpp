@@ -1,0 +1,340 @@
+// Generation requests: fan-out to engine sequences and OpenAI (streamed) responses.
+#include "server/generation_job.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <random>
+#include <utility>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "server/api_error.h"
+#include "server/stop_matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace serval::server {
+
+struct Sequence {
+  Sequence(size_t prompt_index, int index, std::vector<std::string> stops)
+      : prompt_index(prompt_index), index(index), stop(std::move(stops)) {}
+  size_t prompt_index;
+  int index;  // choice index: prompt_index * n + j
+  uint64_t id = 0;
+  bool submitted = false;
+  bool finished = false;
+  std::string finish_reason;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
+  StopMatcher stop;
+  std::string text;          // everything emitted so far (stream: also what was sent)
+  std::string delta;         // stream: emitted but not yet sent
+  size_t decoded_bytes = 0;  // detokenized bytes including held-back text (text_offset)
+  int num_tokens = 0;
+  Json logprobs;  // completions: {tokens, token_logprobs, top_logprobs, text_offset}; chat: [..]
+  bool first_token_seen = false;
+  double last_token_s = 0;
+};
+
+namespace {
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
+}
+
+Json bytes_of(const std::string& s) {
+  Json b = Json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+Json empty_completion_logprobs() {
+  return Json{{"tokens", Json::array()},
+              {"token_logprobs", Json::array()},
+              {"top_logprobs", Json::array()},
+              {"text_offset", Json::array()}};
+}
+
+}  // namespace
+
+GenerationJob::GenerationJob(runtime::Engine& engine, const ModelContext& ctx,
+                             GenerationRequest req, std::string model_name,
+                             std::shared_ptr<Responder> responder, Metrics& metrics,
+                             double arrival_s, std::function<void()> on_done)
+    : engine_(engine),
+      ctx_(ctx),
+      req_(std::move(req)),
+      model_name_(std::move(model_name)),
+      res_(std::move(responder)),
+      metrics_(metrics),
+      arrival_s_(arrival_s),
+      on_done_(std::move(on_done)),
+      id_(random_id(req_.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-")),
+      created_(unix_time_seconds()) {}
+
+GenerationJob::~GenerationJob() = default;
+
+void GenerationJob::start() {
+  const int max_model_len = ctx_.info->max_model_len;
+  std::vector<int> max_tokens;
+  for (const auto& p : req_.prompts)
+    max_tokens.push_back(
+        resolve_max_tokens(req_, static_cast<int>(p.token_ids.size()), max_model_len));
+  for (size_t p = 0; p < req_.prompts.size(); ++p)
+    for (int j = 0; j < req_.n; ++j) {
+      auto s = std::make_unique<Sequence>(p, static_cast<int>(p) * req_.n + j, req_.stop);
+      if (ctx_.tokenizer)
+        s->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*ctx_.tokenizer,
+                                                                       req_.skip_special_tokens);
+      if (req_.logprobs >= 0)
+        s->logprobs = req_.kind == ApiKind::kChat ? Json::array() : empty_completion_logprobs();
+      if (req_.echo) s->decoded_bytes = req_.prompts[p].text.size();
+      seqs_.push_back(std::move(s));
+    }
+  num_unfinished_ = static_cast<int>(seqs_.size());
+  auto self = shared_from_this();
+  try {
+    for (size_t i = 0; i < seqs_.size(); ++i) {
+      Sequence& s = *seqs_[i];
+      runtime::SamplingParams sp = req_.sampling;
+      sp.max_tokens = max_tokens[s.prompt_index];
+      sp.logprobs = req_.logprobs;
+      if (sp.seed && req_.n > 1) *sp.seed += static_cast<uint64_t>(i % req_.n);
+      s.id = engine_.submit(req_.prompts[s.prompt_index].token_ids, sp,
+                            [self, i, res = res_](const runtime::RequestOutput& out) {
+                              res->post([self, i, out] { self->on_output(i, out); });
+                            });
+      s.submitted = true;
+    }
+  } catch (const runtime::QueueFull& e) {
+    done_ = true;
+    abort_all();
+    throw ApiError(503, std::string("the server is overloaded: ") + e.what());
+  } catch (const InvalidArgument& e) {
+    done_ = true;
+    abort_all();
+    throw bad_request("", e.what());
+  } catch (...) {
+    done_ = true;
+    abort_all();
+    throw;
+  }
+  res_->on_disconnect([self] {
+    log::info("client disconnected; aborting {}", self->id_);
+    self->done_ = true;
+    self->abort_all();
+  });
+  if (!req_.stream) return;
+  res_->start_stream("text/event-stream");
+  for (auto& s : seqs_) {
+    if (req_.kind == ApiKind::kChat) {
+      Json chunk = envelope("chat.completion.chunk");
+      chunk["choices"] = Json::array({Json{{"index", s->index},
+                                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                           {"logprobs", nullptr},
+                                           {"finish_reason", nullptr}}});
+      res_->write_chunk("data: " + chunk.dump() + "\n\n");
+    } else if (req_.echo) {
+      s->delta = req_.prompts[s->prompt_index].text;
+    }
+  }
+}
+
+void GenerationJob::abort_all() {
+  for (auto& s : seqs_)
+    if (s->submitted && !s->finished) engine_.abort(s->id);
+}
+
+std::string GenerationJob::token_text(int32_t id) const {
+  if (!ctx_.tokenizer) return fmt::format("token_id:{}", id);
+  int32_t ids[1] = {id};
+  return ctx_.tokenizer->decode(std::span<const int32_t>(ids, 1), false);
+}
+
+void GenerationJob::add_logprobs(Sequence& s, const runtime::LogprobEntry& e) {
+  std::string tok = token_text(e.sampled.token_id);
+  if (req_.kind == ApiKind::kChat) {
+    Json top = Json::array();
+    for (const auto& t : e.top) {
+      std::string tt = token_text(t.token_id);
+      top.push_back({{"token", tt}, {"logprob", t.logprob}, {"bytes", bytes_of(tt)}});
+    }
+    s.logprobs.push_back({{"token", tok},
+                          {"logprob", e.sampled.logprob},
+                          {"bytes", bytes_of(tok)},
+                          {"top_logprobs", std::move(top)}});
+  } else {
+    Json top = Json::object();
+    top[tok] = e.sampled.logprob;
+    for (const auto& t : e.top) top[token_text(t.token_id)] = t.logprob;
+    s.logprobs["tokens"].push_back(tok);
+    s.logprobs["token_logprobs"].push_back(e.sampled.logprob);
+    s.logprobs["top_logprobs"].push_back(std::move(top));
+    s.logprobs["text_offset"].push_back(s.decoded_bytes);
+  }
+}
+
+void GenerationJob::emit_text(Sequence& s, const std::string& text) {
+  s.text += text;
+  if (req_.stream) s.delta += text;
+}
+
+void GenerationJob::finish(Sequence& s, const std::string& reason) {
+  s.finished = true;
+  // "abort" is no OpenAI value: a request the engine cut short reports what it has as "length".
+  s.finish_reason = reason == "abort" ? "length" : reason;
+  metrics_.count_finished(reason);
+  --num_unfinished_;
+}
+
+void GenerationJob::on_output(size_t seq, const runtime::RequestOutput& out) {
+  Sequence& s = *seqs_[seq];
+  if (s.finished) return;
+  if (done_) {  // client gone: only account for the final updates
+    if (out.finish) finish(s, "abort");
+    if (num_unfinished_ == 0 && on_done_) std::exchange(on_done_, nullptr)();
+    return;
+  }
+  if (!out.error.empty()) {
+    log::error("request {} failed in the engine: {}", id_, out.error);
+    finish(s, "abort");
+    return fail(500, "the engine failed: " + out.error);
+  }
+  double now = now_seconds();
+  if (!out.new_token_ids.empty()) {
+    if (!s.first_token_seen)
+      metrics_.observe_ttft(now - arrival_s_);
+    else
+      metrics_.observe_inter_token(now - s.last_token_s);
+    s.first_token_seen = true;
+    s.last_token_s = now;
+  }
+  for (size_t i = 0; i < out.new_token_ids.size(); ++i) {
+    int32_t tok = out.new_token_ids[i];
+    ++s.num_tokens;
+    if (req_.logprobs >= 0 && i < out.logprobs.size()) add_logprobs(s, out.logprobs[i]);
+    bool is_stop_token = out.finish && out.stop_token_id && *out.stop_token_id == tok &&
+                         i + 1 == out.new_token_ids.size();
+    if (is_stop_token || !s.detok) continue;
+    std::string piece = s.detok->push(tok);
+    s.decoded_bytes += piece.size();
+    emit_text(s, s.stop.push(piece));
+    if (s.stop.stopped()) {
+      finish(s, "stop");
+      engine_.abort(s.id);
+      break;
+    }
+  }
+  if (!s.finished && out.finish) {
+    if (s.detok) {
+      emit_text(s, s.stop.push(s.detok->finish()));
+      if (!s.stop.stopped()) emit_text(s, s.stop.flush());
+    }
+    switch (*out.finish) {
+      case runtime::FinishReason::kStop:
+        finish(s, "stop");
+        break;
+      case runtime::FinishReason::kLength:
+        finish(s, "length");
+        break;
+      case runtime::FinishReason::kAbort:
+        finish(s, "abort");
+        break;
+    }
+  }
+  if (req_.stream) send_chunk(s);
+  if (num_unfinished_ == 0) complete();
+}
+
+Json GenerationJob::envelope(const char* object) const {
+  return Json{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_name_}};
+}
+
+Json GenerationJob::usage() const {
+  int64_t prompt = 0, completion = 0;
+  for (const auto& p : req_.prompts) prompt += static_cast<int64_t>(p.token_ids.size());
+  for (const auto& s : seqs_) completion += s->num_tokens;
+  return Json{{"prompt_tokens", prompt},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt + completion}};
+}
+
+void GenerationJob::send_chunk(Sequence& s) {
+  bool has_logprobs =
+      req_.logprobs >= 0 &&
+      (req_.kind == ApiKind::kChat ? !s.logprobs.empty() : !s.logprobs["tokens"].empty());
+  if (s.delta.empty() && !has_logprobs && !s.finished) return;
+  Json choice = {{"index", s.index}};
+  Json lp = nullptr;
+  if (has_logprobs) lp = req_.kind == ApiKind::kChat ? Json{{"content", s.logprobs}} : s.logprobs;
+  Json reason = s.finished ? Json(s.finish_reason) : Json(nullptr);
+  Json chunk;
+  if (req_.kind == ApiKind::kChat) {
+    chunk = envelope("chat.completion.chunk");
+    choice["delta"] = s.delta.empty() ? Json::object() : Json{{"content", s.delta}};
+  } else {
+    chunk = envelope("text_completion");
+    choice["text"] = s.delta;
+  }
+  choice["logprobs"] = std::move(lp);
+  choice["finish_reason"] = std::move(reason);
+  chunk["choices"] = Json::array({std::move(choice)});
+  res_->write_chunk("data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n");
+  s.delta.clear();
+  if (req_.logprobs >= 0)
+    s.logprobs = req_.kind == ApiKind::kChat ? Json::array() : empty_completion_logprobs();
+}
+
+void GenerationJob::complete() {
+  if (done_) return;
+  done_ = true;
+  metrics_.observe_e2e(now_seconds() - arrival_s_);
+  if (req_.stream) {
+    if (req_.include_usage) {
+      Json chunk =
+          envelope(req_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
+      chunk["choices"] = Json::array();
+      chunk["usage"] = usage();
+      res_->write_chunk("data: " + chunk.dump() + "\n\n");
+    }
+    res_->write_chunk("data: [DONE]\n\n");
+    res_->end_stream();
+  } else {
+    Json body = envelope(req_.kind == ApiKind::kChat ? "chat.completion" : "text_completion");
+    Json choices = Json::array();
+    for (const auto& s : seqs_) {
+      Json c = {{"index", s->index}};
+      Json lp = req_.logprobs < 0             ? Json(nullptr)
+                : req_.kind == ApiKind::kChat ? Json{{"content", s->logprobs}}
+                                              : s->logprobs;
+      if (req_.kind == ApiKind::kChat) {
+        c["message"] = {{"role", "assistant"}, {"content", s->text}};
+      } else {
+        c["text"] = req_.echo ? req_.prompts[s->prompt_index].text + s->text : s->text;
+      }
+      c["logprobs"] = std::move(lp);
+      c["finish_reason"] = s->finish_reason;
+      choices.push_back(std::move(c));
+    }
+    body["choices"] = std::move(choices);
+    body["usage"] = usage();
+    res_->send(200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace));
+  }
+  if (on_done_) std::exchange(on_done_, nullptr)();
+}
+
+void GenerationJob::fail(int status, const std::string& message) {
+  if (done_) return;
+  done_ = true;
+  abort_all();
+  if (req_.stream) {
+    res_->write_chunk("data: " + error_json(status, message) + "\n\n");
+    res_->write_chunk("data: [DONE]\n\n");
+    res_->end_stream();
+  } else {
+    res_->send(status, "application/json", error_json(status, message));
+  }
+  if (num_unfinished_ == 0 && on_done_) std::exchange(on_done_, nullptr)();
+}
+
+}  // namespace serval::server

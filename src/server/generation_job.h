@@ -1,0 +1,59 @@
+// One /v1/completions or /v1/chat/completions request in flight: its engine sequences,
+// incremental detokenization, stop strings, logprobs, and the (streamed) OpenAI response.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/request_parser.h"
+
+namespace serval::server {
+
+struct Sequence;
+
+// Lives until every sequence finished; owned by the engine callbacks and the disconnect hook.
+// Every method runs on the connection's strand.
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  GenerationJob(runtime::Engine& engine, const ModelContext& ctx, GenerationRequest req,
+                std::string model_name, std::shared_ptr<Responder> responder, Metrics& metrics,
+                double arrival_s, std::function<void()> on_done);
+  ~GenerationJob();
+
+  // Submits n sequences per prompt and starts the stream. Throws ApiError (400 when the prompt
+  // does not fit, 503 on QueueFull) after aborting what was already submitted.
+  void start();
+  // Aborts every unfinished sequence (client gone or server shutting down).
+  void abort_all();
+
+ private:
+  void on_output(size_t seq, const runtime::RequestOutput& out);
+  void add_logprobs(Sequence& s, const runtime::LogprobEntry& e);
+  void emit_text(Sequence& s, const std::string& text);
+  void finish(Sequence& s, const std::string& reason);
+  void send_chunk(Sequence& s);
+  void complete();
+  void fail(int status, const std::string& message);
+  std::string token_text(int32_t id) const;
+  Json usage() const;
+  Json envelope(const char* object) const;
+
+  runtime::Engine& engine_;
+  ModelContext ctx_;
+  GenerationRequest req_;
+  std::string model_name_;
+  std::shared_ptr<Responder> res_;
+  Metrics& metrics_;
+  double arrival_s_;
+  std::function<void()> on_done_;
+  std::string id_;
+  int64_t created_;
+  std::vector<std::unique_ptr<Sequence>> seqs_;
+  int num_unfinished_ = 0;
+  bool done_ = false;  // the response has been completed (or failed)
+};
+
+}  // namespace serval::server

@@ -1,0 +1,347 @@
+// Validation and mapping of /v1/completions and /v1/chat/completions bodies, as vLLM does it.
+#include "server/request_parser.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "server/api_error.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace serval::server {
+namespace {
+
+constexpr int kMaxStopStrings = 4;
+constexpr int kMaxN = 128;
+
+const Json* field(const Json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+const tokenizer::Tokenizer& need_tokenizer(const ModelContext& ctx, const char* param) {
+  if (!ctx.tokenizer)
+    throw bad_request(param, "the model has no tokenizer.json; send prompts as token ids");
+  return *ctx.tokenizer;
+}
+
+std::vector<int32_t> token_list(const Json& arr, const ModelContext& ctx, const char* param) {
+  std::vector<int32_t> ids;
+  ids.reserve(arr.size());
+  for (const auto& v : arr) {
+    if (!v.is_number_integer())
+      throw bad_request(param, fmt::format("'{}' must hold integers", param));
+    int64_t id = v.get<int64_t>();
+    if (id < 0 || id >= ctx.info->vocab_size)
+      throw bad_request(param, fmt::format("token id {} is outside the vocabulary [0, {})", id,
+                                           ctx.info->vocab_size));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+PromptInput text_prompt(const std::string& text, const ModelContext& ctx, bool add_special) {
+  PromptInput p;
+  p.text = text;
+  p.token_ids = need_tokenizer(ctx, "prompt").encode(text, add_special);
+  return p;
+}
+
+PromptInput id_prompt(const Json& arr, const ModelContext& ctx, bool echo) {
+  PromptInput p;
+  p.token_ids = token_list(arr, ctx, "prompt");
+  if (echo && ctx.tokenizer) p.text = ctx.tokenizer->decode(p.token_ids, true);
+  return p;
+}
+
+std::vector<PromptInput> parse_prompts(const Json& body, const ModelContext& ctx, bool echo,
+                                       bool add_special) {
+  const Json* prompt = field(body, "prompt");
+  if (!prompt) throw bad_request("prompt", "'prompt' is required");
+  std::vector<PromptInput> out;
+  if (prompt->is_string()) {
+    out.push_back(text_prompt(prompt->get<std::string>(), ctx, add_special));
+  } else if (prompt->is_array() && !prompt->empty()) {
+    const Json& first = (*prompt)[0];
+    if (first.is_number_integer()) {
+      out.push_back(id_prompt(*prompt, ctx, echo));
+    } else {
+      for (const auto& p : *prompt) {
+        if (p.is_string()) {
+          out.push_back(text_prompt(p.get<std::string>(), ctx, add_special));
+        } else if (p.is_array() && (p.empty() || p[0].is_number_integer())) {
+          out.push_back(id_prompt(p, ctx, echo));
+        } else {
+          throw bad_request("prompt",
+                            "'prompt' must be a string, a list of strings, a list of token ids "
+                            "or a list of lists of token ids");
+        }
+      }
+    }
+  } else {
+    throw bad_request("prompt",
+                      "'prompt' must be a non-empty string, list of strings or list of token ids");
+  }
+  for (const auto& p : out)
+    if (p.token_ids.empty()) throw bad_request("prompt", "the prompt cannot be empty");
+  return out;
+}
+
+void check_range(bool ok, const char* param, const std::string& message) {
+  if (!ok) throw bad_request(param, message);
+}
+
+// Fields common to completions and chat.
+void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
+  auto& s = req.sampling;
+  s = ctx.info->default_sampling;
+  s.logprobs = -1;
+  if (auto v = get_number(body, "temperature")) {
+    check_range(*v >= 0, "temperature", fmt::format("temperature must be >= 0, got {}", *v));
+    s.temperature = static_cast<float>(*v);
+  }
+  if (auto v = get_number(body, "top_p")) {
+    check_range(*v > 0 && *v <= 1, "top_p", fmt::format("top_p must be in (0, 1], got {}", *v));
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = get_int(body, "top_k")) {
+    check_range(*v >= -1, "top_k", fmt::format("top_k must be -1 (disable) or >= 1, got {}", *v));
+    s.top_k = static_cast<int>(std::min<int64_t>(*v, 1 << 30));
+  }
+  if (auto v = get_number(body, "min_p")) {
+    check_range(*v >= 0 && *v <= 1, "min_p", fmt::format("min_p must be in [0, 1], got {}", *v));
+    s.min_p = static_cast<float>(*v);
+  }
+  if (auto v = get_number(body, "repetition_penalty")) {
+    check_range(*v > 0 && *v <= 2, "repetition_penalty",
+                fmt::format("repetition_penalty must be in (0, 2], got {}", *v));
+    s.repetition_penalty = static_cast<float>(*v);
+  }
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    if (auto v = get_number(body, name)) {
+      check_range(*v >= -2 && *v <= 2, name,
+                  fmt::format("{} must be in [-2, 2], got {}", name, *v));
+      (std::string(name) == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) =
+          static_cast<float>(*v);
+    }
+  }
+  if (auto v = get_int(body, "seed")) s.seed = static_cast<uint64_t>(*v);
+  if (auto v = get_int(body, "n")) {
+    check_range(*v >= 1, "n", fmt::format("n must be at least 1, got {}", *v));
+    check_range(*v <= kMaxN, "n", fmt::format("n must be at most {}, got {}", kMaxN, *v));
+    req.n = static_cast<int>(*v);
+  }
+  if (auto v = get_int(body, "max_tokens")) {
+    check_range(*v >= 1, "max_tokens", fmt::format("max_tokens must be at least 1, got {}", *v));
+    req.max_tokens = static_cast<int>(std::min<int64_t>(*v, 1 << 30));
+  }
+  if (auto v = get_int(body, "min_tokens")) {
+    check_range(*v >= 0, "min_tokens", fmt::format("min_tokens must be >= 0, got {}", *v));
+    check_range(!req.max_tokens || *v <= *req.max_tokens, "min_tokens",
+                fmt::format("min_tokens ({}) must be <= max_tokens ({})", *v, *req.max_tokens));
+    s.min_tokens = static_cast<int>(*v);
+  }
+  if (const Json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      req.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      check_range(
+          stop->size() <= kMaxStopStrings, "stop",
+          fmt::format("'stop' may hold at most {} strings, got {}", kMaxStopStrings, stop->size()));
+      for (const auto& x : *stop) {
+        if (!x.is_string())
+          throw bad_request("stop", "'stop' must be a string or a list of strings");
+        req.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw bad_request("stop", "'stop' must be a string or a list of strings");
+    }
+  }
+  if (const Json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array()) throw bad_request("stop_token_ids", "'stop_token_ids' must be a list");
+    s.stop_token_ids = token_list(*ids, ctx, "stop_token_ids");
+  } else {
+    s.stop_token_ids.clear();
+  }
+  if (auto v = get_bool(body, "ignore_eos")) s.ignore_eos = *v;
+  if (auto v = get_bool(body, "skip_special_tokens")) req.skip_special_tokens = *v;
+  if (auto v = get_bool(body, "stream")) req.stream = *v;
+  if (const Json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw bad_request("stream_options", "'stream_options' must be an object");
+    if (!req.stream)
+      throw bad_request("stream_options", "stream_options can only be set when stream is true");
+    if (auto v = get_bool(*so, "include_usage")) req.include_usage = *v;
+  }
+}
+
+}  // namespace
+
+Json parse_body(const std::string& body, int max_depth) {
+  // Depth pre-scan so that a deeply nested body is refused before any tree is built.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        throw bad_request("", fmt::format("JSON body is nested deeper than {} levels", max_depth));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw bad_request("", "the request body is not valid JSON");
+  if (!j.is_object()) throw bad_request("", "the request body must be a JSON object");
+  return j;
+}
+
+std::optional<double> get_number(const Json& body, const char* name) {
+  const Json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw bad_request(name, fmt::format("'{}' must be a number", name));
+  return v->get<double>();
+}
+
+std::optional<int64_t> get_int(const Json& body, const char* name) {
+  const Json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9e15)
+      return static_cast<int64_t>(d);
+  }
+  throw bad_request(name, fmt::format("'{}' must be an integer", name));
+}
+
+std::optional<bool> get_bool(const Json& body, const char* name) {
+  const Json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw bad_request(name, fmt::format("'{}' must be a boolean", name));
+  return v->get<bool>();
+}
+
+GenerationRequest parse_completion_request(const Json& body, const ModelContext& ctx) {
+  GenerationRequest req;
+  req.kind = ApiKind::kCompletion;
+  parse_common(body, ctx, req);
+  if (auto v = get_bool(body, "echo")) req.echo = *v;
+  if (auto v = get_int(body, "logprobs")) {
+    check_range(
+        *v >= 0 && *v <= ctx.max_logprobs, "logprobs",
+        fmt::format("logprobs must be in [0, {}] (--max-logprobs), got {}", ctx.max_logprobs, *v));
+    req.logprobs = static_cast<int>(*v);
+  }
+  bool add_special = get_bool(body, "add_special_tokens").value_or(true);
+  req.prompts = parse_prompts(body, ctx, req.echo, add_special);
+  return req;
+}
+
+std::string render_chat(const Json& body, const ModelContext& ctx, bool default_add_gen_prompt) {
+  const Json* msgs = field(body, "messages");
+  if (!msgs || !msgs->is_array() || msgs->empty())
+    throw bad_request("messages", "'messages' must be a non-empty list");
+  Json messages = Json::array();
+  for (const auto& m : *msgs) {
+    if (!m.is_object()) throw bad_request("messages", "each message must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      throw bad_request("messages", "each message needs a string 'role'");
+    std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
+      throw bad_request("messages", fmt::format("unknown message role '{}'", r));
+    Json out = m;
+    auto content = m.find("content");
+    if (content != m.end() && content->is_array()) {
+      std::string text;
+      for (const auto& part : *content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          throw bad_request("messages", "content parts must be {\"type\":\"text\",\"text\":...}");
+        if (!text.empty()) text += "\n";
+        text += part["text"].get<std::string>();
+      }
+      out["content"] = text;
+    } else if (content != m.end() && !content->is_string() && !content->is_null()) {
+      throw bad_request("messages", "message 'content' must be a string or a list of text parts");
+    } else if (content == m.end() && r != "assistant") {
+      throw bad_request("messages", fmt::format("a '{}' message needs 'content'", r));
+    }
+    messages.push_back(std::move(out));
+  }
+  if (!ctx.chat_template)
+    throw bad_request("messages", "the model has no chat template; use /v1/completions");
+  const auto& tok = need_tokenizer(ctx, "messages");
+  bool add_gen = get_bool(body, "add_generation_prompt").value_or(default_add_gen_prompt);
+  Json tools = field(body, "tools") ? body["tools"] : Json();
+  Json extra = Json::object();
+  if (const Json* kw = field(body, "chat_template_kwargs")) {
+    if (!kw->is_object())
+      throw bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    extra = *kw;
+  }
+  try {
+    return ctx.chat_template->render(messages, add_gen, tools, tok.bos_token(), tok.eos_token(),
+                                     extra);
+  } catch (const InvalidArgument& e) {
+    throw bad_request("messages", std::string("chat template: ") + e.what());
+  }
+}
+
+GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) {
+  GenerationRequest req;
+  req.kind = ApiKind::kChat;
+  parse_common(body, ctx, req);
+  if (auto v = get_int(body, "max_completion_tokens")) {
+    check_range(*v >= 1, "max_completion_tokens",
+                fmt::format("max_completion_tokens must be at least 1, got {}", *v));
+    req.max_tokens = static_cast<int>(std::min<int64_t>(*v, 1 << 30));
+  }
+  bool want_logprobs = get_bool(body, "logprobs").value_or(false);
+  if (auto v = get_int(body, "top_logprobs")) {
+    check_range(want_logprobs, "top_logprobs", "top_logprobs requires logprobs to be true");
+    check_range(*v >= 0 && *v <= ctx.max_logprobs, "top_logprobs",
+                fmt::format("top_logprobs must be in [0, {}], got {}", ctx.max_logprobs, *v));
+    req.logprobs = static_cast<int>(*v);
+  } else if (want_logprobs) {
+    req.logprobs = 0;
+  }
+  std::string text = render_chat(body, ctx, true);
+  bool add_special = get_bool(body, "add_special_tokens").value_or(false);
+  PromptInput p;
+  p.token_ids = need_tokenizer(ctx, "messages").encode(text, add_special);
+  p.text = std::move(text);
+  if (p.token_ids.empty()) throw bad_request("messages", "the rendered prompt is empty");
+  req.prompts.push_back(std::move(p));
+  return req;
+}
+
+int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_model_len) {
+  const char* param = req.kind == ApiKind::kChat ? "max_completion_tokens" : "max_tokens";
+  if (prompt_len >= max_model_len)
+    throw bad_request("prompt", fmt::format("This model's maximum context length is {} tokens, "
+                                            "but the prompt has {} tokens",
+                                            max_model_len, prompt_len));
+  int max_tokens =
+      req.max_tokens.value_or(req.kind == ApiKind::kChat ? max_model_len - prompt_len : 16);
+  if (static_cast<int64_t>(prompt_len) + max_tokens > max_model_len)
+    throw bad_request(
+        param, fmt::format("This model's maximum context length is {} tokens. "
+                           "However, you requested {} tokens ({} in the prompt, {} "
+                           "for the completion). Please reduce the prompt or {}.",
+                           max_model_len, static_cast<int64_t>(prompt_len) + max_tokens, prompt_len,
+                           max_tokens, param));
+  return max_tokens;
+}
+
+}  // namespace serval::server

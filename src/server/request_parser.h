@@ -1,0 +1,60 @@
+// OpenAI (+ vLLM extras) request bodies → validated generation requests. Throws ApiError.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace serval::server {
+
+using Json = nlohmann::ordered_json;
+
+enum class ApiKind { kCompletion, kChat };
+
+struct PromptInput {
+  std::vector<int32_t> token_ids;
+  std::string text;  // the prompt as text, for echo (decoded when given as ids)
+};
+
+struct GenerationRequest {
+  ApiKind kind = ApiKind::kCompletion;
+  std::vector<PromptInput> prompts;  // completions may batch; chat has exactly one
+  runtime::SamplingParams sampling;  // max_tokens set per prompt at submission
+  std::optional<int> max_tokens;     // explicit; else 16 (completions) or the rest of the context
+  int n = 1;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;
+  int logprobs = -1;  // -1: none; else the number of alternatives per token
+  bool skip_special_tokens = true;
+};
+
+// What parsing needs to know about the served model.
+struct ModelContext {
+  const runtime::ModelInfo* info = nullptr;
+  const tokenizer::Tokenizer* tokenizer = nullptr;         // may be null
+  const tokenizer::ChatTemplate* chat_template = nullptr;  // may be null
+  int max_logprobs = 20;
+};
+
+// Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.
+Json parse_body(const std::string& body, int max_depth = 64);
+
+GenerationRequest parse_completion_request(const Json& body, const ModelContext& ctx);
+GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx);
+
+// The max_tokens a prompt of `prompt_len` tokens gets; 400 when it does not fit max_model_len.
+int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_model_len);
+
+// Chat messages → prompt text through the chat template (400 on bad messages).
+std::string render_chat(const Json& body, const ModelContext& ctx, bool default_add_gen_prompt);
+
+// Field readers: nullopt when absent or null, 400 naming the field when of the wrong type.
+std::optional<double> get_number(const Json& body, const char* name);
+std::optional<int64_t> get_int(const Json& body, const char* name);
+std::optional<bool> get_bool(const Json& body, const char* name);
+
+}  // namespace serval::server

@@ -1,0 +1,297 @@
+// `serval serve` flags: a vLLM-shaped pre-processor in front of CLI11.
+#include "server/serve_args.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+
+namespace serval::server {
+namespace {
+
+struct KnownFlag {
+  const char* name;
+  bool takes_value;
+};
+constexpr KnownFlag kKnown[] = {
+    {"--host", true},
+    {"--port", true},
+    {"--model", true},
+    {"--served-model-name", true},
+    {"--dtype", true},
+    {"--max-model-len", true},
+    {"--max-num-seqs", true},
+    {"--max-num-batched-tokens", true},
+    {"--gpu-memory-utilization", true},
+    {"--kv-cache-dtype", true},
+    {"--kv-cache-memory-bytes", true},
+    {"--block-size", true},
+    {"--tensor-parallel-size", true},
+    {"--enable-expert-parallel", false},
+    {"--enable-prefix-caching", false},
+    {"--no-enable-prefix-caching", false},
+    {"--moe-backend", true},
+    {"--load-format", true},
+    {"--seed", true},
+    {"--api-key", true},
+    {"--generation-config", true},
+    {"--max-logprobs", true},
+    {"--device", true},
+    {"--enforce-eager", false},
+    {"--async-scheduling", false},
+    {"--compilation-config", true},
+    {"--cudagraph-mode", true},
+    {"--max-waiting-requests", true},
+    {"--http-threads", true},
+    {"--help", false},
+};
+
+// vLLM flags that have no meaning in serval: accepted, reported once at start-up.
+struct IgnoredFlag {
+  const char* name;
+  bool takes_value;
+  const char* reason;
+};
+constexpr IgnoredFlag kIgnored[] = {
+    {"--swap-space", true, "preemption recomputes, nothing is swapped to CPU"},
+    {"--trust-remote-code", false, "serval runs no model code from the model folder"},
+    {"--pipeline-parallel-size", true, "no pipeline parallelism; must be 1"},
+    {"--data-parallel-size", true, "no data parallelism; must be 1"},
+    {"--disable-log-requests", false, "requests are not logged"},
+    {"--enable-log-requests", false, "requests are not logged"},
+    {"--disable-log-stats", false, "stats are on /metrics"},
+    {"--tokenizer-mode", true, "tokenizer.json is always used"},
+    {"--enable-chunked-prefill", false, "chunked prefill is always on"},
+    {"--no-enable-chunked-prefill", false, "chunked prefill is always on"},
+    {"--disable-uvicorn-access-log", false, "there is no uvicorn"},
+    {"--uvicorn-log-level", true, "there is no uvicorn"},
+    {"--distributed-executor-backend", true, "one process with one thread per GPU"},
+    {"--max-seq-len-to-capture", true, "CUDA graphs cover decode batches only"},
+    {"--disable-custom-all-reduce", false, "NCCL does every all-reduce"},
+    {"--download-dir", true, "models are local folders"},
+    {"--disable-frontend-multiprocessing", false, "the server is one process"},
+};
+
+constexpr const char* kCudagraphModes[] = {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
+                                           "FULL_AND_PIECEWISE"};
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const KnownFlag* find_known(std::string_view name) {
+  for (const auto& f : kKnown)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+const IgnoredFlag* find_ignored(std::string_view name) {
+  for (const auto& f : kIgnored)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+std::string check_cudagraph_mode(const std::string& mode) {
+  for (const char* m : kCudagraphModes)
+    if (mode == m) return mode;
+  throw InvalidArgument(
+      fmt::format("compilation_config.cudagraph_mode: invalid value '{}'; choose one of: {}", mode,
+                  fmt::join(kCudagraphModes, ", ")));
+}
+
+// `--compilation-config` JSON → `--cudagraph-mode X` plus notes for keys serval ignores.
+void fold_compilation_config(const std::string& text, PreprocessedArgs& out) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw InvalidArgument("--compilation-config: expected a JSON object, got '" + text + "'");
+  for (const auto& [key, value] : j.items()) {
+    if (key == "cudagraph_mode" && value.is_string()) {
+      out.args.push_back("--cudagraph-mode");
+      out.args.push_back(check_cudagraph_mode(value.get<std::string>()));
+    } else {
+      out.ignored.push_back(
+          fmt::format("--compilation-config.{} (serval has no torch.compile)", key));
+    }
+  }
+}
+
+}  // namespace
+
+std::string nearest_flag(std::string_view flag) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  auto consider = [&](const char* name) {
+    size_t d = edit_distance(flag, name);
+    if (d < best_d) best_d = d, best = name;
+  };
+  for (const auto& f : kKnown) consider(f.name);
+  for (const auto& f : kIgnored) consider(f.name);
+  return best;
+}
+
+PreprocessedArgs preprocess_serve_args(const std::vector<std::string>& in) {
+  PreprocessedArgs out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    std::string arg = in[i];
+    if (arg == "-tp") arg = "--tensor-parallel-size";
+    if (arg == "-h") arg = "--help";
+    if (arg == "-O") arg = "--compilation-config";
+    if (arg.size() < 3 || !arg.starts_with("--")) {  // positional (the model) or a value
+      if (arg.starts_with("-") && arg.size() > 1 &&
+          !std::isdigit(static_cast<unsigned char>(arg[1])))
+        throw InvalidArgument(fmt::format("unknown flag '{}'", arg));
+      out.args.push_back(arg);
+      continue;
+    }
+    std::string name = arg, value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    std::replace(name.begin(), name.end(), '_', '-');
+    auto take_value = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= in.size()) throw InvalidArgument(fmt::format("{} needs a value", name));
+      return in[++i];
+    };
+    if (name.starts_with("--compilation-config.")) {
+      std::string key = name.substr(std::string_view("--compilation-config.").size());
+      std::replace(key.begin(), key.end(), '-', '_');
+      std::string v = take_value();
+      if (key == "cudagraph_mode") {
+        out.args.push_back("--cudagraph-mode");
+        out.args.push_back(check_cudagraph_mode(v));
+      } else {
+        out.ignored.push_back(
+            fmt::format("--compilation-config.{} (serval has no torch.compile)", key));
+      }
+      continue;
+    }
+    if (name == "--compilation-config") {
+      fold_compilation_config(take_value(), out);
+      continue;
+    }
+    if (const IgnoredFlag* f = find_ignored(name)) {
+      std::string v = f->takes_value ? take_value() : "";
+      if ((name == "--pipeline-parallel-size" || name == "--data-parallel-size") && v != "1")
+        throw InvalidArgument(
+            fmt::format("{} {}: serval supports only 1 ({})", name, v, f->reason));
+      out.ignored.push_back(fmt::format("{} ({})", name, f->reason));
+      continue;
+    }
+    const KnownFlag* k = find_known(name);
+    if (!k)
+      throw InvalidArgument(
+          fmt::format("unknown flag '{}'; did you mean '{}'?", name, nearest_flag(name)));
+    out.args.push_back(name);
+    if (k->takes_value)
+      out.args.push_back(take_value());
+    else if (has_value)
+      throw InvalidArgument(fmt::format("{} takes no value", name));
+  }
+  return out;
+}
+
+ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env_moe_backend) {
+  ServeArgs out;
+  PreprocessedArgs pre = preprocess_serve_args(args);
+  out.ignored = std::move(pre.ignored);
+  auto& e = out.engine;
+  auto& s = out.server;
+  std::string positional_model, moe_backend;
+  bool prefix = false, no_prefix = false;
+  CLI::App app{"serval serve: an OpenAI-compatible server (flags as in vllm serve)", "serve"};
+  app.add_option("model_tag", positional_model, "Model folder (config.json, *.safetensors)");
+  app.add_option("--model", e.model_dir, "Model folder (same as the positional argument)");
+  app.add_option("--host", s.host, "Host to listen on")->capture_default_str();
+  app.add_option("--port", s.port, "Port to listen on")->capture_default_str();
+  app.add_option("--served-model-name", s.served_model_names,
+                 "Names the API accepts in 'model'; the first is reported");
+  app.add_option("--dtype", e.dtype, "auto, bfloat16, float16 or float32")
+      ->check(CLI::IsMember({"auto", "bfloat16", "float16", "float32", "half", "float", "bf16"}));
+  app.add_option("--max-model-len", e.max_model_len, "Context length (0: from config.json)");
+  app.add_option("--max-num-seqs", e.max_num_seqs, "Max sequences per step")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "Token budget per step");
+  app.add_option("--gpu-memory-utilization", e.gpu_memory_utilization, "Fraction of GPU memory")
+      ->capture_default_str();
+  app.add_option("--kv-cache-dtype", e.kv_cache_dtype, "auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"}));
+  app.add_option("--kv-cache-memory-bytes", e.cpu_kv_cache_bytes, "KV cache size in bytes");
+  app.add_option("--block-size", e.block_size, "KV block size in tokens")->capture_default_str();
+  app.add_option("--tensor-parallel-size", e.tensor_parallel_size, "GPUs per model");
+  app.add_flag("--enable-expert-parallel", e.enable_expert_parallel, "Shard experts over GPUs");
+  app.add_flag("--enable-prefix-caching", prefix, "Reuse KV blocks of shared prefixes (default)");
+  app.add_flag("--no-enable-prefix-caching", no_prefix, "Disable prefix caching");
+  app.add_option("--moe-backend", moe_backend,
+                 "MoE expert backend: latency (default) or throughput; env SERVAL_MOE_BACKEND");
+  app.add_option("--load-format", e.load_format, "auto, safetensors or dummy")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  app.add_option("--seed", e.seed, "Random seed");
+  app.add_option("--api-key", s.api_key, "Require 'Authorization: Bearer <key>' on /v1");
+  app.add_option("--generation-config", e.generation_config, "auto, vllm or a folder");
+  app.add_option("--max-logprobs", e.max_logprobs, "Max logprobs per token")->capture_default_str();
+  app.add_option("--device", e.device, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--enforce-eager", e.enforce_eager, "Disable CUDA graphs");
+  app.add_flag("--async-scheduling", e.async_scheduling, "Overlap scheduling with the GPU");
+  app.add_option("--cudagraph-mode", e.cudagraph_mode,
+                 "CUDA graph mode (also --compilation-config.cudagraph_mode)");
+  app.add_option("--max-waiting-requests", e.max_waiting_requests, "Queue size before 503")
+      ->capture_default_str();
+  app.add_option("--http-threads", s.num_http_threads, "HTTP I/O threads")->capture_default_str();
+  std::vector<std::string> reversed(pre.args.rbegin(), pre.args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out.help = true;
+    out.help_text = app.help();
+    return out;
+  } catch (const CLI::ParseError& err) {
+    throw InvalidArgument(err.what());
+  }
+  if (!positional_model.empty()) {
+    if (!e.model_dir.empty() && e.model_dir != positional_model)
+      throw InvalidArgument(
+          fmt::format("model given twice: '{}' and --model '{}'", positional_model, e.model_dir));
+    e.model_dir = positional_model;
+  }
+  if (e.model_dir.empty()) throw InvalidArgument("no model: pass a model folder or --model");
+  if (prefix && no_prefix)
+    throw InvalidArgument("--enable-prefix-caching and --no-enable-prefix-caching conflict");
+  e.enable_prefix_caching = !no_prefix;
+  if (e.dtype == "half") e.dtype = "float16";
+  if (e.dtype == "float") e.dtype = "float32";
+  if (e.dtype == "bf16") e.dtype = "bfloat16";
+  const char* source = "--moe-backend";
+  if (moe_backend.empty() && env_moe_backend && *env_moe_backend) {
+    moe_backend = env_moe_backend;
+    source = "SERVAL_MOE_BACKEND";
+  }
+  if (moe_backend.empty()) moe_backend = "latency";
+  if (moe_backend != "latency" && moe_backend != "throughput")
+    throw InvalidArgument(fmt::format("{}: invalid value '{}'; choose one of: latency, throughput",
+                                      source, moe_backend));
+  e.moe_backend = moe_backend;
+  check_cudagraph_mode(e.cudagraph_mode);
+  if (s.port < 0 || s.port > 65535)
+    throw InvalidArgument(fmt::format("--port {}: out of range", s.port));
+  if (e.max_logprobs < 0) throw InvalidArgument("--max-logprobs must be >= 0");
+  s.max_logprobs = e.max_logprobs;
+  if (!s.served_model_names.empty()) e.served_model_name = s.served_model_names.front();
+  return out;
+}
+
+}  // namespace serval::server

@@ -1,0 +1,391 @@
+// The OpenAI-compatible server end to end over real sockets, against FakeEngine.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "server/server.h"
+#include "server_test_support.h"
+
+namespace serval::server {
+namespace {
+
+using nlohmann::json;
+using testing::FakeEngine;
+using testing::http;
+using testing::sse_events;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void start(int delay_ms = 0, int queue_cap = 64, std::string api_key = "") {
+    engine_ = std::make_unique<FakeEngine>(delay_ms, queue_cap);
+    ServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.api_key = std::move(api_key);
+    o.max_logprobs = 5;
+    server_ = std::make_unique<Server>(*engine_, o);
+    port_ = server_->start();
+  }
+  void SetUp() override { start(); }
+  void TearDown() override {
+    server_->shutdown(1.0);
+    engine_->shutdown();
+  }
+  testing::HttpResult post(const std::string& path, const json& body) {
+    return http(port_, "POST", path, body.dump());
+  }
+  // Asserts an OpenAI error with `status` naming `param` (if non-empty).
+  static void expect_error(const testing::HttpResult& r, int status, const std::string& param) {
+    EXPECT_EQ(r.status, status) << r.body;
+    json j = json::parse(r.body);
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    EXPECT_EQ(j["error"]["code"], status);
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param) << r.body;
+    }
+  }
+
+  std::unique_ptr<FakeEngine> engine_;
+  std::unique_ptr<Server> server_;
+  int port_ = 0;
+};
+
+TEST_F(ServerTest, HealthVersionModels) {
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+  engine_->set_healthy(false);
+  EXPECT_EQ(http(port_, "GET", "/health").status, 503);
+  engine_->set_healthy(true);
+  auto v = http(port_, "GET", "/version");
+  EXPECT_EQ(json::parse(v.body)["version"], "0.1.0");
+  auto m = json::parse(http(port_, "GET", "/v1/models").body);
+  EXPECT_EQ(m["object"], "list");
+  const json& e = m["data"][0];
+  EXPECT_EQ(e["id"], "fake-model");
+  EXPECT_EQ(e["object"], "model");
+  EXPECT_EQ(e["owned_by"], "serval");
+  EXPECT_EQ(e["root"], "/models/fake");
+  EXPECT_EQ(e["max_model_len"], 64);
+  EXPECT_EQ(e["vocab_size"], 257);
+  EXPECT_EQ(e["serval"]["moe_backend"], "latency");
+  EXPECT_EQ(e["serval"]["architecture"], "FakeMoeForCausalLM");
+  EXPECT_EQ(e["serval"]["num_parameters"], 1234);
+}
+
+TEST_F(ServerTest, CompletionEchoesPromptDeterministically) {
+  auto r = post("/v1/completions", {{"model", "fake-model"}, {"prompt", "abc"}, {"max_tokens", 5}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_TRUE(j["id"].get<std::string>().starts_with("cmpl-"));
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "fake-model");
+  EXPECT_EQ(j["choices"][0]["text"], "abcab");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(j["usage"],
+            json({{"prompt_tokens", 3}, {"completion_tokens", 5}, {"total_tokens", 8}}));
+  // Default max_tokens is 16.
+  auto d = json::parse(post("/v1/completions", {{"prompt", "xy"}}).body);
+  EXPECT_EQ(d["usage"]["completion_tokens"], 16);
+}
+
+TEST_F(ServerTest, BatchPromptsAndNGiveIndexedChoicesAndSeeds) {
+  auto r = post("/v1/completions",
+                {{"prompt", {"ab", "cd"}}, {"n", 2}, {"max_tokens", 3}, {"seed", 10}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(j["choices"][i]["index"], i);
+  EXPECT_EQ(j["choices"][1]["text"], "aba");
+  EXPECT_EQ(j["choices"][2]["text"], "cdc");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 4u);
+  EXPECT_EQ(*sub[0].seed, 10u);
+  EXPECT_EQ(*sub[1].seed, 11u);
+  EXPECT_EQ(*sub[2].seed, 10u);
+}
+
+TEST_F(ServerTest, TokenPromptsEchoAndStopTokenIds) {
+  auto r = post(
+      "/v1/completions",
+      {{"prompt", {104, 105, 33}}, {"echo", true}, {"max_tokens", 10}, {"stop_token_ids", {33}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  // Generates "h", "i", then "!" which is a stop id and is not part of the text.
+  EXPECT_EQ(j["choices"][0]["text"], "hi!hi");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+}
+
+TEST_F(ServerTest, StopStringAcrossTokensIsRemovedAndAborts) {
+  auto r = post("/v1/completions",
+                {{"prompt", "hello world "}, {"max_tokens", 40}, {"stop", {"lo w", "zz"}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["text"], "hel");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 7);  // "hello " then the stop completes at "w"
+  for (int i = 0; i < 100 && engine_->num_active() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine_->aborted().size(), 1u);
+}
+
+TEST_F(ServerTest, CompletionLogprobsShape) {
+  auto r = post("/v1/completions", {{"prompt", "ab"}, {"max_tokens", 3}, {"logprobs", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json lp = json::parse(r.body)["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"a", "b", "a"}));
+  EXPECT_EQ(lp["token_logprobs"], json({-0.5, -0.5, -0.5}));
+  EXPECT_EQ(lp["text_offset"], json({0, 1, 2}));
+  ASSERT_EQ(lp["top_logprobs"].size(), 3u);
+  EXPECT_EQ(lp["top_logprobs"][0], json({{"a", -0.5}, {"A", -1.0}, {"B", -2.0}}));
+  EXPECT_EQ(engine_->submitted()[0].logprobs, 2);
+}
+
+TEST_F(ServerTest, ChatCompletionAndLogprobs) {
+  json body = {
+      {"model", "fake-model"},
+      {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi"}}}}}}},
+      {"max_completion_tokens", 4},
+      {"logprobs", true},
+      {"top_logprobs", 1}};
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_TRUE(j["id"].get<std::string>().starts_with("chatcmpl-"));
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"],
+            "<use");  // the prompt is "<user>hi\n<assistant>"
+  const json& c = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_EQ(c[0]["token"], "<");
+  EXPECT_EQ(c[0]["bytes"], json({60}));
+  EXPECT_EQ(c[0]["top_logprobs"][0]["token"], "A");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 20);
+  // Without max tokens the rest of the context is the limit: 64 - 20.
+  body.erase("max_completion_tokens");
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  EXPECT_EQ(engine_->submitted().back().max_tokens, 44);
+}
+
+TEST_F(ServerTest, StreamingCompletionWithUsage) {
+  auto r = post("/v1/completions", {{"prompt", "abc"},
+                                    {"max_tokens", 4},
+                                    {"stream", true},
+                                    {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.headers.find("text/event-stream"), std::string::npos);
+  auto ev = sse_events(r.body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 2 < ev.size(); ++i) {
+    json c = json::parse(ev[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    text += c["choices"][0]["text"].get<std::string>();
+    bool last = i + 3 == ev.size();
+    EXPECT_EQ(c["choices"][0]["finish_reason"].is_null(), !last);
+  }
+  EXPECT_EQ(text, "abca");
+  json usage = json::parse(ev[ev.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 7);
+}
+
+TEST_F(ServerTest, StreamingChatStartsWithRoleAndHoldsBackStops) {
+  json body = {{"messages", {{{"role", "user"}, {"content", "xy"}}}},
+               {"max_tokens", 30},
+               {"stream", true},
+               {"stop", "xy\n<"}};
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200);
+  auto ev = sse_events(r.body);
+  ASSERT_GE(ev.size(), 3u);
+  json first = json::parse(ev[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  std::string text;
+  std::string reason;
+  for (size_t i = 1; i + 1 < ev.size(); ++i) {
+    json c = json::parse(ev[i]);
+    if (c["choices"][0]["delta"].contains("content"))
+      text += c["choices"][0]["delta"]["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) reason = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, "<user>");  // prompt "<user>xy\n<assistant>" echoed up to the stop string
+  EXPECT_EQ(reason, "stop");
+  EXPECT_EQ(ev.back(), "[DONE]");
+}
+
+TEST_F(ServerTest, TokenizeAndDetokenize) {
+  auto t = json::parse(post("/tokenize", {{"prompt", "hi!"}}).body);
+  EXPECT_EQ(t["tokens"], json({104, 105, 33}));
+  EXPECT_EQ(t["count"], 3);
+  EXPECT_EQ(t["max_model_len"], 64);
+  auto m =
+      json::parse(post("/tokenize", {{"messages", {{{"role", "user"}, {"content", "a"}}}}}).body);
+  EXPECT_EQ(m["count"], 19);  // "<user>a\n<assistant>"
+  auto d = json::parse(post("/detokenize", {{"tokens", {104, 105, 256}}}).body);
+  EXPECT_EQ(d["prompt"], "hi<|eos|>");
+  expect_error(post("/detokenize", {{"tokens", {999}}}), 400, "tokens");
+}
+
+TEST_F(ServerTest, ValidationErrors) {
+  auto bad = [&](const json& extra, const std::string& param) {
+    json body = {{"prompt", "ab"}};
+    body.update(extra);
+    SCOPED_TRACE(body.dump());
+    expect_error(post("/v1/completions", body), 400, param);
+  };
+  bad({{"max_tokens", -1}}, "max_tokens");
+  bad({{"max_tokens", "5"}}, "max_tokens");
+  bad({{"temperature", -0.1}}, "temperature");
+  bad({{"top_p", 0}}, "top_p");
+  bad({{"top_p", 1.5}}, "top_p");
+  bad({{"n", 0}}, "n");
+  bad({{"top_k", -2}}, "top_k");
+  bad({{"min_p", 2}}, "min_p");
+  bad({{"logprobs", 6}}, "logprobs");
+  bad({{"stop", {"a", "b", "c", "d", "e"}}}, "stop");
+  bad({{"stop", 3}}, "stop");
+  bad({{"stream_options", {{"include_usage", true}}}}, "stream_options");
+  bad({{"prompt", json::array()}}, "prompt");
+  bad({{"prompt", {1, 99999}}}, "prompt");
+  bad({{"prompt", 5}}, "prompt");
+  // prompt (2) + max_tokens (63) > max_model_len (64): the message names the numbers.
+  auto r = post("/v1/completions", {{"prompt", "ab"}, {"max_tokens", 63}});
+  expect_error(r, 400, "max_tokens");
+  EXPECT_NE(r.body.find("64"), std::string::npos);
+  EXPECT_NE(r.body.find("63"), std::string::npos);
+  expect_error(http(port_, "POST", "/v1/completions", "{not json"), 400, "");
+  std::string deep = std::string(100, '[') + std::string(100, ']');
+  expect_error(http(port_, "POST", "/v1/completions", "{\"prompt\":" + deep + "}"), 400, "");
+  expect_error(
+      post("/v1/chat/completions", {{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}), 400,
+      "messages");
+  expect_error(post("/v1/chat/completions",
+                    {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}),
+               400, "top_logprobs");
+}
+
+TEST_F(ServerTest, RoutingErrorsAndUnknownModel) {
+  expect_error(http(port_, "GET", "/nope"), 404, "");
+  expect_error(http(port_, "GET", "/v1/completions"), 405, "");
+  expect_error(http(port_, "POST", "/health"), 405, "");
+  expect_error(post("/v1/completions", {{"model", "gpt-4"}, {"prompt", "a"}}), 404, "model");
+}
+
+TEST_F(ServerTest, BodyOverLimitIs413) {
+  std::string big = "{\"prompt\":\"" + std::string((32u << 20) + 10, 'a') + "\"}";
+  expect_error(http(port_, "POST", "/v1/completions", big), 413, "");
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);  // still serving
+}
+
+TEST_F(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  int fd = testing::connect_to(port_);
+  std::string body = json({{"prompt", "ab"}, {"max_tokens", 2}}).dump();
+  testing::send_all(fd, testing::request_text("POST", "/v1/completions", body, "", false) +
+                            testing::request_text("GET", "/version", "", "", true));
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_NE(raw.find("\"text\":\"ab\""), std::string::npos) << raw;
+  EXPECT_NE(raw.find("0.1.0"), std::string::npos) << raw;
+}
+
+TEST_F(ServerTest, MetricsPageIsValidPrometheus) {
+  ASSERT_EQ(post("/v1/completions", {{"prompt", "ab"}, {"max_tokens", 3}}).status, 200);
+  auto r = http(port_, "GET", "/metrics");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.headers.find("text/plain; version=0.0.4"), std::string::npos);
+  const std::string& m = r.body;
+  EXPECT_NE(m.find("serval:moe_backend_info{model_name=\"fake-model\",backend=\"latency\"} 1"),
+            std::string::npos);
+  EXPECT_NE(
+      m.find(
+          "serval:request_success_total{model_name=\"fake-model\",finished_reason=\"length\"} 1"),
+      std::string::npos);
+  EXPECT_NE(m.find("serval:kv_cache_usage_perc{model_name=\"fake-model\"} 0.25"),
+            std::string::npos);
+  EXPECT_NE(m.find("serval:time_to_first_token_seconds_count{model_name=\"fake-model\"} 1"),
+            std::string::npos);
+  EXPECT_NE(m.find("serval:inter_token_latency_seconds_count{model_name=\"fake-model\"} 2"),
+            std::string::npos);
+  EXPECT_NE(
+      m.find("serval:e2e_request_latency_seconds_bucket{model_name=\"fake-model\",le=\"+Inf\"} 1"),
+      std::string::npos);
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "no promtool";
+  std::string path = ::testing::TempDir() + "/serval_metrics.txt";
+  std::ofstream(path) << m;
+  // Exit 1 is a format error; 3 means lint notes only. The spec's names ("serval:...", like
+  // vLLM's "vllm:...") draw the colon note, which is the one note accepted here.
+  FILE* p = ::popen(("promtool check metrics < " + path + " 2>&1; echo rc=$?").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string report;
+  char line[512];
+  while (std::fgets(line, sizeof(line), p)) report += line;
+  ::pclose(p);
+  EXPECT_TRUE(report.ends_with("rc=0\n") || report.ends_with("rc=3\n")) << report;
+  size_t pos = 0, notes = 0;
+  while ((pos = report.find('\n', pos)) != std::string::npos) ++pos, ++notes;
+  size_t colon_notes = 0;
+  for (pos = 0; (pos = report.find("should not contain ':'", pos)) != std::string::npos; ++pos)
+    ++colon_notes;
+  EXPECT_EQ(colon_notes + 1, notes) << report;  // every line but "rc=" is a colon note
+}
+
+class SlowServerTest : public ServerTest {
+ protected:
+  void SetUp() override { start(/*delay_ms=*/20, /*queue_cap=*/1, "secret"); }
+};
+
+TEST_F(SlowServerTest, ApiKeyRequiredOnV1) {
+  expect_error(http(port_, "GET", "/v1/models"), 401, "");
+  expect_error(http(port_, "GET", "/v1/models", "", "Authorization: Bearer wrong\r\n"), 401, "");
+  EXPECT_EQ(http(port_, "GET", "/v1/models", "", "Authorization: Bearer secret\r\n").status, 200);
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+}
+
+TEST_F(SlowServerTest, DisconnectMidStreamAbortsAndQueueFullIs503) {
+  const std::string auth = "Authorization: Bearer secret\r\n";
+  int fd = testing::connect_to(port_);
+  std::string body = json({{"prompt", "abc"}, {"max_tokens", 50}, {"stream", true}}).dump();
+  testing::send_all(fd, testing::request_text("POST", "/v1/completions", body, auth));
+  std::string raw;
+  char buf[4096];
+  while (raw.find("\"text\"") == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0);
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  // The one queue slot is taken: a second request is refused with 503.
+  auto busy = http(port_, "POST", "/v1/completions", json({{"prompt", "a"}}).dump(), auth);
+  expect_error(busy, 503, "");
+  ::close(fd);
+  for (int i = 0; i < 200 && engine_->aborted().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine_->aborted().size(), 1u);
+}
+
+TEST_F(SlowServerTest, DisconnectWhileWaitingNonStreamingAborts) {
+  int fd = testing::connect_to(port_);
+  std::string body = json({{"prompt", "abc"}, {"max_tokens", 50}}).dump();
+  testing::send_all(fd, testing::request_text("POST", "/v1/completions", body,
+                                              "Authorization: Bearer secret\r\n"));
+  for (int i = 0; i < 200 && engine_->num_active() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::close(fd);
+  for (int i = 0; i < 200 && engine_->aborted().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine_->aborted().size(), 1u);
+}
+
+}  // namespace
+}  // namespace serval::server

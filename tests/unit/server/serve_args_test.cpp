@@ -1,0 +1,123 @@
+// The `serval serve` command line: vLLM spellings, ignored flags, suggestions, mapping.
+#include "server/serve_args.h"
+
+#include <gtest/gtest.h>
+
+namespace serval::server {
+namespace {
+
+TEST(ServeArgs, MapsFlagsInBothSpellings) {
+  ServeArgs a = parse_serve_args({"/models/q",
+                                  "--port=9001",
+                                  "--max_model_len",
+                                  "2048",
+                                  "--max-num-seqs",
+                                  "8",
+                                  "--served_model_name",
+                                  "q",
+                                  "--api-key",
+                                  "k",
+                                  "--kv_cache_dtype=fp8",
+                                  "--seed",
+                                  "7",
+                                  "--no-enable-prefix-caching",
+                                  "--enforce_eager",
+                                  "-tp",
+                                  "2",
+                                  "--max-logprobs",
+                                  "5",
+                                  "--device",
+                                  "cpu",
+                                  "--load-format",
+                                  "dummy"},
+                                 nullptr);
+  EXPECT_EQ(a.engine.model_dir, "/models/q");
+  EXPECT_EQ(a.server.port, 9001);
+  EXPECT_EQ(a.engine.max_model_len, 2048);
+  EXPECT_EQ(a.engine.max_num_seqs, 8);
+  EXPECT_EQ(a.engine.served_model_name, "q");
+  EXPECT_EQ(a.server.served_model_names, std::vector<std::string>{"q"});
+  EXPECT_EQ(a.server.api_key, "k");
+  EXPECT_EQ(a.engine.kv_cache_dtype, "fp8");
+  EXPECT_EQ(a.engine.seed, 7u);
+  EXPECT_FALSE(a.engine.enable_prefix_caching);
+  EXPECT_TRUE(a.engine.enforce_eager);
+  EXPECT_EQ(a.engine.tensor_parallel_size, 2);
+  EXPECT_EQ(a.server.max_logprobs, 5);
+  EXPECT_EQ(a.engine.max_logprobs, 5);
+  EXPECT_EQ(a.engine.device, "cpu");
+  EXPECT_EQ(a.engine.load_format, "dummy");
+  EXPECT_TRUE(a.ignored.empty());
+}
+
+TEST(ServeArgs, ModelFlagAndDefaults) {
+  ServeArgs a = parse_serve_args({"--model", "/m"}, nullptr);
+  EXPECT_EQ(a.engine.model_dir, "/m");
+  EXPECT_EQ(a.server.port, 8000);
+  EXPECT_TRUE(a.engine.enable_prefix_caching);
+  EXPECT_EQ(a.engine.moe_backend, "latency");
+  EXPECT_THROW(parse_serve_args({"--port", "1"}, nullptr), InvalidArgument);  // no model
+}
+
+TEST(ServeArgs, IgnoredVllmFlagsAreListed) {
+  ServeArgs a = parse_serve_args(
+      {"/m", "--swap-space", "4", "--trust-remote-code", "--pipeline-parallel-size=1",
+       "--disable_log_requests", "--tokenizer-mode", "auto", "--enable-chunked-prefill"},
+      nullptr);
+  ASSERT_EQ(a.ignored.size(), 6u);
+  EXPECT_NE(a.ignored[0].find("--swap-space"), std::string::npos);
+  EXPECT_NE(a.ignored[3].find("--disable-log-requests"), std::string::npos);
+  EXPECT_EQ(a.engine.model_dir, "/m");  // "4" and "auto" were consumed as values
+  EXPECT_THROW(parse_serve_args({"/m", "--pipeline-parallel-size", "2"}, nullptr), InvalidArgument);
+}
+
+TEST(ServeArgs, UnknownFlagSuggestsNearest) {
+  try {
+    parse_serve_args({"/m", "--max-model-lenn", "5"}, nullptr);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean '--max-model-len'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(nearest_flag("--gpu-memory-utilisation"), "--gpu-memory-utilization");
+}
+
+TEST(ServeArgs, CompilationConfigForms) {
+  EXPECT_EQ(parse_serve_args({"/m", "--compilation-config.cudagraph_mode", "PIECEWISE"}, nullptr)
+                .engine.cudagraph_mode,
+            "PIECEWISE");
+  EXPECT_EQ(parse_serve_args({"/m", "--compilation_config.cudagraph_mode=FULL"}, nullptr)
+                .engine.cudagraph_mode,
+            "FULL");
+  ServeArgs j = parse_serve_args(
+      {"/m", "--compilation-config", R"({"cudagraph_mode":"NONE","level":3})"}, nullptr);
+  EXPECT_EQ(j.engine.cudagraph_mode, "NONE");
+  ASSERT_EQ(j.ignored.size(), 1u);
+  EXPECT_NE(j.ignored[0].find("level"), std::string::npos);
+  EXPECT_THROW(parse_serve_args({"/m", "--compilation-config.cudagraph_mode", "BAD"}, nullptr),
+               InvalidArgument);
+}
+
+TEST(ServeArgs, MoeBackendFlagEnvAndValidation) {
+  EXPECT_EQ(parse_serve_args({"/m", "--moe-backend", "throughput"}, nullptr).engine.moe_backend,
+            "throughput");
+  EXPECT_EQ(parse_serve_args({"/m"}, "throughput").engine.moe_backend, "throughput");
+  EXPECT_EQ(parse_serve_args({"/m", "--moe_backend=latency"}, "throughput").engine.moe_backend,
+            "latency");
+  try {
+    parse_serve_args({"/m", "--moe-backend", "fast"}, nullptr);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("latency, throughput"), std::string::npos);
+  }
+  EXPECT_THROW(parse_serve_args({"/m"}, "bogus"), InvalidArgument);
+}
+
+TEST(ServeArgs, HelpIsNotAnError) {
+  ServeArgs a = parse_serve_args({"--help"}, nullptr);
+  EXPECT_TRUE(a.help);
+  EXPECT_NE(a.help_text.find("--max-model-len"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace serval::server
