@@ -8,40 +8,68 @@ namespace serval {
 
 int dtype_bits(DType t) {
   switch (t) {
-    case DType::kF32: return 32;
-    case DType::kF16: return 16;
-    case DType::kBF16: return 16;
-    case DType::kF8E4M3: return 8;
-    case DType::kF8E5M2: return 8;
-    case DType::kF4E2M1: return 4;
-    case DType::kUE8M0: return 8;
-    case DType::kU8: return 8;
-    case DType::kI8: return 8;
-    case DType::kI16: return 16;
-    case DType::kI32: return 32;
-    case DType::kI64: return 64;
-    case DType::kF64: return 64;
-    case DType::kBool: return 8;
+    case DType::kF32:
+      return 32;
+    case DType::kF16:
+      return 16;
+    case DType::kBF16:
+      return 16;
+    case DType::kF8E4M3:
+      return 8;
+    case DType::kF8E5M2:
+      return 8;
+    case DType::kF4E2M1:
+      return 4;
+    case DType::kUE8M0:
+      return 8;
+    case DType::kU8:
+      return 8;
+    case DType::kI8:
+      return 8;
+    case DType::kI16:
+      return 16;
+    case DType::kI32:
+      return 32;
+    case DType::kI64:
+      return 64;
+    case DType::kF64:
+      return 64;
+    case DType::kBool:
+      return 8;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "float32";
-    case DType::kF16: return "float16";
-    case DType::kBF16: return "bfloat16";
-    case DType::kF8E4M3: return "float8_e4m3fn";
-    case DType::kF8E5M2: return "float8_e5m2";
-    case DType::kF4E2M1: return "float4_e2m1";
-    case DType::kUE8M0: return "ue8m0";
-    case DType::kU8: return "uint8";
-    case DType::kI8: return "int8";
-    case DType::kI16: return "int16";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
-    case DType::kF64: return "float64";
-    case DType::kBool: return "bool";
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF8E4M3:
+      return "float8_e4m3fn";
+    case DType::kF8E5M2:
+      return "float8_e5m2";
+    case DType::kF4E2M1:
+      return "float4_e2m1";
+    case DType::kUE8M0:
+      return "ue8m0";
+    case DType::kU8:
+      return "uint8";
+    case DType::kI8:
+      return "int8";
+    case DType::kI16:
+      return "int16";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
+    case DType::kF64:
+      return "float64";
+    case DType::kBool:
+      return "bool";
   }
   return "?";
 }
@@ -52,10 +80,10 @@ bool dtype_from_safetensors(std::string_view s, DType* out) {
     DType type;
   };
   static constexpr Entry kTable[] = {
-      {"F32", DType::kF32},       {"F16", DType::kF16},         {"BF16", DType::kBF16},
+      {"F32", DType::kF32},        {"F16", DType::kF16},        {"BF16", DType::kBF16},
       {"F8_E4M3", DType::kF8E4M3}, {"F8_E5M2", DType::kF8E5M2}, {"F8_E8M0", DType::kUE8M0},
-      {"U8", DType::kU8},         {"I8", DType::kI8},           {"I16", DType::kI16},
-      {"I32", DType::kI32},       {"I64", DType::kI64},         {"F64", DType::kF64},
+      {"U8", DType::kU8},          {"I8", DType::kI8},          {"I16", DType::kI16},
+      {"I32", DType::kI32},        {"I64", DType::kI64},        {"F64", DType::kF64},
       {"BOOL", DType::kBool},
   };
   for (const Entry& e : kTable) {
@@ -113,7 +141,7 @@ f16 float_to_f16(float f) {
   uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return f16{uint16_t(sign | 0x7e00u)};
   if (abs >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00u)};  // rounds to >= 65520: inf
-  if (abs < 0x38800000u) {  // below 2^-14: subnormal or zero
+  if (abs < 0x38800000u) {                                       // below 2^-14: subnormal or zero
     float a;
     std::memcpy(&a, &abs, 4);
     // Scale so that one f16 subnormal ulp (2^-24) becomes 1, then round to nearest even.
@@ -207,14 +235,32 @@ uint8_t float_to_e5m2(float f) {
   return sign | uint8_t((qexp + 15) << 2) | uint8_t(mant);
 }
 
+namespace {
+
+// Checkpoint data may be unaligned (safetensors headers need not be padded).
+template <typename T>
+T load_unaligned(const void* data, size_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(data) + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+}  // namespace
+
 float load_as_float(const void* data, DType t, size_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(data)[i];
-    case DType::kF16: return f16_to_float(static_cast<const f16*>(data)[i]);
-    case DType::kBF16: return bf16_to_float(static_cast<const bf16*>(data)[i]);
-    case DType::kF8E4M3: return e4m3_to_float(static_cast<const uint8_t*>(data)[i]);
-    case DType::kF8E5M2: return e5m2_to_float(static_cast<const uint8_t*>(data)[i]);
-    case DType::kF64: return float(static_cast<const double*>(data)[i]);
+    case DType::kF32:
+      return load_unaligned<float>(data, i);
+    case DType::kF16:
+      return f16_to_float(load_unaligned<f16>(data, i));
+    case DType::kBF16:
+      return bf16_to_float(load_unaligned<bf16>(data, i));
+    case DType::kF8E4M3:
+      return e4m3_to_float(static_cast<const uint8_t*>(data)[i]);
+    case DType::kF8E5M2:
+      return e5m2_to_float(static_cast<const uint8_t*>(data)[i]);
+    case DType::kF64:
+      return float(load_unaligned<double>(data, i));
     case DType::kF4E2M1:
     case DType::kUE8M0:
     case DType::kU8:
@@ -222,7 +268,8 @@ float load_as_float(const void* data, DType t, size_t i) {
     case DType::kI16:
     case DType::kI32:
     case DType::kI64:
-    case DType::kBool: break;
+    case DType::kBool:
+      break;
   }
   throw std::invalid_argument("load_as_float: not a float dtype");
 }

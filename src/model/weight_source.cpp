@@ -1,14 +1,21 @@
 #include "model/weight_source.h"
 
 #include <cstring>
-#include <random>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "io/safetensors.h"
 
 namespace serval::model {
 
 namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 class CheckpointWeights final : public WeightSource {
  public:
@@ -39,28 +46,24 @@ class DummyWeights final : public WeightSource {
 
   Tensor get(const std::string& name, const Shape& shape) const override {
     Tensor t = host_empty(dtype_, shape);
-    uint64_t h = seed_ ^ std::hash<std::string>{}(name);
-    std::mt19937_64 rng(h);
-    // Norm weights (1-D) near 1 keep activations in range; matrices get std 0.02.
+    const uint64_t key = seed_ ^ std::hash<std::string>{}(name);
+    // Uniform values with the std of the usual init (0.02; norms 1 ± 0.05), from a counter-based
+    // hash so that any element can be made independently, in parallel.
     const bool is_norm = shape.size() == 1;
-    std::normal_distribution<float> dist(is_norm ? 1.0f : 0.0f, is_norm ? 0.05f : 0.02f);
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      float v = dist(rng);
-      switch (dtype_) {
-        case DType::kF32:
-          t.as<float>()[i] = v;
-          break;
-        case DType::kBF16:
-          t.as<bf16>()[i] = float_to_bf16(v);
-          break;
-        case DType::kF16:
-          t.as<f16>()[i] = float_to_f16(v);
-          break;
-        default:
-          throw Error("dummy weights: unsupported dtype");
+    const float center = is_norm ? 1.0f : 0.0f;
+    const float half_width = (is_norm ? 0.05f : 0.02f) * 1.7320508f;
+    ThreadPool::global().parallel_for(t.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float u = float(splitmix64(key + uint64_t(i)) >> 40) * (1.0f / float(1 << 24));
+        const float v = center + (2.0f * u - 1.0f) * half_width;
+        switch (dtype_) {
+          case DType::kF32: t.as<float>()[i] = v; break;
+          case DType::kBF16: t.as<bf16>()[i] = float_to_bf16(v); break;
+          case DType::kF16: t.as<f16>()[i] = float_to_f16(v); break;
+          default: throw Error("dummy weights: unsupported dtype");
+        }
       }
-    }
+    });
     return t;
   }
 

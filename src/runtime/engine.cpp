@@ -1,0 +1,356 @@
+// The engine: a step loop on its own thread over the scheduler and the model runner.
+#include "runtime/engine.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "runtime/engine_loader.h"
+#include "runtime/sampler.h"
+#include "sched/scheduler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace serval::runtime {
+
+namespace {
+
+struct EngineRequest {
+  sched::Request req;
+  SamplingParams params;
+  OutputCallback on_output;
+  SamplerState sampler;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  explicit EngineImpl(const EngineConfig& cfg) : cfg_(cfg) {
+    LoadedModel loaded = load_model(cfg);
+    config_ = loaded.config;
+    runner_ = std::move(loaded.runner);
+    load_tokenizer();
+    fill_info(loaded);
+    sched::SchedulerConfig sc;
+    sc.max_num_seqs = cfg.max_num_seqs;
+    sc.max_model_len = loaded.max_model_len;
+    sc.max_num_batched_tokens = cfg.max_num_batched_tokens > 0
+                                    ? cfg.max_num_batched_tokens
+                                    : std::max(8192, loaded.max_model_len);
+    sc.num_blocks = loaded.num_blocks;
+    sc.block_size = cfg.block_size;
+    sc.enable_prefix_caching = cfg.enable_prefix_caching;
+    scheduler_ = std::make_unique<sched::Scheduler>(sc);
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~EngineImpl() override { shutdown(); }
+
+  const ModelInfo& info() const override { return info_; }
+  const tokenizer::Tokenizer* tokenizer() const override { return tokenizer_.get(); }
+  const tokenizer::ChatTemplate* chat_template() const override { return chat_template_.get(); }
+
+  uint64_t submit(std::vector<int32_t> prompt, const SamplingParams& params,
+                  OutputCallback on_output) override {
+    validate(prompt, params);
+    auto r = std::make_unique<EngineRequest>();
+    r->req.num_prompt_tokens = int(prompt.size());
+    r->req.token_ids = std::move(prompt);
+    r->req.max_tokens = params.max_tokens;
+    r->req.arrival_time = now_seconds();
+    r->params = params;
+    r->on_output = std::move(on_output);
+    r->sampler.rng.seed(params.seed ? *params.seed : std::random_device{}());
+    std::lock_guard lock(mu_);
+    if (!alive_) throw Error("the engine is not running");
+    if (int(incoming_.size()) + waiting_count_ >= cfg_.max_waiting_requests)
+      throw QueueFull(fmt::format("the waiting queue is full ({} requests)",
+                                  cfg_.max_waiting_requests));
+    r->req.id = ++next_id_;
+    uint64_t id = r->req.id;
+    incoming_.push_back(std::move(r));
+    cv_.notify_one();
+    return id;
+  }
+
+  void abort(uint64_t id) override {
+    std::lock_guard lock(mu_);
+    aborts_.push_back(id);
+    cv_.notify_one();
+  }
+
+  EngineStats stats() const override {
+    std::lock_guard lock(stats_mu_);
+    return stats_;
+  }
+
+  bool healthy() const override { return alive_ && !dead_; }
+
+  void shutdown() override {
+    {
+      std::lock_guard lock(mu_);
+      if (!alive_) return;
+      alive_ = false;
+      cv_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void load_tokenizer() {
+    namespace fs = std::filesystem;
+    if (!fs::exists(fs::path(cfg_.model_dir) / "tokenizer.json")) return;
+    tokenizer_ = tokenizer::Tokenizer::load(cfg_.model_dir);
+    if (!tokenizer_->chat_template_source().empty())
+      chat_template_ = std::make_unique<tokenizer::ChatTemplate>(
+          tokenizer_->chat_template_source());
+  }
+
+  void fill_info(const LoadedModel& m) {
+    info_.model_dir = cfg_.model_dir;
+    info_.served_model_name =
+        cfg_.served_model_name.empty() ? cfg_.model_dir : cfg_.served_model_name;
+    info_.architecture = config_.architecture;
+    info_.dtype = m.dtype;
+    info_.kv_cache_dtype = cfg_.kv_cache_dtype == "auto" ? "float32" : cfg_.kv_cache_dtype;
+    info_.device = m.device;
+    info_.moe_backend = m.moe_backend;
+    info_.num_parameters = config_.num_parameters();
+    info_.max_model_len = m.max_model_len;
+    info_.vocab_size = config_.vocab_size;
+    info_.kv_cache_tokens = int64_t(m.num_blocks) * cfg_.block_size;
+    io::GenerationConfig gen = io::load_generation_config(cfg_.model_dir);
+    info_.eos_token_ids = !gen.eos_token_ids.empty() ? gen.eos_token_ids : config_.eos_token_ids;
+    if (tokenizer_ && tokenizer_->eos_token_id() &&
+        std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(),
+                  *tokenizer_->eos_token_id()) == info_.eos_token_ids.end())
+      info_.eos_token_ids.push_back(*tokenizer_->eos_token_id());
+    if (cfg_.generation_config != "vllm") {
+      if (gen.temperature) info_.default_sampling.temperature = *gen.temperature;
+      if (gen.top_p) info_.default_sampling.top_p = *gen.top_p;
+      if (gen.top_k) info_.default_sampling.top_k = *gen.top_k;
+      if (gen.min_p) info_.default_sampling.min_p = *gen.min_p;
+      if (gen.repetition_penalty) info_.default_sampling.repetition_penalty = *gen.repetition_penalty;
+    }
+  }
+
+  void validate(const std::vector<int32_t>& prompt, const SamplingParams& p) const {
+    if (prompt.empty()) throw InvalidArgument("the prompt is empty");
+    for (int32_t id : prompt)
+      if (id < 0 || id >= config_.vocab_size)
+        throw InvalidArgument(fmt::format("prompt token id {} is outside the vocabulary [0, {})",
+                                          id, config_.vocab_size));
+    if (p.max_tokens < 1) throw InvalidArgument("max_tokens must be at least 1");
+    if (int64_t(prompt.size()) + p.max_tokens > info_.max_model_len)
+      throw InvalidArgument(fmt::format(
+          "prompt ({} tokens) + max_tokens ({}) exceeds max_model_len ({})", prompt.size(),
+          p.max_tokens, info_.max_model_len));
+    if (p.logprobs > cfg_.max_logprobs)
+      throw InvalidArgument(fmt::format("logprobs {} exceeds --max-logprobs {}", p.logprobs,
+                                        cfg_.max_logprobs));
+  }
+
+  void loop() {
+    try {
+      for (;;) {
+        if (!take_inputs()) break;
+        step();
+      }
+    } catch (const std::exception& e) {
+      log::error("engine step failed: {}", e.what());
+      dead_ = true;
+      fail_all(e.what());
+    }
+    abort_everything();
+  }
+
+  // Moves submitted requests and aborts into the scheduler; waits when idle. False on shutdown.
+  bool take_inputs() {
+    std::deque<std::unique_ptr<EngineRequest>> incoming;
+    std::vector<uint64_t> aborts;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] {
+        return !alive_ || !incoming_.empty() || !aborts_.empty() || !requests_.empty();
+      });
+      if (!alive_) return false;
+      incoming.swap(incoming_);
+      aborts.swap(aborts_);
+    }
+    for (auto& r : incoming) {
+      EngineRequest* raw = r.get();
+      requests_.emplace(raw->req.id, std::move(r));
+      scheduler_->add_request(&raw->req);
+    }
+    for (uint64_t id : aborts) finish(id, FinishReason::kAbort, {});
+    update_stats();
+    return true;
+  }
+
+  void step() {
+    sched::SchedulerOutput out = scheduler_->schedule();
+    if (out.empty()) {
+      reject_unschedulable();
+      return;
+    }
+    std::vector<SeqChunk> chunks;
+    chunks.reserve(out.chunks.size());
+    for (const sched::ScheduledChunk& c : out.chunks) {
+      chunks.push_back({c.request->token_ids, c.start_position, c.num_new_tokens,
+                        scheduler_->block_table(c.request->id),
+                        c.samples_token ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone});
+    }
+    std::vector<float> logits = runner_->execute(chunks);
+    const size_t vocab = size_t(config_.vocab_size);
+    size_t row = 0;
+    int64_t generated = 0;
+    for (const sched::ScheduledChunk& c : out.chunks) {
+      if (!c.samples_token) continue;
+      EngineRequest& r = *requests_.at(c.request->id);
+      std::span<float> row_logits(&logits[row++ * vocab], vocab);
+      append_token(r, row_logits);
+      ++generated;
+    }
+    std::lock_guard lock(stats_mu_);
+    stats_.prompt_tokens_total += out.num_scheduled_tokens - generated;
+    stats_.generation_tokens_total += generated;
+    ++stats_.steps_total;
+  }
+
+  void append_token(EngineRequest& r, std::span<float> logits) {
+    const SamplingParams& p = r.params;
+    std::vector<int32_t> banned;
+    const int num_out = r.req.num_output_tokens();
+    if (num_out < p.min_tokens) {
+      banned = p.stop_token_ids;
+      if (!p.ignore_eos) banned.insert(banned.end(), info_.eos_token_ids.begin(), info_.eos_token_ids.end());
+    }
+    std::span<const int32_t> prompt(r.req.token_ids.data(), size_t(r.req.num_prompt_tokens));
+    SampleResult s = sample(logits, p, r.sampler, prompt, banned);
+    r.req.token_ids.push_back(s.token);
+
+    RequestOutput o;
+    o.request_id = r.req.id;
+    o.new_token_ids = {s.token};
+    if (s.logprobs) o.logprobs.push_back(std::move(*s.logprobs));
+    o.num_prompt_tokens = r.req.num_prompt_tokens;
+    o.num_cached_tokens = std::max(0, r.req.num_cached_tokens);
+    const bool is_eos = !p.ignore_eos && std::find(info_.eos_token_ids.begin(),
+                                                   info_.eos_token_ids.end(),
+                                                   s.token) != info_.eos_token_ids.end();
+    const bool is_stop_id =
+        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), s.token) !=
+        p.stop_token_ids.end();
+    if (is_eos || is_stop_id) {
+      o.finish = FinishReason::kStop;
+      o.stop_token_id = s.token;
+    } else if (r.req.num_output_tokens() >= p.max_tokens) {
+      o.finish = FinishReason::kLength;
+    }
+    const uint64_t id = r.req.id;
+    r.on_output(o);
+    if (o.finish) {
+      scheduler_->finish_request(id);
+      requests_.erase(id);
+    }
+  }
+
+  // Ends request `id` early (abort or error) with a final update.
+  void finish(uint64_t id, FinishReason reason, const std::string& error) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) return;
+    scheduler_->abort_request(id);
+    RequestOutput o;
+    o.request_id = id;
+    o.finish = reason;
+    o.error = error;
+    o.num_prompt_tokens = it->second->req.num_prompt_tokens;
+    auto cb = std::move(it->second->on_output);
+    requests_.erase(it);
+    cb(o);
+  }
+
+  // Nothing could be scheduled: a waiting request larger than the whole KV cache can never run.
+  void reject_unschedulable() {
+    if (scheduler_->num_running() > 0 || requests_.empty()) return;
+    std::vector<uint64_t> ids;
+    for (const auto& [id, r] : requests_) ids.push_back(id);
+    for (uint64_t id : ids)
+      finish(id, FinishReason::kAbort, "the request does not fit in the KV cache");
+  }
+
+  void fail_all(const std::string& why) {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, r] : requests_) ids.push_back(id);
+    for (uint64_t id : ids) finish(id, FinishReason::kAbort, "engine error: " + why);
+  }
+
+  void abort_everything() {
+    std::deque<std::unique_ptr<EngineRequest>> incoming;
+    {
+      std::lock_guard lock(mu_);
+      alive_ = false;
+      incoming.swap(incoming_);
+    }
+    for (auto& r : incoming) {
+      RequestOutput o;
+      o.request_id = r->req.id;
+      o.finish = FinishReason::kAbort;
+      r->on_output(o);
+    }
+    std::vector<uint64_t> ids;
+    for (const auto& [id, r] : requests_) ids.push_back(id);
+    for (uint64_t id : ids) finish(id, FinishReason::kAbort, {});
+    update_stats();
+  }
+
+  void update_stats() {
+    std::lock_guard lock(stats_mu_);
+    stats_.num_running = scheduler_->num_running();
+    stats_.num_waiting = scheduler_->num_waiting();
+    stats_.num_free_blocks = scheduler_->kv().num_free_blocks();
+    stats_.num_total_blocks = scheduler_->kv().num_total_blocks();
+    stats_.prefix_cache_queries = scheduler_->kv().prefix_queries();
+    stats_.prefix_cache_hits = scheduler_->kv().prefix_hits();
+    stats_.num_preemptions = scheduler_->num_preemptions_total();
+    std::lock_guard lock2(mu_);
+    waiting_count_ = stats_.num_waiting;
+  }
+
+  EngineConfig cfg_;
+  io::ModelConfig config_;
+  ModelInfo info_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
+  std::unique_ptr<sched::Scheduler> scheduler_;
+  std::unordered_map<uint64_t, std::unique_ptr<EngineRequest>> requests_;  // engine thread only
+
+  mutable std::mutex mu_;  // guards the fields below
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<EngineRequest>> incoming_;
+  std::vector<uint64_t> aborts_;
+  uint64_t next_id_ = 0;
+  int waiting_count_ = 0;
+  std::atomic<bool> alive_{true}, dead_{false};
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
+  return std::make_unique<EngineImpl>(config);
+}
+
+}  // namespace serval::runtime

@@ -1,0 +1,131 @@
+#include "runtime/engine_loader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/math.h"
+
+namespace serval::runtime {
+
+namespace {
+
+constexpr const char* kMoeBackends[] = {"latency", "throughput"};
+
+// MemAvailable from /proc/meminfo in bytes (0 if unknown).
+int64_t host_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t value;
+  std::string unit;
+  while (f >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return 0;
+}
+
+DType resolve_dtype(const EngineConfig& cfg, const io::ModelConfig& model) {
+  if (cfg.dtype == "auto") return model.torch_dtype;
+  DType t;
+  if (!dtype_from_torch_name(cfg.dtype, &t))
+    throw InvalidArgument("--dtype: unknown value '" + cfg.dtype +
+                          "' (choices: auto, bfloat16, float16, float32)");
+  return t;
+}
+
+}  // namespace
+
+std::string resolve_moe_backend(const std::string& flag) {
+  std::string value = flag;
+  std::string source = "--moe-backend";
+  if (value.empty()) {
+    const char* env = std::getenv("SERVAL_MOE_BACKEND");
+    if (env && *env) {
+      value = env;
+      source = "SERVAL_MOE_BACKEND";
+    }
+  }
+  if (value.empty()) return "latency";
+  for (const char* c : kMoeBackends)
+    if (value == c) return value;
+  throw InvalidArgument(fmt::format("{}: invalid MoE backend '{}' (choices: latency, throughput)",
+                                    source, value));
+}
+
+LoadedModel load_model(const EngineConfig& cfg) {
+  LoadedModel out;
+  out.config = io::load_model_config(cfg.model_dir);
+  const io::ModelConfig& mc = out.config;
+  const DType dtype = resolve_dtype(cfg, mc);
+  out.dtype = std::string(dtype_name(dtype));
+  out.moe_backend = mc.num_experts > 0 ? resolve_moe_backend(cfg.moe_backend) : "";
+
+  std::unique_ptr<backend::Backend> backend;
+  if (cfg.device == "cuda" || (cfg.device == "auto" && backend::cuda_available())) {
+    backend = backend::make_cuda_backend();
+    if (!backend) throw InvalidArgument("--device cuda: no CUDA GPU is available");
+  } else if (cfg.device == "cpu" || cfg.device == "auto") {
+    backend = backend::make_cpu_backend();
+  } else {
+    throw InvalidArgument("--device: unknown value '" + cfg.device + "' (choices: auto, cpu, cuda)");
+  }
+  out.device = backend->name();
+
+  // Refuse before touching weights when they cannot fit.
+  const int64_t params = mc.num_parameters();
+  const int64_t weight_bytes = params * dtype_bits(dtype) / 8;
+  if (backend->device() == Device::kCpu) {
+    const int64_t avail = host_available_bytes();
+    log::info("model {}: {} parameters ({:.2f} B), {} weights need {:.2f} GiB", cfg.model_dir,
+              params, params / 1e9, out.dtype, weight_bytes / double(1ull << 30));
+    if (avail > 0 && weight_bytes > avail * 9 / 10) {
+      throw OutOfResources(fmt::format(
+          "{}: the model has {:.2f} B parameters and needs {:.2f} GiB for {} weights, but only "
+          "{:.2f} GiB of host memory is available",
+          cfg.model_dir, params / 1e9, weight_bytes / double(1ull << 30), out.dtype,
+          avail / double(1ull << 30)));
+    }
+  }
+
+  std::unique_ptr<model::WeightSource> weights;
+  if (cfg.load_format == "dummy") {
+    weights = model::make_dummy_weights(dtype, cfg.seed);
+  } else if (cfg.load_format == "auto" || cfg.load_format == "safetensors") {
+    weights = model::open_checkpoint_weights(cfg.model_dir);
+  } else {
+    throw InvalidArgument("--load-format: unknown value '" + cfg.load_format +
+                          "' (choices: auto, safetensors, dummy)");
+  }
+  model::LoadOptions options;
+  options.moe_backend = out.moe_backend;
+  auto model = model::create_model(mc, *weights, *backend, options);
+
+  out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
+  if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
+  const int64_t per_token = ModelRunner::kv_bytes_per_token(model->kv_geometry(), DType::kF32);
+  const int64_t kv_bytes = cfg.cpu_kv_cache_bytes > 0 ? cfg.cpu_kv_cache_bytes : (4ll << 30);
+  const int64_t blocks_for_all = int64_t(cfg.max_num_seqs) *
+                                     ceil_div(out.max_model_len, cfg.block_size) + 1;
+  out.num_blocks = int(std::min<int64_t>(kv_bytes / (per_token * cfg.block_size), blocks_for_all));
+  const int64_t cache_tokens = out.num_blocks * int64_t(cfg.block_size);
+  if (cache_tokens < out.max_model_len && cfg.max_model_len == 0) {
+    log::warn("max_model_len lowered from {} to {}: the KV cache holds {} tokens", out.max_model_len,
+              cache_tokens, cache_tokens);
+    out.max_model_len = int(cache_tokens);
+  }
+  if (cache_tokens < out.max_model_len) {
+    throw OutOfResources(fmt::format(
+        "KV cache of {} blocks ({} tokens) cannot hold one sequence of max_model_len {}; "
+        "lower --max-model-len",
+        out.num_blocks, out.num_blocks * cfg.block_size, out.max_model_len));
+  }
+  out.runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), out.num_blocks,
+                                             cfg.block_size);
+  return out;
+}
+
+}  // namespace serval::runtime

@@ -1,0 +1,29 @@
+// Start-up of an engine: config, weights, backend choice, memory check, KV cache sizing.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "io/model_config.h"
+#include "runtime/engine.h"
+#include "runtime/model_runner.h"
+
+namespace serval::runtime {
+
+struct LoadedModel {
+  io::ModelConfig config;
+  std::unique_ptr<ModelRunner> runner;
+  int num_blocks = 0;
+  int max_model_len = 0;
+  std::string moe_backend;
+  std::string device;
+  std::string dtype;
+};
+
+// Resolves --moe-backend → SERVAL_MOE_BACKEND → "latency"; InvalidArgument listing the choices.
+std::string resolve_moe_backend(const std::string& flag);
+
+// Loads the model per `config`; throws LoadError / OutOfResources with clear messages (the
+// latter states the parameter count and the memory needed).
+LoadedModel load_model(const EngineConfig& config);
+
+}  // namespace serval::runtime

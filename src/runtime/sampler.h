@@ -1,0 +1,29 @@
+// Token sampling on the host from one row of logits: penalties, temperature, top-k, top-p,
+// min-p, seeded randomness, and logprobs of the raw distribution.
+#pragma once
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace serval::runtime {
+
+// Per-sequence state the sampler needs between steps.
+struct SamplerState {
+  std::mt19937_64 rng;
+  std::unordered_map<int32_t, int> output_counts;  // generated token → occurrences
+};
+
+struct SampleResult {
+  int32_t token;
+  std::optional<LogprobEntry> logprobs;
+};
+
+// `logits` [vocab] is modified in place. `prompt` and the counts in `state` drive the penalties.
+// `banned` ids get -inf (EOS and stop ids while fewer than min_tokens were generated).
+SampleResult sample(std::span<float> logits, const SamplingParams& params, SamplerState& state,
+                    std::span<const int32_t> prompt, std::span<const int32_t> banned);
+
+}  // namespace serval::runtime
