@@ -40,13 +40,25 @@ struct MoeWeights {
   int local_offset = 0, num_local = 0;
 };
 
+// Per-layer constants of the attention core.
+struct AttentionParams {
+  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;  // softmax scale
+  float rms_norm_eps = 1e-6f;
+  const Tensor* q_norm = nullptr;  // [head_dim] or null
+  const Tensor* k_norm = nullptr;
+  const Tensor* inv_freq = nullptr;  // [head_dim / 2] f32
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
-  // Activations dtype of this backend (f32 on the CPU).
+  // Activations dtype of this backend (f32 on the CPU, bf16 on CUDA).
   virtual DType activation_dtype() const = 0;
+  // Element type of the paged KV cache.
+  virtual DType kv_cache_dtype() const = 0;
 
   virtual Tensor empty(DType dtype, Shape shape) = 0;
   // Copies a host tensor to the device (a no-op view on the CPU backend).
@@ -63,11 +75,12 @@ class Backend {
                         Tensor& out) = 0;
   // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n])
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
-  // In-place neox rotary embedding of q [T, Hq, D] and k [T, Hkv, D].
-  virtual void rope(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq) = 0;
-  // Appends k/v [T, Hkv, D] to the cache, then attends q [T, Hq, D] → out [T, Hq, D].
-  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, KvCacheLayer& cache,
-                         const StepMetadata& meta, float scale, Tensor& out) = 0;
+  // The attention core of one layer, after the fused QKV projection:
+  // qkv [T, (Hq + 2·Hkv)·D] (per row: q heads, k heads, v heads) → per-head RMSNorm of q and k
+  // (when the norms are given), neox RoPE with inv_freq [D/2] at meta.positions, K/V appended to
+  // the paged cache at meta.slot_mapping, causal paged attention → out [T, Hq·D].
+  virtual void attention(const Tensor& qkv, const AttentionParams& p, KvCacheLayer& cache,
+                         const StepMetadata& meta, Tensor& out) = 0;
   // out[r] = silu(x[r, :I]) · x[r, I:]
   virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
   // out[T, hidden] = Σ_k weight_k · expert_k(x) over the routed experts held locally.

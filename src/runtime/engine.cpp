@@ -72,8 +72,8 @@ class EngineImpl final : public Engine {
     std::lock_guard lock(mu_);
     if (!alive_) throw Error("the engine is not running");
     if (int(incoming_.size()) + waiting_count_ >= cfg_.max_waiting_requests)
-      throw QueueFull(fmt::format("the waiting queue is full ({} requests)",
-                                  cfg_.max_waiting_requests));
+      throw QueueFull(
+          fmt::format("the waiting queue is full ({} requests)", cfg_.max_waiting_requests));
     r->req.id = ++next_id_;
     uint64_t id = r->req.id;
     incoming_.push_back(std::move(r));
@@ -110,8 +110,8 @@ class EngineImpl final : public Engine {
     if (!fs::exists(fs::path(cfg_.model_dir) / "tokenizer.json")) return;
     tokenizer_ = tokenizer::Tokenizer::load(cfg_.model_dir);
     if (!tokenizer_->chat_template_source().empty())
-      chat_template_ = std::make_unique<tokenizer::ChatTemplate>(
-          tokenizer_->chat_template_source());
+      chat_template_ =
+          std::make_unique<tokenizer::ChatTemplate>(tokenizer_->chat_template_source());
   }
 
   void fill_info(const LoadedModel& m) {
@@ -138,7 +138,8 @@ class EngineImpl final : public Engine {
       if (gen.top_p) info_.default_sampling.top_p = *gen.top_p;
       if (gen.top_k) info_.default_sampling.top_k = *gen.top_k;
       if (gen.min_p) info_.default_sampling.min_p = *gen.min_p;
-      if (gen.repetition_penalty) info_.default_sampling.repetition_penalty = *gen.repetition_penalty;
+      if (gen.repetition_penalty)
+        info_.default_sampling.repetition_penalty = *gen.repetition_penalty;
     }
   }
 
@@ -150,12 +151,12 @@ class EngineImpl final : public Engine {
                                           id, config_.vocab_size));
     if (p.max_tokens < 1) throw InvalidArgument("max_tokens must be at least 1");
     if (int64_t(prompt.size()) + p.max_tokens > info_.max_model_len)
-      throw InvalidArgument(fmt::format(
-          "prompt ({} tokens) + max_tokens ({}) exceeds max_model_len ({})", prompt.size(),
-          p.max_tokens, info_.max_model_len));
+      throw InvalidArgument(
+          fmt::format("prompt ({} tokens) + max_tokens ({}) exceeds max_model_len ({})",
+                      prompt.size(), p.max_tokens, info_.max_model_len));
     if (p.logprobs > cfg_.max_logprobs)
-      throw InvalidArgument(fmt::format("logprobs {} exceeds --max-logprobs {}", p.logprobs,
-                                        cfg_.max_logprobs));
+      throw InvalidArgument(
+          fmt::format("logprobs {} exceeds --max-logprobs {}", p.logprobs, cfg_.max_logprobs));
   }
 
   void loop() {
@@ -163,6 +164,7 @@ class EngineImpl final : public Engine {
       for (;;) {
         if (!take_inputs()) break;
         step();
+        update_stats();  // requests that finished in this step must not look running
       }
     } catch (const std::exception& e) {
       log::error("engine step failed: {}", e.what());
@@ -208,6 +210,14 @@ class EngineImpl final : public Engine {
                         scheduler_->block_table(c.request->id),
                         c.samples_token ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone});
     }
+    // Prompt tokens are the scheduled positions below num_prompt_tokens (a sampled token is
+    // not a scheduled input, so "scheduled - sampled" undercounts by one per prefill).
+    // Counted before sampling: a finished request's sched::Request is freed by append_token.
+    int64_t prompt_tokens = 0;
+    for (const sched::ScheduledChunk& c : out.chunks)
+      prompt_tokens +=
+          std::max(0, std::min(c.start_position + c.num_new_tokens, c.request->num_prompt_tokens) -
+                          c.start_position);
     std::vector<float> logits = runner_->execute(chunks);
     const size_t vocab = size_t(config_.vocab_size);
     size_t row = 0;
@@ -220,7 +230,7 @@ class EngineImpl final : public Engine {
       ++generated;
     }
     std::lock_guard lock(stats_mu_);
-    stats_.prompt_tokens_total += out.num_scheduled_tokens - generated;
+    stats_.prompt_tokens_total += prompt_tokens;
     stats_.generation_tokens_total += generated;
     ++stats_.steps_total;
   }
@@ -231,7 +241,8 @@ class EngineImpl final : public Engine {
     const int num_out = r.req.num_output_tokens();
     if (num_out < p.min_tokens) {
       banned = p.stop_token_ids;
-      if (!p.ignore_eos) banned.insert(banned.end(), info_.eos_token_ids.begin(), info_.eos_token_ids.end());
+      if (!p.ignore_eos)
+        banned.insert(banned.end(), info_.eos_token_ids.begin(), info_.eos_token_ids.end());
     }
     std::span<const int32_t> prompt(r.req.token_ids.data(), size_t(r.req.num_prompt_tokens));
     SampleResult s = sample(logits, p, r.sampler, prompt, banned);
@@ -243,12 +254,11 @@ class EngineImpl final : public Engine {
     if (s.logprobs) o.logprobs.push_back(std::move(*s.logprobs));
     o.num_prompt_tokens = r.req.num_prompt_tokens;
     o.num_cached_tokens = std::max(0, r.req.num_cached_tokens);
-    const bool is_eos = !p.ignore_eos && std::find(info_.eos_token_ids.begin(),
-                                                   info_.eos_token_ids.end(),
-                                                   s.token) != info_.eos_token_ids.end();
-    const bool is_stop_id =
-        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), s.token) !=
-        p.stop_token_ids.end();
+    const bool is_eos =
+        !p.ignore_eos && std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(),
+                                   s.token) != info_.eos_token_ids.end();
+    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), s.token) !=
+                            p.stop_token_ids.end();
     if (is_eos || is_stop_id) {
       o.finish = FinishReason::kStop;
       o.stop_token_id = s.token;

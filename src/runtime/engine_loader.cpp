@@ -52,8 +52,8 @@ std::string resolve_moe_backend(const std::string& flag) {
   if (value.empty()) return "latency";
   for (const char* c : kMoeBackends)
     if (value == c) return value;
-  throw InvalidArgument(fmt::format("{}: invalid MoE backend '{}' (choices: latency, throughput)",
-                                    source, value));
+  throw InvalidArgument(
+      fmt::format("{}: invalid MoE backend '{}' (choices: latency, throughput)", source, value));
 }
 
 LoadedModel load_model(const EngineConfig& cfg) {
@@ -71,7 +71,8 @@ LoadedModel load_model(const EngineConfig& cfg) {
   } else if (cfg.device == "cpu" || cfg.device == "auto") {
     backend = backend::make_cpu_backend();
   } else {
-    throw InvalidArgument("--device: unknown value '" + cfg.device + "' (choices: auto, cpu, cuda)");
+    throw InvalidArgument("--device: unknown value '" + cfg.device +
+                          "' (choices: auto, cpu, cuda)");
   }
   out.device = backend->name();
 
@@ -106,15 +107,16 @@ LoadedModel load_model(const EngineConfig& cfg) {
 
   out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
-  const int64_t per_token = ModelRunner::kv_bytes_per_token(model->kv_geometry(), DType::kF32);
+  const int64_t per_token =
+      ModelRunner::kv_bytes_per_token(model->kv_geometry(), backend->kv_cache_dtype());
   const int64_t kv_bytes = cfg.cpu_kv_cache_bytes > 0 ? cfg.cpu_kv_cache_bytes : (4ll << 30);
-  const int64_t blocks_for_all = int64_t(cfg.max_num_seqs) *
-                                     ceil_div(out.max_model_len, cfg.block_size) + 1;
+  const int64_t blocks_for_all =
+      int64_t(cfg.max_num_seqs) * ceil_div(out.max_model_len, cfg.block_size) + 1;
   out.num_blocks = int(std::min<int64_t>(kv_bytes / (per_token * cfg.block_size), blocks_for_all));
   const int64_t cache_tokens = out.num_blocks * int64_t(cfg.block_size);
   if (cache_tokens < out.max_model_len && cfg.max_model_len == 0) {
-    log::warn("max_model_len lowered from {} to {}: the KV cache holds {} tokens", out.max_model_len,
-              cache_tokens, cache_tokens);
+    log::warn("max_model_len lowered from {} to {}: the KV cache holds {} tokens",
+              out.max_model_len, cache_tokens, cache_tokens);
     out.max_model_len = int(cache_tokens);
   }
   if (cache_tokens < out.max_model_len) {

@@ -72,8 +72,10 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
   const model::KvGeometry g = model_->kv_geometry();
   for (int i = 0; i < g.num_layers; ++i) {
     backend::KvCacheLayer layer;
-    layer.k = backend_->empty(DType::kF32, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
-    layer.v = backend_->empty(DType::kF32, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
+    layer.k = backend_->empty(backend_->kv_cache_dtype(),
+                              {num_blocks, block_size, g.num_kv_heads, g.head_dim});
+    layer.v = backend_->empty(backend_->kv_cache_dtype(),
+                              {num_blocks, block_size, g.num_kv_heads, g.head_dim});
     layer.block_size = block_size;
     kv_.push_back(std::move(layer));
   }

@@ -70,7 +70,8 @@ SampleResult sample(std::span<float> logits, const SamplingParams& params, Sampl
     std::vector<double> probs(keep);
     const double max_l = logits[idx[0]] / params.temperature;
     double sum = 0;
-    for (size_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(logits[idx[i]] / params.temperature - max_l);
+    for (size_t i = 0; i < keep; ++i)
+      sum += probs[i] = std::exp(logits[idx[i]] / params.temperature - max_l);
     for (double& p : probs) p /= sum;
     if (params.min_p > 0) {
       const double floor = params.min_p * probs[0];

@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
   DType activation_dtype() const override { return DType::kF32; }
+  DType kv_cache_dtype() const override { return DType::kF32; }
 
   Tensor empty(DType dtype, Shape shape) override { return host_empty(dtype, std::move(shape)); }
   Tensor upload(const Tensor& host) override { return host; }
@@ -47,21 +48,30 @@ class CpuBackend final : public Backend {
                           y.as<float>(), int(x.numel() / k), n, k});
   }
 
-  void rope(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq) override {
-    int head_dim = int(q.dim(-1));
-    int tokens = int(positions.numel());
-    kernels::cpu::rope({q.as<float>(), k.as<float>(), positions.as<int32_t>(), inv_freq.as<float>(),
-                        tokens, int(q.numel() / tokens / head_dim),
-                        int(k.numel() / tokens / head_dim), head_dim});
-  }
-
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, KvCacheLayer& cache,
-                 const StepMetadata& meta, float scale, Tensor& out) override {
-    const int head_dim = int(cache.k.dim(3)), num_kv_heads = int(cache.k.dim(2));
-    const int tokens = meta.num_tokens;
+  void attention(const Tensor& qkv, const AttentionParams& a, KvCacheLayer& cache,
+                 const StepMetadata& meta, Tensor& out) override {
+    expect_f32(qkv, "attention input");
+    const int T = meta.num_tokens, D = a.head_dim;
+    const int q_dim = a.num_q_heads * D, kv_dim = a.num_kv_heads * D;
+    Tensor q = host_empty(DType::kF32, {T, q_dim});
+    Tensor k = host_empty(DType::kF32, {T, kv_dim});
+    Tensor v = host_empty(DType::kF32, {T, kv_dim});
+    for (int t = 0; t < T; ++t) {
+      const float* row = qkv.as<float>() + size_t(t) * (q_dim + 2 * kv_dim);
+      std::memcpy(q.as<float>() + size_t(t) * q_dim, row, sizeof(float) * q_dim);
+      std::memcpy(k.as<float>() + size_t(t) * kv_dim, row + q_dim, sizeof(float) * kv_dim);
+      std::memcpy(v.as<float>() + size_t(t) * kv_dim, row + q_dim + kv_dim, sizeof(float) * kv_dim);
+    }
+    if (a.q_norm) {
+      kernels::cpu::rms_norm({q.as<float>(), nullptr, a.q_norm->data, a.q_norm->dtype,
+                              q.as<float>(), T * a.num_q_heads, D, a.rms_norm_eps});
+      kernels::cpu::rms_norm({k.as<float>(), nullptr, a.k_norm->data, a.k_norm->dtype,
+                              k.as<float>(), T * a.num_kv_heads, D, a.rms_norm_eps});
+    }
+    kernels::cpu::rope({q.as<float>(), k.as<float>(), meta.positions.as<int32_t>(),
+                        a.inv_freq->as<float>(), T, a.num_q_heads, a.num_kv_heads, D});
     kernels::cpu::kv_append({k.as<float>(), v.as<float>(), meta.slot_mapping.as<int32_t>(),
-                             cache.k.as<float>(), cache.v.as<float>(), tokens, num_kv_heads,
-                             head_dim});
+                             cache.k.as<float>(), cache.v.as<float>(), T, a.num_kv_heads, D});
     kernels::PagedAttentionParams p{};
     p.q = q.as<float>();
     p.out = out.as<float>();
@@ -73,10 +83,10 @@ class CpuBackend final : public Backend {
     p.num_seqs = meta.num_seqs;
     p.max_blocks_per_seq = meta.max_blocks_per_seq;
     p.block_size = cache.block_size;
-    p.num_q_heads = int(q.numel() / tokens / head_dim);
-    p.num_kv_heads = num_kv_heads;
-    p.head_dim = head_dim;
-    p.scale = scale;
+    p.num_q_heads = a.num_q_heads;
+    p.num_kv_heads = a.num_kv_heads;
+    p.head_dim = D;
+    p.scale = a.scale;
     kernels::cpu::paged_attention(p);
   }
 

@@ -52,27 +52,29 @@ Tensor rope_inv_freq(const io::ModelConfig& c) {
 
 Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
                      const std::string& prefix, bool qk_norm)
-    : b_(b),
-      num_heads_(c.num_attention_heads),
-      num_kv_heads_(c.num_key_value_heads),
-      head_dim_(c.head_dim),
-      eps_(c.rms_norm_eps),
-      has_bias_(c.attention_bias),
-      qk_norm_(qk_norm) {
-  const int64_t H = c.hidden_size, q_dim = int64_t(num_heads_) * head_dim_,
-                kv_dim = int64_t(num_kv_heads_) * head_dim_;
-  wq_ = b.upload(w.get(prefix + ".q_proj.weight", {q_dim, H}));
-  wk_ = b.upload(w.get(prefix + ".k_proj.weight", {kv_dim, H}));
-  wv_ = b.upload(w.get(prefix + ".v_proj.weight", {kv_dim, H}));
-  wo_ = b.upload(w.get(prefix + ".o_proj.weight", {H, q_dim}));
+    : b_(b), has_bias_(c.attention_bias) {
+  params_.num_q_heads = c.num_attention_heads;
+  params_.num_kv_heads = c.num_key_value_heads;
+  params_.head_dim = c.head_dim;
+  params_.scale = 1.0f / std::sqrt(float(c.head_dim));
+  params_.rms_norm_eps = c.rms_norm_eps;
+  const int64_t H = c.hidden_size;
+  q_dim_ = c.num_attention_heads * c.head_dim;
+  const int64_t kv_dim = int64_t(c.num_key_value_heads) * c.head_dim;
+  wqkv_ = b.upload(concat_rows({w.get(prefix + ".q_proj.weight", {q_dim_, H}),
+                                w.get(prefix + ".k_proj.weight", {kv_dim, H}),
+                                w.get(prefix + ".v_proj.weight", {kv_dim, H})}));
+  wo_ = b.upload(w.get(prefix + ".o_proj.weight", {H, q_dim_}));
   if (has_bias_) {
-    bq_ = b.upload(w.get(prefix + ".q_proj.bias", {q_dim}));
-    bk_ = b.upload(w.get(prefix + ".k_proj.bias", {kv_dim}));
-    bv_ = b.upload(w.get(prefix + ".v_proj.bias", {kv_dim}));
+    bqkv_ = b.upload(concat_rows({w.get(prefix + ".q_proj.bias", {q_dim_}),
+                                  w.get(prefix + ".k_proj.bias", {kv_dim}),
+                                  w.get(prefix + ".v_proj.bias", {kv_dim})}));
   }
-  if (qk_norm_) {
-    q_norm_ = b.upload(w.get(prefix + ".q_norm.weight", {head_dim_}));
-    k_norm_ = b.upload(w.get(prefix + ".k_norm.weight", {head_dim_}));
+  if (qk_norm) {
+    q_norm_ = b.upload(w.get(prefix + ".q_norm.weight", {c.head_dim}));
+    k_norm_ = b.upload(w.get(prefix + ".k_norm.weight", {c.head_dim}));
+    params_.q_norm = &q_norm_;
+    params_.k_norm = &k_norm_;
   }
 }
 
@@ -80,20 +82,13 @@ void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, cons
                         backend::KvCacheLayer& cache, Tensor& out) {
   const int64_t T = x.dim(0);
   const DType act = b_.activation_dtype();
-  Tensor q = b_.empty(act, {T, num_heads_, head_dim_});
-  Tensor k = b_.empty(act, {T, num_kv_heads_, head_dim_});
-  Tensor v = b_.empty(act, {T, num_kv_heads_, head_dim_});
-  b_.linear(x, wq_, has_bias_ ? &bq_ : nullptr, q);
-  b_.linear(x, wk_, has_bias_ ? &bk_ : nullptr, k);
-  b_.linear(x, wv_, has_bias_ ? &bv_ : nullptr, v);
-  if (qk_norm_) {
-    b_.rms_norm(q, nullptr, q_norm_, eps_, q);
-    b_.rms_norm(k, nullptr, k_norm_, eps_, k);
-  }
-  b_.rope(q, k, meta.positions, inv_freq);
-  Tensor attn = b_.empty(act, {T, num_heads_, head_dim_});
-  b_.attention(q, k, v, cache, meta, 1.0f / std::sqrt(float(head_dim_)), attn);
-  b_.linear(attn.reshape({T, int64_t(num_heads_) * head_dim_}), wo_, nullptr, out);
+  Tensor qkv = b_.empty(act, {T, wqkv_.dim(0)});
+  b_.linear(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
+  Tensor attn = b_.empty(act, {T, q_dim_});
+  backend::AttentionParams p = params_;
+  p.inv_freq = &inv_freq;
+  b_.attention(qkv, p, cache, meta, attn);
+  b_.linear(attn, wo_, nullptr, out);
 }
 
 Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,

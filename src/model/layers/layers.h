@@ -25,10 +25,11 @@ class Attention {
 
  private:
   backend::Backend& b_;
-  int num_heads_, num_kv_heads_, head_dim_;
-  float eps_;
-  Tensor wq_, wk_, wv_, wo_, bq_, bk_, bv_, q_norm_, k_norm_;
-  bool has_bias_, qk_norm_;
+  backend::AttentionParams params_;
+  int q_dim_;
+  Tensor wqkv_, bqkv_;  // q, k, v projections fused along the output rows
+  Tensor wo_, q_norm_, k_norm_;
+  bool has_bias_;
 };
 
 class Mlp {
