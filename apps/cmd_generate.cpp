@@ -53,7 +53,8 @@ int run_generate(const GenerateOptions& o) {
   if (!o.prompt_ids.empty()) {
     prompt = parse_ids(o.prompt_ids);
   } else {
-    if (!tok) throw InvalidArgument(o.engine.model_dir + " has no tokenizer.json: use --prompt-ids");
+    if (!tok)
+      throw InvalidArgument(o.engine.model_dir + " has no tokenizer.json: use --prompt-ids");
     std::string text = o.prompt;
     bool add_special = true;
     if (o.chat) {
@@ -98,8 +99,10 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt token ids, comma separated");
   cmd->add_flag("--chat", o->chat, "Apply the model's chat template to the prompt");
   cmd->add_option("--max-tokens", o->sampling.max_tokens, "Tokens to generate")
-      ->default_val(16)->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", o->temperature, "0 = greedy")->default_val(0.0f)
+      ->default_val(16)
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")
+      ->default_val(0.0f)
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->sampling.top_p)->default_val(1.0f)->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--top-k", o->sampling.top_k)->default_val(0);

@@ -85,6 +85,8 @@ class Backend {
   virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
   // out[T, hidden] = Σ_k weight_k · expert_k(x) over the routed experts held locally.
   virtual void moe(const Tensor& x, const MoeWeights& w, Tensor& out) = 0;
+  // out[r] = argmax over logits[r, :] (ties: lowest index); logits [R, V] f32, out [R] i32.
+  virtual void argmax(const Tensor& logits, Tensor& out) = 0;
   // out[i] = x[rows[i]]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
 };

@@ -81,16 +81,28 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
   }
 }
 
-std::vector<float> ModelRunner::execute(std::span<const SeqChunk> chunks) {
-  backend::StepMetadata host = build_step_metadata(chunks, block_size_);
-  backend::StepMetadata meta = host;
+Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
+  backend::StepMetadata meta = build_step_metadata(chunks, block_size_);
   for (Tensor* t : {&meta.token_ids, &meta.positions, &meta.slot_mapping, &meta.query_start,
                     &meta.context_lens, &meta.block_tables, &meta.logits_indices}) {
     *t = backend_->upload(*t);
   }
-  Tensor logits = model_->forward(meta, kv_);
+  return model_->forward(meta, kv_);
+}
+
+std::vector<float> ModelRunner::execute(std::span<const SeqChunk> chunks) {
+  Tensor logits = forward(chunks);
   std::vector<float> out(size_t(logits.numel()));
   backend_->download(logits, out.data());
+  return out;
+}
+
+std::vector<int32_t> ModelRunner::execute_greedy(std::span<const SeqChunk> chunks) {
+  Tensor logits = forward(chunks);
+  Tensor ids = backend_->empty(DType::kI32, {logits.dim(0)});
+  backend_->argmax(logits, ids);
+  std::vector<int32_t> out(size_t(ids.numel()));
+  backend_->download(ids, out.data());
   return out;
 }
 

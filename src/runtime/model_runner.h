@@ -30,6 +30,8 @@ class ModelRunner {
               int num_blocks, int block_size);
   // Runs one step; returns logits [rows, vocab] in host memory, rows in chunk order.
   std::vector<float> execute(std::span<const SeqChunk> chunks);
+  // Runs one step and returns the argmax token of each logits row (only ids leave the device).
+  std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks);
   model::Model& model() { return *model_; }
   backend::Backend& backend() { return *backend_; }
   int block_size() const { return block_size_; }
@@ -38,6 +40,8 @@ class ModelRunner {
   static int64_t kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype);
 
  private:
+  Tensor forward(std::span<const SeqChunk> chunks);
+
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::Model> model_;
   std::vector<backend::KvCacheLayer> kv_;

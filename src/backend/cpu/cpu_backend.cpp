@@ -1,4 +1,5 @@
 // The CPU backend: f32 activations, weights in their checkpoint dtype, fp32 KV cache.
+#include <algorithm>
 #include <cstring>
 
 #include "backend/backend.h"
@@ -98,6 +99,14 @@ class CpuBackend final : public Backend {
   void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override {
     expect_f32(x, "moe input");
     moe::moe_forward_cpu(x.as<float>(), int(x.dim(0)), w, out.as<float>());
+  }
+
+  void argmax(const Tensor& logits, Tensor& out) override {
+    const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = logits.as<float>() + r * vocab;
+      out.as<int32_t>()[r] = int32_t(std::max_element(row, row + vocab) - row);
+    }
   }
 
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {

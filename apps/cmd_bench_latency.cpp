@@ -1,0 +1,118 @@
+// `serval bench latency`: B sequences through one prefill step and N decode steps on the model
+// runner (no HTTP, no scheduler), reporting prefill throughput, TTFT and TPOT.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <random>
+
+#include "apps/commands.h"
+#include "base/error.h"
+#include "base/math.h"
+#include "runtime/engine_loader.h"
+
+namespace serval::apps {
+
+namespace {
+
+struct LatencyOptions {
+  runtime::EngineConfig engine;
+  int batch_size = 8, input_len = 32, output_len = 128, iters = 3, warmup_iters = 1;
+};
+
+struct IterationTimes {
+  double prefill_s = 0;
+  std::vector<double> decode_s;
+};
+
+IterationTimes run_iteration(runtime::ModelRunner& runner, const LatencyOptions& o, int vocab,
+                             std::mt19937& rng) {
+  const int B = o.batch_size, bs = runner.block_size();
+  const int blocks_per_seq = ceil_div(o.input_len + o.output_len, bs);
+  std::vector<std::vector<int32_t>> tokens(B), tables(B);
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  for (int s = 0; s < B; ++s) {
+    for (int i = 0; i < o.input_len; ++i) tokens[s].push_back(id(rng));
+    for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
+  }
+  IterationTimes times;
+  for (int step = 0; step < o.output_len; ++step) {
+    std::vector<runtime::SeqChunk> chunks;
+    for (int s = 0; s < B; ++s) {
+      const int start = step == 0 ? 0 : int(tokens[s].size()) - 1;
+      chunks.push_back({tokens[s], start, int(tokens[s].size()) - start, tables[s],
+                        runtime::SeqChunk::Logits::kLast});
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> next = runner.execute_greedy(chunks);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    (step == 0 ? times.prefill_s : times.decode_s.emplace_back()) = dt;
+    for (int s = 0; s < B; ++s) tokens[s].push_back(next[s]);
+  }
+  return times;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void run_latency(LatencyOptions o) {
+  const int blocks_per_seq = ceil_div(o.input_len + o.output_len, o.engine.block_size);
+  o.engine.max_num_seqs = o.batch_size;
+  if (o.engine.max_model_len == 0) o.engine.max_model_len = o.input_len + o.output_len;
+  runtime::LoadedModel m = runtime::load_model(o.engine);
+  if (m.num_blocks < o.batch_size * blocks_per_seq)
+    throw OutOfResources(fmt::format("the KV cache has {} blocks, the run needs {}", m.num_blocks,
+                                     o.batch_size * blocks_per_seq));
+  std::mt19937 rng(1234);
+  std::vector<double> prefill, tpot;
+  for (int it = 0; it < o.warmup_iters + o.iters; ++it) {
+    IterationTimes t = run_iteration(*m.runner, o, m.config.vocab_size, rng);
+    if (it < o.warmup_iters) continue;
+    prefill.push_back(t.prefill_s);
+    tpot.push_back(median(t.decode_s));
+  }
+  const double ttft = median(prefill);
+  std::cout << fmt::format(
+      "model {} ({}), device {}, dtype {}{}\n"
+      "batch {} input {} output {}: prefill {:.1f} tok/s, TTFT {:.2f} ms, TPOT median {:.3f} ms "
+      "({:.1f} tok/s per sequence, {:.1f} tok/s total)\n",
+      o.engine.model_dir, m.config.architecture, m.device, m.dtype,
+      m.moe_backend.empty() ? "" : ", MoE backend " + m.moe_backend, o.batch_size, o.input_len,
+      o.output_len, o.batch_size * o.input_len / ttft, ttft * 1e3, median(tpot) * 1e3,
+      1.0 / median(tpot), o.batch_size / median(tpot));
+}
+
+}  // namespace
+
+void register_bench_latency(CLI::App& bench) {
+  auto o = std::make_shared<LatencyOptions>();
+  CLI::App* cmd = bench.add_subcommand("latency", "Prefill and decode latency of the model runner");
+  cmd->add_option("--model,model", o->engine.model_dir, "Model folder")->required();
+  cmd->add_option("--load-format", o->engine.load_format)
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  cmd->add_option("--batch-size", o->batch_size)->check(CLI::PositiveNumber);
+  cmd->add_option("--input-len", o->input_len)->check(CLI::PositiveNumber);
+  cmd->add_option("--output-len", o->output_len)->check(CLI::PositiveNumber);
+  cmd->add_option("--num-iters", o->iters)->check(CLI::PositiveNumber);
+  cmd->add_option("--num-iters-warmup", o->warmup_iters)->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dtype", o->engine.dtype);
+  cmd->add_option("--device", o->engine.device)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--kv-cache-dtype", o->engine.kv_cache_dtype);
+  cmd->add_option("--moe-backend", o->engine.moe_backend)->envname("SERVAL_MOE_BACKEND");
+  cmd->add_option("--max-model-len", o->engine.max_model_len);
+  cmd->add_option("--gpu-memory-utilization", o->engine.gpu_memory_utilization);
+  cmd->add_flag("--enforce-eager", o->engine.enforce_eager);
+  cmd->callback([o] {
+    try {
+      run_latency(*o);
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace serval::apps

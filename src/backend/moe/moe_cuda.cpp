@@ -1,0 +1,163 @@
+// Host orchestration of the CUDA MoE backends (compiled only with CUDA).
+#ifdef SERVAL_HAVE_CUDA
+#include "backend/moe/moe_cuda.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/cuda/moe/moe_gemm.h"
+#include "kernels/cuda/moe/moe_routing.h"
+
+namespace serval::backend::moe {
+
+namespace kc = serval::kernels::cuda;
+
+namespace {
+
+constexpr int kThroughputTile = 128;
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// Byte offsets of the workspace pieces for `tokens` tokens and token tile `tile`.
+struct Layout {
+  size_t topk_ids, topk_weights, e2p, p2t, tile_expert, num_tiles, act, y, total;
+  int max_tiles, max_rows;
+};
+
+Layout layout(int tokens, int top_k, int num_local, int hidden, int inter, int tile) {
+  Layout l{};
+  const size_t pairs = size_t(tokens) * top_k;
+  l.max_tiles = kc::moe_max_tiles(int(pairs), num_local, tile);
+  l.max_rows = l.max_tiles * tile;
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    size_t at = off;
+    off += align256(bytes);
+    return at;
+  };
+  l.topk_ids = take(pairs * 4);
+  l.topk_weights = take(pairs * 4);
+  l.e2p = take(pairs * 4);
+  l.p2t = take(size_t(l.max_rows) * 4);
+  l.tile_expert = take(size_t(l.max_tiles) * 4);
+  l.num_tiles = take(4);
+  l.act = take(size_t(l.max_rows) * inter * 2);
+  l.y = take(size_t(l.max_rows) * hidden * 2);
+  l.total = off;
+  return l;
+}
+
+int tile_for(const MoeCudaArgs& a) {
+  return a.backend == MoeCudaBackend::kThroughput
+             ? kThroughputTile
+             : moe_latency_tile(a.num_tokens, a.top_k, a.num_local);
+}
+
+}  // namespace
+
+int moe_latency_tile(int num_tokens, int top_k, int num_local) {
+  const long pairs = long(num_tokens) * top_k;
+  const long per_expert = num_local > 0 ? (pairs + num_local - 1) / num_local : 0;
+  int tile = 8;
+  while (tile < per_expert && tile < 64) tile *= 2;
+  return tile;
+}
+
+size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter) {
+  // Rows grow with the token count for a fixed tile, so the maximum over tiles at max_tokens
+  // bounds every smaller call.
+  size_t bytes = 0;
+  for (int tile : {8, 16, 32, 64, kThroughputTile})
+    bytes = std::max(bytes, layout(max_tokens, top_k, num_local, hidden, inter, tile).total);
+  return bytes;
+}
+
+MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a) {
+  const int tile = tile_for(a);
+  const Layout l = layout(a.num_tokens, a.top_k, a.num_local, a.hidden, a.inter, tile);
+  if (a.workspace == nullptr || a.workspace_bytes < l.total)
+    throw InvalidArgument("moe_forward_cuda: workspace of " + std::to_string(a.workspace_bytes) +
+                          " bytes, need " + std::to_string(l.total) + " for " +
+                          std::to_string(a.num_tokens) + " tokens");
+  char* base = static_cast<char*>(a.workspace);
+  MoeWorkspaceView v{};
+  v.topk_ids = reinterpret_cast<int32_t*>(base + l.topk_ids);
+  v.topk_weights = reinterpret_cast<float*>(base + l.topk_weights);
+  v.expanded_to_permuted = reinterpret_cast<int32_t*>(base + l.e2p);
+  v.permuted_to_token = reinterpret_cast<int32_t*>(base + l.p2t);
+  v.tile_expert = reinterpret_cast<int32_t*>(base + l.tile_expert);
+  v.num_tiles = reinterpret_cast<int32_t*>(base + l.num_tiles);
+  v.act = reinterpret_cast<bf16*>(base + l.act);
+  v.y = reinterpret_cast<bf16*>(base + l.y);
+  v.tile = tile;
+  v.max_tiles = l.max_tiles;
+  v.max_rows = l.max_rows;
+  return v;
+}
+
+void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
+  if (a.num_tokens <= 0) return;
+  if (a.hidden % 128 != 0 || a.inter % 64 != 0 || a.hidden <= 0 || a.inter <= 0)
+    throw InvalidArgument("moe_forward_cuda: hidden must be a multiple of 128 and inter of 64 "
+                          "(got hidden=" + std::to_string(a.hidden) +
+                          ", inter=" + std::to_string(a.inter) + ")");
+  if (a.local_offset < 0 || a.num_local < 0 || a.local_offset + a.num_local > a.num_experts)
+    throw InvalidArgument("moe_forward_cuda: local expert slice outside [0, num_experts)");
+  const MoeWorkspaceView ws = moe_workspace_view(a);
+
+  kc::MoeRoutingParams rp{};
+  rp.logits = a.router_logits;
+  rp.correction_bias = a.correction_bias;
+  rp.num_tokens = a.num_tokens;
+  rp.num_experts = a.num_experts;
+  rp.top_k = a.top_k;
+  rp.method = a.routing;
+  rp.renormalize = a.renormalize;
+  rp.num_groups = a.num_groups;
+  rp.topk_groups = a.topk_groups;
+  rp.routed_scaling_factor = a.routed_scaling_factor;
+  rp.local_offset = a.local_offset;
+  rp.num_local = a.num_local;
+  rp.tile = ws.tile;
+  rp.topk_ids = ws.topk_ids;
+  rp.topk_weights = ws.topk_weights;
+  rp.expanded_to_permuted = ws.expanded_to_permuted;
+  rp.permuted_to_token = ws.permuted_to_token;
+  rp.tile_expert = ws.tile_expert;
+  rp.num_tiles = ws.num_tiles;
+  kc::moe_routing(rp, stream);
+
+  const auto config = a.backend == MoeCudaBackend::kThroughput ? kc::MoeGemmConfig::kThroughput
+                                                               : kc::MoeGemmConfig::kLatency;
+  kc::MoeGemmParams g1{};
+  g1.gemm1 = true;
+  g1.config = config;
+  g1.input = a.x;
+  g1.weights = a.gate_up;
+  g1.output = ws.act;
+  g1.permuted_to_token = ws.permuted_to_token;
+  g1.tile_expert = ws.tile_expert;
+  g1.num_tiles = ws.num_tiles;
+  g1.max_tiles = ws.max_tiles;
+  g1.tile = ws.tile;
+  g1.n_out = a.inter;
+  g1.k = a.hidden;
+  kc::MoeGemmParams g2 = g1;
+  g2.gemm1 = false;
+  g2.input = ws.act;
+  g2.weights = a.down;
+  g2.output = ws.y;
+  g2.permuted_to_token = nullptr;
+  g2.n_out = a.hidden;
+  g2.k = a.inter;
+  kc::moe_grouped_gemm(g1, stream);
+  kc::moe_grouped_gemm(g2, stream);
+
+  kc::moe_finalize({ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k,
+                    a.hidden},
+                   stream);
+}
+
+}  // namespace serval::backend::moe
+#endif  // SERVAL_HAVE_CUDA

@@ -1,0 +1,61 @@
+// The MoE expert stages on CUDA, bf16 weights: route → GEMM1 (+SwiGLU) → GEMM2 → finalize,
+// all on the device without host synchronisation (capturable in a CUDA graph).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/dtype.h"
+#include "kernels/params.h"
+
+namespace serval::backend::moe {
+
+// `latency` (default): token tile 8..64 from tokens·top_k/num_local, 128×tile swap-AB tiles,
+// 4 warps. `throughput`: token tile 128, 128×128 tiles, 8 warps, top-k in its own kernel.
+enum class MoeCudaBackend : uint8_t { kLatency, kThroughput };
+
+struct MoeCudaArgs {
+  const bf16* x;               // [num_tokens, hidden], device
+  const float* router_logits;  // [num_tokens, num_experts] fp32, device (caller's router GEMM)
+  bf16* out;                   // [num_tokens, hidden], device; fully written
+  const bf16* gate_up;  // [num_local, 2·inter, hidden]: rows [0, inter) gate, [inter, 2·inter) up
+  const bf16* down;     // [num_local, hidden, inter]
+  const float* correction_bias = nullptr;  // [num_experts] (grouped routing only) or null
+  int num_tokens = 0, num_experts = 0, top_k = 0, hidden = 0, inter = 0;
+  kernels::RoutingMethod routing = kernels::RoutingMethod::kSoftmaxTopK;
+  bool renormalize = true;
+  int num_groups = 1, topk_groups = 1;
+  float routed_scaling_factor = 1.0f;
+  // This rank's experts [local_offset, local_offset + num_local); others contribute zero.
+  int local_offset = 0, num_local = 0;
+  MoeCudaBackend backend = MoeCudaBackend::kLatency;
+  void* workspace = nullptr;  // device, 256-byte aligned, moe_workspace_bytes(...) bytes
+  size_t workspace_bytes = 0;
+};
+
+// Token tile of the latency backend: nextPow2(ceil(tokens·top_k / num_local)) in [8, 64].
+int moe_latency_tile(int num_tokens, int top_k, int num_local);
+
+// Workspace for any num_tokens ≤ max_tokens with either backend.
+size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter);
+
+// Device-side pieces of the workspace for one call (the routing maps, for tests and tools).
+struct MoeWorkspaceView {
+  int32_t* topk_ids;              // [T, top_k]
+  float* topk_weights;            // [T, top_k]
+  int32_t* expanded_to_permuted;  // [T · top_k]
+  int32_t* permuted_to_token;     // [max_rows]
+  int32_t* tile_expert;           // [max_tiles]
+  int32_t* num_tiles;             // [1]
+  bf16* act;                      // [max_rows, inter]
+  bf16* y;                        // [max_rows, hidden]
+  int tile, max_tiles, max_rows;
+};
+MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a);
+
+// Enqueues the whole layer on `stream`. Throws InvalidArgument for unsupported shapes
+// (hidden % 128, inter % 64, num_experts ≤ 256, top_k ≤ 32) or a too-small workspace.
+void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream);
+
+}  // namespace serval::backend::moe
