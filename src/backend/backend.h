@@ -19,6 +19,7 @@ struct StepMetadata {
   Tensor block_tables;    // [num_seqs, max_blocks_per_seq] i32
   Tensor logits_indices;  // [num_logits] i32: token rows whose logits are returned
   int num_tokens = 0, num_seqs = 0, max_blocks_per_seq = 0, num_logits = 0;
+  int max_query_len = 0, max_context_len = 0;  // host-side bounds for kernel selection
 };
 
 // One layer's paged KV cache: [num_blocks, block_size, num_kv_heads, head_dim] each.
@@ -38,6 +39,11 @@ struct MoeWeights {
   bool renormalize = true;
   // Expert-parallel slice: this rank holds experts [local_offset, local_offset + num_local).
   int local_offset = 0, num_local = 0;
+  // Expert backend of this layer: "latency" or "throughput" (SPEC §1).
+  std::string expert_backend = "latency";
+  // Set by Backend::prepare_moe when the device layout pads the weights (zero rows/columns):
+  // gate_up [E, 2·padded_inter, padded_hidden], down [E, padded_hidden, padded_inter].
+  int padded_hidden = 0, padded_inter = 0;
 };
 
 // Per-layer constants of the attention core.
@@ -61,8 +67,13 @@ class Backend {
   virtual DType kv_cache_dtype() const = 0;
 
   virtual Tensor empty(DType dtype, Shape shape) = 0;
-  // Copies a host tensor to the device (a no-op view on the CPU backend).
+  // Copies a host tensor to the device as is (a no-op view on the CPU backend).
   virtual Tensor upload(const Tensor& host) = 0;
+  // Copies a float weight to the device in the dtype the backend computes with (bf16 on CUDA;
+  // the CPU backend reads bf16, f16 and f32 weights in place).
+  virtual Tensor upload_weight(const Tensor& host) = 0;
+  // Bytes free and total on the device.
+  virtual void memory_info(int64_t* free_bytes, int64_t* total_bytes) = 0;
   // Copies a device tensor into host memory of the same byte size.
   virtual void download(const Tensor& src, void* dst) = 0;
   // Fills a tensor with zeros.
@@ -83,6 +94,9 @@ class Backend {
                          const StepMetadata& meta, Tensor& out) = 0;
   // out[r] = silu(x[r, :I]) · x[r, I:]
   virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
+  // Converts uploaded MoE weights to the layout this backend's expert kernels need (once, at
+  // load time). Throws InvalidArgument naming the case if the layer cannot run here.
+  virtual void prepare_moe(MoeWeights& w) = 0;
   // out[T, hidden] = Σ_k weight_k · expert_k(x) over the routed experts held locally.
   virtual void moe(const Tensor& x, const MoeWeights& w, Tensor& out) = 0;
   // out[r] = argmax over logits[r, :] (ties: lowest index); logits [R, V] f32, out [R] i32.

@@ -8,19 +8,20 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
                  backend::Backend& b, const LoadOptions& options)
     : c_(c), b_(b) {
   const int64_t H = c.hidden_size, V = c.vocab_size;
-  embed_ = b.upload(w.get("model.embed_tokens.weight", {V, H}));
-  final_norm_ = b.upload(w.get("model.norm.weight", {H}));
-  lm_head_ = c.tie_word_embeddings ? embed_ : b.upload(w.get("lm_head.weight", {V, H}));
+  embed_ = b.upload_weight(w.get("model.embed_tokens.weight", {V, H}));
+  final_norm_ = b.upload_weight(w.get("model.norm.weight", {H}));
+  lm_head_ = c.tie_word_embeddings ? embed_ : b.upload_weight(w.get("lm_head.weight", {V, H}));
   inv_freq_ = b.upload(rope_inv_freq(c));
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string prefix = "model.layers." + std::to_string(i);
     Layer layer;
-    layer.input_norm = b.upload(w.get(prefix + ".input_layernorm.weight", {H}));
-    layer.post_attention_norm = b.upload(w.get(prefix + ".post_attention_layernorm.weight", {H}));
+    layer.input_norm = b.upload_weight(w.get(prefix + ".input_layernorm.weight", {H}));
+    layer.post_attention_norm =
+        b.upload_weight(w.get(prefix + ".post_attention_layernorm.weight", {H}));
     layer.attn = std::make_unique<Attention>(c, w, b, prefix + ".self_attn", spec.qk_norm);
     std::optional<MoeNames> moe = spec.moe_names ? spec.moe_names(i) : std::nullopt;
     if (moe) {
-      layer.moe = std::make_unique<MoeBlock>(c, spec.moe_inter, w, b, *moe);
+      layer.moe = std::make_unique<MoeBlock>(c, spec.moe_inter, w, b, *moe, options.moe_backend);
       moe_backend_ = options.moe_backend;
     } else {
       layer.mlp =

@@ -57,10 +57,17 @@ class DummyWeights final : public WeightSource {
         const float u = float(splitmix64(key + uint64_t(i)) >> 40) * (1.0f / float(1 << 24));
         const float v = center + (2.0f * u - 1.0f) * half_width;
         switch (dtype_) {
-          case DType::kF32: t.as<float>()[i] = v; break;
-          case DType::kBF16: t.as<bf16>()[i] = float_to_bf16(v); break;
-          case DType::kF16: t.as<f16>()[i] = float_to_f16(v); break;
-          default: throw Error("dummy weights: unsupported dtype");
+          case DType::kF32:
+            t.as<float>()[i] = v;
+            break;
+          case DType::kBF16:
+            t.as<bf16>()[i] = float_to_bf16(v);
+            break;
+          case DType::kF16:
+            t.as<f16>()[i] = float_to_f16(v);
+            break;
+          default:
+            throw Error("dummy weights: unsupported dtype");
         }
       }
     });

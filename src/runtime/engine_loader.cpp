@@ -37,6 +37,34 @@ DType resolve_dtype(const EngineConfig& cfg, const io::ModelConfig& model) {
   return t;
 }
 
+// Bytes for the KV cache. CPU: --kv-cache-memory-bytes or 4 GiB (pages are touched lazily).
+// GPU: gpu_memory_utilization of the device, minus what is in use after loading the weights and
+// a reserve for the activations of the largest step.
+int64_t kv_cache_budget(const EngineConfig& cfg, const io::ModelConfig& mc, backend::Backend& b) {
+  if (cfg.cpu_kv_cache_bytes > 0) return cfg.cpu_kv_cache_bytes;
+  if (b.device() == Device::kCpu) return 4ll << 30;
+  int64_t free_bytes = 0, total_bytes = 0;
+  b.memory_info(&free_bytes, &total_bytes);
+  const int64_t tokens = cfg.max_num_batched_tokens > 0 ? cfg.max_num_batched_tokens : 8192;
+  const int64_t widest = std::max<int64_t>(
+      {int64_t(mc.hidden_size), int64_t(2) * mc.intermediate_size,
+       int64_t(mc.num_experts_per_tok) * 2 * mc.moe_intermediate_size});
+  const int64_t reserve = (1ll << 30) + tokens * widest * 2 * 12;
+  const int64_t budget =
+      int64_t(double(total_bytes) * cfg.gpu_memory_utilization) - (total_bytes - free_bytes) -
+      reserve;
+  log::info("GPU memory: {:.1f} GiB total, {:.1f} GiB free after weights, {:.1f} GiB for the KV "
+            "cache", total_bytes / double(1ull << 30), free_bytes / double(1ull << 30),
+            std::max<int64_t>(budget, 0) / double(1ull << 30));
+  if (budget <= 0)
+    throw OutOfResources(fmt::format(
+        "no GPU memory is left for the KV cache ({:.1f} GiB free of {:.1f} GiB after loading the "
+        "weights; --gpu-memory-utilization {})",
+        free_bytes / double(1ull << 30), total_bytes / double(1ull << 30),
+        cfg.gpu_memory_utilization));
+  return budget;
+}
+
 }  // namespace
 
 std::string resolve_moe_backend(const std::string& flag) {
@@ -109,7 +137,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
   const int64_t per_token =
       ModelRunner::kv_bytes_per_token(model->kv_geometry(), backend->kv_cache_dtype());
-  const int64_t kv_bytes = cfg.cpu_kv_cache_bytes > 0 ? cfg.cpu_kv_cache_bytes : (4ll << 30);
+  const int64_t kv_bytes = kv_cache_budget(cfg, mc, *backend);
   const int64_t blocks_for_all =
       int64_t(cfg.max_num_seqs) * ceil_div(out.max_model_len, cfg.block_size) + 1;
   out.num_blocks = int(std::min<int64_t>(kv_bytes / (per_token * cfg.block_size), blocks_for_all));

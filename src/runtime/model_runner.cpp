@@ -52,6 +52,10 @@ backend::StepMetadata build_step_metadata(std::span<const SeqChunk> chunks, int 
   m.num_seqs = int(chunks.size());
   m.max_blocks_per_seq = max_blocks;
   m.num_logits = int(logits_rows.size());
+  for (size_t s = 0; s < chunks.size(); ++s) {
+    m.max_query_len = std::max(m.max_query_len, chunks[s].num_new);
+    m.max_context_len = std::max(m.max_context_len, context_lens[s]);
+  }
   m.token_ids = host_i32(ids, {m.num_tokens});
   m.positions = host_i32(positions, {m.num_tokens});
   m.slot_mapping = host_i32(slots, {m.num_tokens});

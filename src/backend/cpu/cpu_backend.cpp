@@ -26,6 +26,10 @@ class CpuBackend final : public Backend {
 
   Tensor empty(DType dtype, Shape shape) override { return host_empty(dtype, std::move(shape)); }
   Tensor upload(const Tensor& host) override { return host; }
+  Tensor upload_weight(const Tensor& host) override { return host; }
+  void memory_info(int64_t* free_bytes, int64_t* total_bytes) override {
+    *free_bytes = *total_bytes = 0;  // unknown; the loader reads /proc/meminfo
+  }
   void download(const Tensor& src, void* dst) override { std::memcpy(dst, src.data, src.nbytes()); }
   void zero(Tensor& t) override { std::memset(t.data, 0, t.nbytes()); }
 
@@ -95,6 +99,8 @@ class CpuBackend final : public Backend {
     int inter = int(out.dim(-1));
     kernels::cpu::silu_mul({x.as<float>(), out.as<float>(), int(out.numel() / inter), inter});
   }
+
+  void prepare_moe(MoeWeights&) override {}
 
   void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override {
     expect_f32(x, "moe input");

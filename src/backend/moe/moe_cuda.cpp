@@ -17,7 +17,9 @@ namespace {
 
 constexpr int kThroughputTile = 128;
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+size_t align256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 // Byte offsets of the workspace pieces for `tokens` tokens and token tile `tile`.
 struct Layout {
@@ -55,6 +57,12 @@ int tile_for(const MoeCudaArgs& a) {
 }
 
 }  // namespace
+
+MoeCudaBackend parse_moe_backend(const std::string& name) {
+  if (name == "latency") return MoeCudaBackend::kLatency;
+  if (name == "throughput") return MoeCudaBackend::kThroughput;
+  throw InvalidArgument("unknown MoE backend '" + name + "' (choices: latency, throughput)");
+}
 
 int moe_latency_tile(int num_tokens, int top_k, int num_local) {
   const long pairs = long(num_tokens) * top_k;
@@ -99,9 +107,10 @@ MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a) {
 void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   if (a.num_tokens <= 0) return;
   if (a.hidden % 128 != 0 || a.inter % 64 != 0 || a.hidden <= 0 || a.inter <= 0)
-    throw InvalidArgument("moe_forward_cuda: hidden must be a multiple of 128 and inter of 64 "
-                          "(got hidden=" + std::to_string(a.hidden) +
-                          ", inter=" + std::to_string(a.inter) + ")");
+    throw InvalidArgument(
+        "moe_forward_cuda: hidden must be a multiple of 128 and inter of 64 "
+        "(got hidden=" +
+        std::to_string(a.hidden) + ", inter=" + std::to_string(a.inter) + ")");
   if (a.local_offset < 0 || a.num_local < 0 || a.local_offset + a.num_local > a.num_experts)
     throw InvalidArgument("moe_forward_cuda: local expert slice outside [0, num_experts)");
   const MoeWorkspaceView ws = moe_workspace_view(a);
@@ -154,9 +163,45 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   kc::moe_grouped_gemm(g1, stream);
   kc::moe_grouped_gemm(g2, stream);
 
-  kc::moe_finalize({ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k,
-                    a.hidden},
-                   stream);
+  kc::moe_finalize(
+      {ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k, a.hidden},
+      stream);
+}
+
+void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWeights& w,
+                      Tensor& out, Backend& backend, cudaStream_t stream) {
+  if (x.dtype != DType::kBF16 || out.dtype != DType::kBF16 || router_logits.dtype != DType::kF32 ||
+      w.gate_up.dtype != DType::kBF16 || w.down.dtype != DType::kBF16)
+    throw InvalidArgument("moe_forward_cuda: needs bf16 x/out/gate_up/down and f32 logits (got x " +
+                          std::string(dtype_name(x.dtype)) + ", gate_up " +
+                          std::string(dtype_name(w.gate_up.dtype)) + ")");
+  MoeCudaArgs a;
+  a.x = x.as<const bf16>();
+  a.router_logits = router_logits.as<const float>();
+  a.out = out.as<bf16>();
+  a.gate_up = w.gate_up.as<const bf16>();
+  a.down = w.down.as<const bf16>();
+  a.num_tokens = int(x.dim(0));
+  a.num_experts = w.num_experts;
+  a.top_k = w.top_k;
+  a.hidden = int(x.dim(1));
+  a.inter = w.padded_inter > 0 ? w.padded_inter : w.inter;
+  const int w_hidden = w.padded_hidden > 0 ? w.padded_hidden : w.hidden;
+  if (w_hidden != a.hidden || out.dim(1) != a.hidden)
+    throw InvalidArgument("moe_forward_cuda: x/out width " + std::to_string(a.hidden) +
+                          " differs from the expert weights' hidden " + std::to_string(w_hidden));
+  a.routing = w.routing;
+  a.renormalize = w.renormalize;
+  a.local_offset = w.local_offset;
+  a.num_local = w.num_local;
+  a.backend = parse_moe_backend(w.expert_backend);
+  const size_t bytes = moe_workspace_bytes(a.num_tokens, a.top_k, a.num_local, a.hidden, a.inter);
+  Tensor workspace = backend.empty(DType::kU8, {int64_t(bytes)});
+  a.workspace = workspace.data;
+  a.workspace_bytes = bytes;
+  moe_forward_cuda(a, stream);
+  // `workspace` is released here while the kernels may still be queued: the CUDA Backend's
+  // allocator frees with cudaFreeAsync on the same stream, so the memory stays valid for them.
 }
 
 }  // namespace serval::backend::moe

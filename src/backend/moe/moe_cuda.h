@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "base/dtype.h"
 #include "kernels/params.h"
 
@@ -57,5 +58,16 @@ MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a);
 // Enqueues the whole layer on `stream`. Throws InvalidArgument for unsupported shapes
 // (hidden % 128, inter % 64, num_experts ≤ 256, top_k ≤ 32) or a too-small workspace.
 void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream);
+
+// Tensor form for the CUDA Backend: x [T, hidden] bf16, router_logits [T, num_experts] f32,
+// out [T, hidden] bf16, weights of `w` on the device in bf16; w.expert_backend picks the
+// backend. Padded weights (w.padded_inter) are used as is (zero rows/columns add nothing);
+// w.padded_hidden must equal x's width. The workspace comes from `backend.empty(...)` per call
+// (a graph-captured caller should use the MoeCudaArgs form with a persistent workspace).
+void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWeights& w,
+                      Tensor& out, Backend& backend, cudaStream_t stream);
+
+// "latency" / "throughput" → enum; anything else throws InvalidArgument listing the choices.
+MoeCudaBackend parse_moe_backend(const std::string& name);
 
 }  // namespace serval::backend::moe

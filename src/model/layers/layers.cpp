@@ -61,18 +61,18 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
   const int64_t H = c.hidden_size;
   q_dim_ = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = int64_t(c.num_key_value_heads) * c.head_dim;
-  wqkv_ = b.upload(concat_rows({w.get(prefix + ".q_proj.weight", {q_dim_, H}),
-                                w.get(prefix + ".k_proj.weight", {kv_dim, H}),
-                                w.get(prefix + ".v_proj.weight", {kv_dim, H})}));
-  wo_ = b.upload(w.get(prefix + ".o_proj.weight", {H, q_dim_}));
+  wqkv_ = b.upload_weight(concat_rows({w.get(prefix + ".q_proj.weight", {q_dim_, H}),
+                                       w.get(prefix + ".k_proj.weight", {kv_dim, H}),
+                                       w.get(prefix + ".v_proj.weight", {kv_dim, H})}));
+  wo_ = b.upload_weight(w.get(prefix + ".o_proj.weight", {H, q_dim_}));
   if (has_bias_) {
-    bqkv_ = b.upload(concat_rows({w.get(prefix + ".q_proj.bias", {q_dim_}),
-                                  w.get(prefix + ".k_proj.bias", {kv_dim}),
-                                  w.get(prefix + ".v_proj.bias", {kv_dim})}));
+    bqkv_ = b.upload_weight(concat_rows({w.get(prefix + ".q_proj.bias", {q_dim_}),
+                                         w.get(prefix + ".k_proj.bias", {kv_dim}),
+                                         w.get(prefix + ".v_proj.bias", {kv_dim})}));
   }
   if (qk_norm) {
-    q_norm_ = b.upload(w.get(prefix + ".q_norm.weight", {c.head_dim}));
-    k_norm_ = b.upload(w.get(prefix + ".k_norm.weight", {c.head_dim}));
+    q_norm_ = b.upload_weight(w.get(prefix + ".q_norm.weight", {c.head_dim}));
+    k_norm_ = b.upload_weight(w.get(prefix + ".k_norm.weight", {c.head_dim}));
     params_.q_norm = &q_norm_;
     params_.k_norm = &k_norm_;
   }
@@ -94,8 +94,9 @@ void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, cons
 Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
          const std::string& gate, const std::string& up, const std::string& down)
     : b_(b), hidden_(c.hidden_size), inter_(inter) {
-  gate_up_ = b.upload(concat_rows({w.get(gate, {inter, hidden_}), w.get(up, {inter, hidden_})}));
-  down_ = b.upload(w.get(down, {hidden_, inter}));
+  gate_up_ =
+      b.upload_weight(concat_rows({w.get(gate, {inter, hidden_}), w.get(up, {inter, hidden_})}));
+  down_ = b.upload_weight(w.get(down, {hidden_, inter}));
 }
 
 void Mlp::forward(const Tensor& x, Tensor& out) {
@@ -119,7 +120,7 @@ std::string expert_name(const MoeNames& n, int e, const std::string& proj) {
 }  // namespace
 
 MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
-                   const MoeNames& names)
+                   const MoeNames& names, const std::string& expert_backend)
     : b_(b) {
   const int E = c.num_experts, H = c.hidden_size, I = inter;
   w_.num_experts = E;
@@ -130,15 +131,17 @@ MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, b
   w_.renormalize = c.norm_topk_prob;
   w_.local_offset = 0;
   w_.num_local = E;
-  w_.router = b.upload(w.get(names.router, {E, H}));
+  w_.router = b.upload_weight(w.get(names.router, {E, H}));
   std::vector<Tensor> gate_up, down;
   for (int e = 0; e < E; ++e) {
     gate_up.push_back(w.get(expert_name(names, e, names.gate), {I, H}));
     gate_up.push_back(w.get(expert_name(names, e, names.up), {I, H}));
     down.push_back(w.get(expert_name(names, e, names.down), {H, I}));
   }
-  w_.gate_up = b.upload(concat_rows(gate_up).reshape({E, 2 * int64_t(I), H}));
-  w_.down = b.upload(concat_rows(down).reshape({E, H, I}));
+  w_.gate_up = b.upload_weight(concat_rows(gate_up).reshape({E, 2 * int64_t(I), H}));
+  w_.down = b.upload_weight(concat_rows(down).reshape({E, H, I}));
+  w_.expert_backend = expert_backend;
+  b.prepare_moe(w_);
 }
 
 void MoeBlock::forward(const Tensor& x, Tensor& out) {

@@ -56,7 +56,7 @@ class MoeBlock {
  public:
   // inter: each expert's intermediate size.
   MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
-           const MoeNames& names);
+           const MoeNames& names, const std::string& expert_backend);
   void forward(const Tensor& x, Tensor& out);
 
  private:

@@ -1,0 +1,303 @@
+// The CUDA backend: bf16 activations and weights, bf16 paged KV cache, one stream, memory from
+// the stream-ordered allocator (freed memory is kept in the pool, so steady-state steps do not
+// call into the driver).
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_cublaslt.h"
+#include "backend/moe/moe_cuda.h"
+#include "base/math.h"
+#include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda/misc/elementwise.h"
+#include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
+#include "kernels/cuda/norm_rope/rms_norm.h"
+#include "kernels/cuda/sampling/argmax.h"
+
+namespace serval::backend {
+
+namespace {
+
+using cuda::cuda_check;
+
+void expect(const Tensor& t, DType dtype, const char* what) {
+  if (t.dtype != dtype)
+    throw Error(std::string("cuda backend: ") + what + " must be " +
+                std::string(dtype_name(dtype)) + ", got " + std::string(dtype_name(t.dtype)));
+}
+
+const bf16* bf(const Tensor& t) {
+  return static_cast<const bf16*>(t.data);
+}
+bf16* bf_mut(Tensor& t) {
+  return static_cast<bf16*>(t.data);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cudaMemPool_t pool;
+    cuda_check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+    uint64_t keep_all = UINT64_MAX;
+    cuda_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
+               "cudaMemPoolSetAttribute");
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override { return "cuda"; }
+  DType activation_dtype() const override { return DType::kBF16; }
+  DType kv_cache_dtype() const override { return DType::kBF16; }
+
+  Tensor empty(DType dtype, Shape shape) override {
+    Tensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.device = Device::kCuda;
+    void* p = nullptr;
+    const size_t bytes = std::max<size_t>(t.nbytes(), 16);
+    cudaError_t e = cudaMallocAsync(&p, bytes, stream_);
+    if (e != cudaSuccess) {
+      throw OutOfResources("GPU allocation of " + std::to_string(bytes) +
+                           " bytes failed: " + cudaGetErrorString(e));
+    }
+    cudaStream_t stream = stream_;
+    t.storage = std::shared_ptr<void>(p, [stream](void* q) { cudaFreeAsync(q, stream); });
+    t.data = p;
+    return t;
+  }
+
+  Tensor upload(const Tensor& host) override {
+    Tensor t = empty(host.dtype, host.shape);
+    cuda_check(cudaMemcpyAsync(t.data, host.data, host.nbytes(), cudaMemcpyHostToDevice, stream_),
+               "upload");
+    cuda_check(cudaStreamSynchronize(stream_), "upload sync");  // host memory may be freed next
+    return t;
+  }
+
+  Tensor upload_weight(const Tensor& host) override {
+    if (host.dtype == DType::kBF16) return upload(host);
+    Tensor converted = host_empty(DType::kBF16, host.shape);
+    const int64_t n = host.numel();
+    for (int64_t i = 0; i < n; ++i)
+      converted.as<bf16>()[i] = float_to_bf16(load_as_float(host.data, host.dtype, size_t(i)));
+    return upload(converted);
+  }
+
+  void memory_info(int64_t* free_bytes, int64_t* total_bytes) override {
+    size_t f = 0, t = 0;
+    cuda_check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    *free_bytes = int64_t(f);
+    *total_bytes = int64_t(t);
+  }
+
+  void download(const Tensor& src, void* dst) override {
+    cuda_check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_),
+               "download");
+    cuda_check(cudaStreamSynchronize(stream_), "download sync");
+  }
+
+  void zero(Tensor& t) override {
+    cuda_check(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_), "zero");
+  }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+    expect(table, DType::kBF16, "embedding table");
+    kernels::cuda::embedding(
+        {bf(table), ids.as<int32_t>(), bf_mut(out), int(ids.numel()), int(table.dim(1))}, stream_);
+  }
+
+  void rms_norm(const Tensor& x, Tensor* residual, const Tensor& w, float eps,
+                Tensor& out) override {
+    expect(x, DType::kBF16, "rms_norm input");
+    const int hidden = int(w.numel());
+    kernels::cuda::rms_norm({bf(x), residual ? bf_mut(*residual) : nullptr, bf(w), bf_mut(out),
+                             int(x.numel() / hidden), hidden, eps},
+                            stream_);
+  }
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    expect(x, DType::kBF16, "linear input");
+    expect(w, DType::kBF16, "linear weight");
+    const int k = int(w.dim(1)), n = int(w.dim(0));
+    const int m = int(x.numel() / k);
+    if (m == 0) return;
+    gemm().run(x.data, w.data, bias ? bias->data : nullptr, y.data, y.dtype, m, n, k, stream_);
+  }
+
+  void attention(const Tensor& qkv, const AttentionParams& a, KvCacheLayer& cache,
+                 const StepMetadata& meta, Tensor& out) override {
+    expect(qkv, DType::kBF16, "attention input");
+    const int T = meta.num_tokens;
+    Tensor q = empty(DType::kBF16, {T, a.num_q_heads, a.head_dim});
+    kernels::cuda::QkNormRopeKvParams r{};
+    r.qkv = bf(qkv);
+    r.q_norm = a.q_norm ? bf(*a.q_norm) : nullptr;
+    r.k_norm = a.k_norm ? bf(*a.k_norm) : nullptr;
+    r.positions = meta.positions.as<int32_t>();
+    r.inv_freq = a.inv_freq->as<float>();
+    r.slot_mapping = meta.slot_mapping.as<int32_t>();
+    r.q_out = bf_mut(q);
+    r.k_cache = bf_mut(cache.k);
+    r.v_cache = bf_mut(cache.v);
+    r.num_tokens = T;
+    r.num_q_heads = a.num_q_heads;
+    r.num_kv_heads = a.num_kv_heads;
+    r.head_dim = a.head_dim;
+    r.eps = a.rms_norm_eps;
+    kernels::cuda::qk_norm_rope_kv(r, stream_);
+
+    kernels::cuda::PagedAttentionParams p{};
+    p.q = bf(q);
+    p.out = bf_mut(out);
+    p.k_cache = bf(cache.k);
+    p.v_cache = bf(cache.v);
+    p.query_start = meta.query_start.as<int32_t>();
+    p.context_lens = meta.context_lens.as<int32_t>();
+    p.block_tables = meta.block_tables.as<int32_t>();
+    p.num_tokens = T;
+    p.num_seqs = meta.num_seqs;
+    p.max_blocks_per_seq = meta.max_blocks_per_seq;
+    p.block_size = cache.block_size;
+    p.num_q_heads = a.num_q_heads;
+    p.num_kv_heads = a.num_kv_heads;
+    p.head_dim = a.head_dim;
+    p.max_query_len = meta.max_query_len;
+    p.max_context_len = meta.max_context_len;
+    p.scale = a.scale * cache.k_scale;
+    p.v_scale = cache.v_scale;
+    const size_t ws = kernels::cuda::paged_attention_workspace_bytes(
+        meta.num_seqs, a.num_q_heads, a.num_kv_heads, a.head_dim, meta.max_query_len,
+        meta.max_context_len);
+    Tensor workspace;
+    if (ws > 0) {
+      workspace = empty(DType::kU8, {int64_t(ws)});
+      p.workspace = workspace.data;
+      p.workspace_bytes = ws;
+    }
+    kernels::cuda::paged_attention(p, stream_);
+  }
+
+  void silu_mul(const Tensor& x, Tensor& out) override {
+    const int inter = int(out.dim(-1));
+    kernels::cuda::silu_mul({bf(x), bf_mut(out), int(out.numel() / inter), inter}, stream_);
+  }
+
+  // The expert kernels need hidden % 128 == 0 and inter % 64 == 0: other shapes (the tiny test
+  // models) get zero-padded weights, which leave every real output unchanged.
+  void prepare_moe(MoeWeights& w) override {
+    const int E = w.num_experts, H = w.hidden, I = w.inter;
+    w.padded_hidden = int(round_up<int64_t>(H, 128));
+    w.padded_inter = int(round_up<int64_t>(I, 64));
+    if (w.padded_hidden == H && w.padded_inter == I) return;
+    const int Hp = w.padded_hidden, Ip = w.padded_inter;
+    Tensor gate_up = empty(DType::kBF16, {E, 2 * Ip, Hp});
+    Tensor down = empty(DType::kBF16, {E, Hp, Ip});
+    zero(gate_up);
+    zero(down);
+    for (int e = 0; e < E; ++e) {
+      const bf16* src = bf(w.gate_up) + size_t(e) * 2 * I * H;
+      bf16* dst = bf_mut(gate_up) + size_t(e) * 2 * Ip * Hp;
+      for (int half = 0; half < 2; ++half) {  // gate rows, then up rows
+        cuda_check(
+            cudaMemcpy2DAsync(dst + size_t(half) * Ip * Hp, Hp * 2, src + size_t(half) * I * H,
+                              H * 2, H * 2, I, cudaMemcpyDeviceToDevice, stream_),
+            "pad gate_up");
+      }
+      cuda_check(cudaMemcpy2DAsync(bf_mut(down) + size_t(e) * Hp * Ip, Ip * 2,
+                                   bf(w.down) + size_t(e) * H * I, I * 2, I * 2, H,
+                                   cudaMemcpyDeviceToDevice, stream_),
+                 "pad down");
+    }
+    w.gate_up = gate_up;
+    w.down = down;
+  }
+
+  void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override {
+    expect(x, DType::kBF16, "moe input");
+    const int T = int(x.dim(0)), H = w.hidden, Hp = w.padded_hidden;
+    Tensor router_logits = empty(DType::kF32, {T, w.num_experts});
+    linear(x, w.router, nullptr, router_logits);
+    Tensor xp = x, outp = out;
+    if (Hp != H) {
+      xp = empty(DType::kBF16, {T, Hp});
+      outp = empty(DType::kBF16, {T, Hp});
+      zero(xp);
+      cuda_check(cudaMemcpy2DAsync(xp.data, Hp * 2, x.data, H * 2, H * 2, T,
+                                   cudaMemcpyDeviceToDevice, stream_),
+                 "pad moe input");
+    }
+    moe::MoeCudaArgs a;
+    a.x = bf(xp);
+    a.router_logits = router_logits.as<float>();
+    a.out = bf_mut(outp);
+    a.gate_up = bf(w.gate_up);
+    a.down = bf(w.down);
+    a.num_tokens = T;
+    a.num_experts = w.num_experts;
+    a.top_k = w.top_k;
+    a.hidden = Hp;
+    a.inter = w.padded_inter;
+    a.routing = w.routing;
+    a.renormalize = w.renormalize;
+    a.local_offset = w.local_offset;
+    a.num_local = w.num_local;
+    a.backend = w.expert_backend == "throughput" ? moe::MoeCudaBackend::kThroughput
+                                                 : moe::MoeCudaBackend::kLatency;
+    const size_t ws = moe::moe_workspace_bytes(T, w.top_k, w.num_local, Hp, w.padded_inter);
+    Tensor workspace = empty(DType::kU8, {int64_t(ws)});
+    a.workspace = workspace.data;
+    a.workspace_bytes = ws;
+    moe::moe_forward_cuda(a, stream_);
+    if (Hp != H) {
+      cuda_check(cudaMemcpy2DAsync(out.data, H * 2, outp.data, Hp * 2, H * 2, T,
+                                   cudaMemcpyDeviceToDevice, stream_),
+                 "unpad moe output");
+    }
+  }
+
+  void argmax(const Tensor& logits, Tensor& out) override {
+    expect(logits, DType::kF32, "argmax logits");
+    kernels::cuda::argmax(
+        {logits.as<float>(), out.as<int32_t>(), int(logits.dim(0)), int(logits.dim(1))}, stream_);
+  }
+
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
+    expect(x, DType::kBF16, "gather_rows input");
+    kernels::cuda::gather_rows(
+        {bf(x), rows.as<int32_t>(), bf_mut(out), int(rows.numel()), int(x.numel() / x.dim(0))},
+        stream_);
+  }
+
+ private:
+  cuda::CublasLtGemm& gemm() {
+    if (!gemm_) gemm_ = std::make_unique<cuda::CublasLtGemm>();
+    return *gemm_;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::CublasLtGemm> gemm_;
+};
+
+}  // namespace
+
+bool cuda_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  if (!cuda_available()) return nullptr;
+  return std::make_unique<CudaBackend>();
+}
+
+}  // namespace serval::backend
