@@ -1,0 +1,88 @@
+// Host entry of paged attention: validates the metadata, sizes the decode split-KV workspace and
+// picks the decode or prefill path.
+#include <algorithm>
+#include <string>
+
+#include "base/math.h"
+#include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/misc/device_utils.cuh"
+
+namespace serval::kernels::cuda {
+namespace {
+
+constexpr int kMinChunk = 256;  // keys per split at least (also in paged_decode.cu)
+constexpr int kMaxSplits = 64;
+
+int sm_count() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      count <= 0) {
+    cudaGetLastError();  // clear; fall back to an H100/H200's count
+    return 132;
+  }
+  return count;
+}
+
+}  // namespace
+
+int paged_attention_num_splits(int num_seqs, int num_q_heads, int num_kv_heads,
+                               int max_context_len) {
+  if (num_seqs <= 0 || num_kv_heads <= 0) return 1;
+  const int group = num_q_heads / num_kv_heads;
+  const int64_t ctas = int64_t(num_seqs) * num_kv_heads * ceil_div(group, 16);
+  const int64_t target = 2 * int64_t(sm_count());  // about two CTAs per SM
+  int64_t splits = ceil_div(target, ctas);
+  splits = std::min<int64_t>(splits, ceil_div(std::max(max_context_len, 1), kMinChunk));
+  return int(std::clamp<int64_t>(splits, 1, kMaxSplits));
+}
+
+size_t paged_attention_workspace_bytes(int num_seqs, int num_q_heads, int num_kv_heads,
+                                       int head_dim, int max_query_len, int max_context_len) {
+  if (max_query_len != 1) return 0;
+  const int splits =
+      paged_attention_num_splits(num_seqs, num_q_heads, num_kv_heads, max_context_len);
+  if (splits == 1) return 0;
+  return size_t(num_seqs) * num_q_heads * splits * (head_dim + 1) * sizeof(float);
+}
+
+void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
+  auto bad = [](const std::string& what) {
+    throw InvalidArgument("cuda paged_attention: " + what);
+  };
+  if (p.head_dim != 16 && p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 128)
+    bad("head_dim " + std::to_string(p.head_dim) + " unsupported (16, 32, 64 or 128)");
+  if (p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0)
+    bad("num_q_heads " + std::to_string(p.num_q_heads) + " is not a multiple of num_kv_heads " +
+        std::to_string(p.num_kv_heads));
+  if (p.block_size <= 0) bad("block_size must be positive");
+  if (p.max_query_len < 1) bad("max_query_len must be at least 1");
+  if (!is_aligned16(p.k_cache) || !is_aligned16(p.v_cache) ||
+      (reinterpret_cast<uintptr_t>(p.q) & 3u) || (reinterpret_cast<uintptr_t>(p.out) & 3u))
+    bad("KV caches must be 16-byte aligned and q/out 4-byte aligned");
+  if (p.num_seqs == 0 || p.num_tokens == 0) return;
+
+  if (p.max_query_len > 1) {
+    paged_attention_prefill(p, stream);
+    return;
+  }
+  if (p.num_tokens != p.num_seqs)
+    bad("decode (max_query_len 1) needs one token per sequence, got " +
+        std::to_string(p.num_tokens) + " tokens for " + std::to_string(p.num_seqs) + " sequences");
+  const int splits =
+      paged_attention_num_splits(p.num_seqs, p.num_q_heads, p.num_kv_heads, p.max_context_len);
+  float* o_part = nullptr;
+  float* lse_part = nullptr;
+  if (splits > 1) {
+    const size_t need = paged_attention_workspace_bytes(p.num_seqs, p.num_q_heads, p.num_kv_heads,
+                                                        p.head_dim, 1, p.max_context_len);
+    if (p.workspace == nullptr || p.workspace_bytes < need)
+      bad("workspace of " + std::to_string(p.workspace_bytes) + " bytes, decode needs " +
+          std::to_string(need));
+    o_part = static_cast<float*>(p.workspace);
+    lse_part = o_part + size_t(p.num_seqs) * p.num_q_heads * splits * p.head_dim;
+  }
+  paged_attention_decode(p, splits, o_part, lse_part, stream);
+}
+
+}  // namespace serval::kernels::cuda

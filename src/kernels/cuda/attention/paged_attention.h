@@ -1,0 +1,50 @@
+// Causal paged attention over a bf16 KV cache: a split-KV decode path and a flash-attention
+// prefill path (tensor cores, mma.sync m16n8k16), chosen on the host from max_query_len.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/dtype.h"
+
+namespace serval::kernels::cuda {
+
+// Same contract as the CPU kernels::PagedAttentionParams, on device pointers: sequence s has
+// query rows [query_start[s], query_start[s+1]) at positions context_lens[s] − query_len + i,
+// and its KV (already holding the new tokens) in blocks block_tables[s, ·].
+// out = softmax(scale · q·kᵀ, causal) · v · v_scale, fp32 accumulation, bf16 in and out.
+// head_dim ∈ {16, 32, 64, 128}; num_q_heads a multiple of num_kv_heads.
+struct PagedAttentionParams {
+  const bf16* q;                // [num_tokens, num_q_heads, head_dim]
+  bf16* out;                    // [num_tokens, num_q_heads, head_dim]
+  const bf16* k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  const bf16* v_cache;          // same
+  const int32_t* query_start;   // [num_seqs + 1], device
+  const int32_t* context_lens;  // [num_seqs], device
+  const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq], device
+  int num_tokens, num_seqs, max_blocks_per_seq, block_size;
+  int num_q_heads, num_kv_heads, head_dim;
+  // Host-side bounds (not read from the device): max_query_len ≥ every query length (1 selects
+  // the decode path: every sequence then has exactly one query row); max_context_len ≥ every
+  // context length (sets the decode split count; pass a fixed bound, e.g. max_model_len, to
+  // replay one CUDA graph for any lengths).
+  int max_query_len, max_context_len;
+  float scale;                // softmax scale (1/sqrt(head_dim) · k_scale)
+  float v_scale = 1.0f;       // applied to the output (1 for bf16 KV)
+  void* workspace = nullptr;  // paged_attention_workspace_bytes(...) bytes, device
+  size_t workspace_bytes = 0;
+};
+
+// Decode split-KV partitions per (sequence, kv head): 1 when the grid is already full.
+// Depends only on its arguments (and the device's SM count), so graph replays agree.
+int paged_attention_num_splits(int num_seqs, int num_q_heads, int num_kv_heads,
+                               int max_context_len);
+
+// Workspace for the decode merge: 0 when no split is needed or max_query_len > 1.
+size_t paged_attention_workspace_bytes(int num_seqs, int num_q_heads, int num_kv_heads,
+                                       int head_dim, int max_query_len, int max_context_len);
+
+void paged_attention(const PagedAttentionParams& p, cudaStream_t stream);
+
+}  // namespace serval::kernels::cuda

@@ -1,0 +1,68 @@
+// Device helpers shared by the bf16 kernels: 16-byte bf16 vectors, warp/block reductions, and the
+// host-side launch check. Included only by .cu files.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "base/error.h"
+
+namespace serval::kernels::cuda {
+
+// Eight bf16 values: one 16-byte load or store. Pointers must be 16-byte aligned.
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 h[4];
+};
+
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+  Bf16x8 x = *reinterpret_cast<const Bf16x8*>(p);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f = __bfloat1622float2(x.h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[8]) {
+  Bf16x8 x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) x.h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  *reinterpret_cast<Bf16x8*>(p) = x;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+// `scratch` holds 32 floats. Contains __syncthreads: call from all threads.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < num_warps ? scratch[lane] : 0.0f;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may be reused by the caller
+  return v;
+}
+
+inline bool is_aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Throws serval::Error naming the kernel if its launch failed.
+inline void check_launch(const char* kernel) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    throw Error(std::string("CUDA kernel ") + kernel +
+                " failed to launch: " + cudaGetErrorString(e));
+  }
+}
+
+}  // namespace serval::kernels::cuda

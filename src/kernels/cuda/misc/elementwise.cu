@@ -1,0 +1,132 @@
+// Element-wise and row-gather kernels. Each uses 16-byte vectors when sizes and pointers allow,
+// a scalar grid-stride loop otherwise.
+#include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/elementwise.h"
+
+namespace serval::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t work) {
+  int64_t blocks = (work + kThreads - 1) / kThreads;
+  return unsigned(blocks < 65535 * 16 ? (blocks < 1 ? 1 : blocks) : 65535 * 16);
+}
+
+__device__ __forceinline__ float silu(float g) {
+  return g / (1.0f + __expf(-g));
+}
+
+// vec = 8: 16-byte path (inter % 8 == 0, aligned pointers); vec = 1: scalar path.
+template <int kVec>
+__global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ x,
+                                __nv_bfloat16* __restrict__ out, int rows, int inter) {
+  const int per_row = inter / kVec;
+  const int64_t total = int64_t(rows) * per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row;
+    const int c = int(i % per_row) * kVec;
+    const __nv_bfloat16* gate = x + r * 2 * inter + c;
+    if constexpr (kVec == 8) {
+      float g[8], u[8];
+      load8(gate, g);
+      load8(gate + inter, u);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) g[j] = silu(g[j]) * u[j];
+      store8(out + r * inter + c, g);
+    } else {
+      out[r * inter + c] =
+          __float2bfloat16(silu(__bfloat162float(gate[0])) * __bfloat162float(gate[inter]));
+    }
+  }
+}
+
+// One CTA per output row; copies `units` elements of type Unit (uint4 = 16 bytes or bf16).
+template <typename Unit>
+__global__ void gather_rows_kernel(const Unit* __restrict__ src, const int32_t* __restrict__ rows,
+                                   Unit* __restrict__ out, int units) {
+  const Unit* s = src + int64_t(rows[blockIdx.x]) * units;
+  Unit* d = out + int64_t(blockIdx.x) * units;
+  for (int i = threadIdx.x; i < units; i += blockDim.x) d[i] = s[i];
+}
+
+__global__ void add_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* out,
+                           int64_t n, bool vec8) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (vec8) {
+    for (int64_t i = first; i < n / 8; i += stride) {
+      float x[8], y[8];
+      load8(a + i * 8, x);
+      load8(b + i * 8, y);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] += y[j];
+      store8(out + i * 8, x);
+    }
+  } else {
+    for (int64_t i = first; i < n; i += stride)
+      out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+  }
+}
+
+__global__ void cast_bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src,
+                                        float* __restrict__ dst, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride)
+    dst[i] = __bfloat162float(src[i]);
+}
+
+}  // namespace
+
+void silu_mul(const SiluMulParams& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.inter == 0) return;
+  const auto* x = reinterpret_cast<const __nv_bfloat16*>(p.x);
+  auto* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  if (p.inter % 8 == 0 && is_aligned16(p.x) && is_aligned16(p.out)) {
+    silu_mul_kernel<8>
+        <<<grid_for(int64_t(p.rows) * p.inter / 8), kThreads, 0, stream>>>(x, out, p.rows, p.inter);
+  } else {
+    silu_mul_kernel<1>
+        <<<grid_for(int64_t(p.rows) * p.inter), kThreads, 0, stream>>>(x, out, p.rows, p.inter);
+  }
+  check_launch("silu_mul");
+}
+
+void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
+  if (p.num_rows == 0 || p.cols == 0) return;
+  if (p.cols % 8 == 0 && is_aligned16(p.src) && is_aligned16(p.out)) {
+    const int units = p.cols / 8;
+    const int threads = units < 128 ? 32 * ((units + 31) / 32) : 128;
+    auto kernel = gather_rows_kernel<uint4>;
+    kernel<<<p.num_rows, threads, 0, stream>>>(reinterpret_cast<const uint4*>(p.src), p.rows,
+                                               reinterpret_cast<uint4*>(p.out), units);
+  } else {
+    gather_rows_kernel<__nv_bfloat16>
+        <<<p.num_rows, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(p.src), p.rows,
+                                         reinterpret_cast<__nv_bfloat16*>(p.out), p.cols);
+  }
+  check_launch("gather_rows");
+}
+
+void embedding(const EmbeddingParams& p, cudaStream_t stream) {
+  gather_rows({p.table, p.ids, p.out, p.num_tokens, p.hidden}, stream);
+}
+
+void add(const AddParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  const bool vec8 = p.n % 8 == 0 && is_aligned16(p.a) && is_aligned16(p.b) && is_aligned16(p.out);
+  add_kernel<<<grid_for(vec8 ? p.n / 8 : p.n), kThreads, 0, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(p.a), reinterpret_cast<const __nv_bfloat16*>(p.b),
+      reinterpret_cast<__nv_bfloat16*>(p.out), p.n, vec8);
+  check_launch("add");
+}
+
+void cast_bf16_to_f32(const CastBf16ToF32Params& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  cast_bf16_to_f32_kernel<<<grid_for(p.n), kThreads, 0, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(p.src), p.dst, p.n);
+  check_launch("cast_bf16_to_f32");
+}
+
+}  // namespace serval::kernels::cuda

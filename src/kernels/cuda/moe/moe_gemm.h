@@ -1,0 +1,54 @@
+// Grouped expert GEMMs of both MoE backends (bf16 in, fp32 accumulate, bf16 out), swap-AB:
+// weight rows are the MMA M side (tiles of 128 rows), the permuted token rows the N side.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "base/dtype.h"
+
+namespace serval::kernels::cuda {
+
+// Tile shape family. kLatency: 4 warps, 128 weight rows × `tile` tokens (tile ∈ {8,16,32,64}),
+// 4-stage cp.async pipeline. kThroughput: 8 warps, 128 × 128 (tile must be 128), 3 stages.
+enum class MoeGemmConfig : uint8_t { kLatency, kThroughput };
+
+// Works on the maps of moe_routing: CTA (x, y) computes weight rows block x for token tile y of
+// expert tile_expert[y]; CTAs with y ≥ *num_tiles exit at once (worst-case grid, no host sync).
+//   GEMM1 (gemm1 = true):  act[r, c] = silu(x[tok(r)]·gate[e, c]) · (x[tok(r)]·up[e, c]),
+//     c ∈ [0, inter), gathering x rows through permuted_to_token (−1 → zero row).
+//   GEMM2 (gemm1 = false): y[r, h] = act[r]·down[e, h], h ∈ [0, hidden).
+// Weights are in checkpoint layout, no repacking: gate_up [num_local, 2·inter, hidden] (rows
+// [0, inter) gate, [inter, 2·inter) up), down [num_local, hidden, inter]. A CTA of GEMM1 loads
+// 64 gate rows and the 64 matching up rows so SwiGLU is fused in registers.
+// Requirements: k % 64 == 0; GEMM1 inter % 64 == 0; GEMM2 hidden % 128 == 0.
+struct MoeGemmParams {
+  bool gemm1;
+  MoeGemmConfig config;
+  const bf16* input;                 // GEMM1: x [num_tokens, hidden]; GEMM2: act [rows, inter]
+  const bf16* weights;               // GEMM1: gate_up; GEMM2: down (local experts only)
+  bf16* output;                      // GEMM1: act [rows, inter]; GEMM2: y [rows, hidden]
+  const int32_t* permuted_to_token;  // [rows] (GEMM1 only)
+  const int32_t* tile_expert;        // [max_tiles]
+  const int32_t* num_tiles;          // [1]
+  int max_tiles;                     // grid y (worst case)
+  int tile;                          // token rows per tile
+  int n_out;                         // GEMM1: inter; GEMM2: hidden
+  int k;                             // GEMM1: hidden; GEMM2: inter
+};
+
+void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream);
+
+// out[t] = Σ_j topk_weights[t, j] · y[expanded_to_permuted[t·k + j]] (fp32, j ascending; rows
+// −1 skipped) → bf16. hidden % 8 == 0.
+struct MoeFinalizeParams {
+  const bf16* y;                        // [rows, hidden]
+  const int32_t* expanded_to_permuted;  // [num_tokens · top_k]
+  const float* topk_weights;            // [num_tokens, top_k]
+  bf16* out;                            // [num_tokens, hidden]
+  int num_tokens, top_k, hidden;
+};
+
+void moe_finalize(const MoeFinalizeParams& p, cudaStream_t stream);
+
+}  // namespace serval::kernels::cuda

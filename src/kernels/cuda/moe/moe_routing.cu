@@ -1,0 +1,295 @@
+// MoE routing kernels: warp-per-token top-k with packed (score, index) keys, then one CTA that
+// builds the per-expert histogram, the tile-padded scan and the permutation maps.
+#include "kernels/cuda/moe/moe_routing.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "base/error.h"
+
+namespace serval::kernels::cuda {
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kPerLane = kMoeMaxExperts / 32;
+constexpr int kMapThreads = 1024;
+// At or below this many tokens one CTA does top-k and maps in a single launch.
+constexpr int kFusedMaxTokens = 128;
+
+// Monotone map of a float onto uint32 (larger float → larger integer).
+__device__ __forceinline__ uint32_t orderable(float f) {
+  uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Key (score, index): larger score first, then the lower index. 0 is "no candidate": every real
+// key is larger because its high word is ≥ orderable(-inf) > 0.
+__device__ __forceinline__ uint64_t make_key(float v, int idx) {
+  return (uint64_t(orderable(v)) << 32) | uint64_t(0xffffffffu - uint32_t(idx));
+}
+
+__device__ __forceinline__ int key_index(uint64_t key) {
+  return int(0xffffffffu - uint32_t(key & 0xffffffffu));
+}
+
+__device__ __forceinline__ float key_value(uint64_t key) {
+  uint32_t u = uint32_t(key >> 32);
+  return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
+__device__ __forceinline__ uint64_t warp_max_key(uint64_t k) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    uint64_t o = __shfl_xor_sync(kFull, k, off);
+    k = o > k ? o : k;
+  }
+  return k;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, off));
+  return v;
+}
+
+// Best key among this lane's candidates, reduced over the warp.
+__device__ __forceinline__ uint64_t warp_best(const uint64_t (&keys)[kPerLane]) {
+  uint64_t best = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) best = keys[i] > best ? keys[i] : best;
+  return warp_max_key(best);
+}
+
+// Removes expert `e` from the candidates (only its owning lane holds it).
+__device__ __forceinline__ void drop(uint64_t (&keys)[kPerLane], int e, int lane) {
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    if (i * 32 + lane == e) keys[i] = 0;
+}
+
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+// One warp routes token t; lane j < top_k writes choice j. Mirrors kernels::cpu::route.
+__device__ void route_token_warp(const MoeRoutingParams& p, int t, int lane) {
+  const int E = p.num_experts, k = p.top_k;
+  const float* row = p.logits + size_t(t) * E;
+  float vals[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    int e = i * 32 + lane;
+    vals[i] = e < E ? row[e] : -INFINITY;
+  }
+  uint64_t keys[kPerLane];
+  float softmax_max = 0.0f, softmax_sum = 1.0f;
+  if (p.method == RoutingMethod::kSigmoidGroupedTopK) {
+    float biased[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      int e = i * 32 + lane;
+      biased[i] =
+          e < E ? sigmoid(vals[i]) + (p.correction_bias ? p.correction_bias[e] : 0.0f) : -INFINITY;
+    }
+    const int group_size = E / p.num_groups;
+    // Lane g holds the score of group g: sum of its top-2 biased scores (top-1 if size 1).
+    float group_score = -INFINITY;
+    for (int g = 0; g < p.num_groups; ++g) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        int e = i * 32 + lane;
+        keys[i] = (e < E && e / group_size == g) ? make_key(biased[i], e) : 0;
+      }
+      uint64_t b1 = warp_best(keys);
+      float s = 0.0f + key_value(b1);
+      if (group_size >= 2) {
+        drop(keys, key_index(b1), lane);
+        s += key_value(warp_best(keys));
+      }
+      if (lane == g) group_score = s;
+    }
+    uint64_t gkey = lane < p.num_groups ? make_key(group_score, lane) : 0;
+    bool selected = false;
+    for (int r = 0; r < p.topk_groups; ++r) {
+      uint64_t best = warp_max_key(gkey);
+      if (key_index(best) == lane) {
+        selected = true;
+        gkey = 0;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      int e = i * 32 + lane;
+      int g = e < E ? e / group_size : 0;
+      bool in = __shfl_sync(kFull, selected ? 1 : 0, g & 31) != 0;
+      keys[i] = e < E ? make_key(in ? biased[i] : -INFINITY, e) : 0;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      int e = i * 32 + lane;
+      keys[i] = e < E ? make_key(vals[i], e) : 0;
+    }
+    if (p.method == RoutingMethod::kSoftmaxTopK) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) m = fmaxf(m, vals[i]);
+      softmax_max = warp_max(m);
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        if (i * 32 + lane < E) s += expf(vals[i] - softmax_max);
+      softmax_sum = warp_sum(s);
+    }
+  }
+
+  int my_id = 0;
+  for (int r = 0; r < k; ++r) {
+    uint64_t best = warp_best(keys);
+    int e = key_index(best);
+    if (lane == r) my_id = e;
+    drop(keys, e, lane);
+  }
+
+  const bool active = lane < k;
+  const float l = active ? row[my_id] : 0.0f;
+  float w = 0.0f;
+  switch (p.method) {
+    case RoutingMethod::kSoftmaxTopK:
+      w = expf(l - softmax_max) / softmax_sum;
+      break;
+    case RoutingMethod::kTopKSoftmax: {
+      float m0 = __shfl_sync(kFull, l, 0);  // choice 0 has the largest logit
+      float ex = active ? expf(l - m0) : 0.0f;
+      w = ex / warp_sum(ex);
+      break;
+    }
+    case RoutingMethod::kSigmoidGroupedTopK:
+      w = sigmoid(l);  // the bias only selects
+      break;
+  }
+  if (p.renormalize && p.method != RoutingMethod::kTopKSoftmax) {
+    float sum = warp_sum(active ? w : 0.0f);
+    float eps = p.method == RoutingMethod::kSigmoidGroupedTopK ? 1e-20f : 0.0f;
+    w = w / (sum + eps);
+  }
+  if (active) {
+    p.topk_ids[size_t(t) * k + lane] = my_id;
+    p.topk_weights[size_t(t) * k + lane] = w * p.routed_scaling_factor;
+  }
+}
+
+__global__ void __launch_bounds__(256) topk_kernel(MoeRoutingParams p) {
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (t < p.num_tokens) route_token_warp(p, t, lane);
+}
+
+// One CTA of kMapThreads threads. With kTopK it first routes every token (warp per token).
+// Phases (each ends at a barrier every thread reaches):
+//   1. histogram with a rank per pair (shared atomics; rank order is not deterministic, but
+//      each permuted row is computed independently, so results are),
+//   2. warp-0 scan of ceil(count / tile) → tile offsets, num_tiles,
+//   3. padding rows ← −1, tile_expert,
+//   4. scatter: expanded → permuted row, permuted row → token.
+template <bool kTopK>
+__global__ void __launch_bounds__(kMapThreads) maps_kernel(MoeRoutingParams p) {
+  __shared__ int counts[kMoeMaxExperts];
+  __shared__ int offsets[kMoeMaxExperts + 1];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if constexpr (kTopK) {
+    for (int t = warp; t < p.num_tokens; t += kMapThreads / 32) route_token_warp(p, t, lane);
+  }
+  for (int e = tid; e < p.num_local; e += kMapThreads) counts[e] = 0;
+  __syncthreads();
+
+  const int pairs = p.num_tokens * p.top_k;
+  for (int i = tid; i < pairs; i += kMapThreads) {
+    int local = p.topk_ids[i] - p.local_offset;
+    int rank = -1;
+    if (local >= 0 && local < p.num_local) rank = atomicAdd(&counts[local], 1);
+    p.expanded_to_permuted[i] = rank;
+  }
+  __syncthreads();
+
+  if (warp == 0) {
+    const int per = (p.num_local + 31) / 32;
+    const int begin = min(lane * per, p.num_local), end = min(begin + per, p.num_local);
+    int sum = 0;
+    for (int e = begin; e < end; ++e) sum += (counts[e] + p.tile - 1) / p.tile;
+    int incl = sum;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      int v = __shfl_up_sync(kFull, incl, off);
+      if (lane >= off) incl += v;
+    }
+    int run = incl - sum;
+    for (int e = begin; e < end; ++e) {
+      offsets[e] = run;
+      run += (counts[e] + p.tile - 1) / p.tile;
+    }
+    if (lane == 31) {
+      offsets[p.num_local] = incl;
+      *p.num_tiles = incl;
+    }
+  }
+  __syncthreads();
+
+  const int total_rows = offsets[p.num_local] * p.tile;
+  for (int r = tid; r < total_rows; r += kMapThreads) p.permuted_to_token[r] = -1;
+  for (int e = tid; e < p.num_local; e += kMapThreads)
+    for (int c = offsets[e]; c < offsets[e + 1]; ++c) p.tile_expert[c] = e;
+  __syncthreads();
+
+  for (int i = tid; i < pairs; i += kMapThreads) {
+    int rank = p.expanded_to_permuted[i];
+    if (rank < 0) continue;
+    int local = p.topk_ids[i] - p.local_offset;
+    int row = offsets[local] * p.tile + rank;
+    p.expanded_to_permuted[i] = row;
+    p.permuted_to_token[row] = i / p.top_k;
+  }
+}
+
+void check_launch(const char* name) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw Error(std::string("CUDA launch of ") + name + " failed: " + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
+  if (p.num_experts < 1 || p.num_experts > kMoeMaxExperts || p.top_k < 1 || p.top_k > kMoeMaxTopK ||
+      p.top_k > p.num_experts || p.num_local < 0 || p.num_local > kMoeMaxExperts || p.tile < 1 ||
+      p.num_tokens < 0)
+    throw InvalidArgument("moe_routing: need 1 ≤ top_k ≤ min(32, num_experts), num_experts ≤ " +
+                          std::to_string(kMoeMaxExperts) + ", num_local ≤ 256, tile ≥ 1 (got E=" +
+                          std::to_string(p.num_experts) + ", k=" + std::to_string(p.top_k) + ")");
+  if (p.method == RoutingMethod::kSigmoidGroupedTopK &&
+      (p.num_groups < 1 || p.num_groups > 32 || p.num_experts % p.num_groups != 0 ||
+       p.topk_groups < 1 || p.topk_groups > p.num_groups))
+    throw InvalidArgument(
+        "moe_routing: grouped top-k needs 1 ≤ topk_groups ≤ num_groups ≤ 32 "
+        "and num_experts divisible by num_groups");
+  if (p.num_tokens <= kFusedMaxTokens) {
+    maps_kernel<true><<<1, kMapThreads, 0, stream>>>(p);
+    check_launch("moe_routing (fused)");
+    return;
+  }
+  constexpr int kWarps = 8;
+  topk_kernel<<<(p.num_tokens + kWarps - 1) / kWarps, kWarps * 32, 0, stream>>>(p);
+  check_launch("moe_routing (top-k)");
+  maps_kernel<false><<<1, kMapThreads, 0, stream>>>(p);
+  check_launch("moe_routing (maps)");
+}
+
+}  // namespace serval::kernels::cuda

@@ -1,0 +1,34 @@
+// Fused attention pre-processing: per-head q/k RMSNorm, neox RoPE and paged KV-cache append.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "base/dtype.h"
+
+namespace serval::kernels::cuda {
+
+// Input is the fused QKV projection: each row holds Hq q heads, then Hkv k heads, then Hkv
+// v heads, D values each. For every token t:
+//   q heads: (optional RMSNorm · q_norm) → RoPE(positions[t]) → q_out[t]
+//   k heads: (optional RMSNorm · k_norm) → RoPE → k_cache[slot_mapping[t]]
+//   v heads: copied to v_cache[slot_mapping[t]]
+// Tokens with slot_mapping[t] < 0 (padding) write q_out only. Math in fp32; angles are
+// positions[t] · inv_freq[i] in fp32 with sincosf. head_dim ∈ {16, 32, 64, 128}.
+struct QkNormRopeKvParams {
+  const bf16* qkv;              // [num_tokens, (num_q_heads + 2·num_kv_heads)·head_dim]
+  const bf16* q_norm;           // [head_dim] or null (no q/k norm)
+  const bf16* k_norm;           // [head_dim] or null (both null or both set)
+  const int32_t* positions;     // [num_tokens]
+  const float* inv_freq;        // [head_dim / 2]
+  const int32_t* slot_mapping;  // [num_tokens]: block · block_size + offset, < 0 = skip
+  bf16* q_out;                  // [num_tokens, num_q_heads, head_dim]
+  bf16* k_cache;                // [num_blocks, block_size, num_kv_heads, head_dim]
+  bf16* v_cache;                // same
+  int num_tokens, num_q_heads, num_kv_heads, head_dim;
+  float eps;  // RMSNorm epsilon
+};
+
+void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream);
+
+}  // namespace serval::kernels::cuda

@@ -1,0 +1,96 @@
+// CUDA silu_mul, embedding, gather_rows, add and cast_bf16_to_f32 against CPU references.
+#include "kernels/cuda/misc/elementwise.h"
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda_test_util.h"
+#include "kernels/gpu_test_support.h"
+
+namespace serval::testing {
+namespace {
+
+constexpr double kTol = 1e-2;  // bf16 output rounding ≈ 2e-3 rel L2
+
+TEST(CudaSiluMul, MatchesCpu) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  // inter 768 takes the 16-byte path, 100 and 13 the scalar one.
+  for (int inter : {768, 100, 13}) {
+    for (int rows : {1, 5, 64}) {
+      SCOPED_TRACE(::testing::Message() << "rows=" << rows << " inter=" << inter);
+      auto x = random_bf16(size_t(rows) * 2 * inter, uint32_t(rows * 7 + inter), -4.0f, 4.0f);
+      std::vector<float> x_f = to_float(x), want(size_t(rows) * inter);
+      kernels::cpu::silu_mul({x_f.data(), want.data(), rows, inter});
+      DeviceBuffer<bf16> d_x(x), d_out(want.size());
+      d_out.poison();
+      kernels::cuda::silu_mul({d_x.get(), d_out.get(), rows, inter}, nullptr);
+      EXPECT_LT(rel_l2(d_out.download(), want), kTol);
+    }
+  }
+}
+
+TEST(CudaEmbedding, CopiesTableRowsExactly) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int hidden : {2048, 20}) {  // vector and scalar paths
+    const int vocab = 1000, tokens = 37;
+    auto table = random_bf16(size_t(vocab) * hidden, uint32_t(hidden));
+    std::vector<int32_t> ids(tokens);
+    std::mt19937 rng(5);
+    for (auto& id : ids) id = int32_t(rng() % vocab);
+    ids[0] = 0;
+    ids[1] = vocab - 1;
+    std::vector<float> want(size_t(tokens) * hidden);
+    kernels::cpu::embedding(
+        {table.data(), DType::kBF16, ids.data(), want.data(), tokens, hidden, vocab});
+    DeviceBuffer<bf16> d_table(table), d_out(want.size());
+    DeviceBuffer<int32_t> d_ids(ids);
+    d_out.poison();
+    kernels::cuda::embedding({d_table.get(), d_ids.get(), d_out.get(), tokens, hidden}, nullptr);
+    EXPECT_EQ(rel_l2(d_out.download(), want), 0.0) << "hidden=" << hidden;  // a copy: exact
+  }
+}
+
+TEST(CudaGatherRows, PicksRequestedRows) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const int src_rows = 50, cols = 4096;
+  auto src = random_bf16(size_t(src_rows) * cols, 11);
+  std::vector<int32_t> rows = {49, 0, 7, 7, 23};
+  DeviceBuffer<bf16> d_src(src), d_out(rows.size() * cols);
+  DeviceBuffer<int32_t> d_rows(rows);
+  d_out.poison();
+  kernels::cuda::gather_rows({d_src.get(), d_rows.get(), d_out.get(), int(rows.size()), cols},
+                             nullptr);
+  auto got = d_out.download();
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int c = 0; c < cols; ++c)
+      ASSERT_EQ(got[i * cols + c].bits, src[size_t(rows[i]) * cols + c].bits) << i << "," << c;
+}
+
+TEST(CudaAdd, MatchesFp32Sum) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int64_t n : {int64_t(1) << 16, int64_t(1001)}) {
+    auto a = random_bf16(size_t(n), 1), b = random_bf16(size_t(n), 2);
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want[i] = bf16_to_float(a[i]) + bf16_to_float(b[i]);
+    DeviceBuffer<bf16> d_a(a), d_b(b), d_out(static_cast<size_t>(n));
+    d_out.poison();
+    kernels::cuda::add({d_a.get(), d_b.get(), d_out.get(), n}, nullptr);
+    auto got = d_out.download();
+    for (int64_t i = 0; i < n; ++i)  // one rounding of the exact sum: bit-exact
+      ASSERT_EQ(got[i].bits, float_to_bf16(want[i]).bits) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(CudaCast, Bf16ToF32IsExact) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const int64_t n = 3000;
+  auto a = random_bf16(size_t(n), 3, -100.0f, 100.0f);
+  DeviceBuffer<bf16> d_a(a);
+  DeviceBuffer<float> d_out(static_cast<size_t>(n));
+  d_out.poison();
+  kernels::cuda::cast_bf16_to_f32({d_a.get(), d_out.get(), n}, nullptr);
+  EXPECT_EQ(rel_l2(d_out.download(), to_float(a)), 0.0);
+}
+
+}  // namespace
+}  // namespace serval::testing

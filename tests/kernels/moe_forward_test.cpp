@@ -1,0 +1,320 @@
+// Both CUDA MoE backends vs moe_forward_cpu on the same bf16-rounded inputs, CUDA graph replay
+// of the latency path, and a DISABLED_ benchmark.
+//
+// Tolerance: rel L2 < 2e-2. The GPU rounds the SwiGLU activations and the expert outputs to
+// bf16 (relative error ≤ 2⁻⁹ each) and the output to bf16; the CPU keeps fp32 throughout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/moe/moe_cpu.h"
+#include "backend/moe/moe_cuda.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/gpu_test_support.h"
+#include "kernels/moe_test_util.h"
+
+namespace serval::backend::moe {
+namespace {
+
+using serval::testing::moe_util::DeviceBuffer;
+using serval::testing::moe_util::Rng;
+
+constexpr double kTol = 2e-2;
+
+struct Shape {
+  int experts, top_k, hidden, inter;
+};
+constexpr Shape kSmall{8, 2, 256, 128};    // Mixtral-like, scaled down
+constexpr Shape kQwen{128, 8, 2048, 768};  // Qwen3-30B-A3B layer
+
+// One layer's weights on host (bf16) and device; router rows random or all zero (ties).
+struct Layer {
+  Shape s;
+  int local_offset, num_local;
+  std::vector<bf16> gate_up, down;
+  std::vector<float> router;  // [E, H] f32 (bf16-rounded values)
+  std::unique_ptr<DeviceBuffer> d_gate_up, d_down;
+
+  Layer(Shape shape, int offset, int local, bool zero_router, uint64_t seed)
+      : s(shape), local_offset(offset), num_local(local) {
+    Rng rng(seed);
+    gate_up = serval::testing::moe_util::random_bf16(size_t(local) * 2 * s.inter * s.hidden,
+                                                     1.0f / std::sqrt(float(s.hidden)), rng);
+    down = serval::testing::moe_util::random_bf16(size_t(local) * s.hidden * s.inter,
+                                                  1.0f / std::sqrt(float(s.inter)), rng);
+    router.resize(size_t(s.experts) * s.hidden);
+    for (auto& v : router) v = zero_router ? 0.0f : bf16_to_float(float_to_bf16(rng.uniform()));
+    d_gate_up = std::make_unique<DeviceBuffer>(gate_up.size() * 2);
+    d_down = std::make_unique<DeviceBuffer>(down.size() * 2);
+    d_gate_up->upload(gate_up);
+    d_down->upload(down);
+  }
+
+  MoeWeights cpu_weights(kernels::RoutingMethod method, bool renormalize) {
+    MoeWeights w;
+    w.router = host_view(router.data(), DType::kF32, {s.experts, s.hidden}, nullptr);
+    w.gate_up =
+        host_view(gate_up.data(), DType::kBF16, {num_local, 2 * s.inter, s.hidden}, nullptr);
+    w.down = host_view(down.data(), DType::kBF16, {num_local, s.hidden, s.inter}, nullptr);
+    w.num_experts = s.experts;
+    w.top_k = s.top_k;
+    w.hidden = s.hidden;
+    w.inter = s.inter;
+    w.routing = method;
+    w.renormalize = renormalize;
+    w.local_offset = local_offset;
+    w.num_local = num_local;
+    return w;
+  }
+};
+
+// Device inputs and outputs of one call.
+struct Call {
+  int tokens;
+  std::vector<bf16> x;
+  std::vector<float> logits;
+  DeviceBuffer d_x, d_logits, d_out, d_ws;
+
+  Call(Layer& l, int T, uint64_t seed)
+      : tokens(T),
+        d_x(size_t(T) * l.s.hidden * 2),
+        d_logits(size_t(T) * l.s.experts * 4),
+        d_out(size_t(T) * l.s.hidden * 2),
+        d_ws(moe_workspace_bytes(T, l.s.top_k, l.num_local, l.s.hidden, l.s.inter)) {
+    Rng rng(seed);
+    x = serval::testing::moe_util::random_bf16(size_t(T) * l.s.hidden, 1.0f, rng);
+    // Router logits exactly as moe_forward_cpu computes them (same function, same inputs).
+    std::vector<float> xf = serval::testing::moe_util::to_float(x);
+    logits.resize(size_t(T) * l.s.experts);
+    kernels::cpu::linear({xf.data(), l.router.data(), DType::kF32, nullptr, logits.data(), T,
+                          l.s.experts, l.s.hidden});
+    d_x.upload(x);
+    d_logits.upload(logits);
+  }
+
+  MoeCudaArgs args(Layer& l, kernels::RoutingMethod method, bool renormalize,
+                   MoeCudaBackend backend) {
+    MoeCudaArgs a;
+    a.x = d_x.as<bf16>();
+    a.router_logits = d_logits.as<float>();
+    a.out = d_out.as<bf16>();
+    a.gate_up = l.d_gate_up->as<bf16>();
+    a.down = l.d_down->as<bf16>();
+    a.num_tokens = tokens;
+    a.num_experts = l.s.experts;
+    a.top_k = l.s.top_k;
+    a.hidden = l.s.hidden;
+    a.inter = l.s.inter;
+    a.routing = method;
+    a.renormalize = renormalize;
+    a.local_offset = l.local_offset;
+    a.num_local = l.num_local;
+    a.backend = backend;
+    a.workspace = d_ws.as<void>();
+    a.workspace_bytes = d_ws.bytes();
+    return a;
+  }
+
+  std::vector<float> run(const MoeCudaArgs& a) {
+    d_out.poison();
+    moe_forward_cuda(a, nullptr);
+    serval::testing::moe_util::cuda_ok(cudaDeviceSynchronize(), "moe_forward_cuda");
+    return serval::testing::moe_util::to_float(d_out.download<bf16>(size_t(tokens) * a.hidden));
+  }
+};
+
+// CPU reference on every `stride`-th token (tokens are independent), compared with the GPU rows.
+void expect_matches_cpu(Layer& l, Call& c, const std::vector<float>& gpu,
+                        kernels::RoutingMethod method, bool renormalize, const char* what) {
+  const int H = l.s.hidden;
+  const int stride = std::max(1, c.tokens / 128);
+  std::vector<int> rows;
+  for (int t = 0; t < c.tokens; t += stride) rows.push_back(t);
+  std::vector<float> xs(rows.size() * H), ref(rows.size() * H), got(rows.size() * H);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int h = 0; h < H; ++h) {
+      xs[i * H + h] = bf16_to_float(c.x[size_t(rows[i]) * H + h]);
+      got[i * H + h] = gpu[size_t(rows[i]) * H + h];
+    }
+  MoeWeights w = l.cpu_weights(method, renormalize);
+  moe_forward_cpu(xs.data(), int(rows.size()), w, ref.data());
+  double ref_norm = 0;
+  for (float v : ref) ref_norm += double(v) * v;
+  if (ref_norm == 0) {  // nothing routed to this rank: exact zeros expected
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 0.0f) << what << " elem " << i;
+    return;
+  }
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isfinite(got[i])) << what << " " << i;
+  const double err = serval::testing::moe_util::rel_l2(got, ref);
+  EXPECT_LT(err, kTol) << what << ": tokens " << c.tokens;
+}
+
+const char* name(MoeCudaBackend b) {
+  return b == MoeCudaBackend::kLatency ? "latency" : "throughput";
+}
+
+void check(Layer& l, int T, MoeCudaBackend b,
+           kernels::RoutingMethod method = kernels::RoutingMethod::kSoftmaxTopK,
+           bool renormalize = true) {
+  Call c(l, T, 77 + T);
+  auto gpu = c.run(c.args(l, method, renormalize, b));
+  expect_matches_cpu(l, c, gpu, method, renormalize, name(b));
+}
+
+constexpr MoeCudaBackend kBoth[] = {MoeCudaBackend::kLatency, MoeCudaBackend::kThroughput};
+
+class MoeForwardGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  }
+  // The Qwen3-shape layer is 1.2 GB of bf16: built once for the whole suite.
+  static Layer& qwen() {
+    static Layer l(kQwen, 0, kQwen.experts, false, 5);
+    return l;
+  }
+};
+
+TEST_F(MoeForwardGpu, SmallShapeAllTokenCounts) {
+  Layer l(kSmall, 0, kSmall.experts, false, 1);
+  for (MoeCudaBackend b : kBoth)
+    for (int T : {1, 2, 3, 8, 17, 64, 255, 1024, 8192}) check(l, T, b);
+}
+
+TEST_F(MoeForwardGpu, QwenShapeLatency) {
+  for (int T : {1, 2, 3, 8, 17, 64, 255, 1024}) check(qwen(), T, MoeCudaBackend::kLatency);
+}
+
+TEST_F(MoeForwardGpu, QwenShapeThroughput) {
+  for (int T : {1, 17, 255, 1024}) check(qwen(), T, MoeCudaBackend::kThroughput);
+}
+
+TEST_F(MoeForwardGpu, QwenShape8192Tokens) {
+  for (MoeCudaBackend b : kBoth) check(qwen(), 8192, b);
+}
+
+TEST_F(MoeForwardGpu, RoutingMethods) {
+  Layer l(kSmall, 0, kSmall.experts, false, 2);
+  for (MoeCudaBackend b : kBoth) {
+    check(l, 17, b, kernels::RoutingMethod::kSoftmaxTopK, false);
+    check(l, 17, b, kernels::RoutingMethod::kTopKSoftmax, false);
+    check(l, 17, b, kernels::RoutingMethod::kSigmoidGroupedTopK, true);
+  }
+}
+
+TEST_F(MoeForwardGpu, AllTokensToTheSameExperts) {
+  // Zero router → all logits tie → every token picks experts 0..k-1 (the others stay empty).
+  Layer small(kSmall, 0, kSmall.experts, true, 3);
+  for (MoeCudaBackend b : kBoth)
+    for (int T : {1, 64, 255, 1024}) check(small, T, b);
+  Layer big(kQwen, 0, 16, true, 4);  // slice of the first 16 experts keeps it small
+  for (MoeCudaBackend b : kBoth)
+    for (int T : {3, 255}) check(big, T, b);
+}
+
+TEST_F(MoeForwardGpu, LocalExpertSlice) {
+  Layer mid(kSmall, 2, 4, false, 6);  // experts [2, 6) on this rank
+  for (MoeCudaBackend b : kBoth)
+    for (int T : {1, 17, 255}) check(mid, T, b);
+  Layer tail(kSmall, 4, 4, true, 7);  // ties pick experts 0, 1: nothing local, output zero
+  for (MoeCudaBackend b : kBoth) check(tail, 33, b);
+}
+
+TEST_F(MoeForwardGpu, LatencyGraphReplayIsBitIdentical) {
+  for (int T : {1, 8, 64}) {
+    Call c(qwen(), T, 900 + T);
+    const MoeCudaArgs a =
+        c.args(qwen(), kernels::RoutingMethod::kSoftmaxTopK, true, MoeCudaBackend::kLatency);
+    auto eager = c.d_out.download<uint16_t>(0);
+    c.run(a);
+    eager = c.d_out.download<uint16_t>(size_t(T) * a.hidden);
+
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    // Capture once eagerly-warmed (kernel attributes are set outside the capture).
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    moe_forward_cuda(a, stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int rep = 0; rep < 3; ++rep) {
+      c.d_out.poison();
+      cudaMemset(c.d_ws.as<void>(), 0xFF, c.d_ws.bytes());  // maps must be rebuilt each replay
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      auto replay = c.d_out.download<uint16_t>(size_t(T) * a.hidden);
+      ASSERT_EQ(replay, eager) << "tokens " << T << " replay " << rep;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// Times one layer per backend with CUDA events (median of 50 after warm-up).
+float time_us(const MoeCudaArgs& a) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 5; ++i) moe_forward_cuda(a, nullptr);
+  std::vector<float> ts;
+  for (int i = 0; i < 50; ++i) {
+    cudaEventRecord(e0);
+    moe_forward_cuda(a, nullptr);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    ts.push_back(ms * 1000.0f);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+TEST_F(MoeForwardGpu, DISABLED_BenchmarkQwen3Layer) {
+  Layer& l = qwen();
+  const double expert_bytes = 3.0 * l.s.hidden * l.s.inter * 2;
+  int crossover = -1;
+  std::printf(
+      "tokens  distinct  floor_us | latency us  GB/s  TFLOP/s | throughput us  GB/s  "
+      "TFLOP/s\n");
+  for (int T = 1; T <= 8192; T *= 2) {
+    Call c(l, T, 4242 + T);
+    // Distinct experts actually hit (from the routed ids) for the byte count.
+    std::vector<int32_t> ids(size_t(T) * l.s.top_k);
+    std::vector<float> w(ids.size());
+    kernels::RouterParams rp{c.logits.data(),
+                             nullptr,
+                             ids.data(),
+                             w.data(),
+                             T,
+                             l.s.experts,
+                             l.s.top_k,
+                             kernels::RoutingMethod::kSoftmaxTopK,
+                             true};
+    kernels::cpu::route(rp);
+    std::vector<bool> hit(l.s.experts, false);
+    for (int32_t e : ids) hit[e] = true;
+    const int distinct = int(std::count(hit.begin(), hit.end(), true));
+    const double bytes = distinct * expert_bytes + 2.0 * T * l.s.hidden * 2;
+    const double flops = 2.0 * T * l.s.top_k * 3.0 * l.s.hidden * l.s.inter;
+    float us[2];
+    for (int i = 0; i < 2; ++i)
+      us[i] = time_us(c.args(l, kernels::RoutingMethod::kSoftmaxTopK, true, kBoth[i]));
+    if (crossover < 0 && us[1] < us[0]) crossover = T;
+    std::printf("%6d  %8d  %8.2f | %10.2f %6.0f %7.1f | %13.2f %6.0f %7.1f\n", T, distinct,
+                bytes / 4.3e12 * 1e6, us[0], bytes / us[0] / 1e3, flops / us[0] / 1e6, us[1],
+                bytes / us[1] / 1e3, flops / us[1] / 1e6);
+  }
+  std::printf("crossover (throughput faster from): %d tokens\n", crossover);
+}
+
+}  // namespace
+}  // namespace serval::backend::moe

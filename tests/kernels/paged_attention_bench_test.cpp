@@ -1,0 +1,117 @@
+// DISABLED_ benchmarks of paged attention at the Qwen3-30B-A3B shape (Hq 32, Hkv 4, D 128).
+// Run on the GPU with: kernels_gpu --gtest_also_run_disabled_tests --gtest_filter='*Bench*'
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "base/math.h"
+#include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda_test_util.h"
+#include "kernels/gpu_test_support.h"
+
+namespace serval::testing {
+namespace {
+
+constexpr int kHq = 32, kHkv = 4, kD = 128, kBs = 16;
+
+// Median µs of `iters` launches after warm-up, timed with CUDA events.
+template <typename F>
+double median_us(F&& launch, int iters = 30) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(a);
+    launch();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    us.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+struct Problem {
+  std::vector<int32_t> query_start, ctx, tables;
+  int num_blocks = 0, max_blocks = 0;
+};
+
+// num_seqs sequences of `ctx_len` context, q_len new tokens each, blocks shuffled.
+Problem make_problem(int num_seqs, int q_len, int ctx_len) {
+  Problem p;
+  p.max_blocks = ceil_div(ctx_len, kBs);
+  p.num_blocks = num_seqs * p.max_blocks;
+  std::vector<int32_t> perm(p.num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
+  p.tables = perm;
+  p.ctx.assign(num_seqs, ctx_len);
+  p.query_start.resize(num_seqs + 1);
+  for (int s = 0; s <= num_seqs; ++s) p.query_start[s] = s * q_len;
+  return p;
+}
+
+void bench(const char* name, int num_seqs, int q_len, int ctx_len) {
+  Problem pr = make_problem(num_seqs, q_len, ctx_len);
+  const size_t cache_elems = size_t(pr.num_blocks) * kBs * kHkv * kD;
+  const int T = num_seqs * q_len;
+  DeviceBuffer<bf16> q(random_bf16(size_t(T) * kHq * kD, 1)), out(size_t(T) * kHq * kD);
+  DeviceBuffer<bf16> k(random_bf16(cache_elems, 2)), v(random_bf16(cache_elems, 3));
+  DeviceBuffer<int32_t> qs(pr.query_start), ctx(pr.ctx), tables(pr.tables);
+  const size_t ws =
+      kernels::cuda::paged_attention_workspace_bytes(num_seqs, kHq, kHkv, kD, q_len, ctx_len);
+  DeviceBuffer<unsigned char> work(ws);
+  kernels::cuda::PagedAttentionParams p{};
+  p.q = q.get();
+  p.out = out.get();
+  p.k_cache = k.get();
+  p.v_cache = v.get();
+  p.query_start = qs.get();
+  p.context_lens = ctx.get();
+  p.block_tables = tables.get();
+  p.num_tokens = T;
+  p.num_seqs = num_seqs;
+  p.max_blocks_per_seq = pr.max_blocks;
+  p.block_size = kBs;
+  p.num_q_heads = kHq;
+  p.num_kv_heads = kHkv;
+  p.head_dim = kD;
+  p.max_query_len = q_len;
+  p.max_context_len = ctx_len;
+  p.scale = 1.0f / std::sqrt(float(kD));
+  p.workspace = work.get();
+  p.workspace_bytes = ws;
+  const double us = median_us([&] { kernels::cuda::paged_attention(p, nullptr); });
+  cuda_check(cudaDeviceSynchronize(), name);
+  // KV bytes read once per (sequence, kv head); FLOPs: QKᵀ and PV, 2 each per MAC, causal keys.
+  const double kv_bytes = double(num_seqs) * ctx_len * kHkv * kD * 2 * 2;
+  const int prefix = ctx_len - q_len;
+  double keys = 0;  // Σ over query rows of visible keys
+  for (int i = 0; i < q_len; ++i) keys += prefix + i + 1;
+  const double flops = 4.0 * num_seqs * kHq * kD * keys;
+  std::printf(
+      "%s: %.1f us, KV read %.2f TB/s, %.1f TFLOP/s (splits %d)\n", name, us, kv_bytes / us * 1e-6,
+      flops / us * 1e-6,
+      q_len == 1 ? kernels::cuda::paged_attention_num_splits(num_seqs, kHq, kHkv, ctx_len) : 1);
+}
+
+TEST(CudaPagedAttentionBench, DISABLED_Qwen3Shape) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  bench("decode batch 64 ctx 4096", 64, 1, 4096);  // target ≥ 3.0 TB/s (70% of 4.3)
+  bench("decode batch 8 ctx 1024", 8, 1, 1024);
+  bench("decode batch 1 ctx 4096", 1, 1, 4096);
+  bench("prefill 8192 tokens", 1, 8192, 8192);  // target ≥ 395 TFLOP/s (50% of 790)
+  bench("prefill 8 x 1024 tokens", 8, 1024, 1024);
+}
+
+}  // namespace
+}  // namespace serval::testing

@@ -1,0 +1,176 @@
+// CUDA paged attention (decode split-KV path and tensor-core prefill path) against the CPU twin,
+// on random non-contiguous block tables with unused cache slots poisoned (NaN).
+#include "kernels/cuda/attention/paged_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/math.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda_test_util.h"
+#include "kernels/gpu_test_support.h"
+
+namespace serval::testing {
+namespace {
+
+// bf16 inputs, fp32 accumulation, bf16 probabilities in P·V and a bf16 output: ~3e-3 rel L2 in
+// practice; 2e-2 (the bound stated for bf16 attention) still catches any masking/indexing bug.
+constexpr double kTol = 2e-2;
+
+struct Case {
+  std::vector<int> q_lens, ctx_lens;
+  int hq, hkv, d;
+  int block_size = 16;
+  int max_context_bound = 0;  // 0: the largest ctx_len
+  float v_scale = 1.0f;
+};
+
+double run_case(const Case& c, uint32_t seed) {
+  const int S = int(c.q_lens.size()), D = c.d, bs = c.block_size;
+  std::vector<int32_t> query_start(S + 1, 0);
+  for (int s = 0; s < S; ++s) query_start[s + 1] = query_start[s] + c.q_lens[s];
+  const int T = query_start[S];
+  const int max_ctx = *std::max_element(c.ctx_lens.begin(), c.ctx_lens.end());
+  const int max_q = *std::max_element(c.q_lens.begin(), c.q_lens.end());
+  const int max_blocks = ceil_div(max_ctx, bs) + 1;  // one spare entry, left invalid (-1)
+  int used_blocks = 0;
+  for (int ctx : c.ctx_lens) used_blocks += ceil_div(ctx, bs);
+  const int num_blocks = used_blocks + 3;  // a few blocks no sequence owns
+
+  // Random, non-contiguous block tables.
+  std::mt19937 rng(seed);
+  std::vector<int32_t> perm(num_blocks), tables(size_t(S) * max_blocks, -1);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int next = 0;
+  for (int s = 0; s < S; ++s)
+    for (int b = 0; b < ceil_div(c.ctx_lens[s], bs); ++b)
+      tables[size_t(s) * max_blocks + b] = perm[next++];
+
+  // KV: random where a sequence has a token, NaN everywhere else (must never be read).
+  const size_t kv_row = size_t(c.hkv) * D, cache_elems = size_t(num_blocks) * bs * kv_row;
+  auto k = random_bf16(cache_elems, seed + 1), v = random_bf16(cache_elems, seed + 2);
+  std::vector<bool> live(size_t(num_blocks) * bs, false);
+  for (int s = 0; s < S; ++s)
+    for (int j = 0; j < c.ctx_lens[s]; ++j)
+      live[size_t(tables[size_t(s) * max_blocks + j / bs]) * bs + j % bs] = true;
+  for (size_t slot = 0; slot < live.size(); ++slot)
+    if (!live[slot])
+      for (size_t i = 0; i < kv_row; ++i)
+        k[slot * kv_row + i].bits = v[slot * kv_row + i].bits = 0xFFFF;
+  auto q = random_bf16(size_t(T) * c.hq * D, seed + 3, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(float(D));
+
+  std::vector<float> q_f = to_float(q), k_f = to_float(k), v_f = to_float(v);
+  std::vector<float> want(q.size());
+  kernels::cpu::paged_attention({q_f.data(), want.data(), k_f.data(), v_f.data(),
+                                 query_start.data(), c.ctx_lens.data(), tables.data(), S,
+                                 max_blocks, bs, c.hq, c.hkv, D, scale});
+  for (float& x : want) x *= c.v_scale;
+
+  DeviceBuffer<bf16> d_q(q), d_k(k), d_v(v), d_out(q.size());
+  DeviceBuffer<int32_t> d_qs(query_start),
+      d_ctx(std::vector<int32_t>(c.ctx_lens.begin(), c.ctx_lens.end())), d_tables(tables);
+  const int bound = c.max_context_bound ? c.max_context_bound : max_ctx;
+  const size_t ws_bytes =
+      kernels::cuda::paged_attention_workspace_bytes(S, c.hq, c.hkv, D, max_q, bound);
+  DeviceBuffer<unsigned char> d_ws(ws_bytes);
+  d_ws.poison();
+  d_out.poison();
+  kernels::cuda::PagedAttentionParams p{};
+  p.q = d_q.get();
+  p.out = d_out.get();
+  p.k_cache = d_k.get();
+  p.v_cache = d_v.get();
+  p.query_start = d_qs.get();
+  p.context_lens = d_ctx.get();
+  p.block_tables = d_tables.get();
+  p.num_tokens = T;
+  p.num_seqs = S;
+  p.max_blocks_per_seq = max_blocks;
+  p.block_size = bs;
+  p.num_q_heads = c.hq;
+  p.num_kv_heads = c.hkv;
+  p.head_dim = D;
+  p.max_query_len = max_q;
+  p.max_context_len = bound;
+  p.scale = scale;
+  p.v_scale = c.v_scale;
+  p.workspace = d_ws.get();
+  p.workspace_bytes = ws_bytes;
+  kernels::cuda::paged_attention(p, nullptr);
+  return rel_l2(d_out.download(), want);
+}
+
+TEST(CudaPagedAttention, DecodeMatchesCpu) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const std::vector<int> contexts = {1, 17, 1000, 4096};
+  uint32_t seed = 1;
+  for (int d : {64, 128}) {
+    for (int group : {1, 4, 8}) {
+      for (int batch : {1, 3, 64}) {
+        // Batch 1 runs every context alone; larger batches mix them.
+        for (int offset = 0; offset < (batch == 1 ? 4 : 1); ++offset) {
+          Case c;
+          c.hkv = 2;
+          c.hq = 2 * group;
+          c.d = d;
+          c.q_lens.assign(batch, 1);
+          for (int i = 0; i < batch; ++i) c.ctx_lens.push_back(contexts[(i + offset) % 4]);
+          c.max_context_bound = 4096;  // a fixed bound, as under CUDA graphs: empty splits
+          EXPECT_LT(run_case(c, seed++), kTol)
+              << "D=" << d << " group=" << group << " batch=" << batch << " ctx0=" << c.ctx_lens[0];
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaPagedAttention, DecodeExactBoundVScaleAndBigGroup) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  Case c{{1, 1}, {300, 2000}, 32, 4, 128};  // bound = the real max
+  c.v_scale = 0.5f;
+  EXPECT_LT(run_case(c, 100), kTol) << "v_scale";
+  Case big{{1, 1, 1}, {5, 700, 64}, 40, 2, 64};  // group 20 > 16 rows: two CTAs per kv head
+  EXPECT_LT(run_case(big, 101), kTol) << "group 20";
+  Case bs32{{1, 1}, {33, 500}, 8, 8, 128};
+  bs32.block_size = 32;
+  EXPECT_LT(run_case(bs32, 102), kTol) << "block_size 32";
+}
+
+TEST(CudaPagedAttention, TinyHeadDims) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int d : {16, 32}) {
+    EXPECT_LT(run_case({{1, 1, 1}, {1, 90, 300}, 4, 2, d}, 200 + d), kTol) << "decode D=" << d;
+    EXPECT_LT(run_case({{70, 3}, {70, 40}, 4, 2, d}, 300 + d), kTol) << "prefill D=" << d;
+  }
+}
+
+TEST(CudaPagedAttention, PrefillSingleSequence) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int d : {64, 128}) {
+    for (int len : {1, 2, 15, 63, 64, 65, 130, 600}) {
+      Case c{{len}, {len}, 8, 2, d};
+      // max_query_len 1 would pick decode; the prefill path is forced by len ≥ 2, and len 1
+      // here goes through decode — both must agree with the CPU.
+      EXPECT_LT(run_case(c, uint32_t(400 + len + d)), kTol) << "D=" << d << " len=" << len;
+    }
+  }
+}
+
+TEST(CudaPagedAttention, ChunkedPrefillMixedBatch) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  // Mixed query lengths with prior context (chunked prefill), including decode rows (q_len 1).
+  for (int d : {64, 128}) {
+    Case c{{5, 64, 1, 200, 130, 1}, {5, 164, 4000, 237, 1030, 17}, 16, 4, d};
+    EXPECT_LT(run_case(c, 500 + d), kTol) << "D=" << d;
+    Case mha{{33, 97}, {33, 300}, 4, 4, d};  // group 1
+    EXPECT_LT(run_case(mha, 600 + d), kTol) << "MHA D=" << d;
+  }
+}
+
+}  // namespace
+}  // namespace serval::testing

@@ -1,0 +1,59 @@
+// CUDA rms_norm (with and without the fused residual add) against the CPU twin.
+#include "kernels/cuda/norm_rope/rms_norm.h"
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda_test_util.h"
+#include "kernels/gpu_test_support.h"
+
+namespace serval::testing {
+namespace {
+
+// bf16 outputs of fp32 math: rounding alone gives ~2e-3 rel L2; 1e-2 leaves room for
+// summation-order differences while any indexing error gives O(1).
+constexpr double kTol = 1e-2;
+
+void check_rms_norm(int rows, int hidden, bool with_residual, bool in_place) {
+  SCOPED_TRACE(::testing::Message() << "rows=" << rows << " hidden=" << hidden
+                                    << " residual=" << with_residual << " in_place=" << in_place);
+  const uint32_t seed = uint32_t(rows * 131 + hidden + with_residual * 7 + in_place * 3);
+  auto x = random_bf16(size_t(rows) * hidden, seed, -2.0f, 2.0f);
+  auto res = random_bf16(size_t(rows) * hidden, seed + 1, -2.0f, 2.0f);
+  auto w = random_bf16(hidden, seed + 2, 0.5f, 1.5f);
+
+  // CPU twin on the same bf16-rounded inputs.
+  std::vector<float> x_f = to_float(x), res_f = to_float(res), want(x.size());
+  kernels::cpu::rms_norm({x_f.data(), with_residual ? res_f.data() : nullptr, w.data(),
+                          DType::kBF16, want.data(), rows, hidden, 1e-6f});
+
+  DeviceBuffer<bf16> d_x(x), d_res(res), d_w(w), d_out(x.size());
+  d_out.poison();
+  bf16* out = in_place ? d_x.get() : d_out.get();
+  kernels::cuda::rms_norm(
+      {d_x.get(), with_residual ? d_res.get() : nullptr, d_w.get(), out, rows, hidden, 1e-6f},
+      nullptr);
+  auto got = in_place ? d_x.download() : d_out.download();
+  EXPECT_LT(rel_l2(got, want), kTol);
+  if (with_residual) {
+    EXPECT_LT(rel_l2(d_res.download(), res_f), kTol) << "residual not updated to x + residual";
+  } else {
+    EXPECT_EQ(rel_l2(d_res.download(), to_float(res)), 0.0) << "residual touched without request";
+  }
+}
+
+TEST(CudaRmsNorm, MatchesCpu) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int hidden : {64, 2048, 4096, 8192})
+    for (int rows : {1, 7, 256})
+      for (bool residual : {false, true}) check_rms_norm(rows, hidden, residual, false);
+}
+
+TEST(CudaRmsNorm, OutputMayAliasInput) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  check_rms_norm(7, 2048, false, true);
+  check_rms_norm(7, 2048, true, true);
+}
+
+}  // namespace
+}  // namespace serval::testing
