@@ -146,7 +146,7 @@ void GenerationJob::abort_all() {
 }
 
 std::string GenerationJob::token_text(int32_t id) const {
-  if (!ctx_.tokenizer) return fmt::format("token_id:{}", id);
+  if (!ctx_.tokenizer || req_.return_tokens_as_token_ids) return fmt::format("token_id:{}", id);
   int32_t ids[1] = {id};
   return ctx_.tokenizer->decode(std::span<const int32_t>(ids, 1), false);
 }

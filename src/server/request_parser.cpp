@@ -167,6 +167,7 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
   }
   if (auto v = get_bool(body, "ignore_eos")) s.ignore_eos = *v;
   if (auto v = get_bool(body, "skip_special_tokens")) req.skip_special_tokens = *v;
+  if (auto v = get_bool(body, "return_tokens_as_token_ids")) req.return_tokens_as_token_ids = *v;
   if (auto v = get_bool(body, "stream")) req.stream = *v;
   if (const Json* so = field(body, "stream_options")) {
     if (!so->is_object()) throw bad_request("stream_options", "'stream_options' must be an object");

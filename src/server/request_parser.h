@@ -30,6 +30,7 @@ struct GenerationRequest {
   bool echo = false;
   int logprobs = -1;  // -1: none; else the number of alternatives per token
   bool skip_special_tokens = true;
+  bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:<id>" (vLLM)
 };
 
 // What parsing needs to know about the served model.

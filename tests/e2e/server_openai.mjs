@@ -1,0 +1,232 @@
+// `serval serve` through the official openai npm client (v6): completions and chat, streamed
+// and not, usage in streams, n > 1, stop strings, logprobs, max_tokens, seeds, /v1/models.
+// Usage: node server_openai.mjs BASE_URL NODE_MODULES EXPECTED_MOE_BACKEND
+import assert from 'node:assert/strict';
+import { pathToFileURL } from 'node:url';
+
+const [baseURL, nodeModules, wantBackend] = process.argv.slice(2);
+const { default: OpenAI } = await import(pathToFileURL(`${nodeModules}/openai/index.mjs`).href);
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+
+let passed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    console.error(`FAIL ${name}: ${e.stack || e}`);
+    process.exitCode = 1;
+  }
+}
+
+// Extra vLLM fields ride along in the body: the client sends every key it is given.
+const greedy = { temperature: 0, ignore_eos: true };
+
+const models = await client.models.list();
+const model = models.data[0].id;
+const maxModelLen = models.data[0].max_model_len;
+
+await check('/v1/models lists the model with serval metadata', async () => {
+  assert.equal(models.data.length, 1);
+  const m = models.data[0];
+  assert.equal(m.object, 'model');
+  assert.equal(m.owned_by, 'serval');
+  assert.ok(Number.isInteger(m.max_model_len) && m.max_model_len >= 256, `max_model_len ${m.max_model_len}`);
+  assert.equal(m.serval.architecture, 'Qwen3MoeForCausalLM');
+  assert.equal(m.serval.device, 'cpu');
+  assert.equal(m.serval.moe_backend, wantBackend);
+  assert.ok(m.serval.num_parameters > 0);
+});
+
+await check('completions: max_tokens → finish_reason length and usage', async () => {
+  const r = await client.completions.create({ model, prompt: 'Hello, my name is', max_tokens: 7, ...greedy });
+  assert.match(r.id, /^cmpl-/);
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.model, model);
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].index, 0);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(typeof r.choices[0].text, 'string');
+  assert.equal(r.usage.completion_tokens, 7);
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 7);
+});
+
+await check('completions: streamed text equals the non-streamed text; include_usage', async () => {
+  const body = { model, prompt: 'The capital of France is', max_tokens: 12, ...greedy };
+  const full = await client.completions.create(body);
+  const stream = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  const events = [];
+  for await (const ev of stream) events.push(ev);
+  const last = events.at(-1);
+  assert.deepEqual(last.choices, []);
+  assert.deepEqual(last.usage, full.usage);
+  let finish = null;
+  for (const ev of events.slice(0, -1)) {
+    assert.equal(ev.choices.length, 1);
+    assert.equal(ev.usage ?? null, null);
+    text += ev.choices[0].text;
+    if (ev.choices[0].finish_reason) finish = ev.choices[0].finish_reason;
+  }
+  assert.equal(text, full.choices[0].text);
+  assert.equal(finish, 'length');
+});
+
+await check('completions: token-id prompt and a batch of prompts', async () => {
+  const r = await client.completions.create({ model, prompt: [[5, 6, 7], [8, 9]], max_tokens: 4, ...greedy });
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  assert.equal(r.usage.prompt_tokens, 5);
+  assert.equal(r.usage.completion_tokens, 8);
+  const single = await client.completions.create({ model, prompt: [8, 9], max_tokens: 4, ...greedy });
+  assert.equal(r.choices[1].text, single.choices[0].text);
+});
+
+await check('completions: n = 3 (non-streamed and streamed)', async () => {
+  const r = await client.completions.create({ model, prompt: 'Once upon a time', n: 3, max_tokens: 6, temperature: 1, seed: 7, ignore_eos: true });
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index).sort(), [0, 1, 2]);
+  for (const c of r.choices) assert.equal(c.finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 18);
+  const texts = new Map();
+  const finishes = new Map();
+  const stream = await client.completions.create({ model, prompt: 'Once upon a time', n: 3, max_tokens: 6, ...greedy, stream: true });
+  for await (const ev of stream)
+    for (const c of ev.choices) {
+      texts.set(c.index, (texts.get(c.index) ?? '') + c.text);
+      if (c.finish_reason) finishes.set(c.index, c.finish_reason);
+    }
+  assert.deepEqual([...texts.keys()].sort(), [0, 1, 2]);
+  const g = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 6, ...greedy });
+  for (let i = 0; i < 3; i++) {
+    assert.equal(texts.get(i), g.choices[0].text, `greedy choice ${i}`);
+    assert.equal(finishes.get(i), 'length');
+  }
+});
+
+await check('completions: stop string removed from the output, finish_reason stop', async () => {
+  const prompt = 'To be or not to be';
+  const base = await client.completions.create({ model, prompt, max_tokens: 24, ...greedy });
+  const text = base.choices[0].text;
+  assert.ok(text.length >= 6, `greedy text too short: ${JSON.stringify(text)}`);
+  // A stop string from the middle of the greedy output: the answer is the text before its first
+  // occurrence.
+  const stop = text.slice(3, 5);
+  const want = text.slice(0, text.indexOf(stop));
+  const r = await client.completions.create({ model, prompt, max_tokens: 24, stop: ['\u0000never', stop], ...greedy });
+  assert.equal(r.choices[0].text, want);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.ok(!r.choices[0].text.includes(stop));
+  const stream = await client.completions.create({ model, prompt, max_tokens: 24, stop, ...greedy, stream: true });
+  let streamed = '';
+  let finish = null;
+  for await (const ev of stream) {
+    streamed += ev.choices[0]?.text ?? '';
+    finish = ev.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(streamed, want);
+  assert.equal(finish, 'stop');
+});
+
+await check('completions: logprobs 2', async () => {
+  const r = await client.completions.create({ model, prompt: 'Logprobs please', max_tokens: 5, logprobs: 2, ...greedy });
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 5);
+  assert.equal(lp.token_logprobs.length, 5);
+  assert.equal(lp.top_logprobs.length, 5);
+  assert.equal(lp.text_offset.length, 5);
+  assert.equal(lp.tokens.join(''), r.choices[0].text);
+  for (let i = 0; i < 5; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0);
+    const top = Object.entries(lp.top_logprobs[i]);
+    assert.ok(top.length >= 1 && top.length <= 3, `top_logprobs[${i}] has ${top.length}`);
+    // Greedy: the sampled token is the most likely one.
+    const best = Math.max(...top.map(([, v]) => v));
+    assert.ok(Math.abs(best - lp.token_logprobs[i]) < 1e-5);
+    if (i > 0) assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
+  }
+});
+
+await check('chat: non-streamed and streamed agree; include_usage; logprobs with top_logprobs 2', async () => {
+  const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Say hi.' }];
+  const body = { model, messages, max_tokens: 9, ...greedy };
+  const r = await client.chat.completions.create({ ...body, logprobs: true, top_logprobs: 2 });
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 9);
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, 9);
+  for (const t of content) {
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 2);
+    assert.ok(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+    assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-5);
+    assert.deepEqual(t.bytes, [...Buffer.from(t.token, 'utf8')]);
+  }
+  const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let role = null;
+  let finish = null;
+  const events = [];
+  for await (const ev of stream) events.push(ev);
+  for (const ev of events.slice(0, -1)) {
+    assert.equal(ev.object, 'chat.completion.chunk');
+    const d = ev.choices[0].delta;
+    role = d.role ?? role;
+    text += d.content ?? '';
+    finish = ev.choices[0].finish_reason ?? finish;
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(text, r.choices[0].message.content);
+  assert.equal(finish, 'length');
+  assert.deepEqual(events.at(-1).choices, []);
+  assert.deepEqual(events.at(-1).usage, r.usage);
+});
+
+await check('chat: max_completion_tokens, n = 2, stop', async () => {
+  const messages = [{ role: 'user', content: 'Count to ten.' }];
+  const base = await client.chat.completions.create({ model, messages, max_completion_tokens: 20, ...greedy });
+  assert.equal(base.usage.completion_tokens, 20);
+  const text = base.choices[0].message.content;
+  assert.ok(text.length >= 5);
+  const stop = text.slice(2, 4);
+  const r = await client.chat.completions.create({ model, messages, max_completion_tokens: 20, n: 2, stop, ...greedy });
+  assert.equal(r.choices.length, 2);
+  for (const c of r.choices) {
+    assert.equal(c.message.content, text.slice(0, text.indexOf(stop)));
+    assert.equal(c.finish_reason, 'stop');
+  }
+});
+
+await check('seed: temperature 1 is reproducible with a seed', async () => {
+  const body = { model, prompt: 'Random walk:', max_tokens: 16, temperature: 1, ignore_eos: true };
+  const a = await client.completions.create({ ...body, seed: 1234 });
+  const b = await client.completions.create({ ...body, seed: 1234 });
+  assert.equal(a.choices[0].text, b.choices[0].text);
+  const others = [];
+  for (const seed of [1, 2, 3]) others.push((await client.completions.create({ ...body, seed })).choices[0].text);
+  assert.ok(others.some((t) => t !== a.choices[0].text), 'different seeds all gave the same text');
+  const chatBody = { model, messages: [{ role: 'user', content: 'Pick a word.' }], max_tokens: 12, temperature: 1, seed: 99, ignore_eos: true };
+  const c1 = await client.chat.completions.create(chatBody);
+  const c2 = await client.chat.completions.create(chatBody);
+  assert.equal(c1.choices[0].message.content, c2.choices[0].message.content);
+});
+
+await check('errors surface as openai.APIError with status and body', async () => {
+  await assert.rejects(client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 1 }), (e) => {
+    assert.equal(e.status, 404);
+    assert.equal(e.type, 'NotFoundError');
+    return true;
+  });
+  await assert.rejects(client.completions.create({ model, prompt: 'x', max_tokens: maxModelLen + 1 }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, 'max_tokens');
+    return true;
+  });
+});
+
+console.log(`${passed} checks passed`);
