@@ -1,5 +1,6 @@
 // `serval bench serve`: the whole benchmark (model discovery, dataset, load, report, files).
 #pragma once
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>

@@ -40,7 +40,7 @@ echo "commit $commit" | tee -a "$out/gpu.txt"
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DSERVAL_CUDA=ON >"$out/build.log" 2>&1 &&
-  ninja -C build-gpu -j"$(nproc)" >>"$out/build.log" 2>&1
+  ninja -C build-gpu -k 0 -j"$(nproc)" >>"$out/build.log" 2>&1
 status=$?
 echo "build: exit $status in $(($(date +%s) - start)) s" | tee -a "$out/gpu.txt"
 if [[ $status -ne 0 ]]; then

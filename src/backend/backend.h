@@ -1,5 +1,6 @@
 // The Backend interface: the ops a model needs, on tensors of one device.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

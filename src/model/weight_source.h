@@ -1,5 +1,6 @@
 // Where a model's weights come from: a safetensors checkpoint or random dummy values.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 

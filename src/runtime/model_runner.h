@@ -1,5 +1,6 @@
 // ModelRunner: turns scheduled chunks into one forward pass over the paged KV cache.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>

@@ -1,6 +1,7 @@
 // Token sampling on the host from one row of logits: penalties, temperature, top-k, top-p,
 // min-p, seeded randomness, and logprobs of the raw distribution.
 #pragma once
+#include <cstdint>
 #include <random>
 #include <span>
 #include <unordered_map>

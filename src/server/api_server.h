@@ -1,6 +1,7 @@
 // The OpenAI-compatible routes of `serval serve` on top of an Engine: /v1/*, /tokenize,
 // /detokenize, /health, /version, /metrics. Transport-free: it handles HttpRequest/Responder.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>

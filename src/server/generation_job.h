@@ -1,6 +1,7 @@
 // One /v1/completions or /v1/chat/completions request in flight: its engine sequences,
 // incremental detokenization, stop strings, logprobs, and the (streamed) OpenAI response.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

@@ -72,7 +72,7 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     ended_ = true;
-    enqueue(head + body);
+    enqueue(head_only_ ? std::move(head) : head + body);  // HEAD: same headers, no body
   }
 
   void start_stream(const std::string& content_type) override {
@@ -141,6 +141,9 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
     keep_alive_ = msg.keep_alive();
     HttpRequest req;
     req.method = std::string(msg.method_string());
+    // HEAD is GET without the body (RFC 9110 9.3.2): route it as GET, drop the body in send().
+    head_only_ = msg.method() == http::verb::head;
+    if (head_only_) req.method = "GET";
     std::string target(msg.target());
     req.path = target.substr(0, target.find('?'));
     req.authorization = std::string(msg[http::field::authorization]);
@@ -213,6 +216,7 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
 
   void finish_response() {
     in_response_ = false;
+    head_only_ = false;
     ended_ = false;
     streaming_ = false;
     disconnect_fn_ = nullptr;
@@ -243,6 +247,7 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
   bool in_response_ = false;  // a request was handed to the handler and its response not done
   bool ended_ = false;        // the whole response is queued
   bool streaming_ = false;
+  bool head_only_ = false;  // the request was HEAD
   bool writing_ = false;
   bool watching_ = false;
   bool closed_ = false;

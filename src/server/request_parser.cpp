@@ -135,13 +135,12 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
   }
   if (auto v = get_int(body, "max_tokens")) {
     check_range(*v >= 1, "max_tokens", fmt::format("max_tokens must be at least 1, got {}", *v));
-    req.max_tokens = static_cast<int>(std::min<int64_t>(*v, 1 << 30));
+    req.max_tokens = *v;  // kept as sent: the context-length error names this number
   }
   if (auto v = get_int(body, "min_tokens")) {
     check_range(*v >= 0, "min_tokens", fmt::format("min_tokens must be >= 0, got {}", *v));
-    check_range(!req.max_tokens || *v <= *req.max_tokens, "min_tokens",
-                fmt::format("min_tokens ({}) must be <= max_tokens ({})", *v, *req.max_tokens));
-    s.min_tokens = static_cast<int>(*v);
+    // Checked against the resolved max_tokens in resolve_max_tokens (chat sets it later).
+    s.min_tokens = static_cast<int>(std::min<int64_t>(*v, 1 << 30));
   }
   if (const Json* stop = field(body, "stop")) {
     if (stop->is_string()) {
@@ -306,7 +305,7 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
   if (auto v = get_int(body, "max_completion_tokens")) {
     check_range(*v >= 1, "max_completion_tokens",
                 fmt::format("max_completion_tokens must be at least 1, got {}", *v));
-    req.max_tokens = static_cast<int>(std::min<int64_t>(*v, 1 << 30));
+    req.max_tokens = *v;
   }
   bool want_logprobs = get_bool(body, "logprobs").value_or(false);
   if (auto v = get_int(body, "top_logprobs")) {
@@ -333,16 +332,18 @@ int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_mod
     throw bad_request("prompt", fmt::format("This model's maximum context length is {} tokens, "
                                             "but the prompt has {} tokens",
                                             max_model_len, prompt_len));
-  int max_tokens =
+  const int64_t max_tokens =
       req.max_tokens.value_or(req.kind == ApiKind::kChat ? max_model_len - prompt_len : 16);
-  if (static_cast<int64_t>(prompt_len) + max_tokens > max_model_len)
+  if (prompt_len + max_tokens > max_model_len)
     throw bad_request(
         param, fmt::format("This model's maximum context length is {} tokens. "
                            "However, you requested {} tokens ({} in the prompt, {} "
                            "for the completion). Please reduce the prompt or {}.",
-                           max_model_len, static_cast<int64_t>(prompt_len) + max_tokens, prompt_len,
-                           max_tokens, param));
-  return max_tokens;
+                           max_model_len, prompt_len + max_tokens, prompt_len, max_tokens, param));
+  if (req.sampling.min_tokens > max_tokens)
+    throw bad_request("min_tokens", fmt::format("min_tokens ({}) must be <= {} ({})",
+                                                req.sampling.min_tokens, param, max_tokens));
+  return static_cast<int>(max_tokens);  // <= max_model_len - prompt_len
 }
 
 }  // namespace serval::server

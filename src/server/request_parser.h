@@ -1,5 +1,6 @@
 // OpenAI (+ vLLM extras) request bodies → validated generation requests. Throws ApiError.
 #pragma once
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,7 +23,8 @@ struct GenerationRequest {
   ApiKind kind = ApiKind::kCompletion;
   std::vector<PromptInput> prompts;  // completions may batch; chat has exactly one
   runtime::SamplingParams sampling;  // max_tokens set per prompt at submission
-  std::optional<int> max_tokens;     // explicit; else 16 (completions) or the rest of the context
+  std::optional<int64_t>
+      max_tokens;  // as requested; else 16 (completions) or the rest of the context
   int n = 1;
   std::vector<std::string> stop;
   bool stream = false;

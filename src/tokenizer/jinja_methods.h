@@ -1,6 +1,7 @@
 // Python methods callable from templates: str (strip, split, startswith, replace, ...),
 // dict (get, items, keys, values) and list (index, count).
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "tokenizer/jinja_value.h"

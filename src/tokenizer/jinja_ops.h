@@ -2,6 +2,7 @@
 // and item lookup (bound str/dict methods included), slices. Errors throw InvalidArgument
 // without a line; the evaluator adds it.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "tokenizer/jinja_value.h"

@@ -1,5 +1,7 @@
 // The MoE pipeline on the CPU: router → dispatch → experts → combine (the oracle for GPU paths).
 #pragma once
+
+#include <cstdint>
 #include "backend/backend.h"
 
 namespace serval::backend::moe {

@@ -1,5 +1,7 @@
 // CPU reference kernels: clear fp32 math, multi-threaded; the oracle of every GPU kernel.
 #pragma once
+
+#include <cstdint>
 #include "kernels/params.h"
 
 namespace serval::kernels::cpu {

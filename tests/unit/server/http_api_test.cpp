@@ -146,6 +146,17 @@ TEST_F(ServerTest, CompletionLogprobsShape) {
   EXPECT_EQ(engine_->submitted()[0].logprobs, 2);
 }
 
+TEST_F(ServerTest, ReturnTokensAsTokenIdsInLogprobs) {
+  auto r = post(
+      "/v1/completions",
+      {{"prompt", "ab"}, {"max_tokens", 3}, {"logprobs", 0}, {"return_tokens_as_token_ids", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body)["choices"][0];
+  EXPECT_EQ(j["logprobs"]["tokens"], json({"token_id:97", "token_id:98", "token_id:97"}));
+  EXPECT_EQ(j["logprobs"]["top_logprobs"][1], json({{"token_id:98", -0.5}}));
+  EXPECT_EQ(j["text"], "aba");  // the text itself is unchanged
+}
+
 TEST_F(ServerTest, ChatCompletionAndLogprobs) {
   json body = {
       {"model", "fake-model"},
@@ -297,6 +308,27 @@ TEST_F(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
   ::close(fd);
   EXPECT_NE(raw.find("\"text\":\"ab\""), std::string::npos) << raw;
+  EXPECT_NE(raw.find("0.1.0"), std::string::npos) << raw;
+}
+
+TEST_F(ServerTest, HeadIsGetWithoutBodyAndKeepsTheConnectionUsable) {
+  auto get = http(port_, "GET", "/v1/models");
+  int fd = testing::connect_to(port_);
+  testing::send_all(fd, testing::request_text("HEAD", "/v1/models", "", "", false) +
+                            testing::request_text("GET", "/version", "", "", true));
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  // The HEAD answer: 200 with the GET's Content-Length and no body, then the GET right after.
+  ASSERT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw;
+  EXPECT_NE(raw.find("Content-Length: " + std::to_string(get.body.size()) + "\r\n"),
+            std::string::npos)
+      << raw;
+  size_t second = raw.find("\r\n\r\n") + 4;
+  EXPECT_TRUE(raw.substr(second).starts_with("HTTP/1.1 200")) << raw;
+  EXPECT_EQ(raw.find("\"object\":\"list\""), std::string::npos) << raw;
   EXPECT_NE(raw.find("0.1.0"), std::string::npos) << raw;
 }
 
