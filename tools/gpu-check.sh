@@ -59,7 +59,7 @@ if [[ $run_bench -eq 1 ]]; then
   : >"$bench"
   # Kernel micro-benchmarks are DISABLED_ gtests, run here only.
   build-gpu/tests/kernels_gpu --gtest_also_run_disabled_tests \
-    --gtest_filter="*DISABLED_*" 2>&1 | grep -E "$bench_filter|^\[ *(OK|FAILED)" | tee -a "$bench"
+    --gtest_filter="*DISABLED_*" 2>&1 | grep -vE "^\[ *(RUN|-+|=+) *\]" | tee -a "$bench"
   serval=build-gpu/apps/serval
   latency() {  # config batch input output [extra flags]
     local cfg=$1 b=$2 i=$3 o=$4

@@ -3,6 +3,9 @@
 # killed on exit; on failure the logs of all of them are printed.
 # shellcheck shell=bash
 
+# Servers start with the defaults in effect; a script sets the variable per server
+# (`SERVAL_MOE_BACKEND=x start_server ...`) where it tests it.
+unset SERVAL_MOE_BACKEND
 model=$root/tests/fixtures/qwen3_moe
 npm_modules=$root/tests/npm/node_modules
 work=$(mktemp -d)
@@ -98,9 +101,11 @@ stop_server() {
   [[ $rc == 0 ]] || fail "server $pid exited with status $rc after SIGTERM (want 0)"
 }
 
-# metric NAME [PORT]: the value of one unlabelled-by-us sample of /metrics (first match).
+# metric NAME [PORT]: the value of the first sample of NAME on /metrics (empty if absent).
 metric() {
-  curl -s "http://127.0.0.1:${2:-$port}/metrics" | grep -E "^$1[{ ]" | head -n1 | awk '{print $NF}'
+  local page
+  page=$(curl -s "http://127.0.0.1:${2:-$port}/metrics") || true
+  awk -v name="$1" 'index($0, name "{") == 1 || index($0, name " ") == 1 { print $NF; exit }' <<<"$page"
 }
 
 # Polls /metrics (up to 10 s) until nothing runs or waits and every KV block is free.

@@ -87,6 +87,10 @@ ids=$(seq -s, 1 200)
 expect_error 400 BadRequestError max_tokens '256.*200 in the prompt, 100 for the completion' \
   $C "{\"prompt\":[$ids],\"max_tokens\":100}"
 expect_error 400 BadRequestError max_completion_tokens '256.*300' $H "{$msgs,\"max_completion_tokens\":300}"
+expect_error 400 BadRequestError max_tokens '256 tokens.*99999999999999 for the completion' \
+  $C '{"prompt":"hi","max_tokens":99999999999999}'
+expect_error 400 BadRequestError min_tokens 'min_tokens \(9\) must be <= max_completion_tokens \(8\)' \
+  $H "{$msgs,\"min_tokens\":9,\"max_completion_tokens\":8}"
 expect_error 400 BadRequestError prompt '256.*300' $C "{\"prompt\":[$(seq -s, 1 300)],\"max_tokens\":1}"
 # 404: unknown model and unknown path; 405 wrong method.
 expect_error 404 NotFoundError model 'does not exist' $C '{"model":"gpt-9","prompt":"hi"}'
@@ -96,6 +100,9 @@ expect_error 404 NotFoundError null 'not found' /v2/models -
 expect_error 405 MethodNotAllowed null 'POST' $C -
 # The same errors inside a streamed request come back as plain HTTP errors, not as a stream.
 expect_error 400 BadRequestError temperature '>= 0' $C '{"prompt":"hi","temperature":-1,"stream":true}'
+# HEAD is GET without a body.
+head=$(curl -s -I "http://127.0.0.1:$port/v1/models")
+[[ $head == "HTTP/1.1 200"* ]] || fail "HEAD /v1/models: $head"
 echo "ok   $checks error responses (400/404/405) with OpenAI error bodies; server kept serving"
 wait_idle
 stop_server "$server_pid"

@@ -21,7 +21,9 @@ models=$(curl -sf "http://127.0.0.1:$port/v1/models")
   fail "default moe_backend is not latency: $models"
 max_model_len=$(jq -r '.data[0].max_model_len' <<<"$models")
 model_name=$(jq -r '.data[0].id' <<<"$models")
-curl -sf "http://127.0.0.1:$port/metrics" | grep -Fq 'serval:moe_backend_info{model_name="'"$model_name"'",backend="latency"} 1' ||
+# (Whole pages into variables first: `curl | grep -q` fails under pipefail when grep exits early.)
+metrics=$(curl -sf "http://127.0.0.1:$port/metrics")
+grep -Fq 'serval:moe_backend_info{model_name="'"$model_name"'",backend="latency"} 1' <<<"$metrics" ||
   fail "/metrics lacks serval:moe_backend_info backend=latency"
 grep -q "MoE backend latency" "$default_log" || fail "start-up log does not name the MoE backend"
 echo "ok   default MoE backend is latency (/v1/models, /metrics, log); max_model_len $max_model_len"
@@ -93,7 +95,7 @@ t1=$(date +%s.%N)
 wait "${curl_pids[@]}"
 elapsed=$(echo "$t1 - $t0" | bc)
 for i in 1 2 3; do
-  tail -c 200 "$work/inflight$i.out" | grep -q 'data: \[DONE\]' ||
+  [[ $(tail -c 200 "$work/inflight$i.out") == *"data: [DONE]"* ]] ||
     fail "in-flight stream $i did not end with [DONE]: $(tail -c 300 "$work/inflight$i.out")"
 done
 (($(echo "$elapsed < 5" | bc))) || fail "SIGTERM took $elapsed s"
@@ -104,7 +106,8 @@ echo "ok   SIGTERM with requests in flight: exit 0 after ${elapsed} s"
 SERVAL_MOE_BACKEND=throughput start_server env_throughput "$model"
 [[ $(curl -sf "http://127.0.0.1:$port/v1/models" | jq -r '.data[0].serval.moe_backend') == throughput ]] ||
   fail "SERVAL_MOE_BACKEND=throughput not in effect"
-curl -sf "http://127.0.0.1:$port/metrics" | grep -q 'serval:moe_backend_info{.*backend="throughput"} 1' ||
+metrics=$(curl -sf "http://127.0.0.1:$port/metrics")
+grep -q 'serval:moe_backend_info{.*backend="throughput"} 1' <<<"$metrics" ||
   fail "/metrics lacks backend=throughput"
 curl -sf "http://127.0.0.1:$port/v1/completions" -d '{"prompt":[1,2,3,4],"max_tokens":24,"temperature":0,"ignore_eos":true,"logprobs":0,"return_tokens_as_token_ids":true}' |
   jq -r '.choices[0].logprobs.tokens | map(ltrimstr("token_id:")) | join(",")' >"$work/throughput.ids"

@@ -182,11 +182,13 @@ class MoeForwardGpu : public ::testing::Test {
 TEST_F(MoeForwardGpu, SmallShapeAllTokenCounts) {
   Layer l(kSmall, 0, kSmall.experts, false, 1);
   for (MoeCudaBackend b : kBoth)
-    for (int T : {1, 2, 3, 8, 17, 64, 255, 1024, 8192}) check(l, T, b);
+    for (int T : {1, 2, 3, 8, 17, 40, 64, 81, 120, 255, 1024, 8192}) check(l, T, b);
 }
 
 TEST_F(MoeForwardGpu, QwenShapeLatency) {
-  for (int T : {1, 2, 3, 8, 17, 64, 255, 1024}) check(qwen(), T, MoeCudaBackend::kLatency);
+  // Covers every latency token tile: 8 (≤ 16·… tokens), 16, 32, 64.
+  for (int T : {1, 2, 3, 8, 17, 64, 200, 255, 300, 1024})
+    check(qwen(), T, MoeCudaBackend::kLatency);
 }
 
 TEST_F(MoeForwardGpu, QwenShapeThroughput) {

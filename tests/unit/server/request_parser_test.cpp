@@ -1,0 +1,97 @@
+// Request validation that the end-to-end tests found wrong: context-length messages name the
+// numbers as sent, min_tokens is checked against the resolved max_tokens, vLLM's
+// return_tokens_as_token_ids is accepted.
+#include <gtest/gtest.h>
+
+#include "server/api_error.h"
+#include "server/request_parser.h"
+#include "server_test_support.h"
+
+namespace serval::server {
+namespace {
+
+class RequestParserTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tok_ = testing::make_byte_tokenizer();
+    tmpl_ = std::make_unique<tokenizer::ChatTemplate>(
+        "{% for m in messages %}{{ m.content }}{% endfor %}");
+    info_.max_model_len = 64;
+    info_.vocab_size = tok_->vocab_size();
+    ctx_.info = &info_;
+    ctx_.tokenizer = tok_.get();
+    ctx_.chat_template = tmpl_.get();
+  }
+  // The ApiError that resolving `body` (one prompt) throws; fails if none.
+  ApiError resolve_error(const Json& body, ApiKind kind) {
+    GenerationRequest req = kind == ApiKind::kChat ? parse_chat_request(body, ctx_)
+                                                   : parse_completion_request(body, ctx_);
+    try {
+      resolve_max_tokens(req, static_cast<int>(req.prompts[0].token_ids.size()),
+                         info_.max_model_len);
+    } catch (const ApiError& e) {
+      return e;
+    }
+    ADD_FAILURE() << "no error for " << body.dump();
+    return ApiError(0, "");
+  }
+
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::unique_ptr<tokenizer::ChatTemplate> tmpl_;
+  runtime::ModelInfo info_;
+  ModelContext ctx_;
+};
+
+TEST_F(RequestParserTest, ContextLengthErrorNamesTheRequestedNumbers) {
+  // 10 prompt tokens + 99999999999999 requested: both numbers as sent, not clamped.
+  ApiError e = resolve_error(Json{{"prompt", Json::array({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})},
+                                  {"max_tokens", 99999999999999}},
+                             ApiKind::kCompletion);
+  EXPECT_EQ(e.status(), 400);
+  EXPECT_EQ(e.param(), "max_tokens");
+  EXPECT_NE(std::string(e.what()).find("maximum context length is 64 tokens"), std::string::npos);
+  EXPECT_NE(std::string(e.what()).find("requested 100000000000009 tokens (10 in the prompt, "
+                                       "99999999999999 for the completion)"),
+            std::string::npos)
+      << e.what();
+  // Exactly filling the context is fine: 10 + 54 = 64.
+  GenerationRequest ok = parse_completion_request(
+      Json{{"prompt", Json::array({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})}, {"max_tokens", 54}}, ctx_);
+  EXPECT_EQ(resolve_max_tokens(ok, 10, 64), 54);
+}
+
+TEST_F(RequestParserTest, MinTokensIsCheckedAgainstTheResolvedMaxTokens) {
+  // Completions default max_tokens is 16.
+  ApiError e = resolve_error(Json{{"prompt", "hi"}, {"min_tokens", 17}}, ApiKind::kCompletion);
+  EXPECT_EQ(e.param(), "min_tokens");
+  EXPECT_STREQ(e.what(), "min_tokens (17) must be <= max_tokens (16)");
+  // Chat: max_completion_tokens is read after the common fields and must still be honoured.
+  Json chat = {{"messages", Json::array({Json{{"role", "user"}, {"content", "abcd"}}})},
+               {"min_tokens", 9},
+               {"max_completion_tokens", 8}};
+  e = resolve_error(chat, ApiKind::kChat);
+  EXPECT_EQ(e.param(), "min_tokens");
+  EXPECT_STREQ(e.what(), "min_tokens (9) must be <= max_completion_tokens (8)");
+  // Without max_tokens, chat gets the rest of the context (64 - 4 prompt bytes = 60).
+  chat.erase("max_completion_tokens");
+  GenerationRequest req = parse_chat_request(chat, ctx_);
+  EXPECT_EQ(resolve_max_tokens(req, 4, 64), 60);
+  // min_tokens alone (no max_tokens in the body) parses without touching an empty optional.
+  GenerationRequest only_min =
+      parse_completion_request(Json{{"prompt", "hi"}, {"min_tokens", 3}}, ctx_);
+  EXPECT_EQ(only_min.sampling.min_tokens, 3);
+  EXPECT_FALSE(only_min.max_tokens.has_value());
+}
+
+TEST_F(RequestParserTest, ReturnTokensAsTokenIds) {
+  EXPECT_FALSE(parse_completion_request(Json{{"prompt", "x"}}, ctx_).return_tokens_as_token_ids);
+  EXPECT_TRUE(
+      parse_completion_request(Json{{"prompt", "x"}, {"return_tokens_as_token_ids", true}}, ctx_)
+          .return_tokens_as_token_ids);
+  EXPECT_THROW(
+      parse_completion_request(Json{{"prompt", "x"}, {"return_tokens_as_token_ids", 1}}, ctx_),
+      ApiError);
+}
+
+}  // namespace
+}  // namespace serval::server
