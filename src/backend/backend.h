@@ -1,6 +1,7 @@
 // The Backend interface: the ops a model needs, on tensors of one device.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,13 @@ struct AttentionParams {
   const Tensor* inv_freq = nullptr;  // [head_dim / 2] f32
 };
 
+// A recorded sequence of device work (a CUDA graph) that can be replayed on the same buffers.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -79,6 +87,22 @@ class Backend {
   virtual void download(const Tensor& src, void* dst) = 0;
   // Fills a tensor with zeros.
   virtual void zero(Tensor& t) = 0;
+  // Copies t.nbytes() host bytes into an existing device tensor (ordered with the step's work).
+  virtual void copy_to_device(const void* src, Tensor& dst) = 0;
+
+  // Step-scoped memory. After reserve_step_memory(bytes), every empty() between two
+  // begin_step() calls comes from one arena in allocation order, so a step makes no driver calls
+  // and repeats the same addresses (what CUDA graph replay needs). Tensors allocated in a step
+  // are valid until the next begin_step(). end_step() returns empty() to ordinary allocation.
+  // The CPU backend ignores all three.
+  virtual void reserve_step_memory(int64_t bytes) {}
+  virtual void begin_step() {}
+  virtual void end_step() {}
+  // Records the device work `record` enqueues as a graph (inside begin_step/end_step); null when
+  // the backend has no graphs or the capture failed (the caller then runs eagerly).
+  virtual std::unique_ptr<StepGraph> capture(const std::function<void()>& record) {
+    return nullptr;
+  }
 
   // out[t] = table[ids[t]]; out: [num_tokens, hidden]
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;

@@ -37,25 +37,32 @@ DType resolve_dtype(const EngineConfig& cfg, const io::ModelConfig& model) {
   return t;
 }
 
+// Activation memory of the largest step (the CUDA step arena): hidden states, the widest MLP
+// or MoE intermediate and the MoE workspace for max_num_batched_tokens, with headroom.
+int64_t step_memory_bytes(const EngineConfig& cfg, const io::ModelConfig& mc) {
+  const int64_t tokens = cfg.max_num_batched_tokens > 0 ? cfg.max_num_batched_tokens : 8192;
+  const int64_t widest =
+      std::max<int64_t>({int64_t(mc.hidden_size), int64_t(2) * mc.intermediate_size,
+                         int64_t(mc.num_experts_per_tok) * 2 * mc.moe_intermediate_size});
+  return (512ll << 20) + tokens * widest * 2 * 12;
+}
+
 // Bytes for the KV cache. CPU: --kv-cache-memory-bytes or 4 GiB (pages are touched lazily).
-// GPU: gpu_memory_utilization of the device, minus what is in use after loading the weights and
-// a reserve for the activations of the largest step.
+// GPU: gpu_memory_utilization of the device, minus what is in use after loading the weights,
+// the step arena and 512 MiB for the libraries' own buffers.
 int64_t kv_cache_budget(const EngineConfig& cfg, const io::ModelConfig& mc, backend::Backend& b) {
   if (cfg.cpu_kv_cache_bytes > 0) return cfg.cpu_kv_cache_bytes;
   if (b.device() == Device::kCpu) return 4ll << 30;
   int64_t free_bytes = 0, total_bytes = 0;
   b.memory_info(&free_bytes, &total_bytes);
-  const int64_t tokens = cfg.max_num_batched_tokens > 0 ? cfg.max_num_batched_tokens : 8192;
-  const int64_t widest = std::max<int64_t>(
-      {int64_t(mc.hidden_size), int64_t(2) * mc.intermediate_size,
-       int64_t(mc.num_experts_per_tok) * 2 * mc.moe_intermediate_size});
-  const int64_t reserve = (1ll << 30) + tokens * widest * 2 * 12;
-  const int64_t budget =
-      int64_t(double(total_bytes) * cfg.gpu_memory_utilization) - (total_bytes - free_bytes) -
-      reserve;
-  log::info("GPU memory: {:.1f} GiB total, {:.1f} GiB free after weights, {:.1f} GiB for the KV "
-            "cache", total_bytes / double(1ull << 30), free_bytes / double(1ull << 30),
-            std::max<int64_t>(budget, 0) / double(1ull << 30));
+  const int64_t reserve = step_memory_bytes(cfg, mc) + (512ll << 20);
+  const int64_t budget = int64_t(double(total_bytes) * cfg.gpu_memory_utilization) -
+                         (total_bytes - free_bytes) - reserve;
+  log::info(
+      "GPU memory: {:.1f} GiB total, {:.1f} GiB free after weights, {:.1f} GiB for the KV "
+      "cache",
+      total_bytes / double(1ull << 30), free_bytes / double(1ull << 30),
+      std::max<int64_t>(budget, 0) / double(1ull << 30));
   if (budget <= 0)
     throw OutOfResources(fmt::format(
         "no GPU memory is left for the KV cache ({:.1f} GiB free of {:.1f} GiB after loading the "
@@ -153,8 +160,15 @@ LoadedModel load_model(const EngineConfig& cfg) {
         "lower --max-model-len",
         out.num_blocks, out.num_blocks * cfg.block_size, out.max_model_len));
   }
+  RunnerOptions runner;
+  if (backend->device() == Device::kCuda) {
+    runner.max_model_len = out.max_model_len;
+    runner.max_decode_batch = cfg.max_num_seqs;
+    runner.cuda_graphs = !cfg.enforce_eager && cfg.cudagraph_mode != "NONE";
+    runner.step_memory_bytes = step_memory_bytes(cfg, mc);
+  }
   out.runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), out.num_blocks,
-                                             cfg.block_size);
+                                             cfg.block_size, runner);
   return out;
 }
 

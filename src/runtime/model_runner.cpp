@@ -71,8 +71,12 @@ int64_t ModelRunner::kv_bytes_per_token(const model::KvGeometry& g, DType kv_dty
 }
 
 ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
-                         std::unique_ptr<model::Model> model, int num_blocks, int block_size)
-    : backend_(std::move(backend)), model_(std::move(model)), block_size_(block_size) {
+                         std::unique_ptr<model::Model> model, int num_blocks, int block_size,
+                         const RunnerOptions& options)
+    : backend_(std::move(backend)),
+      model_(std::move(model)),
+      block_size_(block_size),
+      options_(options) {
   const model::KvGeometry g = model_->kv_geometry();
   for (int i = 0; i < g.num_layers; ++i) {
     backend::KvCacheLayer layer;
@@ -83,10 +87,29 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
     layer.block_size = block_size;
     kv_.push_back(std::move(layer));
   }
+  if (options_.step_memory_bytes > 0) backend_->reserve_step_memory(options_.step_memory_bytes);
+  if (options_.cuda_graphs && options_.max_model_len > 0 && options_.max_decode_batch > 0) {
+    graphs_ = std::make_unique<DecodeGraphs>(*backend_, options_.max_decode_batch,
+                                             options_.max_model_len, block_size_);
+    graphs_->capture_all(
+        [this](const backend::StepMetadata& meta) { return model_->forward(meta, kv_); });
+  }
+}
+
+ModelRunner::~ModelRunner() = default;
+
+int ModelRunner::num_decode_graphs() const {
+  return graphs_ ? graphs_->num_captured() : 0;
 }
 
 Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
+  backend_->begin_step();
+  if (graphs_ && graphs_->can_run(chunks)) return graphs_->run(chunks);
   backend::StepMetadata meta = build_step_metadata(chunks, block_size_);
+  // Every pure decode step, eager or graph, bounds the context by max_model_len so that the
+  // attention kernel splits the same way and graph replays equal eager runs bit for bit.
+  if (options_.max_model_len > 0 && meta.max_query_len == 1)
+    meta.max_context_len = std::max(meta.max_context_len, options_.max_model_len);
   for (Tensor* t : {&meta.token_ids, &meta.positions, &meta.slot_mapping, &meta.query_start,
                     &meta.context_lens, &meta.block_tables, &meta.logits_indices}) {
     *t = backend_->upload(*t);
@@ -98,6 +121,7 @@ std::vector<float> ModelRunner::execute(std::span<const SeqChunk> chunks) {
   Tensor logits = forward(chunks);
   std::vector<float> out(size_t(logits.numel()));
   backend_->download(logits, out.data());
+  backend_->end_step();
   return out;
 }
 
@@ -107,6 +131,7 @@ std::vector<int32_t> ModelRunner::execute_greedy(std::span<const SeqChunk> chunk
   backend_->argmax(logits, ids);
   std::vector<int32_t> out(size_t(ids.numel()));
   backend_->download(ids, out.data());
+  backend_->end_step();
   return out;
 }
 

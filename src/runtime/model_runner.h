@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "runtime/decode_graphs.h"
 
 namespace serval::runtime {
 
@@ -24,11 +25,20 @@ struct SeqChunk {
 // Host-side metadata of a step (built once, uploaded once).
 backend::StepMetadata build_step_metadata(std::span<const SeqChunk> chunks, int block_size);
 
+// Step execution options; the defaults (no graphs, no arena) suit tests and the CPU.
+struct RunnerOptions {
+  int max_model_len = 0;          // > 0 enables the fixed decode layout (and graphs, below)
+  int max_decode_batch = 0;       // largest decode batch captured in a CUDA graph
+  bool cuda_graphs = false;       // capture pure-decode steps (FULL_DECODE_ONLY)
+  int64_t step_memory_bytes = 0;  // activation arena (see Backend::reserve_step_memory)
+};
+
 class ModelRunner {
  public:
   // num_blocks KV blocks of block_size tokens for every layer of the model.
   ModelRunner(std::unique_ptr<backend::Backend> backend, std::unique_ptr<model::Model> model,
-              int num_blocks, int block_size);
+              int num_blocks, int block_size, const RunnerOptions& options = {});
+  ~ModelRunner();
   // Runs one step; returns logits [rows, vocab] in host memory, rows in chunk order.
   std::vector<float> execute(std::span<const SeqChunk> chunks);
   // Runs one step and returns the argmax token of each logits row (only ids leave the device).
@@ -39,6 +49,8 @@ class ModelRunner {
 
   // Bytes of KV cache one token needs across all layers.
   static int64_t kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype);
+  // Decode batch sizes that run as CUDA graphs (0 when graphs are off).
+  int num_decode_graphs() const;
 
  private:
   Tensor forward(std::span<const SeqChunk> chunks);
@@ -47,6 +59,8 @@ class ModelRunner {
   std::unique_ptr<model::Model> model_;
   std::vector<backend::KvCacheLayer> kv_;
   int block_size_;
+  RunnerOptions options_;
+  std::unique_ptr<DecodeGraphs> graphs_;
 };
 
 }  // namespace serval::runtime

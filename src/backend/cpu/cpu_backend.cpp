@@ -32,6 +32,9 @@ class CpuBackend final : public Backend {
   }
   void download(const Tensor& src, void* dst) override { std::memcpy(dst, src.data, src.nbytes()); }
   void zero(Tensor& t) override { std::memset(t.data, 0, t.nbytes()); }
+  void copy_to_device(const void* src, Tensor& dst) override {
+    std::memcpy(dst.data, src, dst.nbytes());
+  }
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
     kernels::cpu::embedding({table.data, table.dtype, ids.as<int32_t>(), out.as<float>(),

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/moe/moe_cuda.h"
+#include "base/log.h"
 #include "base/math.h"
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/misc/elementwise.h"
@@ -35,6 +36,22 @@ const bf16* bf(const Tensor& t) {
 bf16* bf_mut(Tensor& t) {
   return static_cast<bf16*>(t.data);
 }
+
+class CudaStepGraph final : public StepGraph {
+ public:
+  CudaStepGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream)
+      : graph_(graph), exec_(exec), stream_(stream) {}
+  ~CudaStepGraph() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  void replay() override { cuda_check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -63,8 +80,22 @@ class CudaBackend final : public Backend {
     t.dtype = dtype;
     t.shape = std::move(shape);
     t.device = Device::kCuda;
+    const size_t bytes = round_up<size_t>(std::max<size_t>(t.nbytes(), 16), 256);
+    if (in_step_) {
+      if (arena_offset_ + bytes <= size_t(arena_.nbytes())) {
+        t.data = static_cast<char*>(arena_.data) + arena_offset_;
+        t.storage = arena_.storage;  // freed with the arena, never per tensor
+        arena_offset_ += bytes;
+        return t;
+      }
+      if (capturing_) throw OutOfResources("step arena too small for CUDA graph capture");
+      if (!warned_arena_) {
+        log::warn("step arena ({} MiB) too small for a step; using the allocator",
+                  arena_.nbytes() >> 20);
+        warned_arena_ = true;
+      }
+    }
     void* p = nullptr;
-    const size_t bytes = std::max<size_t>(t.nbytes(), 16);
     cudaError_t e = cudaMallocAsync(&p, bytes, stream_);
     if (e != cudaSuccess) {
       throw OutOfResources("GPU allocation of " + std::to_string(bytes) +
@@ -74,6 +105,41 @@ class CudaBackend final : public Backend {
     t.storage = std::shared_ptr<void>(p, [stream](void* q) { cudaFreeAsync(q, stream); });
     t.data = p;
     return t;
+  }
+
+  void reserve_step_memory(int64_t bytes) override {
+    in_step_ = false;
+    arena_ = Tensor{};
+    arena_ = empty(DType::kU8, {bytes});
+  }
+  void begin_step() override {
+    in_step_ = arena_.data != nullptr;
+    arena_offset_ = 0;
+  }
+  void end_step() override { in_step_ = false; }
+
+  std::unique_ptr<StepGraph> capture(const std::function<void()>& record) override {
+    cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+    capturing_ = true;
+    std::string error;
+    try {
+      record();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!error.empty() || end != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();  // clear the capture error
+      log::warn("CUDA graph capture failed ({}); this batch size runs eagerly",
+                error.empty() ? cudaGetErrorString(end) : error);
+      return nullptr;
+    }
+    cudaGraphExec_t exec = nullptr;
+    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    return std::make_unique<CudaStepGraph>(graph, exec, stream_);
   }
 
   Tensor upload(const Tensor& host) override {
@@ -108,6 +174,11 @@ class CudaBackend final : public Backend {
 
   void zero(Tensor& t) override {
     cuda_check(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_), "zero");
+  }
+
+  void copy_to_device(const void* src, Tensor& dst) override {
+    cuda_check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_),
+               "copy_to_device");
   }
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
@@ -286,6 +357,9 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
+  Tensor arena_;  // step memory, see reserve_step_memory
+  size_t arena_offset_ = 0;
+  bool in_step_ = false, capturing_ = false, warned_arena_ = false;
 };
 
 }  // namespace

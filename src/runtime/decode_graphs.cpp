@@ -1,0 +1,141 @@
+#include "runtime/decode_graphs.h"
+
+#include <algorithm>
+
+#include "base/log.h"
+#include "base/math.h"
+#include "runtime/model_runner.h"
+
+namespace serval::runtime {
+
+namespace {
+
+// Offsets (in int32 elements) of the packed metadata arrays for max_batch rows.
+struct Packed {
+  int64_t token_ids, positions, slots, query_start, context_lens, logits_rows, block_tables, total;
+};
+
+Packed packed_layout(int max_batch, int max_blocks) {
+  Packed p{};
+  int64_t at = 0;
+  for (int64_t* field :
+       {&p.token_ids, &p.positions, &p.slots, &p.query_start, &p.context_lens, &p.logits_rows}) {
+    *field = at;
+    at += max_batch + 1;
+  }
+  p.block_tables = at;
+  p.total = at + int64_t(max_batch) * max_blocks;
+  return p;
+}
+
+Tensor view(const Tensor& base, int64_t offset, Shape shape) {
+  Tensor t = base;
+  t.data = base.as<int32_t>() + offset;
+  t.shape = std::move(shape);
+  return t;
+}
+
+}  // namespace
+
+std::vector<int> decode_graph_buckets(int max_batch) {
+  std::vector<int> sizes;
+  for (int b : {1, 2, 4})
+    if (b <= max_batch) sizes.push_back(b);
+  for (int b = 8; b <= std::min(max_batch, 256); b += 8) sizes.push_back(b);
+  for (int b = 272; b <= max_batch; b += 16) sizes.push_back(b);
+  if (sizes.empty() || sizes.back() < max_batch) sizes.push_back(max_batch);
+  return sizes;
+}
+
+DecodeGraphs::DecodeGraphs(backend::Backend& b, int max_batch, int max_model_len, int block_size)
+    : b_(b),
+      max_batch_(max_batch),
+      max_model_len_(max_model_len),
+      block_size_(block_size),
+      max_blocks_(ceil_div(max_model_len, block_size)) {
+  const Packed p = packed_layout(max_batch_, max_blocks_);
+  host_.assign(size_t(p.total), 0);
+  device_ = b_.empty(DType::kI32, {p.total});
+}
+
+int DecodeGraphs::bucket_for(int batch) const {
+  for (const auto& [size, graph] : graphs_)
+    if (size >= batch) return size;
+  return 0;
+}
+
+backend::StepMetadata DecodeGraphs::metadata(int batch) const {
+  const Packed p = packed_layout(max_batch_, max_blocks_);
+  backend::StepMetadata m;
+  m.num_tokens = m.num_seqs = m.num_logits = batch;
+  m.max_blocks_per_seq = max_blocks_;
+  m.max_query_len = 1;
+  m.max_context_len = max_model_len_;
+  m.token_ids = view(device_, p.token_ids, {batch});
+  m.positions = view(device_, p.positions, {batch});
+  m.slot_mapping = view(device_, p.slots, {batch});
+  m.query_start = view(device_, p.query_start, {batch + 1});
+  m.context_lens = view(device_, p.context_lens, {batch});
+  m.logits_indices = view(device_, p.logits_rows, {batch});
+  m.block_tables = view(device_, p.block_tables, {batch, max_blocks_});
+  return m;
+}
+
+// Padding rows decode token 0 at position 0 of a one-token context in block 0 and write no KV
+// (slot −1); their logits are ignored.
+void DecodeGraphs::fill_host(std::span<const SeqChunk> chunks, int batch) {
+  const Packed p = packed_layout(max_batch_, max_blocks_);
+  std::fill(host_.begin(), host_.end(), 0);
+  for (int i = 0; i <= batch; ++i) host_[p.query_start + i] = i;
+  for (int i = 0; i < batch; ++i) {
+    host_[p.logits_rows + i] = i;
+    host_[p.slots + i] = -1;
+    host_[p.context_lens + i] = 1;
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SeqChunk& c = chunks[i];
+    const int pos = c.start;
+    host_[p.token_ids + i] = c.tokens[pos];
+    host_[p.positions + i] = pos;
+    host_[p.slots + i] = c.block_table[pos / block_size_] * block_size_ + pos % block_size_;
+    host_[p.context_lens + i] = pos + 1;
+    std::copy(c.block_table.begin(), c.block_table.end(),
+              host_.begin() + p.block_tables + int64_t(i) * max_blocks_);
+  }
+  b_.copy_to_device(host_.data(), device_);
+}
+
+void DecodeGraphs::capture_all(const Forward& forward) {
+  for (int batch : decode_graph_buckets(max_batch_)) {
+    fill_host({}, batch);
+    b_.begin_step();
+    forward(metadata(batch));  // warm-up: lazy module loads and GEMM plans happen outside
+    b_.begin_step();
+    Tensor logits;
+    auto graph = b_.capture([&] { logits = forward(metadata(batch)); });
+    b_.end_step();
+    if (!graph) continue;
+    graphs_[batch] = Graph{std::move(graph), logits};
+  }
+  log::info("captured {} CUDA graphs for decode batches up to {}", graphs_.size(), max_batch_);
+}
+
+bool DecodeGraphs::can_run(std::span<const SeqChunk> chunks) const {
+  if (chunks.empty() || int(chunks.size()) > max_batch_ || bucket_for(int(chunks.size())) == 0)
+    return false;
+  for (const SeqChunk& c : chunks) {
+    if (c.num_new != 1 || c.logits != SeqChunk::Logits::kLast) return false;
+    if (c.start + 1 > max_model_len_ || int(c.block_table.size()) > max_blocks_) return false;
+  }
+  return true;
+}
+
+Tensor DecodeGraphs::run(std::span<const SeqChunk> chunks) {
+  const int batch = bucket_for(int(chunks.size()));
+  fill_host(chunks, batch);
+  Graph& g = graphs_.at(batch);
+  g.graph->replay();
+  return g.logits.rows(0, int64_t(chunks.size()));
+}
+
+}  // namespace serval::runtime
