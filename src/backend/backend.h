@@ -98,6 +98,10 @@ class Backend {
   virtual void reserve_step_memory(int64_t bytes) {}
   virtual void begin_step() {}
   virtual void end_step() {}
+  // Scoped reuse inside a step: tensors allocated after step_mark() are dead after
+  // step_release(mark) (a layer's temporaries), and their memory is handed out again.
+  virtual int64_t step_mark() { return 0; }
+  virtual void step_release(int64_t mark) {}
   // Records the device work `record` enqueues as a graph (inside begin_step/end_step); null when
   // the backend has no graphs or the capture failed (the caller then runs eagerly).
   virtual std::unique_ptr<StepGraph> capture(const std::function<void()>& record) {

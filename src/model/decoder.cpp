@@ -48,6 +48,8 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
   b_.embedding(embed_, meta.token_ids, residual);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& layer = layers_[i];
+    // Everything a layer allocates is dead once it has written `delta` and `residual`.
+    const int64_t mark = b_.step_mark();
     if (i == 0) {
       b_.rms_norm(residual, nullptr, layer.input_norm, c_.rms_norm_eps, x);
     } else {
@@ -60,6 +62,7 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     } else {
       layer.mlp->forward(x, delta);
     }
+    b_.step_release(mark);
   }
   b_.rms_norm(delta, &residual, final_norm_, c_.rms_norm_eps, x);
   Tensor last = b_.empty(act, {meta.num_logits, H});

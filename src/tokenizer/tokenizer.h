@@ -53,23 +53,44 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Streams text out of generated ids. push() returns only complete UTF-8
-// characters; the concatenation of every push() and finish() equals
-// Tokenizer::decode of all ids (with the same skip_special_tokens).
+// Streams text out of generated ids. The concatenation of every push() and
+// finish() equals Tokenizer::decode of all ids (same skip_special_tokens),
+// byte for byte. push() returns the text that no later id can change: it
+// holds back a trailing incomplete UTF-8 sequence (at most 3 bytes) and, for
+// SentencePiece byte fallback (where one invalid byte turns its whole run of
+// <0xNN> tokens into U+FFFD), a still-valid run of byte tokens. Byte runs that
+// can never become valid are emitted as the U+FFFD that decode() renders.
+// Cost per id is O(1) amortized: decode() runs on a short window of recent ids.
 class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens);
+  // Throws InvalidArgument for ids outside the vocab (the state is unchanged).
   std::string push(int32_t id);  // new text that is safe to emit
-  std::string finish();          // whatever is held back
+  std::string finish();          // whatever is held back; resets the stream
 
  private:
+  // decode(window_[from:] + tail).
+  std::string decode_window(size_t from, std::span<const int32_t> tail) const;
+  // Continuations that a later id could bring and that would change text
+  // already decoded (see detokenizer.cpp); `text` is decode(window_).
+  std::vector<std::span<const int32_t>> probes(std::string_view text, bool all) const;
+  // Tries to drop leading ids from window_ without changing what the window
+  // decodes to after them, now or after any probe continuation.
+  void shrink();
+
   const Tokenizer& tok_;
   bool skip_special_;
-  // Ids from the start of the decode window; the first `read_` of them are
-  // already emitted and decode to `prefix_text_`.
+  bool byte_runs_ = false;  // byte tokens decode per run (ByteFallback)
+  // Probe continuations made of byte tokens; empty when the vocabulary has none.
+  std::vector<std::vector<int32_t>> completions_;  // bytes that complete a UTF-8 prefix
+  std::vector<int32_t> invalid_byte_;              // one byte that is never valid UTF-8
+  // A suffix of the pushed ids; decode(window_) == text_, whose first
+  // `emitted_` bytes were returned. Text after window_[0] decodes there as in
+  // the one-shot decode (checked by shrink()).
   std::vector<int32_t> window_;
-  size_t read_ = 0;
-  std::string prefix_text_;
+  std::string text_;
+  size_t emitted_ = 0;
+  size_t shrink_at_;  // window size at which shrink() runs next
 };
 
 }  // namespace serval::tokenizer

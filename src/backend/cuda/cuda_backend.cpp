@@ -117,6 +117,10 @@ class CudaBackend final : public Backend {
     arena_offset_ = 0;
   }
   void end_step() override { in_step_ = false; }
+  int64_t step_mark() override { return int64_t(arena_offset_); }
+  void step_release(int64_t mark) override {
+    if (in_step_ && size_t(mark) <= arena_offset_) arena_offset_ = size_t(mark);
+  }
 
   std::unique_ptr<StepGraph> capture(const std::function<void()>& record) override {
     cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");

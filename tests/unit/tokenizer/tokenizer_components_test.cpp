@@ -141,12 +141,20 @@ TEST(Decoders, ByteFallbackReplacesInvalidRunsPerByte) {
 
   IncrementalDetokenizer d(*t, true);
   EXPECT_EQ(d.push(1), "a");
-  EXPECT_EQ(d.push(9), "");  // half of é is held back
-  EXPECT_EQ(d.push(10), "\xC3\xA9");
-  EXPECT_EQ(d.push(7), " ");  // not the first token: its space survives Strip
+  EXPECT_EQ(d.push(9), "");           // half of é is held back
+  EXPECT_EQ(d.push(10), "");          // a later byte could still invalidate the run
+  EXPECT_EQ(d.push(7), "\xC3\xA9 ");  // not the first token: its space survives Strip
   EXPECT_EQ(d.push(2), "b");
   EXPECT_EQ(d.finish(), "");
   EXPECT_EQ(t->decode(Ids{1, 9, 10, 7, 2}), "a\xC3\xA9 b");
+  // ... as here, where the whole run becomes U+FFFD once it cannot be valid.
+  IncrementalDetokenizer d2(*t, true);
+  EXPECT_EQ(d2.push(9), "");
+  EXPECT_EQ(d2.push(10), "");
+  EXPECT_EQ(d2.push(10), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(d2.push(10), "\xEF\xBF\xBD");
+  EXPECT_EQ(d2.finish(), "");
+  EXPECT_EQ(t->decode(Ids{9, 10, 10, 10}), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_THROW(t->decode(Ids{99}), InvalidArgument);
 }
 
