@@ -76,13 +76,15 @@ void run_latency(LatencyOptions o) {
   }
   const double ttft = median(prefill);
   std::cout << fmt::format(
-      "model {} ({}), device {}, dtype {}{}\n"
-      "batch {} input {} output {}: prefill {:.1f} tok/s, TTFT {:.2f} ms, TPOT median {:.3f} ms "
-      "({:.1f} tok/s per sequence, {:.1f} tok/s total)\n",
-      o.engine.model_dir, m.config.architecture, m.device, m.dtype,
-      m.moe_backend.empty() ? "" : ", MoE backend " + m.moe_backend, o.batch_size, o.input_len,
-      o.output_len, o.batch_size * o.input_len / ttft, ttft * 1e3, median(tpot) * 1e3,
-      1.0 / median(tpot), o.batch_size / median(tpot));
+                   "model {} ({}), device {}, dtype {}{}\n"
+                   "batch {} input {} output {}: prefill {:.1f} tok/s, TTFT {:.2f} ms, TPOT median "
+                   "{:.3f} ms "
+                   "({:.1f} tok/s per sequence, {:.1f} tok/s total)\n",
+                   o.engine.model_dir, m.config.architecture, m.device, m.dtype,
+                   m.moe_backend.empty() ? "" : ", MoE backend " + m.moe_backend, o.batch_size,
+                   o.input_len, o.output_len, o.batch_size * o.input_len / ttft, ttft * 1e3,
+                   median(tpot) * 1e3, 1.0 / median(tpot), o.batch_size / median(tpot))
+            << std::flush;
 }
 
 }  // namespace

@@ -30,10 +30,8 @@
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
-#include <cstdlib>
 namespace serval::tokenizer {
 namespace {
-const int kMut = std::getenv("DETOK_MUT") ? std::atoi(std::getenv("DETOK_MUT")) : 0;
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 // shrink() runs when the window has grown by this many ids since it last
@@ -88,6 +86,8 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_s
     const int32_t run[] = {*c3, *a9, bad};
     byte_runs_ = tok.decode(run, false) != std::string("\xC3\xA9").append(kReplacement);
     invalid_byte_ = {bad};
+    if (auto ascii = first_byte_id(tok, fallback, {{0x41, 0x5A}, {0x21, 0x7E}}))
+      ascii_byte_ = {*ascii};
     // Every lead byte accepts a second byte in 80..8F or in A0..BF, and any
     // continuation byte after that. Without byte runs, three bytes complete
     // any prefix (extra ones only add U+FFFD after the character); with byte
@@ -97,7 +97,7 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_s
     const auto any = low ? low : high;
     for (auto second : {low, high}) {
       if (!second) continue;
-      for (size_t len = byte_runs_ && kMut != 5 ? 1 : 3; len <= 3; ++len) {
+      for (size_t len = byte_runs_ ? 1 : 3; len <= 3; ++len) {
         std::vector<int32_t> c(len, *any);
         c[0] = *second;
         completions_.push_back(std::move(c));
@@ -107,9 +107,8 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_s
   }
 }
 
-std::string IncrementalDetokenizer::decode_window(size_t from,
-                                                  std::span<const int32_t> tail) const {
-  const std::span<const int32_t> ids = std::span(window_).subspan(from);
+std::string IncrementalDetokenizer::decode_with(std::span<const int32_t> ids,
+                                                std::span<const int32_t> tail) const {
   if (tail.empty()) return tok_.decode(ids, skip_special_);
   std::vector<int32_t> joined(ids.begin(), ids.end());
   joined.insert(joined.end(), tail.begin(), tail.end());
@@ -119,9 +118,11 @@ std::string IncrementalDetokenizer::decode_window(size_t from,
 std::vector<std::span<const int32_t>> IncrementalDetokenizer::probes(std::string_view text,
                                                                      bool all) const {
   std::vector<std::span<const int32_t>> out;
-  if (byte_runs_ && kMut != 1) out.emplace_back(invalid_byte_);
+  if (byte_runs_) out.emplace_back(invalid_byte_);
+  // Tells an open invalid run from a closed one (see shrink()).
+  if (all && byte_runs_ && !ascii_byte_.empty()) out.emplace_back(ascii_byte_);
   // An incomplete prefix always renders as a trailing U+FFFD.
-  if (kMut != 2 && (all || text.ends_with(kReplacement)))
+  if (all || text.ends_with(kReplacement))
     for (const auto& c : completions_) out.emplace_back(c);
   return out;
 }
@@ -130,7 +131,7 @@ std::string IncrementalDetokenizer::push(int32_t id) {
   window_.push_back(id);
   std::string text;
   try {
-    text = decode_window(0, {});
+    text = decode_with(window_, {});
   } catch (...) {
     window_.pop_back();
     throw;
@@ -143,7 +144,7 @@ std::string IncrementalDetokenizer::push(int32_t id) {
   }
   size_t stable = text.size();
   for (auto probe : probes(text, false))
-    stable = std::min(stable, common_prefix(text, decode_window(0, probe)));
+    stable = std::min(stable, common_prefix(text, decode_with(window_, probe)));
   stable = char_floor(text, stable);
   text_ = std::move(text);
   std::string out;
@@ -172,27 +173,38 @@ void IncrementalDetokenizer::shrink() {
   }
   if (k == 0) return;
   // Text after the cut in the current window, alone and after each probe.
-  const auto qs = kMut == 4 ? std::vector<std::span<const int32_t>>() : probes(text_, true);
+  const auto qs = probes(text_, true);
   std::vector<std::string> tails{text_.substr(head.size())};
   for (auto q : qs) {
-    std::string t = decode_window(0, q);
+    std::string t = decode_with(window_, q);
     if (!t.starts_with(head)) return;
     tails.push_back(t.substr(head.size()));
   }
-  for (size_t context = 1; context < k; context *= 2) {
-    const size_t from = k - context;
-    const std::string ctx_text =
-        tok_.decode(std::span(window_).subspan(from, context), skip_special_);
-    if (ctx_text.empty() && kMut != 3) continue;  // the first-token space strip would move past it
+  // Candidate contexts: the last 1, 2, 4, ... emitted ids, and a synthetic
+  // never-valid byte (it keeps a ByteFallback run invalid without the ids
+  // that made it invalid; the ASCII byte probe rejects it where it would
+  // turn later valid bytes into U+FFFD).
+  std::vector<std::vector<int32_t>> contexts;
+  const auto cut = window_.begin() + static_cast<std::ptrdiff_t>(k);
+  contexts.emplace_back(cut - 1, cut);
+  if (!invalid_byte_.empty() && (!byte_runs_ || !ascii_byte_.empty()))
+    contexts.push_back(invalid_byte_);
+  for (size_t c = 2; c < k; c *= 2)
+    contexts.emplace_back(cut - static_cast<std::ptrdiff_t>(c), cut);
+  for (auto& context : contexts) {
+    const std::string ctx_text = tok_.decode(context, skip_special_);
+    if (ctx_text.empty()) continue;  // the first-token space strip would move past it
+    std::vector<int32_t> candidate = std::move(context);
+    candidate.insert(candidate.end(), cut, window_.end());
     std::string new_text;
     bool same = true;
     for (size_t i = 0; same && i < tails.size(); ++i) {
-      std::string t = decode_window(from, i == 0 ? std::span<const int32_t>() : qs[i - 1]);
+      std::string t = decode_with(candidate, i == 0 ? std::span<const int32_t>() : qs[i - 1]);
       same = t.starts_with(ctx_text) && std::string_view(t).substr(ctx_text.size()) == tails[i];
       if (i == 0) new_text = std::move(t);
     }
     if (!same) continue;
-    window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(from));
+    window_ = std::move(candidate);
     emitted_ = ctx_text.size() + (emitted_ - head.size());
     text_ = std::move(new_text);
     shrink_at_ = window_.size() + kShrinkEvery;

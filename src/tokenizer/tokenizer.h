@@ -69,8 +69,8 @@ class IncrementalDetokenizer {
   std::string finish();          // whatever is held back; resets the stream
 
  private:
-  // decode(window_[from:] + tail).
-  std::string decode_window(size_t from, std::span<const int32_t> tail) const;
+  // decode(ids + tail).
+  std::string decode_with(std::span<const int32_t> ids, std::span<const int32_t> tail) const;
   // Continuations that a later id could bring and that would change text
   // already decoded (see detokenizer.cpp); `text` is decode(window_).
   std::vector<std::span<const int32_t>> probes(std::string_view text, bool all) const;
@@ -84,9 +84,11 @@ class IncrementalDetokenizer {
   // Probe continuations made of byte tokens; empty when the vocabulary has none.
   std::vector<std::vector<int32_t>> completions_;  // bytes that complete a UTF-8 prefix
   std::vector<int32_t> invalid_byte_;              // one byte that is never valid UTF-8
-  // A suffix of the pushed ids; decode(window_) == text_, whose first
-  // `emitted_` bytes were returned. Text after window_[0] decodes there as in
-  // the one-shot decode (checked by shrink()).
+  std::vector<int32_t> ascii_byte_;                // one ASCII byte (byte runs only)
+  // The latest pushed ids after a few context ids (pushed ones, or a
+  // synthetic invalid byte); decode(window_) == text_, whose first `emitted_`
+  // bytes were returned. Past the context, text_ is the end of the one-shot
+  // decode of all pushed ids (shrink() checks this when it picks a context).
   std::vector<int32_t> window_;
   std::string text_;
   size_t emitted_ = 0;

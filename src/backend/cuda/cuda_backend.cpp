@@ -37,6 +37,18 @@ bf16* bf_mut(Tensor& t) {
   return static_cast<bf16*>(t.data);
 }
 
+// The stream every backend enqueues on. It lives as long as the process: tensors free their
+// memory with cudaFreeAsync on it from their deleters, which may run after the backend that
+// made them is gone (a destroyed stream there crashes the driver).
+cudaStream_t process_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    return s;
+  }();
+  return stream;
+}
+
 class CudaStepGraph final : public StepGraph {
  public:
   CudaStepGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream)
@@ -55,8 +67,7 @@ class CudaStepGraph final : public StepGraph {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() {
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  CudaBackend() : stream_(process_stream()) {
     cudaMemPool_t pool;
     cuda_check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
     uint64_t keep_all = UINT64_MAX;
@@ -64,11 +75,7 @@ class CudaBackend final : public Backend {
                "cudaMemPoolSetAttribute");
   }
 
-  ~CudaBackend() override {
-    cudaStreamSynchronize(stream_);
-    gemm_.reset();
-    cudaStreamDestroy(stream_);
-  }
+  ~CudaBackend() override { cudaStreamSynchronize(stream_); }
 
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return "cuda"; }
