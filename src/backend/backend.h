@@ -1,11 +1,15 @@
 // The Backend interface: the ops a model needs, on tensors of one device.
 #pragma once
+#include <cctype>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/params.h"
 #include "tensor/tensor.h"
 
@@ -31,11 +35,54 @@ struct KvCacheLayer {
   float k_scale = 1.0f, v_scale = 1.0f;
 };
 
+// A quantized linear weight (or a stack of MoE experts' weights) on the backend's device.
+// Element (e, r, c) dequantizes as kernels::QuantLinearParams states, with expert e's scales.
+struct QuantizedWeight {
+  kernels::WeightFormat format = kernels::WeightFormat::kNvfp4;
+  int experts = 0;  // 0: one linear [n, k]; E > 0: a stack, every tensor gains a leading [E]
+  int n = 0, k = 0;
+  Tensor data;    // NVFP4 u8 [n, k/2] (element 2i low nibble); FP8 e4m3 [n, k]
+  Tensor scales;  // NVFP4 e4m3 [n, k/16]; per-channel f32 [n]; block f32 [ceil(n/bn), ceil(k/bk)];
+                  // per-tensor: undefined
+  // One entry per expert (one for a plain linear): the NVFP4 weight_scale_2 multiplier or the
+  // FP8 per-tensor weight_scale (1.0 otherwise), and the static activation scale (1.0 if none).
+  std::vector<float> global_scale, input_scale;
+  int block_n = 0, block_k = 0;  // FP8 block tile
+  // Bytes of one expert's (or the linear's) data and scales.
+  size_t data_bytes() const { return data.nbytes() / size_t(experts > 0 ? experts : 1); }
+  size_t scale_bytes() const { return scales.nbytes() / size_t(experts > 0 ? experts : 1); }
+};
+
+inline std::string_view weight_format_name(kernels::WeightFormat f) {
+  switch (f) {
+    case kernels::WeightFormat::kNvfp4:
+      return "NVFP4";
+    case kernels::WeightFormat::kFp8PerTensor:
+      return "FP8 (per-tensor)";
+    case kernels::WeightFormat::kFp8PerChannel:
+      return "FP8 (per-channel)";
+    case kernels::WeightFormat::kFp8Block:
+      return "FP8 (block)";
+  }
+  return "?";
+}
+
+// A linear layer's weight: dense [n, k] in a float dtype, or quantized.
+struct Weight {
+  Tensor dense;
+  std::optional<QuantizedWeight> q;
+  bool quantized() const { return q.has_value(); }
+  int64_t out_features() const { return q ? q->n : dense.dim(0); }
+};
+
 // Experts of one MoE layer, all on the backend's device.
 struct MoeWeights {
   Tensor router;   // [num_experts, hidden]
   Tensor gate_up;  // [num_experts, 2 * inter, hidden]: rows [0, inter) gate, [inter, 2·inter) up
   Tensor down;     // [num_experts, hidden, inter]
+  // Quantized experts: when set, they replace gate_up / down (which stay undefined), with the
+  // same row layouts and experts == num_experts.
+  std::optional<QuantizedWeight> gate_up_q, down_q;
   int num_experts = 0, top_k = 0, hidden = 0, inter = 0;
   kernels::RoutingMethod routing = kernels::RoutingMethod::kSoftmaxTopK;
   bool renormalize = true;
@@ -81,6 +128,9 @@ class Backend {
   // Copies a float weight to the device in the dtype the backend computes with (bf16 on CUDA;
   // the CPU backend reads bf16, f16 and f32 weights in place).
   virtual Tensor upload_weight(const Tensor& host) = 0;
+  // Moves a host quantized weight to the device in a layout this backend's quantized GEMMs read.
+  // The default throws InvalidArgument: the backend has no kernels for quantized weights.
+  virtual QuantizedWeight upload_quantized(const QuantizedWeight& host);
   // Bytes free and total on the device.
   virtual void memory_info(int64_t* free_bytes, int64_t* total_bytes) = 0;
   // Copies a device tensor into host memory of the same byte size.
@@ -115,6 +165,18 @@ class Backend {
                         Tensor& out) = 0;
   // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n])
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  // Same for a Weight: the dense path above, or the quantized GEMM (quantized_linear).
+  void linear(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& y) {
+    if (w.q) {
+      quantized_linear(x, *w.q, bias, y);
+    } else {
+      linear(x, w.dense, bias, y);
+    }
+  }
+  // y[m, n] = x[m, k] · dequant(w)ᵀ (+ bias[n]); w a single linear (experts == 0). The default
+  // throws InvalidArgument (see upload_quantized).
+  virtual void quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
+                                Tensor& y);
   // The attention core of one layer, after the fused QKV projection:
   // qkv [T, (Hq + 2·Hkv)·D] (per row: q heads, k heads, v heads) → per-head RMSNorm of q and k
   // (when the norms are given), neox RoPE with inv_freq [D/2] at meta.positions, K/V appended to
@@ -133,6 +195,19 @@ class Backend {
   // out[i] = x[rows[i]]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
 };
+
+inline QuantizedWeight Backend::upload_quantized(const QuantizedWeight& host) {
+  std::string dev = name();
+  for (char& ch : dev) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  const std::string fmt(weight_format_name(host.format));
+  throw InvalidArgument(name() + " backend: " + fmt + " weights need the " + dev + " " + fmt +
+                        " GEMM, not built yet (the CPU backend runs them: --device cpu)");
+}
+
+inline void Backend::quantized_linear(const Tensor&, const QuantizedWeight& w, const Tensor*,
+                                      Tensor&) {
+  upload_quantized(w);  // throws the same message
+}
 
 std::unique_ptr<Backend> make_cpu_backend();
 // Null when serval was built without CUDA or no GPU is present.

@@ -37,6 +37,35 @@ struct LinearParams {
   int m, n, k;
 };
 
+// Storage formats of quantized linear weights (SPEC §2.1, §2.3).
+enum class WeightFormat : uint8_t {
+  kNvfp4,          // E2M1 codes u8 [n, k/2] (element 2i low nibble), E4M3 scale per 16 along k
+  kFp8PerTensor,   // E4M3 [n, k], one scale
+  kFp8PerChannel,  // E4M3 [n, k], one f32 scale per output row
+  kFp8Block,       // E4M3 [n, k], one f32 scale per block_n x block_k tile
+};
+
+// y = x · Wᵀ (+ bias) with W dequantized on the fly, row by row, into fp32:
+//   NVFP4:           w[r, c] = (e2m1(q[r, c]) · e4m3(scales[r, c/16])) · global_scale
+//   FP8 per-tensor:  w[r, c] = e4m3(q[r, c]) · global_scale
+//   FP8 per-channel: w[r, c] = e4m3(q[r, c]) · scales[r]
+//   FP8 block:       w[r, c] = e4m3(q[r, c]) · scales[r / block_n, c / block_k]
+// (float products in this order; e2m1 · e4m3 is exact, so only the last product rounds).
+struct QuantLinearParams {
+  const float* x;  // [m, k]
+  WeightFormat format;
+  const uint8_t* w;  // NVFP4 [n, k/2]; FP8 [n, k]
+  // NVFP4: u8 e4m3 [n, k/16]; per-channel: f32 [n]; block: f32 [ceil(n/block_n),
+  // ceil(k/block_k)]; per-tensor: unused (null).
+  const void* scales;
+  float global_scale;    // NVFP4 weight_scale_2; FP8 per-tensor weight_scale; else unused
+  int block_n, block_k;  // FP8 block only
+  const void* bias;      // [n] in bias_dtype, or null
+  DType bias_dtype;
+  float* y;     // [m, n]
+  int m, n, k;  // NVFP4: k % 16 == 0
+};
+
 // Rotary embedding, "neox" layout (first half / second half of each head), in place.
 struct RopeParams {
   float* q;                  // [num_tokens, num_q_heads, head_dim]
@@ -47,29 +76,35 @@ struct RopeParams {
 };
 
 // Writes new K/V rows into the paged cache: token t goes to slot_mapping[t] = block·bs + offset.
+// The cache holds cache_dtype (f32, bf16, fp8 e4m3 or e5m2): stored k8 = cast(k / k_scale),
+// likewise v with v_scale (scales are 1 unless an fp8 checkpoint provides them).
 struct KvAppendParams {
   const float* k;  // [num_tokens, num_kv_heads, head_dim]
   const float* v;
   const int32_t* slot_mapping;  // [num_tokens]
-  float* k_cache;               // [num_blocks, block_size, num_kv_heads, head_dim]
-  float* v_cache;
+  void* k_cache;                // [num_blocks, block_size, num_kv_heads, head_dim]
+  void* v_cache;
   int num_tokens, num_kv_heads, head_dim;
+  DType cache_dtype = DType::kF32;
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 // Causal attention of each sequence's new tokens over its paged KV (which already holds them).
 // Sequence s has query rows [query_start[s], query_start[s+1]) at positions
 // context_len[s] - query_len .. context_len[s] - 1.
 struct PagedAttentionParams {
-  const float* q;        // [num_tokens, num_q_heads, head_dim]
-  float* out;            // [num_tokens, num_q_heads, head_dim]
-  const float* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  const float* v_cache;
+  const float* q;       // [num_tokens, num_q_heads, head_dim]
+  float* out;           // [num_tokens, num_q_heads, head_dim]
+  const void* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim], cache_dtype
+  const void* v_cache;
   const int32_t* query_start;   // [num_seqs + 1]
   const int32_t* context_lens;  // [num_seqs]
   const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
   int num_seqs, max_blocks_per_seq, block_size;
   int num_q_heads, num_kv_heads, head_dim;
   float scale;  // softmax scale (1/sqrt(head_dim), times k_scale for fp8 KV)
+  DType cache_dtype = DType::kF32;
+  float v_scale = 1.0f;  // applied to the output (the stored v is v / v_scale)
 };
 
 // out = silu(x[:, :inter]) * x[:, inter:]

@@ -1,5 +1,6 @@
 #include "model/weight_source.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
@@ -17,64 +18,156 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 class CheckpointWeights final : public WeightSource {
  public:
   explicit CheckpointWeights(const std::string& dir)
-      : dir_(dir), checkpoint_(io::Checkpoint::open(dir)) {}
+      : dir_(dir), checkpoint_(io::Checkpoint::open(dir)) {
+    quant_ = quant::load_quant_config(dir);
+  }
 
   bool has(const std::string& name) const override { return checkpoint_->find(name) != nullptr; }
 
   Tensor get(const std::string& name, const Shape& shape) const override {
-    const io::TensorInfo* info = checkpoint_->find(name);
-    if (!info) throw LoadError(dir_ + ": the checkpoint has no tensor '" + name + "'");
-    if (info->shape != shape) {
-      throw LoadError(dir_ + ": tensor '" + name + "' has shape " + shape_str(info->shape) +
+    const io::TensorInfo& info = find(name);
+    if (info.shape != shape) {
+      throw LoadError(dir_ + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
                       ", expected " + shape_str(shape));
     }
-    return host_view(info->data, info->dtype, info->shape, checkpoint_);
+    return host_view(info.data, info.dtype, info.shape, checkpoint_);
+  }
+
+  Tensor get_expected(const quant::ExpectedTensor& e) const override {
+    const io::TensorInfo& info = find(e.name);
+    try {
+      quant::check_tensor(e, info.dtype, info.shape);
+    } catch (const LoadError& err) {
+      throw LoadError(dir_ + ": " + err.what());
+    }
+    return host_view(info.data, info.dtype, info.shape, checkpoint_);
   }
 
  private:
+  const io::TensorInfo& find(const std::string& name) const {
+    const io::TensorInfo* info = checkpoint_->find(name);
+    if (!info) throw LoadError(dir_ + ": the checkpoint has no tensor '" + name + "'");
+    return *info;
+  }
+
   std::string dir_;
   std::shared_ptr<io::Checkpoint> checkpoint_;
 };
 
+// Mean square of the E2M1 values when all 16 codes are equally likely:
+// (0 + .25 + 1 + 2.25 + 4 + 9 + 16 + 36) / 8.
+constexpr double kE2m1MeanSquare = 68.5 / 8;
+constexpr float kDummyStd = 0.02f;
+// Dummy NVFP4 block scales: the E4M3 codes of [256, 448] (exponent 8, mantissas 0..6).
+constexpr uint8_t kSfCodeLo = 0x78, kSfCodeHi = 0x7E;
+
+// Mean square of the dummy block-scale values.
+double dummy_sf_mean_square() {
+  double s = 0;
+  for (int c = kSfCodeLo; c <= kSfCodeHi; ++c)
+    s += double(e4m3_to_float(uint8_t(c))) * e4m3_to_float(uint8_t(c));
+  return s / (kSfCodeHi - kSfCodeLo + 1);
+}
+
 class DummyWeights final : public WeightSource {
  public:
-  DummyWeights(DType dtype, uint64_t seed) : dtype_(dtype), seed_(seed) {}
+  DummyWeights(DType dtype, uint64_t seed, const quant::QuantConfig& quant)
+      : dtype_(dtype), seed_(seed) {
+    quant_ = quant;
+  }
   bool has(const std::string&) const override { return true; }
 
   Tensor get(const std::string& name, const Shape& shape) const override {
     Tensor t = host_empty(dtype_, shape);
-    const uint64_t key = seed_ ^ std::hash<std::string>{}(name);
-    // Uniform values with the std of the usual init (0.02; norms 1 ± 0.05), from a counter-based
-    // hash so that any element can be made independently, in parallel.
+    // Uniform values with the std of the usual init (0.02; norms 1 ± 0.05).
     const bool is_norm = shape.size() == 1;
     const float center = is_norm ? 1.0f : 0.0f;
-    const float half_width = (is_norm ? 0.05f : 0.02f) * 1.7320508f;
-    ThreadPool::global().parallel_for(t.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float u = float(splitmix64(key + uint64_t(i)) >> 40) * (1.0f / float(1 << 24));
-        const float v = center + (2.0f * u - 1.0f) * half_width;
-        switch (dtype_) {
-          case DType::kF32:
-            t.as<float>()[i] = v;
-            break;
-          case DType::kBF16:
-            t.as<bf16>()[i] = float_to_bf16(v);
-            break;
-          case DType::kF16:
-            t.as<f16>()[i] = float_to_f16(v);
-            break;
-          default:
-            throw Error("dummy weights: unsupported dtype");
-        }
+    const float half_width = (is_norm ? 0.05f : kDummyStd) * 1.7320508f;
+    fill(name, t.numel(), [&](int64_t i, float u) {
+      const float v = center + (2.0f * u - 1.0f) * half_width;
+      switch (dtype_) {
+        case DType::kF32:
+          t.as<float>()[i] = v;
+          break;
+        case DType::kBF16:
+          t.as<bf16>()[i] = float_to_bf16(v);
+          break;
+        case DType::kF16:
+          t.as<f16>()[i] = float_to_f16(v);
+          break;
+        default:
+          throw Error("dummy weights: unsupported dtype");
       }
     });
     return t;
   }
 
+  Tensor get_expected(const quant::ExpectedTensor& e) const override {
+    const DType dtype = e.dtypes.at(0);
+    const Shape& shape = e.shapes.at(0);
+    Tensor t = host_empty(dtype, shape);
+    const bool nvfp4 = quant_.method == quant::QuantConfig::Method::kNvfp4;
+    if (dtype == DType::kU8) {  // packed NVFP4 codes: 16 codes per 64-bit hash, all equally likely
+      uint8_t* d = t.as<uint8_t>();
+      const int64_t n = t.numel(), words = (n + 7) / 8;
+      const uint64_t key = seed_ ^ std::hash<std::string>{}(e.name);
+      ThreadPool::global().parallel_for(words, 1 << 14, [&](int64_t begin, int64_t end) {
+        for (int64_t w = begin; w < end; ++w) {
+          const uint64_t bits = splitmix64(key + uint64_t(w));
+          const int64_t base = w * 8, count = std::min<int64_t>(8, n - base);
+          std::memcpy(d + base, &bits, size_t(count));
+        }
+      });
+    } else if (dtype == DType::kF8E4M3 && nvfp4) {  // NVFP4 block scales in [256, 448]
+      fill(e.name, t.numel(), [&](int64_t i, float u) {
+        t.as<uint8_t>()[i] = uint8_t(
+            kSfCodeLo + std::min(int(u * (kSfCodeHi - kSfCodeLo + 1)), kSfCodeHi - kSfCodeLo));
+      });
+    } else if (dtype == DType::kF8E4M3) {  // FP8 weights: uniform in ±448, std 448/sqrt(3)
+      fill(e.name, t.numel(), [&](int64_t i, float u) {
+        t.as<uint8_t>()[i] = float_to_e4m3((2.0f * u - 1.0f) * 448.0f);
+      });
+    } else if (dtype == DType::kF32) {
+      const float v = scale_value(e.name);
+      for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = v;
+    } else {
+      throw Error("dummy weights: cannot make '" + e.name + "' of dtype " +
+                  std::string(dtype_name(dtype)));
+    }
+    return t;
+  }
+
  private:
+  // The value of every element of a dummy fp32 scale tensor, by its role.
+  float scale_value(const std::string& name) const {
+    if (ends_with(name, "input_scale") || ends_with(name, "input_global_scale")) return 1.0f;
+    if (quant_.method == quant::QuantConfig::Method::kNvfp4) {
+      // std(w) = sqrt(E[e2m1²] · E[sf²]) · weight_scale_2 = kDummyStd.
+      const float s2 = float(kDummyStd / std::sqrt(kE2m1MeanSquare * dummy_sf_mean_square()));
+      return quant::nvfp4_scale_from_checkpoint(quant_, s2);  // stored as 1/s2 when reciprocal
+    }
+    return kDummyStd * 1.7320508f / 448.0f;  // FP8 weights uniform in ±448 have std 448/sqrt(3)
+  }
+
+  // Calls set(i, u) for i in [0, n) with u uniform in [0, 1), from a counter-based hash of
+  // (seed, name, i), in parallel.
+  template <typename Set>
+  void fill(const std::string& name, int64_t n, Set set) const {
+    const uint64_t key = seed_ ^ std::hash<std::string>{}(name);
+    ThreadPool::global().parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        set(i, float(splitmix64(key + uint64_t(i)) >> 40) * (1.0f / float(1 << 24)));
+    });
+  }
+
   DType dtype_;
   uint64_t seed_;
 };
@@ -85,8 +178,9 @@ std::unique_ptr<WeightSource> open_checkpoint_weights(const std::string& model_d
   return std::make_unique<CheckpointWeights>(model_dir);
 }
 
-std::unique_ptr<WeightSource> make_dummy_weights(DType dtype, uint64_t seed) {
-  return std::make_unique<DummyWeights>(dtype, seed);
+std::unique_ptr<WeightSource> make_dummy_weights(DType dtype, uint64_t seed,
+                                                 const quant::QuantConfig& quant) {
+  return std::make_unique<DummyWeights>(dtype, seed, quant);
 }
 
 }  // namespace serval::model

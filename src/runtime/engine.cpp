@@ -120,7 +120,8 @@ class EngineImpl final : public Engine {
         cfg_.served_model_name.empty() ? cfg_.model_dir : cfg_.served_model_name;
     info_.architecture = config_.architecture;
     info_.dtype = m.dtype;
-    info_.kv_cache_dtype = cfg_.kv_cache_dtype == "auto" ? "float32" : cfg_.kv_cache_dtype;
+    info_.kv_cache_dtype = m.kv_cache_dtype;
+    info_.num_kv_scale_layers = m.num_kv_scale_layers;
     info_.device = m.device;
     info_.moe_backend = m.moe_backend;
     info_.num_parameters = config_.num_parameters();

@@ -9,6 +9,10 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/math.h"
+#include "model/quantized_weight.h"
+#include "quant/quant_config.h"
+#include "io/safetensors.h"
+#include "quant/kv_scales.h"
 
 namespace serval::runtime {
 
@@ -72,7 +76,42 @@ int64_t kv_cache_budget(const EngineConfig& cfg, const io::ModelConfig& mc, back
   return budget;
 }
 
+// The per-layer k/v scales a checkpoint holds under any accepted name (SPEC §3); unmappable
+// or non-scalar scale tensors are LoadErrors naming them.
+quant::KvScales load_checkpoint_kv_scales(const std::string& model_dir, const io::ModelConfig& mc) {
+  std::shared_ptr<io::Checkpoint> ckpt = io::Checkpoint::open(model_dir);
+  std::vector<std::string> names = ckpt->names();
+  quant::KvScaleOptions options;
+  options.num_layers = mc.num_hidden_layers;
+  return quant::load_kv_scales(names, options, [&](const std::string& name) {
+    const io::TensorInfo& t = ckpt->get(name);
+    return host_view(t.data, t.dtype, t.shape, ckpt);
+  });
+}
+
 }  // namespace
+
+DType resolve_kv_cache_dtype(const std::string& flag, const backend::Backend& backend) {
+  DType t;
+  if (flag == "auto") {
+    t = backend.kv_cache_dtype();
+  } else if (flag == "bfloat16") {
+    t = DType::kBF16;
+  } else if (flag == "fp8" || flag == "fp8_e4m3") {
+    t = DType::kF8E4M3;
+  } else if (flag == "fp8_e5m2") {
+    t = DType::kF8E5M2;
+  } else {
+    throw InvalidArgument("--kv-cache-dtype: unknown value '" + flag +
+                          "' (choices: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2)");
+  }
+  if (backend.device() == Device::kCuda && t != DType::kBF16) {
+    throw InvalidArgument("--kv-cache-dtype " + flag +
+                          ": the CUDA backend stores the KV cache in bfloat16 only so far "
+                          "(fp8 KV runs on --device cpu)");
+  }
+  return t;
+}
 
 std::string resolve_moe_backend(const std::string& flag) {
   std::string value = flag;
@@ -111,25 +150,33 @@ LoadedModel load_model(const EngineConfig& cfg) {
   }
   out.device = backend->name();
 
-  // Refuse before touching weights when they cannot fit.
+  // Refuse before touching weights when they cannot fit. Quantized linears count at their
+  // storage size (NVFP4 0.5625 B per weight, FP8 1 B), everything else in the model dtype.
+  const quant::QuantConfig quant = quant::load_quant_config(cfg.model_dir);
+  if (quant.method != quant::QuantConfig::Method::kNone || quant.kv_cache_fp8)
+    log::info("quantization: {}", quant::describe(quant));
   const int64_t params = mc.num_parameters();
-  const int64_t weight_bytes = params * dtype_bits(dtype) / 8;
+  const int64_t weight_bytes = model::model_weight_bytes(mc, quant, dtype);
+  const std::string weight_kind =
+      quant.method == quant::QuantConfig::Method::kNone
+          ? out.dtype
+          : fmt::format("{} + {}", quant::method_name(quant.method), out.dtype);
   if (backend->device() == Device::kCpu) {
     const int64_t avail = host_available_bytes();
     log::info("model {}: {} parameters ({:.2f} B), {} weights need {:.2f} GiB", cfg.model_dir,
-              params, params / 1e9, out.dtype, weight_bytes / double(1ull << 30));
+              params, params / 1e9, weight_kind, weight_bytes / double(1ull << 30));
     if (avail > 0 && weight_bytes > avail * 9 / 10) {
       throw OutOfResources(fmt::format(
           "{}: the model has {:.2f} B parameters and needs {:.2f} GiB for {} weights, but only "
           "{:.2f} GiB of host memory is available",
-          cfg.model_dir, params / 1e9, weight_bytes / double(1ull << 30), out.dtype,
+          cfg.model_dir, params / 1e9, weight_bytes / double(1ull << 30), weight_kind,
           avail / double(1ull << 30)));
     }
   }
 
   std::unique_ptr<model::WeightSource> weights;
   if (cfg.load_format == "dummy") {
-    weights = model::make_dummy_weights(dtype, cfg.seed);
+    weights = model::make_dummy_weights(dtype, cfg.seed, quant);
   } else if (cfg.load_format == "auto" || cfg.load_format == "safetensors") {
     weights = model::open_checkpoint_weights(cfg.model_dir);
   } else {
@@ -142,8 +189,9 @@ LoadedModel load_model(const EngineConfig& cfg) {
 
   out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
-  const int64_t per_token =
-      ModelRunner::kv_bytes_per_token(model->kv_geometry(), backend->kv_cache_dtype());
+  const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend);
+  out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
+  const int64_t per_token = ModelRunner::kv_bytes_per_token(model->kv_geometry(), kv_dtype);
   const int64_t kv_bytes = kv_cache_budget(cfg, mc, *backend);
   const int64_t blocks_for_all =
       int64_t(cfg.max_num_seqs) * ceil_div(out.max_model_len, cfg.block_size) + 1;
@@ -161,6 +209,21 @@ LoadedModel load_model(const EngineConfig& cfg) {
         out.num_blocks, out.num_blocks * cfg.block_size, out.max_model_len));
   }
   RunnerOptions runner;
+  runner.kv_cache_dtype = kv_dtype;
+  if (cfg.load_format != "dummy") {
+    quant::KvScales scales = load_checkpoint_kv_scales(cfg.model_dir, mc);
+    out.num_kv_scale_layers = scales.num_loaded_layers;
+    if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) {
+      for (const std::string& w : scales.warnings) log::warn("{}", w);
+      runner.k_scales = std::move(scales.k);
+      runner.v_scales = std::move(scales.v);
+    }
+  }
+  log::info(
+      "KV cache {}: {} blocks of {} tokens; k/v scales from the checkpoint for {} of {} "
+      "layers",
+      out.kv_cache_dtype, out.num_blocks, cfg.block_size, out.num_kv_scale_layers,
+      mc.num_hidden_layers);
   if (backend->device() == Device::kCuda) {
     runner.max_model_len = out.max_model_len;
     runner.max_decode_batch = cfg.max_num_seqs;

@@ -17,7 +17,13 @@ struct LoadedModel {
   std::string moe_backend;
   std::string device;
   std::string dtype;
+  std::string kv_cache_dtype;   // storage type of the KV cache
+  int num_kv_scale_layers = 0;  // layers whose k/v scales came from the checkpoint
 };
+
+// --kv-cache-dtype → storage type: auto = the backend's own; fp8 = fp8_e4m3.
+// InvalidArgument lists the choices, or says the backend cannot store that type.
+DType resolve_kv_cache_dtype(const std::string& flag, const backend::Backend& backend);
 
 // Resolves --moe-backend → SERVAL_MOE_BACKEND → "latency"; InvalidArgument listing the choices.
 std::string resolve_moe_backend(const std::string& flag);

@@ -78,13 +78,14 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
       block_size_(block_size),
       options_(options) {
   const model::KvGeometry g = model_->kv_geometry();
+  const DType kv_dtype = options_.kv_cache_dtype.value_or(backend_->kv_cache_dtype());
   for (int i = 0; i < g.num_layers; ++i) {
     backend::KvCacheLayer layer;
-    layer.k = backend_->empty(backend_->kv_cache_dtype(),
-                              {num_blocks, block_size, g.num_kv_heads, g.head_dim});
-    layer.v = backend_->empty(backend_->kv_cache_dtype(),
-                              {num_blocks, block_size, g.num_kv_heads, g.head_dim});
+    layer.k = backend_->empty(kv_dtype, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
+    layer.v = backend_->empty(kv_dtype, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
     layer.block_size = block_size;
+    if (!options_.k_scales.empty()) layer.k_scale = options_.k_scales.at(i);
+    if (!options_.v_scales.empty()) layer.v_scale = options_.v_scales.at(i);
     kv_.push_back(std::move(layer));
   }
   if (options_.step_memory_bytes > 0) backend_->reserve_step_memory(options_.step_memory_bytes);

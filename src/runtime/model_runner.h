@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -27,10 +28,12 @@ backend::StepMetadata build_step_metadata(std::span<const SeqChunk> chunks, int 
 
 // Step execution options; the defaults (no graphs, no arena) suit tests and the CPU.
 struct RunnerOptions {
-  int max_model_len = 0;          // > 0 enables the fixed decode layout (and graphs, below)
-  int max_decode_batch = 0;       // largest decode batch captured in a CUDA graph
-  bool cuda_graphs = false;       // capture pure-decode steps (FULL_DECODE_ONLY)
-  int64_t step_memory_bytes = 0;  // activation arena (see Backend::reserve_step_memory)
+  int max_model_len = 0;                  // > 0 enables the fixed decode layout (and graphs, below)
+  int max_decode_batch = 0;               // largest decode batch captured in a CUDA graph
+  bool cuda_graphs = false;               // capture pure-decode steps (FULL_DECODE_ONLY)
+  int64_t step_memory_bytes = 0;          // activation arena (see Backend::reserve_step_memory)
+  std::optional<DType> kv_cache_dtype;    // unset: the backend's default
+  std::vector<float> k_scales, v_scales;  // per layer (fp8 KV); empty: 1.0
 };
 
 class ModelRunner {
@@ -46,6 +49,7 @@ class ModelRunner {
   model::Model& model() { return *model_; }
   backend::Backend& backend() { return *backend_; }
   int block_size() const { return block_size_; }
+  const std::vector<backend::KvCacheLayer>& kv_cache() const { return kv_; }
 
   // Bytes of KV cache one token needs across all layers.
   static int64_t kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype);

@@ -6,6 +6,7 @@
 #include "backend/moe/moe_cpu.h"
 #include "base/error.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_linear.h"
 
 namespace serval::backend {
 
@@ -27,6 +28,7 @@ class CpuBackend final : public Backend {
   Tensor empty(DType dtype, Shape shape) override { return host_empty(dtype, std::move(shape)); }
   Tensor upload(const Tensor& host) override { return host; }
   Tensor upload_weight(const Tensor& host) override { return host; }
+  QuantizedWeight upload_quantized(const QuantizedWeight& host) override { return host; }
   void memory_info(int64_t* free_bytes, int64_t* total_bytes) override {
     *free_bytes = *total_bytes = 0;  // unknown; the loader reads /proc/meminfo
   }
@@ -56,6 +58,27 @@ class CpuBackend final : public Backend {
                           y.as<float>(), int(x.numel() / k), n, k});
   }
 
+  void quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
+                        Tensor& y) override {
+    expect_f32(x, "linear input");
+    check(w.experts == 0, "quantized_linear: a single linear, not an expert stack");
+    kernels::QuantLinearParams p{};
+    p.x = x.as<float>();
+    p.format = w.format;
+    p.w = w.data.as<const uint8_t>();
+    p.scales = w.scales.data;
+    p.global_scale = w.global_scale.at(0);
+    p.block_n = w.block_n;
+    p.block_k = w.block_k;
+    p.bias = bias ? bias->data : nullptr;
+    p.bias_dtype = bias ? bias->dtype : DType::kF32;
+    p.y = y.as<float>();
+    p.m = int(x.numel() / w.k);
+    p.n = w.n;
+    p.k = w.k;
+    kernels::cpu::quant_linear(p);
+  }
+
   void attention(const Tensor& qkv, const AttentionParams& a, KvCacheLayer& cache,
                  const StepMetadata& meta, Tensor& out) override {
     expect_f32(qkv, "attention input");
@@ -79,12 +102,15 @@ class CpuBackend final : public Backend {
     kernels::cpu::rope({q.as<float>(), k.as<float>(), meta.positions.as<int32_t>(),
                         a.inv_freq->as<float>(), T, a.num_q_heads, a.num_kv_heads, D});
     kernels::cpu::kv_append({k.as<float>(), v.as<float>(), meta.slot_mapping.as<int32_t>(),
-                             cache.k.as<float>(), cache.v.as<float>(), T, a.num_kv_heads, D});
+                             cache.k.data, cache.v.data, T, a.num_kv_heads, D, cache.k.dtype,
+                             cache.k_scale, cache.v_scale});
     kernels::PagedAttentionParams p{};
     p.q = q.as<float>();
     p.out = out.as<float>();
-    p.k_cache = cache.k.as<float>();
-    p.v_cache = cache.v.as<float>();
+    p.k_cache = cache.k.data;
+    p.v_cache = cache.v.data;
+    p.cache_dtype = cache.k.dtype;
+    p.v_scale = cache.v_scale;
     p.query_start = meta.query_start.as<int32_t>();
     p.context_lens = meta.context_lens.as<int32_t>();
     p.block_tables = meta.block_tables.as<int32_t>();
@@ -94,7 +120,7 @@ class CpuBackend final : public Backend {
     p.num_q_heads = a.num_q_heads;
     p.num_kv_heads = a.num_kv_heads;
     p.head_dim = D;
-    p.scale = a.scale;
+    p.scale = a.scale * cache.k_scale;  // k = k8 · k_scale, folded into the softmax scale
     kernels::cpu::paged_attention(p);
   }
 

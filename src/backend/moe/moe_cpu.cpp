@@ -5,6 +5,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_linear.h"
 
 namespace serval::backend::moe {
 
@@ -44,6 +45,37 @@ Dispatch dispatch(const float* router_logits, int num_tokens, const MoeWeights& 
   return d;
 }
 
+namespace {
+
+// y[m, rows] = x[m, cols] · W_eᵀ for local expert e of `dense` ([E, rows, cols]) or, when set,
+// of the quantized stack `q`.
+void expert_linear(const Tensor& dense, const std::optional<QuantizedWeight>& q, int e,
+                   const float* x, int m, int rows, int cols, float* y) {
+  if (!q) {
+    const size_t bytes = size_t(rows) * cols * dtype_bits(dense.dtype) / 8;
+    kernels::cpu::linear({x, static_cast<const char*>(dense.data) + size_t(e) * bytes, dense.dtype,
+                          nullptr, y, m, rows, cols});
+    return;
+  }
+  kernels::QuantLinearParams p{};
+  p.x = x;
+  p.format = q->format;
+  p.w = q->data.as<const uint8_t>() + size_t(e) * q->data_bytes();
+  p.scales = q->scales.data
+                 ? static_cast<const char*>(q->scales.data) + size_t(e) * q->scale_bytes()
+                 : nullptr;
+  p.global_scale = q->global_scale.at(size_t(e));
+  p.block_n = q->block_n;
+  p.block_k = q->block_k;
+  p.y = y;
+  p.m = m;
+  p.n = rows;
+  p.k = cols;
+  kernels::cpu::quant_linear(p);
+}
+
+}  // namespace
+
 void moe_forward_cpu(const float* x, int num_tokens, const MoeWeights& w, float* out) {
   const int H = w.hidden, I = w.inter;
   std::vector<float> logits(size_t(num_tokens) * w.num_experts);
@@ -52,7 +84,6 @@ void moe_forward_cpu(const float* x, int num_tokens, const MoeWeights& w, float*
   Dispatch d = dispatch(logits.data(), num_tokens, w);
   std::memset(out, 0, sizeof(float) * size_t(num_tokens) * H);
 
-  const size_t elem_bits = dtype_bits(w.gate_up.dtype);
   for (int e = 0; e < w.num_local; ++e) {
     int begin = d.offsets[e], count = d.offsets[e + 1] - begin;
     if (count == 0) continue;
@@ -60,12 +91,9 @@ void moe_forward_cpu(const float* x, int num_tokens, const MoeWeights& w, float*
         y(size_t(count) * H);
     for (int i = 0; i < count; ++i)
       std::memcpy(&xs[size_t(i) * H], x + size_t(d.token[begin + i]) * H, sizeof(float) * H);
-    const char* gate_up =
-        static_cast<const char*>(w.gate_up.data) + size_t(e) * 2 * I * H * elem_bits / 8;
-    const char* down = static_cast<const char*>(w.down.data) + size_t(e) * H * I * elem_bits / 8;
-    kernels::cpu::linear({xs.data(), gate_up, w.gate_up.dtype, nullptr, h.data(), count, 2 * I, H});
+    expert_linear(w.gate_up, w.gate_up_q, e, xs.data(), count, 2 * I, H, h.data());
     kernels::cpu::silu_mul({h.data(), act.data(), count, I});
-    kernels::cpu::linear({act.data(), down, w.down.dtype, nullptr, y.data(), count, H, I});
+    expert_linear(w.down, w.down_q, e, act.data(), count, H, I, y.data());
     for (int i = 0; i < count; ++i) {
       float* dst = out + size_t(d.token[begin + i]) * H;
       const float wt = d.weight[begin + i];

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -9,13 +10,44 @@
 
 namespace serval::kernels::cpu {
 
+namespace {
+
+// Element i of a KV cache row of `t` as float.
+float load_kv(const void* base, DType t, size_t i) {
+  return load_as_float(base, t, i);
+}
+
+void store_kv(void* base, DType t, size_t i, float v) {
+  switch (t) {
+    case DType::kF32:
+      static_cast<float*>(base)[i] = v;
+      return;
+    case DType::kBF16:
+      static_cast<bf16*>(base)[i] = float_to_bf16(v);
+      return;
+    case DType::kF8E4M3:
+      static_cast<uint8_t*>(base)[i] = float_to_e4m3(v);
+      return;
+    case DType::kF8E5M2:
+      static_cast<uint8_t*>(base)[i] = float_to_e5m2(v);
+      return;
+    default:
+      throw std::invalid_argument("KV cache dtype must be f32, bf16 or fp8");
+  }
+}
+
+}  // namespace
+
 void kv_append(const KvAppendParams& p) {
   const size_t row = size_t(p.num_kv_heads) * p.head_dim;
+  const float inv_k = 1.0f / p.k_scale, inv_v = 1.0f / p.v_scale;
   for (int t = 0; t < p.num_tokens; ++t) {
     int32_t slot = p.slot_mapping[t];
     if (slot < 0) continue;  // padding token
-    std::memcpy(p.k_cache + size_t(slot) * row, p.k + t * row, row * 4);
-    std::memcpy(p.v_cache + size_t(slot) * row, p.v + t * row, row * 4);
+    for (size_t i = 0; i < row; ++i) {
+      store_kv(p.k_cache, p.cache_dtype, size_t(slot) * row + i, p.k[t * row + i] * inv_k);
+      store_kv(p.v_cache, p.cache_dtype, size_t(slot) * row + i, p.v[t * row + i] * inv_v);
+    }
   }
 }
 
@@ -26,7 +58,7 @@ void paged_attention(const PagedAttentionParams& p) {
   // Work items: (token, q head); each finds its sequence by binary search.
   ThreadPool::global().parallel_for(
       int64_t(num_tokens) * p.num_q_heads, 4, [&](int64_t begin, int64_t end) {
-        std::vector<float> scores;
+        std::vector<float> scores, kv(p.head_dim), row(p.head_dim);
         for (int64_t item = begin; item < end; ++item) {
           int t = int(item / p.num_q_heads), h = int(item % p.num_q_heads);
           int s = int(std::upper_bound(p.query_start, p.query_start + p.num_seqs + 1, t) -
@@ -38,13 +70,18 @@ void paged_attention(const PagedAttentionParams& p) {
           const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
           const float* q = p.q + (size_t(t) * p.num_q_heads + h) * p.head_dim;
           const int kv_head = h / group;
+          // Element offset of key j's row for this kv head.
+          auto row_of = [&](int j) {
+            size_t slot = size_t(table[j / p.block_size]) * p.block_size + j % p.block_size;
+            return slot * kv_row + size_t(kv_head) * p.head_dim;
+          };
           scores.resize(num_keys);
           float max_score = -INFINITY;
           for (int j = 0; j < num_keys; ++j) {
-            size_t slot = size_t(table[j / p.block_size]) * p.block_size + j % p.block_size;
-            const float* k = p.k_cache + slot * kv_row + kv_head * p.head_dim;
+            const size_t at = row_of(j);
             float dot = 0;
-            for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
+            for (int d = 0; d < p.head_dim; ++d)
+              dot += q[d] * load_kv(p.k_cache, p.cache_dtype, at + d);
             scores[j] = dot * p.scale;
             max_score = std::max(max_score, scores[j]);
           }
@@ -53,14 +90,15 @@ void paged_attention(const PagedAttentionParams& p) {
             scores[j] = std::exp(scores[j] - max_score);
             denom += scores[j];
           }
-          float* out = p.out + (size_t(t) * p.num_q_heads + h) * p.head_dim;
-          std::fill(out, out + p.head_dim, 0.0f);
+          std::fill(kv.begin(), kv.end(), 0.0f);
           for (int j = 0; j < num_keys; ++j) {
-            size_t slot = size_t(table[j / p.block_size]) * p.block_size + j % p.block_size;
-            const float* v = p.v_cache + slot * kv_row + kv_head * p.head_dim;
+            const size_t at = row_of(j);
             float w = scores[j] / denom;
-            for (int d = 0; d < p.head_dim; ++d) out[d] += w * v[d];
+            for (int d = 0; d < p.head_dim; ++d)
+              kv[d] += w * load_kv(p.v_cache, p.cache_dtype, at + d);
           }
+          float* out = p.out + (size_t(t) * p.num_q_heads + h) * p.head_dim;
+          for (int d = 0; d < p.head_dim; ++d) out[d] = kv[d] * p.v_scale;
         }
       });
 }

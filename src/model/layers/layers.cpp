@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "base/error.h"
+#include "model/quantized_weight.h"
 
 namespace serval::model {
 
@@ -22,6 +23,14 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
     dst += p.nbytes();
   }
   return out;
+}
+
+std::string module_of(const std::string& weight_name) {
+  constexpr std::string_view kSuffix = ".weight";
+  if (weight_name.size() <= kSuffix.size() ||
+      weight_name.compare(weight_name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+    throw InvalidArgument("module_of: '" + weight_name + "' does not end in .weight");
+  return weight_name.substr(0, weight_name.size() - kSuffix.size());
 }
 
 Tensor rope_inv_freq(const io::ModelConfig& c) {
@@ -61,10 +70,11 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
   const int64_t H = c.hidden_size;
   q_dim_ = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = int64_t(c.num_key_value_heads) * c.head_dim;
-  wqkv_ = b.upload_weight(concat_rows({w.get(prefix + ".q_proj.weight", {q_dim_, H}),
-                                       w.get(prefix + ".k_proj.weight", {kv_dim, H}),
-                                       w.get(prefix + ".v_proj.weight", {kv_dim, H})}));
-  wo_ = b.upload_weight(w.get(prefix + ".o_proj.weight", {H, q_dim_}));
+  wqkv_ = load_linear(
+      w, b,
+      {{prefix + ".q_proj", q_dim_}, {prefix + ".k_proj", kv_dim}, {prefix + ".v_proj", kv_dim}},
+      H);
+  wo_ = load_linear(w, b, {{prefix + ".o_proj", H}}, q_dim_);
   if (has_bias_) {
     bqkv_ = b.upload_weight(concat_rows({w.get(prefix + ".q_proj.bias", {q_dim_}),
                                          w.get(prefix + ".k_proj.bias", {kv_dim}),
@@ -82,7 +92,7 @@ void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, cons
                         backend::KvCacheLayer& cache, Tensor& out) {
   const int64_t T = x.dim(0);
   const DType act = b_.activation_dtype();
-  Tensor qkv = b_.empty(act, {T, wqkv_.dim(0)});
+  Tensor qkv = b_.empty(act, {T, wqkv_.out_features()});
   b_.linear(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
   Tensor attn = b_.empty(act, {T, q_dim_});
   backend::AttentionParams p = params_;
@@ -94,9 +104,8 @@ void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, cons
 Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
          const std::string& gate, const std::string& up, const std::string& down)
     : b_(b), hidden_(c.hidden_size), inter_(inter) {
-  gate_up_ =
-      b.upload_weight(concat_rows({w.get(gate, {inter, hidden_}), w.get(up, {inter, hidden_})}));
-  down_ = b.upload_weight(w.get(down, {hidden_, inter}));
+  gate_up_ = load_linear(w, b, {{module_of(gate), inter}, {module_of(up), inter}}, hidden_);
+  down_ = load_linear(w, b, {{module_of(down), hidden_}}, inter);
 }
 
 void Mlp::forward(const Tensor& x, Tensor& out) {
@@ -131,15 +140,41 @@ MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, b
   w_.renormalize = c.norm_topk_prob;
   w_.local_offset = 0;
   w_.num_local = E;
+  const std::string router = module_of(names.router);
+  if (quant::is_quantized(w.quant_config(), router))
+    throw LoadError(w.quant_config().source + ": the MoE router '" + router +
+                    "' is quantized; serval needs routers unquantized (add it to the exclude "
+                    "list)");
   w_.router = b.upload_weight(w.get(names.router, {E, H}));
   std::vector<Tensor> gate_up, down;
+  std::vector<backend::QuantizedWeight> gate_up_q, down_q;
   for (int e = 0; e < E; ++e) {
-    gate_up.push_back(w.get(expert_name(names, e, names.gate), {I, H}));
-    gate_up.push_back(w.get(expert_name(names, e, names.up), {I, H}));
-    down.push_back(w.get(expert_name(names, e, names.down), {H, I}));
+    backend::Weight gu = read_linear(w,
+                                     {{module_of(expert_name(names, e, names.gate)), I},
+                                      {module_of(expert_name(names, e, names.up)), I}},
+                                     H);
+    backend::Weight dn = read_linear(w, {{module_of(expert_name(names, e, names.down)), H}}, I);
+    if (gu.quantized() != dn.quantized() || (e > 0 && gu.quantized() != !gate_up_q.empty()))
+      throw LoadError(w.quant_config().source + ": the experts of " + names.router +
+                      " mix quantized and unquantized projections (expert " + std::to_string(e) +
+                      "); they need one format");
+    if (gu.quantized()) {
+      gate_up_q.push_back(std::move(*gu.q));
+      down_q.push_back(std::move(*dn.q));
+    } else {
+      gate_up.push_back(gu.dense);
+      down.push_back(dn.dense);
+    }
   }
-  w_.gate_up = b.upload_weight(concat_rows(gate_up).reshape({E, 2 * int64_t(I), H}));
-  w_.down = b.upload_weight(concat_rows(down).reshape({E, H, I}));
+  if (!gate_up_q.empty()) {
+    // Stack one projection at a time so the per-expert copies are freed early.
+    w_.gate_up_q = b.upload_quantized(stack_experts(gate_up_q));
+    gate_up_q.clear();
+    w_.down_q = b.upload_quantized(stack_experts(down_q));
+  } else {
+    w_.gate_up = b.upload_weight(concat_rows(gate_up).reshape({E, 2 * int64_t(I), H}));
+    w_.down = b.upload_weight(concat_rows(down).reshape({E, H, I}));
+  }
   w_.expert_backend = expert_backend;
   b.prepare_moe(w_);
 }

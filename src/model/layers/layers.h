@@ -11,6 +11,9 @@ namespace serval::model {
 // Concatenates host tensors of equal dtype and trailing shape along dim 0 (copy).
 Tensor concat_rows(const std::vector<Tensor>& parts);
 
+// "x.y.weight" → "x.y" (InvalidArgument for a name without the suffix).
+std::string module_of(const std::string& weight_name);
+
 // inv_freq [head_dim / 2] with the config's rope scaling (default, linear, llama3).
 Tensor rope_inv_freq(const io::ModelConfig& c);
 
@@ -27,14 +30,15 @@ class Attention {
   backend::Backend& b_;
   backend::AttentionParams params_;
   int q_dim_;
-  Tensor wqkv_, bqkv_;  // q, k, v projections fused along the output rows
-  Tensor wo_, q_norm_, k_norm_;
+  backend::Weight wqkv_;  // q, k, v projections fused along the output rows (dense or quantized)
+  backend::Weight wo_;
+  Tensor bqkv_, q_norm_, k_norm_;
   bool has_bias_;
 };
 
 class Mlp {
  public:
-  // gate/up/down are full names of the three projections' weights.
+  // gate/up/down are full names of the three projections' weights ("....gate_proj.weight").
   Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
       const std::string& gate, const std::string& up, const std::string& down);
   void forward(const Tensor& x, Tensor& out);
@@ -42,7 +46,7 @@ class Mlp {
  private:
   backend::Backend& b_;
   int hidden_, inter_;
-  Tensor gate_up_, down_;
+  backend::Weight gate_up_, down_;
 };
 
 // Names of one MoE block's tensors in a checkpoint.
