@@ -4,39 +4,10 @@
 set -euo pipefail
 serval=$1
 root=$2
-model=$root/tests/fixtures/qwen3_moe
-if [[ ! -d $model ]]; then
-  echo "SKIP: no fixture ($model)"
-  exit 0
-fi
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-work=$(mktemp -d)
-server_pid=""
-cleanup() {
-  if [[ -n $server_pid ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-"$serval" serve "$model" --port "$port" >"$work/server.log" 2>&1 &
-server_pid=$!
-
-# Wait for /health (up to 300 s), failing early if the server died.
-for _ in $(seq 1 600); do
-  if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then break; fi
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    echo "FAIL: server exited before becoming healthy"; cat "$work/server.log"; exit 1
-  fi
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$port/health" >/dev/null || {
-  echo "FAIL: server not healthy after 300 s"; cat "$work/server.log"; exit 1; }
-
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "$0")/lib.sh"
+need_fixture
+start_server clients "$model"
 
 # Prints the value of a report line ("Label:   value").
 value_of() { grep -F "$1" "$2" | head -n1 | sed -e "s/^.*:[[:space:]]*//" | tr -d '[:space:]'; }

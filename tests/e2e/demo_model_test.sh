@@ -16,18 +16,9 @@ if [[ ! -f $model/model.safetensors ]]; then
   exit 0
 fi
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-work=$(mktemp -d)
-server_pid=""
-cleanup() {
-  if [[ -n $server_pid ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "$0")/lib.sh"
+model=$root/models/demo  # lib.sh defaults to the fixture
 
 # The answer style the demo model was trained on: reasoning lines, then "#### <number>".
 # Reads a completion or chat response on stdin; prints its text; fails without "#### N".
@@ -45,16 +36,7 @@ if choice["finish_reason"] != "stop":
 '
 }
 
-"$serval" serve "$model" --host 127.0.0.1 --port "$port" >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 600); do
-  if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then break; fi
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    cat "$work/server.log"; fail "server exited before becoming healthy"
-  fi
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$port/health" >/dev/null || { cat "$work/server.log"; fail "server not healthy after 300 s"; }
+start_server demo "$model"
 
 # 1. A GSM8K test question in the eval's exact 5-shot format (SPEC §6), greedy, stop "Question".
 if [[ -f $data/train.jsonl ]]; then
