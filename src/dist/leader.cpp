@@ -78,6 +78,7 @@ Leader::~Leader() {
 }
 
 void Leader::rendezvous(const UniqueId& id) {
+  if (!listener_.valid()) throw DistError("Leader::rendezvous called twice or after shutdown");
   const double start = now_seconds(), deadline = start + opts_.timeout_s;
   const int n_followers = opts_.nnodes - 1;
   struct Pending {
@@ -94,9 +95,17 @@ void Leader::rendezvous(const UniqueId& id) {
       if (p) out.push_back(&p->sock);
     return out;
   };
+  // Every node connected so far learns the reason: arrived, offender, and those whose hello is
+  // not read yet (including connections still queued on the listener).
   auto fail = [&](const std::string& why, Socket* offender = nullptr) {
     auto targets = arrived_sockets();
     if (offender) targets.push_back(offender);
+    try {
+      while (auto s = accept_tcp(listener_)) pending.push_back({std::move(*s), FrameReader{}, ""});
+    } catch (const DistError&) {
+    }
+    for (auto& p : pending)
+      if (&p.sock != offender) targets.push_back(&p.sock);
     abort_rendezvous(why, targets);
   };
   // Validates one hello; returns the reason it is refused, or "" to accept.
