@@ -8,6 +8,8 @@ namespace serval::apps {
 void register_bench_serve(CLI::App& bench);
 // Adds "latency" to the "bench" subcommand (cmd_bench_latency.cpp).
 void register_bench_latency(CLI::App& bench);
+// Adds "moe" to the "bench" subcommand (cmd_bench_moe.cpp).
+void register_bench_moe(CLI::App& bench);
 // Adds "eval" with its subcommand "gsm8k" (cmd_eval.cpp).
 void register_eval_commands(CLI::App& app);
 // Adds "serve", the OpenAI-compatible HTTP server (cmd_serve.cpp).

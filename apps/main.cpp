@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   serval::apps::register_bench_serve(*bench);
   serval::apps::register_bench_latency(*bench);
+  serval::apps::register_bench_moe(*bench);
   serval::apps::register_eval_commands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/math.h"
 #include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda/gemm/quant_gemm.h"
 #include "kernels/cuda/misc/elementwise.h"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
@@ -269,17 +270,133 @@ class CudaBackend final : public Backend {
     kernels::cuda::paged_attention(p, stream_);
   }
 
+  // Single linears (experts == 0) are repacked into the quant_gemm fragment layout
+  // (kernels/cuda/gemm/quant_gemm.h): data u8 [quant_gemm_data_bytes], NVFP4 scales e4m3
+  // [n_pad, k_pad/16], FP8 block scales bf16 s·2^120, per-channel f32 [n] as is. Expert stacks
+  // (experts > 0) are copied unchanged, checkpoint layout, for the MoE kernels.
+  QuantizedWeight upload_quantized(const QuantizedWeight& host) override {
+    QuantizedWeight dev = host;
+    if (host.experts > 0) {
+      dev.data = upload(host.data);
+      if (host.scales.data) dev.scales = upload(host.scales);
+      return dev;
+    }
+    const int n = host.n, k = host.k;
+    if (n <= 0 || k <= 0 || k % 8 != 0 || (host.format == kernels::WeightFormat::kNvfp4 && k % 16))
+      throw InvalidArgument("cuda backend: quantized linear [" + std::to_string(n) + ", " +
+                            std::to_string(k) + "] needs k % 8 == 0 (NVFP4: k % 16 == 0)");
+    const std::vector<uint8_t> data = kernels::cuda::quant_gemm_pack_data(
+        host.format, static_cast<const uint8_t*>(host.data.data), n, k);
+    dev.data = upload(host_view(data.data(), DType::kU8, {int64_t(data.size())}, nullptr));
+    switch (host.format) {
+      case kernels::WeightFormat::kNvfp4: {
+        const std::vector<uint8_t> sf = kernels::cuda::quant_gemm_pack_nvfp4_scales(
+            static_cast<const uint8_t*>(host.scales.data), n, k);
+        dev.scales = upload(host_view(sf.data(), DType::kF8E4M3,
+                                      {kernels::cuda::quant_gemm_n_pad(n),
+                                       kernels::cuda::quant_gemm_k_pad(k) / 16},
+                                      nullptr));
+        break;
+      }
+      case kernels::WeightFormat::kFp8Block: {
+        expect(host.scales, DType::kF32, "FP8 block scales");
+        const std::vector<bf16> s = kernels::cuda::quant_gemm_pack_block_scales(
+            host.scales.as<float>(), size_t(host.scales.numel()));
+        dev.scales = upload(host_view(s.data(), DType::kBF16, host.scales.shape, nullptr));
+        break;
+      }
+      case kernels::WeightFormat::kFp8PerChannel:
+        expect(host.scales, DType::kF32, "FP8 per-channel scales");
+        dev.scales = upload(host.scales);
+        break;
+      case kernels::WeightFormat::kFp8PerTensor:
+        break;
+    }
+    return dev;
+  }
+
+  // Up to kQuantGemmMaxM rows: the fused dequant GEMM; beyond: dequantize the weight into a bf16
+  // step temporary [n, k] and run the dense cuBLASLt GEMM (first prefill version, not measured).
+  void quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
+                        Tensor& y) override {
+    expect(x, DType::kBF16, "quantized_linear input");
+    if (w.experts != 0)
+      throw InvalidArgument("cuda backend: quantized_linear takes a single linear, not experts");
+    if (bias) expect(*bias, DType::kBF16, "quantized_linear bias");
+    if (y.dtype != DType::kBF16 && y.dtype != DType::kF32)
+      throw InvalidArgument("cuda backend: quantized_linear output must be bf16 or f32");
+    const int m = int(x.numel() / w.k);
+    if (m == 0) return;
+    kernels::cuda::QuantGemmWeight qw{};
+    qw.format = w.format;
+    qw.n = w.n;
+    qw.k = w.k;
+    qw.data = static_cast<const uint8_t*>(w.data.data);
+    qw.scales = w.scales.data;
+    qw.global_scale = w.global_scale.empty() ? 1.0f : w.global_scale[0];
+    qw.block_n = w.block_n;
+    qw.block_k = w.block_k;
+    if (m > kernels::cuda::kQuantGemmMaxM) {
+      Tensor dense = empty(DType::kBF16, {w.n, w.k});
+      kernels::cuda::quant_dequant_bf16(qw, bf_mut(dense), stream_);
+      gemm().run(x.data, dense.data, bias ? bias->data : nullptr, y.data, y.dtype, m, w.n, w.k,
+                 stream_);
+      return;
+    }
+    kernels::cuda::QuantGemmParams p{};
+    p.x = bf(x);
+    p.w = qw;
+    p.bias = bias ? bf(*bias) : nullptr;
+    p.y = y.data;
+    p.y_f32 = y.dtype == DType::kF32;
+    p.m = m;
+    p.workspace_bytes = kernels::cuda::quant_gemm_workspace_bytes(m, w.n, w.k);
+    Tensor workspace;
+    if (p.workspace_bytes > 0) {
+      workspace = empty(DType::kU8, {int64_t(p.workspace_bytes)});
+      p.workspace = workspace.data;
+    }
+    kernels::cuda::quant_gemm(p, stream_);
+  }
+
   void silu_mul(const Tensor& x, Tensor& out) override {
     const int inter = int(out.dim(-1));
     kernels::cuda::silu_mul({bf(x), bf_mut(out), int(out.numel() / inter), inter}, stream_);
   }
 
   // The expert kernels need hidden % 128 == 0 and inter % 64 == 0: other shapes (the tiny test
-  // models) get zero-padded weights, which leave every real output unchanged.
+  // models) get zero-padded weights, which leave every real output unchanged. NVFP4 experts are
+  // repacked into the GEMMs' fragment order (moe_cuda.h, prepare_nvfp4_experts), padded with
+  // code 0 / scale 0x00; FP8 experts are refused.
   void prepare_moe(MoeWeights& w) override {
     const int E = w.num_experts, H = w.hidden, I = w.inter;
     w.padded_hidden = int(round_up<int64_t>(H, 128));
     w.padded_inter = int(round_up<int64_t>(I, 64));
+    if (w.gate_up_q || w.down_q) {
+      // Quantized experts: NVFP4 is repacked (and zero-padded) for the expert GEMMs; other
+      // formats are refused here, at load time, with the format named.
+      const std::string what = "MoE experts (" + std::to_string(E) + " experts, hidden " +
+                               std::to_string(H) + ", inter " + std::to_string(I) + ")";
+      if (!w.gate_up_q || !w.down_q)
+        throw InvalidArgument("cuda backend: " + what + " have only one of gate_up / down " +
+                              "quantized");
+      for (const QuantizedWeight* q : {&*w.gate_up_q, &*w.down_q}) {
+        if (q->experts != w.num_local)
+          throw InvalidArgument("cuda backend: " + what + " hold " + std::to_string(q->experts) +
+                                " quantized experts, expected the " + std::to_string(w.num_local) +
+                                " local ones");
+        if (q->format != kernels::WeightFormat::kNvfp4)
+          throw InvalidArgument("cuda backend: " + what + " are " +
+                                std::string(weight_format_name(q->format)) +
+                                "; neither CUDA MoE backend (latency, throughput) runs them, "
+                                "only bf16 and NVFP4 experts (the CPU backend does: --device cpu)");
+      }
+      moe::prepare_nvfp4_experts(*w.gate_up_q, true, 2 * w.padded_inter, w.padded_hidden, *this,
+                                 stream_, "gate_up of " + what);
+      moe::prepare_nvfp4_experts(*w.down_q, false, w.padded_hidden, w.padded_inter, *this, stream_,
+                                 "down of " + what);
+      return;
+    }
     if (w.padded_hidden == H && w.padded_inter == I) return;
     const int Hp = w.padded_hidden, Ip = w.padded_inter;
     Tensor gate_up = empty(DType::kBF16, {E, 2 * Ip, Hp});
@@ -322,8 +439,14 @@ class CudaBackend final : public Backend {
     a.x = bf(xp);
     a.router_logits = router_logits.as<float>();
     a.out = bf_mut(outp);
-    a.gate_up = bf(w.gate_up);
-    a.down = bf(w.down);
+    if (w.gate_up_q) {  // NVFP4, prepared by prepare_moe
+      a.format = moe::MoeExpertFormat::kNvfp4;
+      a.gate_up_q = moe::nvfp4_stack_view(*w.gate_up_q);
+      a.down_q = moe::nvfp4_stack_view(*w.down_q);
+    } else {
+      a.gate_up = bf(w.gate_up);
+      a.down = bf(w.down);
+    }
     a.num_tokens = T;
     a.num_experts = w.num_experts;
     a.top_k = w.top_k;

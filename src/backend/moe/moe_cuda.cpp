@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "kernels/cuda/moe/moe_gemm.h"
+#include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/cuda/moe/moe_routing.h"
 
 namespace serval::backend::moe {
@@ -143,7 +144,19 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   g1.gemm1 = true;
   g1.config = config;
   g1.input = a.x;
-  g1.weights = a.gate_up;
+  const bool fp4 = a.format == MoeExpertFormat::kNvfp4;
+  if (fp4) {
+    for (const MoeNvfp4Stack* q : {&a.gate_up_q, &a.down_q})
+      if (!q->codes || !q->scales || !q->global_scales)
+        throw InvalidArgument(
+            "moe_forward_cuda: NVFP4 experts need codes, scales and global scales");
+    g1.format = kc::MoeWeightFormat::kNvfp4;
+    g1.weights = a.gate_up_q.codes;
+    g1.weight_scales = a.gate_up_q.scales;
+    g1.global_scales = a.gate_up_q.global_scales;
+  } else {
+    g1.weights = a.gate_up;
+  }
   g1.output = ws.act;
   g1.permuted_to_token = ws.permuted_to_token;
   g1.tile_expert = ws.tile_expert;
@@ -155,7 +168,9 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   kc::MoeGemmParams g2 = g1;
   g2.gemm1 = false;
   g2.input = ws.act;
-  g2.weights = a.down;
+  g2.weights = fp4 ? static_cast<const void*>(a.down_q.codes) : a.down;
+  g2.weight_scales = fp4 ? a.down_q.scales : nullptr;
+  g2.global_scales = fp4 ? a.down_q.global_scales : nullptr;
   g2.output = ws.y;
   g2.permuted_to_token = nullptr;
   g2.n_out = a.hidden;
@@ -168,19 +183,89 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
       stream);
 }
 
+void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Backend& backend,
+                           cudaStream_t stream, const std::string& what) {
+  if (q.format != kernels::WeightFormat::kNvfp4)
+    throw InvalidArgument("cuda backend: " + what + " are " +
+                          std::string(weight_format_name(q.format)) +
+                          "; the CUDA MoE backends (latency, throughput) run bf16 and NVFP4 "
+                          "experts only (the CPU backend runs them: --device cpu)");
+  const int E = q.experts;
+  const size_t src_data = size_t(E) * q.n * (q.k / 2), src_scales = size_t(E) * q.n * (q.k / 16);
+  if (E <= 0 || q.n <= 0 || q.k % 16 != 0 || q.data.nbytes() != src_data ||
+      q.scales.nbytes() != src_scales || q.global_scale.size() != size_t(E) ||
+      q.data.device != Device::kCuda || q.scales.device != Device::kCuda)
+    throw InvalidArgument(
+        "cuda backend: " + what + ": NVFP4 stack of " + std::to_string(E) + " experts × " +
+        std::to_string(q.n) + " × " + std::to_string(q.k) + " has inconsistent sizes (data " +
+        std::to_string(q.data.nbytes()) + " B, scales " + std::to_string(q.scales.nbytes()) +
+        " B, " + std::to_string(q.global_scale.size()) + " global scales) or is not on the device");
+  const size_t scale_bytes = kc::moe_nvfp4_scale_bytes(E, rows, k);
+  Tensor data = backend.empty(DType::kU8, {int64_t(kc::moe_nvfp4_data_bytes(E, rows, k))});
+  Tensor scales = backend.empty(DType::kU8, {int64_t(align256(scale_bytes) + 4 * size_t(E))});
+  kc::MoeNvfp4RepackParams p{};
+  p.src_data = q.data.as<const uint8_t>();
+  p.src_scales = static_cast<const uint8_t*>(q.scales.data);
+  p.dst_data = data.as<uint8_t>();
+  p.dst_scales = scales.as<uint8_t>();
+  p.experts = E;
+  p.src_rows = q.n;
+  p.src_k = q.k;
+  p.rows = rows;
+  p.k = k;
+  p.gated = gated;
+  kc::moe_nvfp4_repack(p, stream);
+  cudaError_t e =
+      cudaMemcpyAsync(static_cast<char*>(scales.data) + align256(scale_bytes),
+                      q.global_scale.data(), 4 * size_t(E), cudaMemcpyHostToDevice, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess)
+    throw Error("cuda backend: repacking " + what + " failed: " + cudaGetErrorString(e));
+  q.data = data;
+  q.scales = scales;
+  q.n = rows;
+  q.k = k;
+}
+
+MoeNvfp4Stack nvfp4_stack_view(const QuantizedWeight& q) {
+  const size_t scale_bytes = kc::moe_nvfp4_scale_bytes(q.experts, q.n, q.k);
+  if (q.format != kernels::WeightFormat::kNvfp4 || q.scales.dtype != DType::kU8 ||
+      q.scales.shape.size() != 1 ||
+      q.scales.nbytes() != align256(scale_bytes) + 4 * size_t(q.experts))
+    throw InvalidArgument(
+        "moe_forward_cuda: NVFP4 experts were not prepared for CUDA "
+        "(prepare_nvfp4_experts)");
+  MoeNvfp4Stack s;
+  s.codes = q.data.as<const uint8_t>();
+  s.scales = static_cast<const uint8_t*>(q.scales.data);
+  s.global_scales = reinterpret_cast<const float*>(s.scales + align256(scale_bytes));
+  return s;
+}
+
 void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWeights& w,
                       Tensor& out, Backend& backend, cudaStream_t stream) {
+  const bool fp4 = w.gate_up_q.has_value();
   if (x.dtype != DType::kBF16 || out.dtype != DType::kBF16 || router_logits.dtype != DType::kF32 ||
-      w.gate_up.dtype != DType::kBF16 || w.down.dtype != DType::kBF16)
-    throw InvalidArgument("moe_forward_cuda: needs bf16 x/out/gate_up/down and f32 logits (got x " +
-                          std::string(dtype_name(x.dtype)) + ", gate_up " +
-                          std::string(dtype_name(w.gate_up.dtype)) + ")");
+      (!fp4 && (w.gate_up.dtype != DType::kBF16 || w.down.dtype != DType::kBF16)) ||
+      (fp4 && !w.down_q))
+    throw InvalidArgument(
+        "moe_forward_cuda: needs bf16 x/out, f32 logits and bf16 or NVFP4 experts (got x " +
+        std::string(dtype_name(x.dtype)) + ", experts " +
+        (fp4 ? std::string(weight_format_name(w.gate_up_q->format))
+             : std::string(dtype_name(w.gate_up.dtype))) +
+        ")");
   MoeCudaArgs a;
   a.x = x.as<const bf16>();
   a.router_logits = router_logits.as<const float>();
   a.out = out.as<bf16>();
-  a.gate_up = w.gate_up.as<const bf16>();
-  a.down = w.down.as<const bf16>();
+  if (fp4) {
+    a.format = MoeExpertFormat::kNvfp4;
+    a.gate_up_q = nvfp4_stack_view(*w.gate_up_q);
+    a.down_q = nvfp4_stack_view(*w.down_q);
+  } else {
+    a.gate_up = w.gate_up.as<const bf16>();
+    a.down = w.down.as<const bf16>();
+  }
   a.num_tokens = int(x.dim(0));
   a.num_experts = w.num_experts;
   a.top_k = w.top_k;

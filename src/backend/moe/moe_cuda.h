@@ -1,10 +1,11 @@
-// The MoE expert stages on CUDA, bf16 weights: route → GEMM1 (+SwiGLU) → GEMM2 → finalize,
-// all on the device without host synchronisation (capturable in a CUDA graph).
+// The MoE expert stages on CUDA, bf16 or NVFP4 expert weights: route → GEMM1 (+SwiGLU) → GEMM2
+// → finalize, all on the device without host synchronisation (capturable in a CUDA graph).
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 #include "base/dtype.h"
@@ -16,12 +17,27 @@ namespace serval::backend::moe {
 // 4 warps. `throughput`: token tile 128, 128×128 tiles, 8 warps, top-k in its own kernel.
 enum class MoeCudaBackend : uint8_t { kLatency, kThroughput };
 
+// Expert weight storage of a layer on CUDA.
+enum class MoeExpertFormat : uint8_t { kBf16, kNvfp4 };
+
+// One NVFP4 expert stack on the device in the repacked layout of
+// kernels/cuda/moe/moe_nvfp4_repack.h (local experts only; rows and K padded like the bf16 path).
+struct MoeNvfp4Stack {
+  const uint8_t* codes = nullptr;        // repacked E2M1 codes, num_local · rows · k/2 bytes
+  const uint8_t* scales = nullptr;       // repacked e4m3 block scales, num_local · rows · k/16
+  const float* global_scales = nullptr;  // [num_local] f32: w = e2m1 · scale · global
+};
+
 struct MoeCudaArgs {
   const bf16* x;               // [num_tokens, hidden], device
   const float* router_logits;  // [num_tokens, num_experts] fp32, device (caller's router GEMM)
   bf16* out;                   // [num_tokens, hidden], device; fully written
   const bf16* gate_up;  // [num_local, 2·inter, hidden]: rows [0, inter) gate, [inter, 2·inter) up
   const bf16* down;     // [num_local, hidden, inter]
+  // kNvfp4: gate_up / down are ignored; gate_up_q has rows 2·inter (gate [0, inter), up
+  // [inter, 2·inter)) × k hidden, down_q rows hidden × k inter.
+  MoeExpertFormat format = MoeExpertFormat::kBf16;
+  MoeNvfp4Stack gate_up_q, down_q;
   const float* correction_bias = nullptr;  // [num_experts] (grouped routing only) or null
   int num_tokens = 0, num_experts = 0, top_k = 0, hidden = 0, inter = 0;
   kernels::RoutingMethod routing = kernels::RoutingMethod::kSoftmaxTopK;
@@ -59,11 +75,24 @@ MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a);
 // (hidden % 128, inter % 64, num_experts ≤ 256, top_k ≤ 32) or a too-small workspace.
 void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream);
 
+// Repacks one uploaded NVFP4 expert stack (device tensors in checkpoint layout: data
+// [E, n, k/2], scales e4m3 [E, n, k/16]; global_scale on the host, one per expert) into the
+// layout the CUDA expert GEMMs read, zero-padding to `rows` × `k` (gated: gate_up, each half
+// padded to rows/2). Afterwards q.data is u8 [E · rows · k/2] (repacked codes), q.scales is u8
+// [align256(E · rows · k/16) + 4·E] (repacked block scales, then the f32 global scales at byte
+// align256(E · rows · k/16)), q.n = rows, q.k = k. Synchronises `stream` (load time only).
+// Throws InvalidArgument naming `what` for a format other than NVFP4 or inconsistent shapes.
+void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Backend& backend,
+                           cudaStream_t stream, const std::string& what);
+// Device pointers of a stack prepared by prepare_nvfp4_experts.
+MoeNvfp4Stack nvfp4_stack_view(const QuantizedWeight& q);
+
 // Tensor form for the CUDA Backend: x [T, hidden] bf16, router_logits [T, num_experts] f32,
-// out [T, hidden] bf16, weights of `w` on the device in bf16; w.expert_backend picks the
-// backend. Padded weights (w.padded_inter) are used as is (zero rows/columns add nothing);
-// w.padded_hidden must equal x's width. The workspace comes from `backend.empty(...)` per call
-// (a graph-captured caller should use the MoeCudaArgs form with a persistent workspace).
+// out [T, hidden] bf16, weights of `w` on the device in bf16, or NVFP4 (w.gate_up_q / w.down_q
+// prepared by prepare_nvfp4_experts); w.expert_backend picks the backend. Padded weights
+// (w.padded_inter) are used as is (zero rows/columns add nothing); w.padded_hidden must equal x's
+// width. The workspace comes from `backend.empty(...)` per call (a graph-captured caller should use
+// the MoeCudaArgs form with a persistent workspace).
 void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWeights& w,
                       Tensor& out, Backend& backend, cudaStream_t stream);
 

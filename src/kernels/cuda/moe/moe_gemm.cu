@@ -58,53 +58,128 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * kBK + ((chunk ^ (row & 7)) << 3);
 }
 
+// d = a · b on bf16x2 (fma with −0 so that signed zeros and exact products are kept).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+// e4m3fn byte → float (0x7F / 0xFF NaN).
+__device__ __forceinline__ float e4m3_value(uint32_t b) {
+  const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+  float v;
+  if (e == 15u && m == 7u) {
+    v = __int_as_float(0x7fc00000);
+  } else if (e == 0u) {
+    v = float(m) * 0x1p-9f;
+  } else {
+    v = ldexpf(1.0f + float(m) * 0.125f, int(e) - 7);
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// NVFP4 → bf16 fragment. `w` is one word of the repacked layout (moe_nvfp4_repack.h); s_lo and
+// s_hi are bf16x2 copies of 2⁶⁴·scale of rows g and g+8. Register j takes nibbles 3−j (low half)
+// and 7−j (high half): sign to bit 15, e1e0m to bits 8..6 gives the bf16 e2m1·2⁻¹²⁶ (subnormal
+// for codes ±0.5, ±0, which bf16 fma handles exactly); times 2⁶⁴·scale is e2m1·scale·2⁻⁶², an
+// exact bf16 (≤ 6 significant bits, normal range).
+__device__ __forceinline__ void dequant_nvfp4(uint32_t (&a)[4], uint32_t w, uint32_t s_lo,
+                                              uint32_t s_hi) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t q = w << (4 * j);
+    const uint32_t v = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+    a[j] = bf16x2_mul(v, (j & 1) ? s_hi : s_lo);
+  }
+}
+
+// 2⁶² · global scale restores the dequantized weights' 2⁻⁶² (see dequant_nvfp4).
+constexpr float kNvfp4Unscale = 0x1p62f;
+
 // Block tile: BM = 32·WARPS_M weight rows × BN = 8·NI·WARPS_N tokens. Warp (wm, wn) owns
 // tile rows [32·wm, 32·wm + 32) as two m16 fragments and NI n8 fragments of tokens.
 // GEMM1 row mapping: fragment 0 of warp wm = gate rows of channels ch0 + 16·wm + [0, 16),
 // fragment 1 = the up rows of the same channels (ch0 = blockIdx.x · BM/2), so a thread's
 // accumulators of fragment 0 and 1 hold gate and up of the same (channel, token).
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1>
+// Shared memory per stage: the A tile (bf16: BM × kBK swizzled; NVFP4: BM/16 fragments × 512
+// code bytes, then BM/16 × 64 scale bytes, both in the repacked order) and the B tile (BN × kBK
+// swizzled bf16); NVFP4 adds a 256-entry table e4m3 byte → bf16x2 of 2⁶⁴·scale at the end.
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemmParams p) {
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
-  constexpr int kAChunks = BM * 8 / kThreads;  // 16-byte chunks per thread per stage
+  constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
+  // 16-byte A chunks per thread per stage (NVFP4: codes only; scales use kScaleChunks).
+  constexpr int kAChunks = kFp4 ? BM * 2 / kThreads : BM * 8 / kThreads;
   constexpr int kBChunks = (BN * 8 + kThreads - 1) / kThreads;
-  static_assert(BM * 8 % kThreads == 0, "A tile chunks divide over threads");
+  constexpr int kScaleChunks = BM / 16 * 4;  // NVFP4 scale chunks per stage (one per thread)
+  static_assert(!kFp4 || (BM * 2) % kThreads == 0, "NVFP4 code chunks divide over threads");
+  static_assert(kFp4 || (BM * 8) % kThreads == 0, "A tile chunks divide over threads");
+  static_assert(kScaleChunks <= kThreads, "one scale chunk per thread at most");
 
   const int tile = blockIdx.y;
   if (tile >= *p.num_tiles) return;  // whole CTA leaves before any barrier
   const int expert = p.tile_expert[tile];
 
   extern __shared__ uint4 smem_u4[];
-  __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_u4);
-  __nv_bfloat16* sB = sA + STAGES * BM * kBK;
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
+  __nv_bfloat16* sB = reinterpret_cast<__nv_bfloat16*>(smem + STAGES * kAStageBytes);
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + STAGES * (kAStageBytes + BN * kBK * 2));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % WARPS_M, wn = warp / WARPS_M;
+  const int g = lane >> 2, t4 = lane & 3;
   const int K = p.k;
   const int m_rows = kGemm1 ? 2 * p.n_out : p.n_out;
-  const __nv_bfloat16* W =
-      reinterpret_cast<const __nv_bfloat16*>(p.weights) + size_t(expert) * m_rows * K;
   const __nv_bfloat16* X = reinterpret_cast<const __nv_bfloat16*>(p.input);
   const int row0 = tile * BN;  // first permuted row of this tile
 
-  // Per-thread source rows; chunk column (tid % 8) is the same for all of a thread's chunks.
-  const int kc = tid & 7;
-  const __nv_bfloat16* a_src[kAChunks];
-  int a_dst[kAChunks];
-#pragma unroll
-  for (int j = 0; j < kAChunks; ++j) {
-    const int r = tid / 8 + j * (kThreads / 8);
-    int wrow;
+  // Weight row of tile row r (GEMM1: gate/up interleaving by 16-row fragment).
+  auto weight_row = [&](int r) {
     if constexpr (kGemm1) {
       const int w = r / 32, frag = (r % 32) / 16, i = r % 16;
       const int ch = blockIdx.x * (BM / 2) + w * 16 + i;
-      wrow = frag == 0 ? ch : p.n_out + ch;
+      return frag == 0 ? ch : p.n_out + ch;
     } else {
-      wrow = blockIdx.x * BM + r;
+      return blockIdx.x * BM + r;
     }
-    a_src[j] = W + size_t(wrow) * K + kc * 8;
-    a_dst[j] = swz(r, kc);
+  };
+
+  // A sources. bf16: chunk column (tid % 8) is the same for all of a thread's chunks.
+  // NVFP4: chunk c = tid + j·kThreads is lane c % 32 of fragment c / 32, stored at byte 16·c.
+  const uint8_t* a_src[kAChunks];
+  int a_dst[kAChunks];
+  const uint8_t* s_src = nullptr;
+  const int kc = tid & 7;
+  if constexpr (kFp4) {
+    const int kb_count = K / kBK;
+    const uint8_t* Wq = static_cast<const uint8_t*>(p.weights) + size_t(expert) * m_rows * (K / 2);
+#pragma unroll
+    for (int j = 0; j < kAChunks; ++j) {
+      const int c = tid + j * kThreads;
+      const int mt = weight_row(16 * (c / 32)) / 16;
+      a_src[j] = Wq + size_t(mt) * kb_count * 512 + (c % 32) * 16;
+      a_dst[j] = c * 16;
+    }
+    if (tid < kScaleChunks) {
+      const int mt = weight_row(16 * (tid / 4)) / 16;
+      s_src = p.weight_scales + size_t(expert) * m_rows * (K / 16) + size_t(mt) * kb_count * 64 +
+              (tid % 4) * 16;
+    }
+    for (int i = tid; i < 256; i += kThreads) {
+      const __nv_bfloat16 h = __float2bfloat16_rn(e4m3_value(uint32_t(i)) * 0x1p64f);
+      const uint32_t bits = __bfloat16_as_ushort(h);
+      lut[i] = bits | (bits << 16);  // visible after the first barrier of the main loop
+    }
+  } else {
+    const uint8_t* W = static_cast<const uint8_t*>(p.weights) + size_t(expert) * m_rows * K * 2;
+#pragma unroll
+    for (int j = 0; j < kAChunks; ++j) {
+      const int r = tid / 8 + j * (kThreads / 8);
+      a_src[j] = W + (size_t(weight_row(r)) * K + kc * 8) * 2;
+      a_dst[j] = swz(r, kc) * 2;
+    }
   }
   const __nv_bfloat16* b_src[kBChunks];
   int b_dst[kBChunks];
@@ -128,11 +203,16 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
   }
 
   auto load_stage = [&](int stage, int kt) {
-    __nv_bfloat16* a = sA + stage * BM * kBK;
+    uint8_t* a = smem + stage * kAStageBytes;
     __nv_bfloat16* b = sB + stage * BN * kBK;
-    const int koff = kt * kBK;
+    // Byte offset of K tile kt in the A source: bf16 kBK·2; NVFP4 one 512-byte code tile.
+    const size_t a_off = kFp4 ? size_t(kt) * 512 : size_t(kt) * kBK * 2;
 #pragma unroll
-    for (int j = 0; j < kAChunks; ++j) cp_async16(a + a_dst[j], a_src[j] + koff, true);
+    for (int j = 0; j < kAChunks; ++j) cp_async16(a + a_dst[j], a_src[j] + a_off, true);
+    if constexpr (kFp4) {
+      if (tid < kScaleChunks) cp_async16(a + BM * (kBK / 2) + tid * 16, s_src + kt * 64, true);
+    }
+    const int koff = kt * kBK;
 #pragma unroll
     for (int j = 0; j < kBChunks; ++j) {
       const int n = tid / 8 + j * (kThreads / 8);
@@ -162,17 +242,39 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
     if (pre < KT) load_stage(pre % STAGES, pre);
     cp_async_commit();
 
-    const __nv_bfloat16* a = sA + (kt % STAGES) * BM * kBK;
+    const uint8_t* a_stage = smem + (kt % STAGES) * kAStageBytes;
     const __nv_bfloat16* b = sB + (kt % STAGES) * BN * kBK;
+    // NVFP4: this thread's codes (4 words, one per k16 step) and the 8 scale bytes of its rows
+    // g and g+8, for both m16 fragments.
+    uint4 wq[2];
+    uint2 sq[2];
+    if constexpr (kFp4) {
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const int f = wm * 2 + mi;
+        wq[mi] = *reinterpret_cast<const uint4*>(a_stage + (f * 32 + lane) * 16);
+        sq[mi] = *reinterpret_cast<const uint2*>(a_stage + BM * (kBK / 2) + f * 64 + g * 8);
+      }
+    }
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
       uint32_t af[2][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        // x4: lanes 0-15 address rows 0-15 at k 0-7, lanes 16-31 rows 0-15 at k 8-15 →
-        // registers {rows 0-7 k0-7, rows 8-15 k0-7, rows 0-7 k8-15, rows 8-15 k8-15} = a0..a3.
-        const int r = wm * 32 + mi * 16 + (lane & 15);
-        ldmatrix_x4(af[mi], a + swz(r, kk * 2 + (lane >> 4)));
+        if constexpr (kFp4) {
+          const uint32_t word = kk == 0   ? wq[mi].x
+                                : kk == 1 ? wq[mi].y
+                                : kk == 2 ? wq[mi].z
+                                          : wq[mi].w;
+          const uint32_t sb = ((kk < 2 ? sq[mi].x : sq[mi].y) >> (16 * (kk & 1))) & 0xffffu;
+          dequant_nvfp4(af[mi], word, lut[sb & 0xffu], lut[sb >> 8]);
+        } else {
+          // x4: lanes 0-15 address rows 0-15 at k 0-7, lanes 16-31 rows 0-15 at k 8-15 →
+          // registers {rows 0-7 k0-7, rows 8-15 k0-7, rows 0-7 k8-15, rows 8-15 k8-15} = a0..a3.
+          const __nv_bfloat16* a = reinterpret_cast<const __nv_bfloat16*>(a_stage);
+          const int r = wm * 32 + mi * 16 + (lane & 15);
+          ldmatrix_x4(af[mi], a + swz(r, kk * 2 + (lane >> 4)));
+        }
       }
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
@@ -188,10 +290,10 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
   }
   cp_async_wait<0>();
 
-  // Epilogue. Accumulator q of a fragment: weight row g + 8·(q / 2), token 2·t4 + q % 2, with
-  // g = lane / 4, t4 = lane % 4. Lanes g and g^1 (lane ^ 4) swap one value so that each writes
-  // two adjacent output columns (channels) of one token as a bf16x2.
-  const int g = lane >> 2, t4 = lane & 3;
+  // Epilogue. Accumulator q of a fragment: weight row g + 8·(q / 2), token 2·t4 + q % 2.
+  // Lanes g and g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns
+  // (channels) of one token as a bf16x2.
+  const float unscale = kFp4 ? p.global_scales[expert] * kNvfp4Unscale : 1.0f;
   const bool odd = g & 1;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.output);
   constexpr int kFrags = kGemm1 ? 1 : 2;
@@ -203,13 +305,13 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
       for (int h = 0; h < 2; ++h) {
         float v0, v1;  // (row g + 8h, token 2·t4) and (row g + 8h, token 2·t4 + 1)
         if constexpr (kGemm1) {
-          const float g0 = acc[0][ni][2 * h], g1 = acc[0][ni][2 * h + 1];
-          const float u0 = acc[1][ni][2 * h], u1 = acc[1][ni][2 * h + 1];
+          const float g0 = acc[0][ni][2 * h] * unscale, g1 = acc[0][ni][2 * h + 1] * unscale;
+          const float u0 = acc[1][ni][2 * h] * unscale, u1 = acc[1][ni][2 * h + 1] * unscale;
           v0 = g0 / (1.0f + expf(-g0)) * u0;
           v1 = g1 / (1.0f + expf(-g1)) * u1;
         } else {
-          v0 = acc[mi][ni][2 * h];
-          v1 = acc[mi][ni][2 * h + 1];
+          v0 = acc[mi][ni][2 * h] * unscale;
+          v1 = acc[mi][ni][2 * h + 1] * unscale;
         }
         const float recv = __shfl_xor_sync(kFull, odd ? v0 : v1, 4);
         const int row_in = (g & ~1) + 8 * h;  // even row of the pair
@@ -261,17 +363,18 @@ void check_launch(const char* name) {
     throw Error(std::string("CUDA launch of ") + name + " failed: " + cudaGetErrorString(e));
 }
 
-template <int WARPS_M, int WARPS_N, int NI, int STAGES>
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4>
 void launch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
-  constexpr size_t kSmem = size_t(STAGES) * (BM + BN) * kBK * 2;
-  auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true>
-                        : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false>;
+  constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
+  constexpr size_t kSmem = size_t(STAGES) * (kAStageBytes + BN * kBK * 2) + (kFp4 ? 1024 : 0);
+  auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4>
+                        : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4>;
   // Once per instantiation (not a stream operation, so also safe before graph capture).
   static const bool configured = [] {
-    cudaFuncSetAttribute(moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true>,
+    cudaFuncSetAttribute(moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
-    cudaFuncSetAttribute(moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false>,
+    cudaFuncSetAttribute(moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
     return true;
   }();
@@ -282,6 +385,35 @@ void launch(const MoeGemmParams& p, cudaStream_t stream) {
   check_launch(p.gemm1 ? "moe_gemm1" : "moe_gemm2");
 }
 
+// Pipeline depth per format: NVFP4 stages are ~4× smaller, so more of them keep as many weight
+// bytes in flight.
+template <bool kFp4>
+void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
+  constexpr int kLatStages = kFp4 ? 6 : 4, kThrStages = kFp4 ? 4 : 3;
+  if (p.config == MoeGemmConfig::kThroughput) {
+    if (p.tile != 128) throw InvalidArgument("moe_grouped_gemm: throughput tile must be 128");
+    launch<4, 2, 8, kThrStages, kFp4>(p, stream);
+    return;
+  }
+  switch (p.tile) {
+    case 8:
+      launch<4, 1, 1, kLatStages, kFp4>(p, stream);
+      break;
+    case 16:
+      launch<4, 1, 2, kLatStages, kFp4>(p, stream);
+      break;
+    case 32:
+      launch<4, 1, 4, kLatStages, kFp4>(p, stream);
+      break;
+    case 64:
+      launch<4, 1, 8, kLatStages, kFp4>(p, stream);
+      break;
+    default:
+      throw InvalidArgument("moe_grouped_gemm: latency tile must be 8, 16, 32 or 64, got " +
+                            std::to_string(p.tile));
+  }
+}
+
 }  // namespace
 
 void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
@@ -290,28 +422,14 @@ void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
     throw InvalidArgument("moe_grouped_gemm: need k % 64 == 0 and " +
                           std::string(p.gemm1 ? "inter % 64" : "hidden % 128") + " == 0 (got k=" +
                           std::to_string(p.k) + ", n_out=" + std::to_string(p.n_out) + ")");
+  const bool fp4 = p.format == MoeWeightFormat::kNvfp4;
+  if (fp4 && (p.weight_scales == nullptr || p.global_scales == nullptr))
+    throw InvalidArgument("moe_grouped_gemm: NVFP4 weights need block and global scales");
   if (p.max_tiles <= 0) return;
-  if (p.config == MoeGemmConfig::kThroughput) {
-    if (p.tile != 128) throw InvalidArgument("moe_grouped_gemm: throughput tile must be 128");
-    launch<4, 2, 8, 3>(p, stream);
-    return;
-  }
-  switch (p.tile) {
-    case 8:
-      launch<4, 1, 1, 4>(p, stream);
-      break;
-    case 16:
-      launch<4, 1, 2, 4>(p, stream);
-      break;
-    case 32:
-      launch<4, 1, 4, 4>(p, stream);
-      break;
-    case 64:
-      launch<4, 1, 8, 4>(p, stream);
-      break;
-    default:
-      throw InvalidArgument("moe_grouped_gemm: latency tile must be 8, 16, 32 or 64, got " +
-                            std::to_string(p.tile));
+  if (fp4) {
+    dispatch<true>(p, stream);
+  } else {
+    dispatch<false>(p, stream);
   }
 }
 

@@ -1,5 +1,6 @@
-// Grouped expert GEMMs of both MoE backends (bf16 in, fp32 accumulate, bf16 out), swap-AB:
-// weight rows are the MMA M side (tiles of 128 rows), the permuted token rows the N side.
+// Grouped expert GEMMs of both MoE backends (bf16 activations, bf16 or NVFP4 weights, fp32
+// accumulate, bf16 out), swap-AB: weight rows are the MMA M side (tiles of 128 rows), the
+// permuted token rows the N side.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -13,28 +14,38 @@ namespace serval::kernels::cuda {
 // 4-stage cp.async pipeline. kThroughput: 8 warps, 128 × 128 (tile must be 128), 3 stages.
 enum class MoeGemmConfig : uint8_t { kLatency, kThroughput };
 
+// Expert weight storage. kNvfp4: E2M1 codes and e4m3 block scales (16 along K) in the
+// fragment-ordered layout of moe_nvfp4_repack.h, one fp32 global scale per local expert;
+// dequantized in registers to bf16 (exact: w·2⁻⁶² = e2m1·e4m3·2⁻⁶²), the global scale (·2⁶²) is
+// applied to the fp32 accumulators in the epilogue.
+enum class MoeWeightFormat : uint8_t { kBf16, kNvfp4 };
+
 // Works on the maps of moe_routing: CTA (x, y) computes weight rows block x for token tile y of
 // expert tile_expert[y]; CTAs with y ≥ *num_tiles exit at once (worst-case grid, no host sync).
 //   GEMM1 (gemm1 = true):  act[r, c] = silu(x[tok(r)]·gate[e, c]) · (x[tok(r)]·up[e, c]),
 //     c ∈ [0, inter), gathering x rows through permuted_to_token (−1 → zero row).
 //   GEMM2 (gemm1 = false): y[r, h] = act[r]·down[e, h], h ∈ [0, hidden).
-// Weights are in checkpoint layout, no repacking: gate_up [num_local, 2·inter, hidden] (rows
-// [0, inter) gate, [inter, 2·inter) up), down [num_local, hidden, inter]. A CTA of GEMM1 loads
+// bf16 weights are in checkpoint layout, no repacking: gate_up [num_local, 2·inter, hidden] (rows
+// [0, inter) gate, [inter, 2·inter) up), down [num_local, hidden, inter]; NVFP4 weights have the
+// same rows, repacked per expert (moe_nvfp4_repack.h). A CTA of GEMM1 loads
 // 64 gate rows and the 64 matching up rows so SwiGLU is fused in registers.
 // Requirements: k % 64 == 0; GEMM1 inter % 64 == 0; GEMM2 hidden % 128 == 0.
 struct MoeGemmParams {
   bool gemm1;
   MoeGemmConfig config;
-  const bf16* input;                 // GEMM1: x [num_tokens, hidden]; GEMM2: act [rows, inter]
-  const bf16* weights;               // GEMM1: gate_up; GEMM2: down (local experts only)
-  bf16* output;                      // GEMM1: act [rows, inter]; GEMM2: y [rows, hidden]
-  const int32_t* permuted_to_token;  // [rows] (GEMM1 only)
-  const int32_t* tile_expert;        // [max_tiles]
-  const int32_t* num_tiles;          // [1]
-  int max_tiles;                     // grid y (worst case)
-  int tile;                          // token rows per tile
-  int n_out;                         // GEMM1: inter; GEMM2: hidden
-  int k;                             // GEMM1: hidden; GEMM2: inter
+  const bf16* input;    // GEMM1: x [num_tokens, hidden]; GEMM2: act [rows, inter]
+  const void* weights;  // GEMM1: gate_up; GEMM2: down (local experts only): bf16 or NVFP4 codes
+  MoeWeightFormat format = MoeWeightFormat::kBf16;
+  const uint8_t* weight_scales = nullptr;  // NVFP4: repacked e4m3 block scales
+  const float* global_scales = nullptr;    // NVFP4: [num_local] per-expert multipliers
+  bf16* output;                            // GEMM1: act [rows, inter]; GEMM2: y [rows, hidden]
+  const int32_t* permuted_to_token;        // [rows] (GEMM1 only)
+  const int32_t* tile_expert;              // [max_tiles]
+  const int32_t* num_tiles;                // [1]
+  int max_tiles;                           // grid y (worst case)
+  int tile;                                // token rows per tile
+  int n_out;                               // GEMM1: inter; GEMM2: hidden
+  int k;                                   // GEMM1: hidden; GEMM2: inter
 };
 
 void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream);

@@ -1,0 +1,80 @@
+// Weight-only quantized GEMMs (W4A16 NVFP4, W8A16 FP8 e4m3): y[m, n] = x[m, k] · dequant(W)[n, k]ᵀ
+// (+ bias), bf16 activations, fp32 accumulation, bf16 or f32 output. The weights live on the
+// device in a "fragment" layout (below) made once at load time by the quant_gemm_pack_* helpers,
+// so each lane's 16-byte load holds exactly the elements of its mma.sync m16n8k16 A fragments and
+// is dequantized to bf16 in registers (no shared memory, no conversion instructions).
+//
+// Device layout. n_pad = round_up(n, 32), k_pad = round_up(k, 64); padded rows/columns hold code
+// 0 (and scale 0), so they contribute nothing. A "row tile" is 32 rows (two 16-row groups h), a
+// "k block" 64 columns. For row tile rt, k block kb, group h, lane l (g = l / 4, t = l % 4) the
+// lane's bytes start at (((rt · k_pad/64 + kb) · 2 + h) · 32 + l) · B, B = 16 (NVFP4) or 32 (FP8).
+// They hold, for each k16 step s in 0..3, the four bf16x2 A-fragment registers a0..a3:
+//   a0 = row g,   columns 2t, 2t+1;  a1 = row g+8, columns 2t, 2t+1;
+//   a2 = row g,   columns 2t+8, 2t+9; a3 = row g+8, columns 2t+8, 2t+9
+// (rows relative to the group's first row rt·32 + 16h, columns to kb·64 + 16s).
+//   NVFP4: 32-bit word s; register a_i takes nibble 3−i (low half) and nibble 7−i (high half).
+//   FP8:   32-bit word 2s + i/2; even i takes bytes 1 (low) and 3 (high), odd i bytes 0 and 2.
+// Scales: NVFP4 e4m3 [n_pad, k_pad/16] (the checkpoint layout, zero padded); FP8 per-channel f32
+// [n]; FP8 block: bf16 multipliers s·2^120 [ceil(n/block_n), ceil(k/block_k)] (the fp32 block
+// scale rounded to bf16: results match the fp32 reference to ~2^-9 relative, not exactly);
+// FP8 per-tensor: none (global_scale).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.h"
+#include "kernels/params.h"
+
+namespace serval::kernels::cuda {
+
+// The direct kernel is used up to this many rows of x; beyond it the caller dequantizes the
+// weight to bf16 (quant_dequant_bf16) and runs a dense GEMM (first version; not yet measured).
+constexpr int kQuantGemmMaxM = 64;
+
+struct QuantGemmWeight {
+  WeightFormat format;
+  int n, k;              // logical shape; k % 8 == 0 (NVFP4: k % 16 == 0)
+  const uint8_t* data;   // fragment layout, quant_gemm_data_bytes(format, n, k) bytes
+  const void* scales;    // see the layout comment; null for FP8 per-tensor
+  float global_scale;    // NVFP4 weight_scale_2; FP8 per-tensor weight_scale; else 1
+  int block_n, block_k;  // FP8 block only; block_k % 16 == 0
+};
+
+struct QuantGemmParams {
+  const bf16* x;  // [m, k], 4-byte aligned
+  QuantGemmWeight w;
+  const bf16* bias;  // [n] or null
+  void* y;           // [m, n], bf16 or f32 (y_f32)
+  bool y_f32;
+  int m;
+  void* workspace;  // quant_gemm_workspace_bytes(m, n, k) bytes (may be 0 → null)
+  size_t workspace_bytes;
+};
+
+// Device-layout sizes.
+int quant_gemm_n_pad(int n);
+int quant_gemm_k_pad(int k);
+size_t quant_gemm_data_bytes(WeightFormat format, int n, int k);
+
+// Host repacking (load time). `src`: checkpoint layout, NVFP4 u8 [n, k/2] or FP8 e4m3 [n, k].
+std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* src, int n, int k);
+// NVFP4 block scales e4m3 [n, k/16] → [n_pad, k_pad/16], zero padded.
+std::vector<uint8_t> quant_gemm_pack_nvfp4_scales(const uint8_t* src, int n, int k);
+// FP8 block scales f32 [rows, cols] → bf16 s·2^120. Throws InvalidArgument if a scale is
+// negative, not finite, or ≥ 2^8 (s·2^120 would overflow bf16).
+std::vector<bf16> quant_gemm_pack_block_scales(const float* src, size_t count);
+
+// Fp32 partial-sum workspace for split-K (0 when one split suffices).
+size_t quant_gemm_workspace_bytes(int m, int n, int k);
+
+// y = x · dequant(W)ᵀ (+ bias) for any m ≥ 0 (efficient for m ≤ kQuantGemmMaxM: tokens are the
+// MMA N side in tiles of 8/16/32, each tile streams the whole weight). Deterministic.
+void quant_gemm(const QuantGemmParams& p, cudaStream_t stream);
+
+// out[n, k] (bf16, row-major) = dequant(W), each element rounded once from fp32.
+void quant_dequant_bf16(const QuantGemmWeight& w, bf16* out, cudaStream_t stream);
+
+}  // namespace serval::kernels::cuda

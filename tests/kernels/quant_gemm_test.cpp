@@ -1,0 +1,365 @@
+// CUDA weight-only quantized GEMMs (NVFP4, FP8 per-tensor / per-channel / block) against the CPU
+// oracle kernels::cpu::quant_linear on the same bf16-rounded activations. Weights: random FP4
+// codes / FP8 bytes (NaN codes excluded), realistic e4m3 block scales (mostly exponents 3..10,
+// some subnormal and zero scales), random fp32 scales. Outputs are poisoned (0xFF → NaN) before
+// every call, so an unwritten element fails. Tolerances (rel L2 over the whole output):
+//   bf16 output: 1e-2 (bf16 rounding of each output is ≤ 2^-9 relative);
+//   f32 output: 1e-4 for NVFP4 / FP8 per-tensor / per-channel (the dequantized products are exact
+//   in bf16; only the fp32 summation order differs), 1e-2 for FP8 block (the kernel rounds the
+//   fp32 block scales to bf16).
+// The dequantize-to-bf16 kernel is checked bit for bit (block FP8: 1e-2). QuantGemmBench.DISABLED_*
+// times the GEMM (--gtest_also_run_disabled_tests --gtest_filter='QuantGemmBench.*').
+#include "kernels/cuda/gemm/quant_gemm.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kernels/cpu/quant_linear.h"
+#include "kernels/cuda_test_util.h"
+#include "kernels/gpu_test_support.h"
+#include "tensor/tensor.h"
+
+namespace serval::testing {
+namespace {
+
+using kernels::WeightFormat;
+namespace kc = kernels::cuda;
+
+constexpr int kBlock = 128;  // FP8 block tile (DeepSeek style)
+
+// A weight in checkpoint layout plus its device copy in the GEMM layout.
+struct TestWeight {
+  WeightFormat format;
+  int n, k;
+  std::vector<uint8_t> data;       // NVFP4 [n, k/2]; FP8 [n, k]
+  std::vector<uint8_t> nvfp4_sf;   // [n, k/16]
+  std::vector<float> fp32_scales;  // per-channel [n]; block [ceil(n/128), ceil(k/128)]
+  float global_scale = 1.0f;
+};
+
+uint8_t random_e4m3_scale(std::mt19937& rng) {
+  const int kind = int(rng() % 20);
+  if (kind == 0) return 0;                               // zero scale (all-zero block)
+  if (kind == 1) return uint8_t(1 + rng() % 7);          // subnormal
+  return uint8_t(((3 + rng() % 8) << 3) | (rng() % 8));  // exponent 3..10
+}
+
+TestWeight make_weight(WeightFormat format, int n, int k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  TestWeight w{format, n, k, {}, {}, {}, 1.0f};
+  std::uniform_real_distribution<float> scale(2e-4f, 2e-3f);
+  if (format == WeightFormat::kNvfp4) {
+    w.data.resize(size_t(n) * k / 2);
+    for (auto& b : w.data) b = uint8_t(rng());
+    w.nvfp4_sf.resize(size_t(n) * k / 16);
+    for (auto& b : w.nvfp4_sf) b = random_e4m3_scale(rng);
+    w.global_scale = 3.1e-4f;
+    return w;
+  }
+  w.data.resize(size_t(n) * k);
+  for (auto& b : w.data) {
+    b = uint8_t(rng());
+    if ((b & 0x7F) == 0x7F) b = uint8_t(b & 0xFE);  // no NaN codes
+  }
+  if (format == WeightFormat::kFp8PerTensor) w.global_scale = 7.3e-4f;
+  if (format == WeightFormat::kFp8PerChannel) w.fp32_scales.resize(n);
+  if (format == WeightFormat::kFp8Block)
+    w.fp32_scales.resize(size_t((n + kBlock - 1) / kBlock) * ((k + kBlock - 1) / kBlock));
+  for (auto& s : w.fp32_scales) s = scale(rng);
+  return w;
+}
+
+kernels::QuantLinearParams cpu_params(const TestWeight& w) {
+  kernels::QuantLinearParams p{};
+  p.format = w.format;
+  p.w = w.data.data();
+  p.scales = w.format == WeightFormat::kNvfp4 ? static_cast<const void*>(w.nvfp4_sf.data())
+                                              : static_cast<const void*>(w.fp32_scales.data());
+  p.global_scale = w.global_scale;
+  p.block_n = p.block_k = kBlock;
+  p.bias_dtype = DType::kF32;
+  p.n = w.n;
+  p.k = w.k;
+  return p;
+}
+
+// The weight packed and uploaded in the GEMM layout.
+struct DeviceWeight {
+  DeviceBuffer<uint8_t> data;
+  DeviceBuffer<uint8_t> scale_bytes;
+  kc::QuantGemmWeight w{};
+
+  static std::vector<uint8_t> scales_of(const TestWeight& t) {
+    switch (t.format) {
+      case WeightFormat::kNvfp4:
+        return kc::quant_gemm_pack_nvfp4_scales(t.nvfp4_sf.data(), t.n, t.k);
+      case WeightFormat::kFp8PerChannel: {
+        std::vector<uint8_t> b(t.fp32_scales.size() * 4);
+        std::memcpy(b.data(), t.fp32_scales.data(), b.size());
+        return b;
+      }
+      case WeightFormat::kFp8Block: {
+        const std::vector<bf16> s =
+            kc::quant_gemm_pack_block_scales(t.fp32_scales.data(), t.fp32_scales.size());
+        std::vector<uint8_t> b(s.size() * 2);
+        std::memcpy(b.data(), s.data(), b.size());
+        return b;
+      }
+      case WeightFormat::kFp8PerTensor:
+        break;
+    }
+    return {0};
+  }
+
+  explicit DeviceWeight(const TestWeight& t)
+      : data(kc::quant_gemm_pack_data(t.format, t.data.data(), t.n, t.k)),
+        scale_bytes(scales_of(t)) {
+    w.format = t.format;
+    w.n = t.n;
+    w.k = t.k;
+    w.data = data.get();
+    w.scales = t.format == WeightFormat::kFp8PerTensor ? nullptr : scale_bytes.get();
+    w.global_scale = t.global_scale;
+    w.block_n = w.block_k = kBlock;
+  }
+};
+
+const char* format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kNvfp4:
+      return "nvfp4";
+    case WeightFormat::kFp8PerTensor:
+      return "fp8-tensor";
+    case WeightFormat::kFp8PerChannel:
+      return "fp8-channel";
+    case WeightFormat::kFp8Block:
+      return "fp8-block";
+  }
+  return "?";
+}
+
+constexpr WeightFormat kFormats[] = {WeightFormat::kNvfp4, WeightFormat::kFp8PerTensor,
+                                     WeightFormat::kFp8PerChannel, WeightFormat::kFp8Block};
+
+struct Shape2 {
+  int n, k, max_m;  // max_m bounds the CPU oracle's cost
+};
+
+TEST(QuantGemm, MatchesCpuOracle) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const Shape2 shapes[] = {
+      {256, 128, 256}, {200, 80, 256}, {6144, 2048, 33}, {2048, 4096, 256}, {4096, 5120, 33}};
+  const int ms[] = {1, 2, 7, 16, 33, 256};
+  uint32_t seed = 1;
+  int variant = 0;
+  for (WeightFormat format : kFormats) {
+    for (const Shape2& s : shapes) {
+      const TestWeight tw = make_weight(format, s.n, s.k, seed++);
+      DeviceWeight dw(tw);
+      // One oracle run at max_m; smaller m use the leading rows (rows are independent).
+      const std::vector<bf16> xb = random_bf16(size_t(s.max_m) * s.k, seed++);
+      const std::vector<float> xf = to_float(xb);
+      std::vector<float> want(size_t(s.max_m) * s.n);
+      kernels::QuantLinearParams cp = cpu_params(tw);
+      cp.x = xf.data();
+      cp.y = want.data();
+      cp.m = s.max_m;
+      kernels::cpu::quant_linear(cp);
+      const std::vector<bf16> bias_b = random_bf16(s.n, seed++, -0.5f, 0.5f);
+      const std::vector<float> bias_f = to_float(bias_b);
+      DeviceBuffer<bf16> x(xb), bias(bias_b);
+      for (int m : ms) {
+        if (m > s.max_m) continue;
+        const bool with_bias = variant % 2 == 0, f32 = variant % 3 == 0;
+        ++variant;
+        std::vector<float> ref(want.begin(), want.begin() + size_t(m) * s.n);
+        if (with_bias)
+          for (int r = 0; r < m; ++r)
+            for (int c = 0; c < s.n; ++c) ref[size_t(r) * s.n + c] += bias_f[c];
+        DeviceBuffer<uint8_t> ws(std::max<size_t>(kc::quant_gemm_workspace_bytes(m, s.n, s.k), 1));
+        DeviceBuffer<float> yf(size_t(m) * s.n);
+        DeviceBuffer<bf16> yb(size_t(m) * s.n);
+        yf.poison();
+        yb.poison();
+        kc::QuantGemmParams p{};
+        p.x = x.get();
+        p.w = dw.w;
+        p.bias = with_bias ? bias.get() : nullptr;
+        p.y = f32 ? static_cast<void*>(yf.get()) : static_cast<void*>(yb.get());
+        p.y_f32 = f32;
+        p.m = m;
+        p.workspace = ws.get();
+        p.workspace_bytes = ws.size();
+        kc::quant_gemm(p, nullptr);
+        const double err = f32 ? rel_l2(yf.download(), ref) : rel_l2(yb.download(), ref);
+        const double tol = (!f32 || format == WeightFormat::kFp8Block) ? 1e-2 : 1e-4;
+        EXPECT_LT(err, tol) << format_name(format) << " m=" << m << " n=" << s.n << " k=" << s.k
+                            << (with_bias ? " bias" : "") << (f32 ? " f32" : " bf16");
+      }
+    }
+  }
+}
+
+TEST(QuantGemm, DequantMatchesCpu) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const Shape2 shapes[] = {{200, 80, 0}, {2048, 4096, 0}};
+  uint32_t seed = 100;
+  for (WeightFormat format : kFormats) {
+    for (const Shape2& s : shapes) {
+      const TestWeight tw = make_weight(format, s.n, s.k, seed++);
+      DeviceWeight dw(tw);
+      DeviceBuffer<bf16> out(size_t(s.n) * s.k);
+      out.poison();
+      kc::quant_dequant_bf16(dw.w, out.get(), nullptr);
+      const std::vector<bf16> got = out.download();
+      std::vector<float> want(size_t(s.n) * s.k);
+      const kernels::QuantLinearParams cp = cpu_params(tw);
+      for (int r = 0; r < s.n; ++r) kernels::cpu::dequant_weight_row(cp, r, &want[size_t(r) * s.k]);
+      if (format == WeightFormat::kFp8Block) {
+        EXPECT_LT(rel_l2(got, want), 1e-2) << format_name(format) << " n=" << s.n;
+        continue;
+      }
+      size_t mismatches = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        if (got[i].bits != float_to_bf16(want[i]).bits && mismatches++ < 5)
+          ADD_FAILURE() << format_name(format) << " n=" << s.n << " k=" << s.k << " element " << i
+                        << ": got " << bf16_to_float(got[i]) << ", want " << want[i];
+      EXPECT_EQ(mismatches, 0u) << format_name(format);
+    }
+  }
+}
+
+// The CUDA backend (upload_quantized + quantized_linear, both the fused kernel and the
+// dequantize + cuBLASLt path for m > kQuantGemmMaxM) against the CPU backend.
+TEST(QuantGemm, BackendMatchesCpuBackend) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  auto gpu = backend::make_cuda_backend();
+  if (!gpu) GTEST_SKIP() << "CUDA backend unavailable: skipped";
+  auto cpu = backend::make_cpu_backend();
+  uint32_t seed = 200;
+  for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel}) {
+    const int n = 320, k = 512;
+    const TestWeight tw = make_weight(format, n, k, seed++);
+    backend::QuantizedWeight host;
+    host.format = format;
+    host.n = n;
+    host.k = k;
+    host.global_scale = {tw.global_scale};
+    host.input_scale = {1.0f};
+    if (format == WeightFormat::kNvfp4) {
+      host.data = host_empty(DType::kU8, {n, k / 2});
+      host.scales = host_empty(DType::kF8E4M3, {n, k / 16});
+      std::memcpy(host.scales.data, tw.nvfp4_sf.data(), tw.nvfp4_sf.size());
+    } else {
+      host.data = host_empty(DType::kF8E4M3, {n, k});
+      host.scales = host_empty(DType::kF32, {n});
+      std::memcpy(host.scales.data, tw.fp32_scales.data(), tw.fp32_scales.size() * 4);
+    }
+    std::memcpy(host.data.data, tw.data.data(), tw.data.size());
+    const backend::QuantizedWeight wc = cpu->upload_quantized(host);
+    const backend::QuantizedWeight wg = gpu->upload_quantized(host);
+    for (int m : {3, 100}) {
+      const std::vector<bf16> xb = random_bf16(size_t(m) * k, seed++);
+      const std::vector<bf16> bb = random_bf16(n, seed++, -0.5f, 0.5f);
+      Tensor xc = host_empty(DType::kF32, {m, k});
+      const std::vector<float> xf = to_float(xb);
+      std::memcpy(xc.data, xf.data(), xf.size() * 4);
+      Tensor bias_host = host_empty(DType::kBF16, {n});
+      std::memcpy(bias_host.data, bb.data(), bb.size() * 2);
+      Tensor yc = host_empty(DType::kF32, {m, n});
+      cpu->quantized_linear(xc, wc, &bias_host, yc);
+      const std::vector<float> want(yc.as<float>(), yc.as<float>() + size_t(m) * n);
+
+      Tensor xh = host_empty(DType::kBF16, {m, k});
+      std::memcpy(xh.data, xb.data(), xb.size() * 2);
+      const Tensor xg = gpu->upload(xh);
+      const Tensor bg = gpu->upload(bias_host);
+      Tensor yg = gpu->empty(DType::kBF16, {m, n});
+      // The backend's stream does not synchronize with the legacy stream: fence both sides.
+      cuda_check(cudaDeviceSynchronize(), "sync");
+      cuda_check(cudaMemset(yg.data, 0xFF, yg.nbytes()), "poison");
+      cuda_check(cudaDeviceSynchronize(), "sync");
+      gpu->quantized_linear(xg, wg, &bg, yg);
+      std::vector<bf16> got(size_t(m) * n);
+      gpu->download(yg, got.data());
+      EXPECT_LT(rel_l2(got, want), 1e-2) << format_name(format) << " m=" << m;
+    }
+  }
+}
+
+// Weight bytes streamed per call (data + scales) / time. Random bytes are stored straight into
+// the device layout (speed does not depend on values).
+TEST(QuantGemmBench, DISABLED_Bandwidth) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const int shapes[][2] = {{6144, 2048}, {2048, 6144}, {57344, 8192}, {8192, 28672}};
+  for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel}) {
+    for (const auto& s : shapes) {
+      const int n = s[0], k = s[1];
+      const size_t data_bytes = kc::quant_gemm_data_bytes(format, n, k);
+      const size_t scale_bytes = format == WeightFormat::kNvfp4 ? size_t(kc::quant_gemm_n_pad(n)) *
+                                                                      kc::quant_gemm_k_pad(k) / 16
+                                                                : size_t(n) * 4;
+      std::vector<uint8_t> host(std::max(data_bytes, scale_bytes));
+      uint32_t state = 12345;
+      for (auto& b : host) {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        b = uint8_t(state);
+      }
+      DeviceBuffer<uint8_t> data(data_bytes), scales(scale_bytes);
+      cuda_check(cudaMemcpy(data.get(), host.data(), data_bytes, cudaMemcpyHostToDevice), "up");
+      if (format == WeightFormat::kNvfp4) {
+        for (size_t i = 0; i < scale_bytes; ++i) host[i] = uint8_t(0x30 + (host[i] & 0x0F));
+      } else {
+        std::vector<float> f(n, 1e-3f);
+        std::memcpy(host.data(), f.data(), scale_bytes);
+      }
+      cuda_check(cudaMemcpy(scales.get(), host.data(), scale_bytes, cudaMemcpyHostToDevice), "up");
+      for (int m : {1, 8, 64}) {
+        DeviceBuffer<bf16> x(random_bf16(size_t(m) * k, 7));
+        DeviceBuffer<bf16> y(size_t(m) * n);
+        DeviceBuffer<uint8_t> ws(std::max<size_t>(kc::quant_gemm_workspace_bytes(m, n, k), 1));
+        kc::QuantGemmParams p{};
+        p.x = x.get();
+        p.w = {format, n, k, data.get(), scales.get(), 1e-3f, 0, 0};
+        p.y = y.get();
+        p.m = m;
+        p.workspace = ws.get();
+        p.workspace_bytes = ws.size();
+        for (int i = 0; i < 5; ++i) kc::quant_gemm(p, nullptr);
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        std::vector<float> times;
+        for (int i = 0; i < 20; ++i) {
+          cudaEventRecord(a);
+          kc::quant_gemm(p, nullptr);
+          cudaEventRecord(b);
+          cudaEventSynchronize(b);
+          float ms = 0;
+          cudaEventElapsedTime(&ms, a, b);
+          times.push_back(ms);
+        }
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        std::sort(times.begin(), times.end());
+        const double us = times[times.size() / 2] * 1e3;
+        std::printf("%-12s m=%3d n=%6d k=%6d  %9.1f us  %6.3f TB/s (weights %.1f MB)\n",
+                    format_name(format), m, n, k, us,
+                    double(data_bytes + scale_bytes) / (us * 1e-6) / 1e12,
+                    double(data_bytes + scale_bytes) / 1e6);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace serval::testing
