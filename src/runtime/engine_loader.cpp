@@ -9,10 +9,10 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/math.h"
-#include "model/quantized_weight.h"
-#include "quant/quant_config.h"
 #include "io/safetensors.h"
+#include "model/quantized_weight.h"
 #include "quant/kv_scales.h"
+#include "quant/quant_config.h"
 
 namespace serval::runtime {
 
@@ -91,7 +91,8 @@ quant::KvScales load_checkpoint_kv_scales(const std::string& model_dir, const io
 
 }  // namespace
 
-DType resolve_kv_cache_dtype(const std::string& flag, const backend::Backend& backend) {
+DType resolve_kv_cache_dtype(const std::string& flag, const backend::Backend& backend,
+                             int head_dim) {
   DType t;
   if (flag == "auto") {
     t = backend.kv_cache_dtype();
@@ -105,10 +106,11 @@ DType resolve_kv_cache_dtype(const std::string& flag, const backend::Backend& ba
     throw InvalidArgument("--kv-cache-dtype: unknown value '" + flag +
                           "' (choices: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2)");
   }
-  if (backend.device() == Device::kCuda && t != DType::kBF16) {
+  if (backend.device() == Device::kCuda && t != DType::kBF16 && head_dim != 64 && head_dim != 128) {
     throw InvalidArgument("--kv-cache-dtype " + flag +
-                          ": the CUDA backend stores the KV cache in bfloat16 only so far "
-                          "(fp8 KV runs on --device cpu)");
+                          ": the CUDA fp8 KV cache supports head_dim "
+                          "64 and 128, the model has " +
+                          std::to_string(head_dim));
   }
   return t;
 }
@@ -189,7 +191,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
 
   out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
-  const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend);
+  const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend, mc.head_dim);
   out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
   const int64_t per_token = ModelRunner::kv_bytes_per_token(model->kv_geometry(), kv_dtype);
   const int64_t kv_bytes = kv_cache_budget(cfg, mc, *backend);

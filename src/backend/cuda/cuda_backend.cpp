@@ -230,8 +230,11 @@ class CudaBackend final : public Backend {
     r.inv_freq = a.inv_freq->as<float>();
     r.slot_mapping = meta.slot_mapping.as<int32_t>();
     r.q_out = bf_mut(q);
-    r.k_cache = bf_mut(cache.k);
-    r.v_cache = bf_mut(cache.v);
+    r.k_cache = cache.k.data;
+    r.v_cache = cache.v.data;
+    r.cache_dtype = cache.k.dtype;
+    r.k_scale = cache.k_scale;
+    r.v_scale = cache.v_scale;
     r.num_tokens = T;
     r.num_q_heads = a.num_q_heads;
     r.num_kv_heads = a.num_kv_heads;
@@ -242,8 +245,9 @@ class CudaBackend final : public Backend {
     kernels::cuda::PagedAttentionParams p{};
     p.q = bf(q);
     p.out = bf_mut(out);
-    p.k_cache = bf(cache.k);
-    p.v_cache = bf(cache.v);
+    p.k_cache = cache.k.data;
+    p.v_cache = cache.v.data;
+    p.cache_dtype = cache.k.dtype;
     p.query_start = meta.query_start.as<int32_t>();
     p.context_lens = meta.context_lens.as<int32_t>();
     p.block_tables = meta.block_tables.as<int32_t>();
@@ -292,10 +296,10 @@ class CudaBackend final : public Backend {
       case kernels::WeightFormat::kNvfp4: {
         const std::vector<uint8_t> sf = kernels::cuda::quant_gemm_pack_nvfp4_scales(
             static_cast<const uint8_t*>(host.scales.data), n, k);
-        dev.scales = upload(host_view(sf.data(), DType::kF8E4M3,
-                                      {kernels::cuda::quant_gemm_n_pad(n),
-                                       kernels::cuda::quant_gemm_k_pad(k) / 16},
-                                      nullptr));
+        dev.scales = upload(
+            host_view(sf.data(), DType::kF8E4M3,
+                      {kernels::cuda::quant_gemm_n_pad(n), kernels::cuda::quant_gemm_k_pad(k) / 16},
+                      nullptr));
         break;
       }
       case kernels::WeightFormat::kFp8Block: {

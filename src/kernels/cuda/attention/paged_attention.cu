@@ -52,6 +52,13 @@ void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
   };
   if (p.head_dim != 16 && p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 128)
     bad("head_dim " + std::to_string(p.head_dim) + " unsupported (16, 32, 64 or 128)");
+  const bool fp8 = p.cache_dtype == DType::kF8E4M3 || p.cache_dtype == DType::kF8E5M2;
+  if (!fp8 && p.cache_dtype != DType::kBF16)
+    bad("KV cache dtype " + std::string(dtype_name(p.cache_dtype)) +
+        " unsupported (bf16, fp8 e4m3 or fp8 e5m2)");
+  // The fp8 kernels are instantiated for the head dims of real models only (compile time).
+  if (fp8 && p.head_dim < 64)
+    bad("an fp8 KV cache needs head_dim 64 or 128, got " + std::to_string(p.head_dim));
   if (p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0)
     bad("num_q_heads " + std::to_string(p.num_q_heads) + " is not a multiple of num_kv_heads " +
         std::to_string(p.num_kv_heads));

@@ -1,5 +1,6 @@
-// Causal paged attention over a bf16 KV cache: a split-KV decode path and a flash-attention
-// prefill path (tensor cores, mma.sync m16n8k16), chosen on the host from max_query_len.
+// Causal paged attention over a bf16 or fp8 (e4m3, e5m2) KV cache: a split-KV decode path and a
+// flash-attention prefill path (tensor cores, mma.sync m16n8k16), chosen on the host from
+// max_query_len.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -13,13 +14,16 @@ namespace serval::kernels::cuda {
 // Same contract as the CPU kernels::PagedAttentionParams, on device pointers: sequence s has
 // query rows [query_start[s], query_start[s+1]) at positions context_lens[s] − query_len + i,
 // and its KV (already holding the new tokens) in blocks block_tables[s, ·].
-// out = softmax(scale · q·kᵀ, causal) · v · v_scale, fp32 accumulation, bf16 in and out.
-// head_dim ∈ {16, 32, 64, 128}; num_q_heads a multiple of num_kv_heads.
+// out = softmax(scale · q·k8ᵀ, causal) · v8 · v_scale over the stored cache values k8/v8, fp32
+// accumulation, bf16 q and out. bf16 caches: mma in bf16. fp8 caches: K/V converted exactly to
+// f16 and mma in f16 (q re-encoded bf16 → f16, saturating at ±65504; see attention_common.cuh).
+// head_dim ∈ {16, 32, 64, 128} for bf16, {64, 128} for fp8; num_q_heads a multiple of
+// num_kv_heads; both caches 16-byte aligned.
 struct PagedAttentionParams {
   const bf16* q;                // [num_tokens, num_q_heads, head_dim]
   bf16* out;                    // [num_tokens, num_q_heads, head_dim]
-  const bf16* k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
-  const bf16* v_cache;          // same
+  const void* k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim], cache_dtype
+  const void* v_cache;          // same
   const int32_t* query_start;   // [num_seqs + 1], device
   const int32_t* context_lens;  // [num_seqs], device
   const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq], device
@@ -30,9 +34,10 @@ struct PagedAttentionParams {
   // context length (sets the decode split count; pass a fixed bound, e.g. max_model_len, to
   // replay one CUDA graph for any lengths).
   int max_query_len, max_context_len;
-  float scale;                // softmax scale (1/sqrt(head_dim) · k_scale)
-  float v_scale = 1.0f;       // applied to the output (1 for bf16 KV)
-  void* workspace = nullptr;  // paged_attention_workspace_bytes(...) bytes, device
+  float scale;                       // softmax scale · k_scale (the caller folds k_scale in)
+  float v_scale = 1.0f;              // applied to the output (the stored v is v / v_scale)
+  DType cache_dtype = DType::kBF16;  // kBF16, kF8E4M3 or kF8E5M2 (both caches)
+  void* workspace = nullptr;         // paged_attention_workspace_bytes(...) bytes, device
   size_t workspace_bytes = 0;
 };
 

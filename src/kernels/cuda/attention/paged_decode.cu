@@ -3,6 +3,7 @@
 // for the whole group. The 4 warps take 16 keys each of every 64-key tile with their own online
 // softmax state and are merged through shared memory at the end. With several splits each CTA
 // writes a normalized partial (o, log2-sum-exp) and merge_kernel combines them.
+// fp8 caches: each warp converts its own 16 staged key rows of K and V to f16 (no CTA barrier).
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -14,18 +15,19 @@ using namespace attn;
 constexpr int kMinChunk = 256;  // keys per split at least (also in paged_attention.cu)
 constexpr int kWarps = kThreads / 32;
 
-template <int D>
+template <int D, DType C>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
-                  const __nv_bfloat16* __restrict__ k_cache,
-                  const __nv_bfloat16* __restrict__ v_cache,
+                  const unsigned char* __restrict__ k_cache,
+                  const unsigned char* __restrict__ v_cache,
                   const int32_t* __restrict__ query_start, const int32_t* __restrict__ context_lens,
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
                   int num_splits, float* __restrict__ o_part, float* __restrict__ lse_part) {
-  constexpr int kElems = TileShape<D>::kTileElems;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K|V][64][kStride]
+  using L = TileShape<D, C>;
+  constexpr bool kF16 = L::kFp8;                             // fp8 caches run the mma in f16
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // see TileShape
+  auto stage = [&](int s) { return smem_raw + s * 2 * L::kStageTileBytes; };
   __shared__ float warp_m[kWarps][16], warp_l[kWarps][16];
 
   const int seq = blockIdx.z, split = blockIdx.x;
@@ -59,30 +61,42 @@ __global__ void __launch_bounds__(kThreads)
     auto row_ptr = [&](int r) -> const __nv_bfloat16* {
       return r < num_rows ? q + (int64_t(token) * num_q_heads + head0 + r) * D : nullptr;
     };
-    load_q_frags<D>(qa, row_ptr(g), row_ptr(g + 8), c);
+    load_q_frags<D, kF16>(qa, row_ptr(g), row_ptr(g + 8), c);
   }
   float o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  load_kv_tile<D>(smem, smem + kElems, k_cache, v_cache, table, block_size, num_kv_heads, kv_head,
-                  key_begin, key_end);
+  load_kv_tile<D, C>(stage(0), stage(0) + L::kStageTileBytes, k_cache, v_cache, table, block_size,
+                     num_kv_heads, kv_head, key_begin, key_end);
   cp_async_commit();
   for (int t = 0; t < num_tiles; ++t) {
     if (t + 1 < num_tiles) {
-      __nv_bfloat16* next = smem + ((t + 1) & 1) * 2 * kElems;
-      load_kv_tile<D>(next, next + kElems, k_cache, v_cache, table, block_size, num_kv_heads,
-                      kv_head, key_begin + (t + 1) * kTileKeys, key_end);
+      unsigned char* next = stage((t + 1) & 1);
+      load_kv_tile<D, C>(next, next + L::kStageTileBytes, k_cache, v_cache, table, block_size,
+                         num_kv_heads, kv_head, key_begin + (t + 1) * kTileKeys, key_end);
     }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const int key0 = key_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
     if (key0 < key_end) {                                    // warp-uniform
-      const __nv_bfloat16* sk = smem + (t & 1) * 2 * kElems + warp * 16 * TileShape<D>::kStride;
+      const unsigned char* cur = stage(t & 1);
+      const uint16_t* sk;  // mma-ready K rows of this warp; V rows follow at + kTileElems
+      if constexpr (L::kFp8) {
+        // The f16 tiles follow the stages; this warp owns rows [16·warp, 16·warp + 16) of them.
+        // Rows past key_end were zero-filled: converting all 16 keeps NaN out of P·V.
+        uint16_t* conv = reinterpret_cast<uint16_t*>(smem_raw + L::kStagesBytes);
+        convert_tile_rows<D, C>(conv, conv + L::kTileElems, cur, cur + L::kStageTileBytes,
+                                warp * 16, 16, lane, 32);
+        __syncwarp();
+        sk = conv + warp * 16 * L::kStride;
+      } else {
+        sk = reinterpret_cast<const uint16_t*>(cur) + warp * 16 * L::kStride;
+      }
       float s[2][4];
-      qk_scores<D, 2>(s, qa, sk, g, c);
+      qk_scores<D, 2, kF16>(s, qa, sk, g, c);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int key = key0 + 8 * j + 2 * c;
@@ -92,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
         s[j][3] = key + 1 < key_end ? s[j][3] * scale_log2 : -INFINITY;
       }
       online_softmax<2, D / 8>(s, m, l, o);
-      pv_accumulate<D, 2>(o, s, sk + kElems, lane);
+      pv_accumulate<D, 2, kF16>(o, s, sk + L::kTileElems, lane);
     }
     __syncthreads();
   }
@@ -101,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // Merge the 4 warps: unnormalized o in the (now idle) KV shared memory, [warp][16][D] fp32.
   float* so = reinterpret_cast<float*>(smem_raw);
-  static_assert(kWarps * 16 * D * sizeof(float) <= TileShape<D>::kSmemBytes);
+  static_assert(kWarps * 16 * D * sizeof(float) <= L::kSmemBytes);
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
     const int col = n * 8 + 2 * c;
@@ -160,11 +174,11 @@ __global__ void merge_kernel(const float* __restrict__ o_part, const float* __re
       __float2bfloat16(acc / sum * v_scale);
 }
 
-template <int D>
+template <int D, DType C>
 void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
                    cudaStream_t stream) {
-  constexpr size_t kSmem = TileShape<D>::kSmemBytes;
-  auto kernel = decode_kernel<D>;
+  constexpr size_t kSmem = TileShape<D, C>::kSmemBytes;
+  auto kernel = decode_kernel<D, C>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
   if (e != cudaSuccess) {
@@ -177,10 +191,9 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
   constexpr float kLog2e = 1.4426950408889634f;
   kernel<<<grid, kThreads, kSmem, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
-      reinterpret_cast<const __nv_bfloat16*>(p.k_cache),
-      reinterpret_cast<const __nv_bfloat16*>(p.v_cache), p.query_start, p.context_lens,
-      p.block_tables, p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads,
-      p.scale * kLog2e, p.v_scale, num_splits, o_part, lse_part);
+      static_cast<const unsigned char*>(p.k_cache), static_cast<const unsigned char*>(p.v_cache),
+      p.query_start, p.context_lens, p.block_tables, p.max_blocks_per_seq, p.block_size,
+      p.num_q_heads, p.num_kv_heads, p.scale * kLog2e, p.v_scale, num_splits, o_part, lse_part);
   check_launch("paged_attention_decode");
   if (num_splits > 1) {
     merge_kernel<<<dim3(unsigned(p.num_q_heads), unsigned(p.num_seqs)), D, 0, stream>>>(
@@ -190,19 +203,42 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
   }
 }
 
+// fp8 caches are built for head_dim 64 and 128 only (paged_attention() rejects the rest).
+template <int D>
+void dispatch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
+                     cudaStream_t stream) {
+  switch (p.cache_dtype) {
+    case DType::kBF16:
+      return launch_decode<D, DType::kBF16>(p, num_splits, o_part, lse_part, stream);
+    case DType::kF8E4M3:
+      if constexpr (D >= 64)
+        return launch_decode<D, DType::kF8E4M3>(p, num_splits, o_part, lse_part, stream);
+      break;
+    case DType::kF8E5M2:
+      if constexpr (D >= 64)
+        return launch_decode<D, DType::kF8E5M2>(p, num_splits, o_part, lse_part, stream);
+      break;
+    default:
+      break;
+  }
+  throw InvalidArgument("paged_attention: no decode kernel for a " +
+                        std::string(dtype_name(p.cache_dtype)) + " KV cache with head_dim " +
+                        std::to_string(D));
+}
+
 }  // namespace
 
 void paged_attention_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
                             float* lse_part, cudaStream_t stream) {
   switch (p.head_dim) {
     case 16:
-      return launch_decode<16>(p, num_splits, o_part, lse_part, stream);
+      return dispatch_decode<16>(p, num_splits, o_part, lse_part, stream);
     case 32:
-      return launch_decode<32>(p, num_splits, o_part, lse_part, stream);
+      return dispatch_decode<32>(p, num_splits, o_part, lse_part, stream);
     case 64:
-      return launch_decode<64>(p, num_splits, o_part, lse_part, stream);
+      return dispatch_decode<64>(p, num_splits, o_part, lse_part, stream);
     case 128:
-      return launch_decode<128>(p, num_splits, o_part, lse_part, stream);
+      return dispatch_decode<128>(p, num_splits, o_part, lse_part, stream);
     default:
       throw InvalidArgument("paged_attention: unsupported head_dim " + std::to_string(p.head_dim));
   }

@@ -1,6 +1,8 @@
 // Flash-attention prefill over the paged cache: one CTA per (sequence, 64-row query tile,
 // q head); 4 warps × 16 query rows; K/V tiles of 64 keys streamed through two cp.async stages;
 // S = Q·Kᵀ and O += P·V on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators).
+// fp8 caches: after a tile lands, the CTA converts all 64 staged K/V rows to f16 (one extra
+// barrier) and the mma runs in f16.
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -11,19 +13,20 @@ namespace {
 using namespace attn;
 constexpr int kQTile = 64;  // query rows per CTA (16 per warp)
 
-template <int D>
+template <int D, DType C>
 __global__ void __launch_bounds__(kThreads)
     prefill_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
-                   const __nv_bfloat16* __restrict__ k_cache,
-                   const __nv_bfloat16* __restrict__ v_cache,
+                   const unsigned char* __restrict__ k_cache,
+                   const unsigned char* __restrict__ v_cache,
                    const int32_t* __restrict__ query_start,
                    const int32_t* __restrict__ context_lens,
                    const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                    int num_q_heads, int num_kv_heads, float scale_log2, float v_scale) {
-  constexpr int kElems = TileShape<D>::kTileElems;
-  constexpr int kNt = kTileKeys / 8;  // score n-tiles per warp per KV tile
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K|V][64][kStride]
+  using L = TileShape<D, C>;
+  constexpr bool kF16 = L::kFp8;                             // fp8 caches run the mma in f16
+  constexpr int kNt = kTileKeys / 8;                         // score n-tiles per warp per KV tile
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // see TileShape
+  auto stage = [&](int s) { return smem_raw + s * 2 * L::kStageTileBytes; };
 
   const int seq = blockIdx.z, head = blockIdx.y;
   const int q_begin = query_start[seq];
@@ -52,30 +55,42 @@ __global__ void __launch_bounds__(kThreads)
     auto row_ptr = [&](int r) -> const __nv_bfloat16* {
       return r < q_len ? q + ((int64_t(q_begin) + r) * num_q_heads + head) * D : nullptr;
     };
-    load_q_frags<D>(qa, row_ptr(row_lo), row_ptr(row_hi), c);
+    load_q_frags<D, kF16>(qa, row_ptr(row_lo), row_ptr(row_hi), c);
   }
   float o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  load_kv_tile<D>(smem, smem + kElems, k_cache, v_cache, table, block_size, num_kv_heads, kv_head,
-                  0, num_keys);
+  load_kv_tile<D, C>(stage(0), stage(0) + L::kStageTileBytes, k_cache, v_cache, table, block_size,
+                     num_kv_heads, kv_head, 0, num_keys);
   cp_async_commit();
   for (int t = 0; t < num_tiles; ++t) {
     if (t + 1 < num_tiles) {
-      __nv_bfloat16* next = smem + ((t + 1) & 1) * 2 * kElems;
-      load_kv_tile<D>(next, next + kElems, k_cache, v_cache, table, block_size, num_kv_heads,
-                      kv_head, (t + 1) * kTileKeys, num_keys);
+      unsigned char* next = stage((t + 1) & 1);
+      load_kv_tile<D, C>(next, next + L::kStageTileBytes, k_cache, v_cache, table, block_size,
+                         num_kv_heads, kv_head, (t + 1) * kTileKeys, num_keys);
     }
     cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile t
     cp_async_wait<1>();
     __syncthreads();
+    const unsigned char* cur = stage(t & 1);
+    const uint16_t* sk;  // mma-ready K tile; the V tile follows at + kTileElems
+    if constexpr (L::kFp8) {
+      // The f16 tiles follow the stages. All 64 rows (zero-filled past num_keys) are converted so
+      // masked keys multiply zeros, never stale or NaN values, in P·V.
+      uint16_t* conv = reinterpret_cast<uint16_t*>(smem_raw + L::kStagesBytes);
+      convert_tile_rows<D, C>(conv, conv + L::kTileElems, cur, cur + L::kStageTileBytes, 0,
+                              kTileKeys, threadIdx.x, kThreads);
+      __syncthreads();
+      sk = conv;
+    } else {
+      sk = reinterpret_cast<const uint16_t*>(cur);
+    }
     const int key0 = t * kTileKeys;
     if (warp_active && key0 <= warp_last_key) {
-      const __nv_bfloat16* sk = smem + (t & 1) * 2 * kElems;
       float s[kNt][4];
-      qk_scores<D, kNt>(s, qa, sk, g, c);
+      qk_scores<D, kNt, kF16>(s, qa, sk, g, c);
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
         const int key = key0 + 8 * j + 2 * c;
@@ -85,9 +100,11 @@ __global__ void __launch_bounds__(kThreads)
         s[j][3] = key + 1 <= pos_hi ? s[j][3] * scale_log2 : -INFINITY;
       }
       online_softmax<kNt, D / 8>(s, m, l, o);
-      pv_accumulate<D, kNt>(o, s, sk + kElems, lane);
+      pv_accumulate<D, kNt, kF16>(o, s, sk + L::kTileElems, lane);
     }
-    __syncthreads();  // stage t&1 is refilled by iteration t+1's load of tile t+2
+    // Stage t&1 is refilled by iteration t+1's load of tile t+2; the f16 tiles are rewritten by
+    // iteration t+1's conversion.
+    __syncthreads();
   }
   cp_async_wait<0>();
 
@@ -110,10 +127,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int D>
+template <int D, DType C>
 void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
-  constexpr size_t kSmem = TileShape<D>::kSmemBytes;
-  auto kernel = prefill_kernel<D>;
+  constexpr size_t kSmem = TileShape<D, C>::kSmemBytes;
+  auto kernel = prefill_kernel<D, C>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
   if (e != cudaSuccess) {
@@ -125,11 +142,30 @@ void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
   constexpr float kLog2e = 1.4426950408889634f;
   kernel<<<grid, kThreads, kSmem, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
-      reinterpret_cast<const __nv_bfloat16*>(p.k_cache),
-      reinterpret_cast<const __nv_bfloat16*>(p.v_cache), p.query_start, p.context_lens,
-      p.block_tables, p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads,
-      p.scale * kLog2e, p.v_scale);
+      static_cast<const unsigned char*>(p.k_cache), static_cast<const unsigned char*>(p.v_cache),
+      p.query_start, p.context_lens, p.block_tables, p.max_blocks_per_seq, p.block_size,
+      p.num_q_heads, p.num_kv_heads, p.scale * kLog2e, p.v_scale);
   check_launch("paged_attention_prefill");
+}
+
+// fp8 caches are built for head_dim 64 and 128 only (paged_attention() rejects the rest).
+template <int D>
+void dispatch_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
+  switch (p.cache_dtype) {
+    case DType::kBF16:
+      return launch_prefill<D, DType::kBF16>(p, stream);
+    case DType::kF8E4M3:
+      if constexpr (D >= 64) return launch_prefill<D, DType::kF8E4M3>(p, stream);
+      break;
+    case DType::kF8E5M2:
+      if constexpr (D >= 64) return launch_prefill<D, DType::kF8E5M2>(p, stream);
+      break;
+    default:
+      break;
+  }
+  throw InvalidArgument("paged_attention: no prefill kernel for a " +
+                        std::string(dtype_name(p.cache_dtype)) + " KV cache with head_dim " +
+                        std::to_string(D));
 }
 
 }  // namespace
@@ -137,13 +173,13 @@ void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
 void paged_attention_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
   switch (p.head_dim) {
     case 16:
-      return launch_prefill<16>(p, stream);
+      return dispatch_prefill<16>(p, stream);
     case 32:
-      return launch_prefill<32>(p, stream);
+      return dispatch_prefill<32>(p, stream);
     case 64:
-      return launch_prefill<64>(p, stream);
+      return dispatch_prefill<64>(p, stream);
     case 128:
-      return launch_prefill<128>(p, stream);
+      return dispatch_prefill<128>(p, stream);
     default:
       throw InvalidArgument("paged_attention: unsupported head_dim " + std::to_string(p.head_dim));
   }
