@@ -4,24 +4,10 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/dot.h"
 #include "kernels/cpu/ops.h"
 
 namespace serval::kernels::cpu {
-
-namespace {
-
-float dot(const float* a, const float* b, int n) {
-  // Eight independent partial sums let the compiler vectorize without -ffast-math.
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-}  // namespace
 
 void linear(const LinearParams& p) {
   const size_t row_bytes = size_t(p.k) * dtype_bits(p.w_dtype) / 8;

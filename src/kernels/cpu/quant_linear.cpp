@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/dot.h"
 #include "kernels/cpu/ops.h"
 
 namespace serval::kernels::cpu {
@@ -25,18 +26,6 @@ struct Tables {
 const Tables& tables() {
   static const Tables t;
   return t;
-}
-
-// Same summation order as the dense kernel (linear.cpp), so a quantized linear equals the dense
-// linear of its dequantized fp32 weights bit for bit.
-float dot(const float* a, const float* b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
 }
 
 }  // namespace
