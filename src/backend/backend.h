@@ -24,6 +24,7 @@ struct StepMetadata {
   Tensor context_lens;    // [num_seqs] i32
   Tensor block_tables;    // [num_seqs, max_blocks_per_seq] i32
   Tensor logits_indices;  // [num_logits] i32: token rows whose logits are returned
+  Tensor packed;          // i32: the arrays above are views into it (one copy uploads them)
   int num_tokens = 0, num_seqs = 0, max_blocks_per_seq = 0, num_logits = 0;
   int max_query_len = 0, max_context_len = 0;  // host-side bounds for kernel selection
 };
@@ -117,6 +118,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  // The device stream collectives must be ordered on (a cudaStream_t on CUDA); null on the CPU.
+  virtual void* native_stream() { return nullptr; }
   // Activations dtype of this backend (f32 on the CPU, bf16 on CUDA).
   virtual DType activation_dtype() const = 0;
   // Element type of the paged KV cache.

@@ -1,7 +1,6 @@
 #include "runtime/model_runner.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "base/error.h"
 
@@ -9,9 +8,12 @@ namespace serval::runtime {
 
 namespace {
 
-Tensor host_i32(const std::vector<int32_t>& v, Shape shape) {
-  Tensor t = host_empty(DType::kI32, std::move(shape));
-  std::memcpy(t.data, v.data(), v.size() * sizeof(int32_t));
+// Points `view` (into `from`'s storage) at the same offset inside `to`.
+Tensor rebase(const Tensor& view, const Tensor& from, const Tensor& to) {
+  Tensor t = to;
+  t.data = static_cast<char*>(to.data) +
+           (static_cast<const char*>(view.data) - static_cast<const char*>(from.data));
+  t.shape = view.shape;
   return t;
 }
 
@@ -56,13 +58,27 @@ backend::StepMetadata build_step_metadata(std::span<const SeqChunk> chunks, int 
     m.max_query_len = std::max(m.max_query_len, chunks[s].num_new);
     m.max_context_len = std::max(m.max_context_len, context_lens[s]);
   }
-  m.token_ids = host_i32(ids, {m.num_tokens});
-  m.positions = host_i32(positions, {m.num_tokens});
-  m.slot_mapping = host_i32(slots, {m.num_tokens});
-  m.query_start = host_i32(query_start, {m.num_seqs + 1});
-  m.context_lens = host_i32(context_lens, {m.num_seqs});
-  m.block_tables = host_i32(tables, {m.num_seqs, max_blocks});
-  m.logits_indices = host_i32(logits_rows, {m.num_logits});
+  // All arrays live in one buffer, so one copy moves a step's metadata to the device.
+  std::vector<std::pair<const std::vector<int32_t>*, Tensor*>> arrays = {
+      {&ids, &m.token_ids},
+      {&positions, &m.positions},
+      {&slots, &m.slot_mapping},
+      {&query_start, &m.query_start},
+      {&context_lens, &m.context_lens},
+      {&tables, &m.block_tables},
+      {&logits_rows, &m.logits_indices}};
+  int64_t total = 0;
+  for (const auto& [v, t] : arrays) total += int64_t(v->size());
+  m.packed = host_empty(DType::kI32, {total});
+  int64_t at = 0;
+  for (const auto& [v, t] : arrays) {
+    std::copy(v->begin(), v->end(), m.packed.as<int32_t>() + at);
+    *t = m.packed;
+    t->data = m.packed.as<int32_t>() + at;
+    t->shape = {int64_t(v->size())};
+    at += int64_t(v->size());
+  }
+  m.block_tables.shape = {m.num_seqs, max_blocks};
   return m;
 }
 
@@ -111,10 +127,12 @@ Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
   // attention kernel splits the same way and graph replays equal eager runs bit for bit.
   if (options_.max_model_len > 0 && meta.max_query_len == 1)
     meta.max_context_len = std::max(meta.max_context_len, options_.max_model_len);
+  const Tensor device = backend_->upload(meta.packed);
   for (Tensor* t : {&meta.token_ids, &meta.positions, &meta.slot_mapping, &meta.query_start,
                     &meta.context_lens, &meta.block_tables, &meta.logits_indices}) {
-    *t = backend_->upload(*t);
+    *t = rebase(*t, meta.packed, device);
   }
+  meta.packed = device;
   return model_->forward(meta, kv_);
 }
 
