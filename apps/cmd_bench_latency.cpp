@@ -26,7 +26,7 @@ struct IterationTimes {
   std::vector<double> decode_s;
 };
 
-IterationTimes run_iteration(runtime::ModelRunner& runner, const LatencyOptions& o, int vocab,
+IterationTimes run_iteration(runtime::StepRunner& runner, const LatencyOptions& o, int vocab,
                              std::mt19937& rng) {
   const int B = o.batch_size, bs = runner.block_size();
   const int blocks_per_seq = ceil_div(o.input_len + o.output_len, bs);

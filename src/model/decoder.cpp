@@ -1,39 +1,74 @@
 #include "model/decoder.h"
 
 #include "base/error.h"
+#include "model/layers/shard.h"
 
 namespace serval::model {
 
+namespace {
+
+void validate_shard(const ShardSpec& s) {
+  dist::validate(s.parallel);
+  if (s.parallel.tp_size > 1 && s.parallel.dp_size > 1)
+    throw InvalidArgument(
+        "model loading: tensor parallel with data parallel needs per-replica communicators, "
+        "not supported (tp " +
+        std::to_string(s.parallel.tp_size) + ", dp " + std::to_string(s.parallel.dp_size) + ")");
+  const int world = s.parallel.world_size();
+  if (world > 1 && (!s.comm || s.comm->size() != world ||
+                    s.comm->rank() != dist::global_rank(s.parallel, s.coord)))
+    throw InvalidArgument("model loading: " + std::to_string(world) +
+                          " ranks need a communicator of that size whose rank is this one's");
+}
+
+}  // namespace
+
 Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const WeightSource& w,
                  backend::Backend& b, const LoadOptions& options)
-    : c_(c), b_(b) {
+    : c_(c), b_(b), shard_(options.shard) {
+  validate_shard(shard_);
+  const dist::TpLayout tp = shard_.tp();
   const int64_t H = c.hidden_size, V = c.vocab_size;
-  embed_ = b.upload_weight(w.get("model.embed_tokens.weight", {V, H}));
+  local_kv_heads_ =
+      int(dist::shard_attention(tp, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+              .kv_heads.size());
+  const Tensor embed_host = w.get("model.embed_tokens.weight", {V, H});
+  embed_ = b.upload_weight(embed_host);
   final_norm_ = b.upload_weight(w.get("model.norm.weight", {H}));
-  lm_head_ = c.tie_word_embeddings ? embed_ : b.upload_weight(w.get("lm_head.weight", {V, H}));
+  vocab_ = tp.size > 1 ? dist::shard_vocab(tp, V).real : dist::Range{0, V};
+  if (tp.size == 1) {
+    lm_head_ = c.tie_word_embeddings ? embed_ : b.upload_weight(w.get("lm_head.weight", {V, H}));
+  } else if (vocab_.size() > 0) {
+    const Tensor head = c.tie_word_embeddings ? embed_host : w.get("lm_head.weight", {V, H});
+    lm_head_ = b.upload_weight(slice_rows(head, vocab_));
+  }
   inv_freq_ = b.upload(rope_inv_freq(c));
+  std::optional<dist::MoeShard> moe_shard;
+  if (spec.moe_inter > 0 && c.num_experts > 0)
+    moe_shard = dist::shard_moe(shard_.parallel, shard_.coord, c.num_experts, spec.moe_inter);
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string prefix = "model.layers." + std::to_string(i);
     Layer layer;
     layer.input_norm = b.upload_weight(w.get(prefix + ".input_layernorm.weight", {H}));
     layer.post_attention_norm =
         b.upload_weight(w.get(prefix + ".post_attention_layernorm.weight", {H}));
-    layer.attn = std::make_unique<Attention>(c, w, b, prefix + ".self_attn", spec.qk_norm);
+    layer.attn = std::make_unique<Attention>(c, w, b, prefix + ".self_attn", spec.qk_norm, tp);
     std::optional<MoeNames> moe = spec.moe_names ? spec.moe_names(i) : std::nullopt;
     if (moe) {
-      layer.moe = std::make_unique<MoeBlock>(c, spec.moe_inter, w, b, *moe, options.moe_backend);
+      layer.moe =
+          std::make_unique<MoeBlock>(c, spec.moe_inter, w, b, *moe, options.moe_backend, moe_shard);
       moe_backend_ = options.moe_backend;
     } else {
-      layer.mlp =
-          std::make_unique<Mlp>(c, c.intermediate_size, w, b, prefix + ".mlp.gate_proj.weight",
-                                prefix + ".mlp.up_proj.weight", prefix + ".mlp.down_proj.weight");
+      layer.mlp = std::make_unique<Mlp>(
+          c, c.intermediate_size, w, b, prefix + ".mlp.gate_proj.weight",
+          prefix + ".mlp.up_proj.weight", prefix + ".mlp.down_proj.weight", tp);
     }
     layers_.push_back(std::move(layer));
   }
 }
 
 KvGeometry Decoder::kv_geometry() const {
-  return {c_.num_hidden_layers, c_.num_key_value_heads, c_.head_dim};
+  return {c_.num_hidden_layers, local_kv_heads_, c_.head_dim};
 }
 
 Tensor Decoder::forward(const backend::StepMetadata& meta,
@@ -56,11 +91,14 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
       b_.rms_norm(delta, &residual, layer.input_norm, c_.rms_norm_eps, x);
     }
     layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
+    if (shard_.parallel.tp_size > 1) shard_.comm->all_reduce_sum(delta);  // row-parallel o_proj
     b_.rms_norm(delta, &residual, layer.post_attention_norm, c_.rms_norm_eps, x);
     if (layer.moe) {
       layer.moe->forward(x, delta);
+      if (shard_.moe_all_reduce()) shard_.comm->all_reduce_sum(delta);
     } else {
       layer.mlp->forward(x, delta);
+      if (shard_.parallel.tp_size > 1) shard_.comm->all_reduce_sum(delta);  // row-parallel down
     }
     b_.step_release(mark);
   }
@@ -68,7 +106,14 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
   Tensor last = b_.empty(act, {meta.num_logits, H});
   b_.gather_rows(x, meta.logits_indices, last);
   Tensor logits = b_.empty(DType::kF32, {meta.num_logits, c_.vocab_size});
-  b_.linear(last, lm_head_, nullptr, logits);
+  if (shard_.parallel.tp_size == 1) {
+    b_.linear(last, lm_head_, nullptr, logits);
+    return logits;
+  }
+  // Vocab-parallel LM head: this rank's rows of the vocabulary, then every rank's columns.
+  Tensor local = b_.empty(DType::kF32, {meta.num_logits, vocab_.size()});
+  if (vocab_.size() > 0 && meta.num_logits > 0) b_.linear(last, lm_head_, nullptr, local);
+  shard_.comm->all_gather_columns(local, vocab_.begin, logits);
   return logits;
 }
 

@@ -37,6 +37,10 @@ class Decoder final : public Model {
   };
   io::ModelConfig c_;
   backend::Backend& b_;
+  ShardSpec shard_;
+  int local_kv_heads_ = 0;
+  dist::Range vocab_;  // LM-head rows (vocabulary entries) this rank computes logits for
+  // lm_head_: rows vocab_ of the LM head (of the embedding when tied); embed_ is replicated.
   Tensor embed_, final_norm_, lm_head_, inv_freq_;
   std::vector<Layer> layers_;
   std::string moe_backend_;

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
+#include "dist/layout.h"
 #include "io/model_config.h"
 #include "model/weight_source.h"
 
@@ -27,8 +29,33 @@ class Model {
   virtual std::string moe_backend() const { return ""; }
 };
 
+// Which part of the model this rank loads (dist/layout.h) and the communicator its partial
+// outputs are combined over. The default is the whole model on one rank.
+//   tensor parallel (parallel.tp_size > 1): q/k/v and gate/up column-parallel, o and down
+//     row-parallel with an all-reduce, KV heads split (replicated when fewer than ranks), the LM
+//     head vocab-parallel with a gather of the logits, each MoE expert's intermediate split. The
+//     embedding table is replicated (it is a lookup: no compute to save, and it keeps the first
+//     layer free of a collective).
+//   expert parallel (parallel.enable_expert_parallel): experts split over all world_size()
+//     ranks, each whole; the MoE output is all-reduced.
+// The communicator spans all world_size() ranks, so tp_size > 1 needs dp_size == 1 (a TP group
+// per DP replica would need sub-communicators); dp_size > 1 with tp_size == 1 replicates
+// attention and dense MLPs, which is how expert parallel without tensor parallel runs.
+// Quantized checkpoints load under expert parallel (whole experts) but not yet under tensor
+// parallel (LoadError).
+struct ShardSpec {
+  dist::ParallelConfig parallel;
+  dist::RankCoord coord;
+  backend::Communicator* comm = nullptr;  // not owned; required when world_size() > 1
+  dist::TpLayout tp() const { return {coord.tp_rank, parallel.tp_size}; }
+  bool moe_all_reduce() const {
+    return parallel.tp_size > 1 || (parallel.enable_expert_parallel && parallel.world_size() > 1);
+  }
+};
+
 struct LoadOptions {
   std::string moe_backend = "latency";
+  ShardSpec shard;
 };
 
 // Builds the architecture named by config.architecture (see registry.cpp). Throws LoadError for

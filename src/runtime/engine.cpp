@@ -339,7 +339,7 @@ class EngineImpl final : public Engine {
   EngineConfig cfg_;
   io::ModelConfig config_;
   ModelInfo info_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<StepRunner> runner_;  // one rank, or a tensor-parallel group
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<sched::Scheduler> scheduler_;

@@ -13,6 +13,7 @@
 #include "model/quantized_weight.h"
 #include "quant/kv_scales.h"
 #include "quant/quant_config.h"
+#include "runtime/parallel_runner.h"
 
 namespace serval::runtime {
 
@@ -185,31 +186,13 @@ LoadedModel load_model(const EngineConfig& cfg) {
     throw InvalidArgument("--load-format: unknown value '" + cfg.load_format +
                           "' (choices: auto, safetensors, dummy)");
   }
-  model::LoadOptions options;
-  options.moe_backend = out.moe_backend;
-  auto model = model::create_model(mc, *weights, *backend, options);
+  const dist::ParallelConfig parallel{cfg.tensor_parallel_size, 1, cfg.enable_expert_parallel};
+  dist::validate(parallel);
 
   out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
   const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend, mc.head_dim);
   out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
-  const int64_t per_token = ModelRunner::kv_bytes_per_token(model->kv_geometry(), kv_dtype);
-  const int64_t kv_bytes = kv_cache_budget(cfg, mc, *backend);
-  const int64_t blocks_for_all =
-      int64_t(cfg.max_num_seqs) * ceil_div(out.max_model_len, cfg.block_size) + 1;
-  out.num_blocks = int(std::min<int64_t>(kv_bytes / (per_token * cfg.block_size), blocks_for_all));
-  const int64_t cache_tokens = out.num_blocks * int64_t(cfg.block_size);
-  if (cache_tokens < out.max_model_len && cfg.max_model_len == 0) {
-    log::warn("max_model_len lowered from {} to {}: the KV cache holds {} tokens",
-              out.max_model_len, cache_tokens, cache_tokens);
-    out.max_model_len = int(cache_tokens);
-  }
-  if (cache_tokens < out.max_model_len) {
-    throw OutOfResources(fmt::format(
-        "KV cache of {} blocks ({} tokens) cannot hold one sequence of max_model_len {}; "
-        "lower --max-model-len",
-        out.num_blocks, out.num_blocks * cfg.block_size, out.max_model_len));
-  }
   RunnerOptions runner;
   runner.kv_cache_dtype = kv_dtype;
   if (cfg.load_format != "dummy") {
@@ -221,17 +204,59 @@ LoadedModel load_model(const EngineConfig& cfg) {
       runner.v_scales = std::move(scales.v);
     }
   }
-  log::info(
-      "KV cache {}: {} blocks of {} tokens; k/v scales from the checkpoint for {} of {} "
-      "layers",
-      out.kv_cache_dtype, out.num_blocks, cfg.block_size, out.num_kv_scale_layers,
-      mc.num_hidden_layers);
   if (backend->device() == Device::kCuda) {
     runner.max_model_len = out.max_model_len;
     runner.max_decode_batch = cfg.max_num_seqs;
     runner.cuda_graphs = !cfg.enforce_eager && cfg.cudagraph_mode != "NONE";
     runner.step_memory_bytes = step_memory_bytes(cfg, mc);
   }
+  // KV blocks per rank from the backend's budget, once the (rank's) weights are loaded.
+  auto num_blocks_for = [&](backend::Backend& b, const model::Model& model) {
+    const int64_t per_token = ModelRunner::kv_bytes_per_token(model.kv_geometry(), kv_dtype);
+    const int64_t kv_bytes = kv_cache_budget(cfg, mc, b);
+    const int64_t blocks_for_all =
+        int64_t(cfg.max_num_seqs) * ceil_div(out.max_model_len, cfg.block_size) + 1;
+    out.num_blocks =
+        int(std::min<int64_t>(kv_bytes / (per_token * cfg.block_size), blocks_for_all));
+    const int64_t cache_tokens = out.num_blocks * int64_t(cfg.block_size);
+    if (cache_tokens < out.max_model_len && cfg.max_model_len == 0) {
+      log::warn("max_model_len lowered from {} to {}: the KV cache holds {} tokens",
+                out.max_model_len, cache_tokens, cache_tokens);
+      out.max_model_len = int(cache_tokens);
+    }
+    if (cache_tokens < out.max_model_len) {
+      throw OutOfResources(fmt::format(
+          "KV cache of {} blocks ({} tokens) cannot hold one sequence of max_model_len {}; "
+          "lower --max-model-len",
+          out.num_blocks, out.num_blocks * cfg.block_size, out.max_model_len));
+    }
+    log::info(
+        "KV cache {}: {} blocks of {} tokens; k/v scales from the checkpoint for {} of {} "
+        "layers",
+        out.kv_cache_dtype, out.num_blocks, cfg.block_size, out.num_kv_scale_layers,
+        mc.num_hidden_layers);
+    return out.num_blocks;
+  };
+
+  if (parallel.world_size() > 1) {
+    // Tensor / expert parallel: every rank builds its own backend (one GPU each on CUDA).
+    log::info("tensor parallel {}, expert parallel {}", parallel.tp_size,
+              parallel.enable_expert_parallel ? "on" : "off");
+    ParallelLoadOptions po;
+    po.device = backend->device() == Device::kCuda ? "cuda" : "cpu";
+    po.parallel = parallel;
+    po.moe_backend = out.moe_backend;
+    po.block_size = cfg.block_size;
+    po.runner = runner;
+    po.num_blocks = num_blocks_for;
+    backend.reset();
+    out.runner = load_parallel_runner(mc, *weights, po);
+    return out;
+  }
+  model::LoadOptions options;
+  options.moe_backend = out.moe_backend;
+  auto model = model::create_model(mc, *weights, *backend, options);
+  num_blocks_for(*backend, *model);
   out.runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), out.num_blocks,
                                              cfg.block_size, runner);
   return out;

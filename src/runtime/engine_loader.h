@@ -11,7 +11,7 @@ namespace serval::runtime {
 
 struct LoadedModel {
   io::ModelConfig config;
-  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<StepRunner> runner;  // a ModelRunner, or a ParallelRunner when tp/ep > 1
   int num_blocks = 0;
   int max_model_len = 0;
   std::string moe_backend;

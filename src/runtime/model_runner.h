@@ -36,20 +36,35 @@ struct RunnerOptions {
   std::vector<float> k_scales, v_scales;  // per layer (fp8 KV); empty: 1.0
 };
 
-class ModelRunner {
+// What the engine drives: one step over scheduled chunks. ModelRunner runs one model on one
+// backend; ParallelRunner (parallel_runner.h) runs tensor/expert-parallel ranks together.
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // Runs one step; returns logits [rows, vocab] in host memory, rows in chunk order.
+  virtual std::vector<float> execute(std::span<const SeqChunk> chunks) = 0;
+  // Runs one step and returns the argmax token of each logits row.
+  virtual std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) = 0;
+  virtual int block_size() const = 0;
+  // The model and KV cache of rank 0 (the only one without parallelism).
+  virtual model::Model& model() = 0;
+  virtual const std::vector<backend::KvCacheLayer>& kv_cache() const = 0;
+};
+
+class ModelRunner final : public StepRunner {
  public:
   // num_blocks KV blocks of block_size tokens for every layer of the model.
   ModelRunner(std::unique_ptr<backend::Backend> backend, std::unique_ptr<model::Model> model,
               int num_blocks, int block_size, const RunnerOptions& options = {});
   ~ModelRunner();
   // Runs one step; returns logits [rows, vocab] in host memory, rows in chunk order.
-  std::vector<float> execute(std::span<const SeqChunk> chunks);
+  std::vector<float> execute(std::span<const SeqChunk> chunks) override;
   // Runs one step and returns the argmax token of each logits row (only ids leave the device).
-  std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks);
-  model::Model& model() { return *model_; }
+  std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) override;
+  model::Model& model() override { return *model_; }
   backend::Backend& backend() { return *backend_; }
-  int block_size() const { return block_size_; }
-  const std::vector<backend::KvCacheLayer>& kv_cache() const { return kv_; }
+  int block_size() const override { return block_size_; }
+  const std::vector<backend::KvCacheLayer>& kv_cache() const override { return kv_; }
 
   // Bytes of KV cache one token needs across all layers.
   static int64_t kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype);

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "backend/backend.h"
@@ -41,13 +42,19 @@ bf16* bf_mut(Tensor& t) {
 // The stream every backend enqueues on. It lives as long as the process: tensors free their
 // memory with cudaFreeAsync on it from their deleters, which may run after the backend that
 // made them is gone (a destroyed stream there crashes the driver).
+// One per device (the calling thread's current one): tensor-parallel ranks each bind their own
+// GPU before creating their backend.
 cudaStream_t process_stream() {
-  static cudaStream_t stream = [] {
-    cudaStream_t s = nullptr;
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    return s;
-  }();
-  return stream;
+  static std::mutex mu;
+  static std::vector<cudaStream_t> streams;
+  int device = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard lock(mu);
+  if (streams.size() <= size_t(device)) streams.resize(size_t(device) + 1, nullptr);
+  if (!streams[size_t(device)])
+    cuda_check(cudaStreamCreateWithFlags(&streams[size_t(device)], cudaStreamNonBlocking),
+               "cudaStreamCreate");
+  return streams[size_t(device)];
 }
 
 class CudaStepGraph final : public StepGraph {
@@ -70,7 +77,8 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend() : stream_(process_stream()) {
     cudaMemPool_t pool;
-    cuda_check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+    cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+    cuda_check(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
     uint64_t keep_all = UINT64_MAX;
     cuda_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
                "cudaMemPoolSetAttribute");
@@ -80,6 +88,7 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return "cuda"; }
+  void* native_stream() override { return stream_; }
   DType activation_dtype() const override { return DType::kBF16; }
   DType kv_cache_dtype() const override { return DType::kBF16; }
 
@@ -494,6 +503,7 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
+  int device_ = 0;  // the CUDA device current when the backend was created
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   Tensor arena_;  // step memory, see reserve_step_memory
   size_t arena_offset_ = 0;

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "base/error.h"
+#include "model/layers/shard.h"
 #include "model/quantized_weight.h"
 
 namespace serval::model {
@@ -59,26 +60,42 @@ Tensor rope_inv_freq(const io::ModelConfig& c) {
   return t;
 }
 
+namespace {
+
+// A host weight onto the backend's device (the upload half of load_linear).
+backend::Weight read_and_upload(backend::Backend& b, const backend::Weight& host) {
+  if (host.q) return {Tensor{}, b.upload_quantized(*host.q)};
+  return {b.upload_weight(host.dense), std::nullopt};
+}
+
+}  // namespace
+
 Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
-                     const std::string& prefix, bool qk_norm)
+                     const std::string& prefix, bool qk_norm, const dist::TpLayout& tp)
     : b_(b), has_bias_(c.attention_bias) {
-  params_.num_q_heads = c.num_attention_heads;
-  params_.num_kv_heads = c.num_key_value_heads;
+  const dist::AttentionShard shard =
+      dist::shard_attention(tp, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+  params_.num_q_heads = int(shard.q_heads.size());
+  params_.num_kv_heads = int(shard.kv_heads.size());
   params_.head_dim = c.head_dim;
   params_.scale = 1.0f / std::sqrt(float(c.head_dim));
   params_.rms_norm_eps = c.rms_norm_eps;
   const int64_t H = c.hidden_size;
-  q_dim_ = c.num_attention_heads * c.head_dim;
+  const int64_t full_q = int64_t(c.num_attention_heads) * c.head_dim;
   const int64_t kv_dim = int64_t(c.num_key_value_heads) * c.head_dim;
-  wqkv_ = load_linear(
-      w, b,
-      {{prefix + ".q_proj", q_dim_}, {prefix + ".k_proj", kv_dim}, {prefix + ".v_proj", kv_dim}},
-      H);
-  wo_ = load_linear(w, b, {{prefix + ".o_proj", H}}, q_dim_);
+  q_dim_ = int(shard.q_rows.size());
+  wqkv_ = read_and_upload(b, read_linear_sharded(w,
+                                                 {{prefix + ".q_proj", full_q, shard.q_rows},
+                                                  {prefix + ".k_proj", kv_dim, shard.kv_rows},
+                                                  {prefix + ".v_proj", kv_dim, shard.kv_rows}},
+                                                 H, {0, H}));
+  wo_ = read_and_upload(
+      b, read_linear_sharded(w, {{prefix + ".o_proj", H, {0, H}}}, full_q, shard.o_cols));
   if (has_bias_) {
-    bqkv_ = b.upload_weight(concat_rows({w.get(prefix + ".q_proj.bias", {q_dim_}),
-                                         w.get(prefix + ".k_proj.bias", {kv_dim}),
-                                         w.get(prefix + ".v_proj.bias", {kv_dim})}));
+    bqkv_ = b.upload_weight(
+        concat_rows({slice_rows(w.get(prefix + ".q_proj.bias", {full_q}), shard.q_rows),
+                     slice_rows(w.get(prefix + ".k_proj.bias", {kv_dim}), shard.kv_rows),
+                     slice_rows(w.get(prefix + ".v_proj.bias", {kv_dim}), shard.kv_rows)}));
   }
   if (qk_norm) {
     q_norm_ = b.upload_weight(w.get(prefix + ".q_norm.weight", {c.head_dim}));
@@ -102,10 +119,16 @@ void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, cons
 }
 
 Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
-         const std::string& gate, const std::string& up, const std::string& down)
-    : b_(b), hidden_(c.hidden_size), inter_(inter) {
-  gate_up_ = load_linear(w, b, {{module_of(gate), inter}, {module_of(up), inter}}, hidden_);
-  down_ = load_linear(w, b, {{module_of(down), hidden_}}, inter);
+         const std::string& gate, const std::string& up, const std::string& down,
+         const dist::TpLayout& tp)
+    : b_(b), hidden_(c.hidden_size) {
+  const dist::Range keep = dist::shard_intermediate(tp, inter);
+  inter_ = int(keep.size());
+  gate_up_ = read_and_upload(
+      b, read_linear_sharded(w, {{module_of(gate), inter, keep}, {module_of(up), inter, keep}},
+                             hidden_, {0, hidden_}));
+  down_ = read_and_upload(
+      b, read_linear_sharded(w, {{module_of(down), hidden_, {0, hidden_}}}, inter, keep));
 }
 
 void Mlp::forward(const Tensor& x, Tensor& out) {
@@ -129,17 +152,21 @@ std::string expert_name(const MoeNames& n, int e, const std::string& proj) {
 }  // namespace
 
 MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
-                   const MoeNames& names, const std::string& expert_backend)
+                   const MoeNames& names, const std::string& expert_backend,
+                   const std::optional<dist::MoeShard>& shard)
     : b_(b) {
-  const int E = c.num_experts, H = c.hidden_size, I = inter;
+  const int E = c.num_experts, H = c.hidden_size;
+  const dist::Range experts = shard ? shard->experts : dist::Range{0, E};
+  const dist::Range keep = shard ? shard->intermediate : dist::Range{0, inter};
+  const int I = int(keep.size()), L = int(experts.size());
   w_.num_experts = E;
   w_.top_k = c.num_experts_per_tok;
   w_.hidden = H;
   w_.inter = I;
   w_.routing = kernels::RoutingMethod::kSoftmaxTopK;
   w_.renormalize = c.norm_topk_prob;
-  w_.local_offset = 0;
-  w_.num_local = E;
+  w_.local_offset = int(experts.begin);
+  w_.num_local = L;
   const std::string router = module_of(names.router);
   if (quant::is_quantized(w.quant_config(), router))
     throw LoadError(w.quant_config().source + ": the MoE router '" + router +
@@ -148,13 +175,16 @@ MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, b
   w_.router = b.upload_weight(w.get(names.router, {E, H}));
   std::vector<Tensor> gate_up, down;
   std::vector<backend::QuantizedWeight> gate_up_q, down_q;
-  for (int e = 0; e < E; ++e) {
-    backend::Weight gu = read_linear(w,
-                                     {{module_of(expert_name(names, e, names.gate)), I},
-                                      {module_of(expert_name(names, e, names.up)), I}},
-                                     H);
-    backend::Weight dn = read_linear(w, {{module_of(expert_name(names, e, names.down)), H}}, I);
-    if (gu.quantized() != dn.quantized() || (e > 0 && gu.quantized() != !gate_up_q.empty()))
+  for (int e = int(experts.begin); e < int(experts.end); ++e) {
+    backend::Weight gu =
+        read_linear_sharded(w,
+                            {{module_of(expert_name(names, e, names.gate)), inter, keep},
+                             {module_of(expert_name(names, e, names.up)), inter, keep}},
+                            H, {0, H});
+    backend::Weight dn = read_linear_sharded(
+        w, {{module_of(expert_name(names, e, names.down)), H, {0, H}}}, inter, keep);
+    if (gu.quantized() != dn.quantized() ||
+        (e > experts.begin && gu.quantized() != !gate_up_q.empty()))
       throw LoadError(w.quant_config().source + ": the experts of " + names.router +
                       " mix quantized and unquantized projections (expert " + std::to_string(e) +
                       "); they need one format");
@@ -172,8 +202,8 @@ MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, b
     gate_up_q.clear();
     w_.down_q = b.upload_quantized(stack_experts(down_q));
   } else {
-    w_.gate_up = b.upload_weight(concat_rows(gate_up).reshape({E, 2 * int64_t(I), H}));
-    w_.down = b.upload_weight(concat_rows(down).reshape({E, H, I}));
+    w_.gate_up = b.upload_weight(concat_rows(gate_up).reshape({L, 2 * int64_t(I), H}));
+    w_.down = b.upload_weight(concat_rows(down).reshape({L, H, I}));
   }
   w_.expert_backend = expert_backend;
   b.prepare_moe(w_);

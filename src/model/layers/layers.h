@@ -2,7 +2,10 @@
 #pragma once
 #include <string>
 
+#include <optional>
+
 #include "backend/backend.h"
+#include "dist/layout.h"
 #include "io/model_config.h"
 #include "model/weight_source.h"
 
@@ -19,9 +22,11 @@ Tensor rope_inv_freq(const io::ModelConfig& c);
 
 class Attention {
  public:
-  // prefix: "model.layers.N.self_attn"
+  // prefix: "model.layers.N.self_attn". tp: this rank's shard (dist::shard_attention): it loads
+  // its q/k/v rows and o_proj columns, and forward() returns its partial o_proj output (the
+  // caller all-reduces when tp.size > 1).
   Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
-            const std::string& prefix, bool qk_norm);
+            const std::string& prefix, bool qk_norm, const dist::TpLayout& tp = {});
   // x [T, hidden] → out [T, hidden]
   void forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
                backend::KvCacheLayer& cache, Tensor& out);
@@ -39,8 +44,11 @@ class Attention {
 class Mlp {
  public:
   // gate/up/down are full names of the three projections' weights ("....gate_proj.weight").
+  // tp: this rank keeps gate/up rows and down columns of dist::shard_intermediate; its output is
+  // partial when tp.size > 1.
   Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
-      const std::string& gate, const std::string& up, const std::string& down);
+      const std::string& gate, const std::string& up, const std::string& down,
+      const dist::TpLayout& tp = {});
   void forward(const Tensor& x, Tensor& out);
 
  private:
@@ -58,9 +66,11 @@ struct MoeNames {
 
 class MoeBlock {
  public:
-  // inter: each expert's intermediate size.
+  // inter: each expert's intermediate size. shard: the experts and the slice of their
+  // intermediate dimension this rank holds (dist::shard_moe); nullopt: all of it.
   MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
-           const MoeNames& names, const std::string& expert_backend);
+           const MoeNames& names, const std::string& expert_backend,
+           const std::optional<dist::MoeShard>& shard = std::nullopt);
   void forward(const Tensor& x, Tensor& out);
 
  private:

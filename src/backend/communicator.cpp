@@ -1,0 +1,18 @@
+// Stubs for builds without CUDA; backend/cuda/nccl_communicator.cpp defines the real ones.
+#include "backend/communicator.h"
+
+#include "base/error.h"
+
+namespace serval::backend {
+
+#ifndef SERVAL_HAVE_CUDA
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Backend* const>) {
+  throw InvalidArgument(
+      "NCCL communicators: serval was built without CUDA (tensor parallel on GPUs needs a CUDA "
+      "build; --device cpu runs tensor parallel in threads)");
+}
+
+void bind_cuda_device(int) {}
+#endif
+
+}  // namespace serval::backend

@@ -1,0 +1,51 @@
+// Collectives between the ranks of a tensor- / expert-parallel group, each rank with its own
+// Backend. The in-process CPU implementation runs the ranks as threads of one process; the CUDA
+// one wraps NCCL (one GPU per rank).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "tensor/tensor.h"
+
+namespace serval::backend {
+
+// Every collective must be called by all ranks of the group, in the same order, with tensors of
+// the same shape and dtype (each on its own rank's device). Calls are ordered with the rank's
+// other backend work (on CUDA: enqueued on the backend's stream).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // t ← Σ_r t_r over the ranks, in place. The CPU implementation sums in rank order 0..N-1,
+  // so every rank gets bit-identical results and repeated runs are reproducible.
+  virtual void all_reduce_sum(Tensor& t) = 0;
+  // out [rows, total_cols] f32 ← the ranks' column slices side by side: this rank contributes
+  // local [rows, n] at columns [col_begin, col_begin + n) (n may be 0). The ranks' slices must
+  // be disjoint and cover [0, total_cols). Implemented as a zero-fill, a copy and an all-reduce,
+  // which is exact (x + 0 = x).
+  virtual void all_gather_columns(const Tensor& local, int64_t col_begin, Tensor& out) = 0;
+  // Makes this rank's pending and future collectives fail (serval::Error) instead of waiting on
+  // peers: called when a rank failed mid-step so the other ranks' threads do not hang.
+  virtual void abort() {}
+};
+
+// `size` communicators over one in-process group, rank r at index r; the ranks must call the
+// collectives from different threads. f32 tensors in host memory (the CPU backend's).
+std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int size);
+
+// One NCCL communicator per backend (rank r = backends[r], on CUDA device r), created together
+// with ncclCommInitAll after setting NCCL_NVLS_ENABLE=0 when it is unset (NVLink multicast off).
+// Throws InvalidArgument when serval was built without CUDA or a backend is not a CUDA backend.
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
+    std::span<Backend* const> backends);
+
+// Makes CUDA device `device` current for the calling thread (cudaSetDevice), which must precede
+// creating or using that rank's CUDA backend. InvalidArgument naming the device count when it
+// does not exist; a no-op without CUDA (the CPU backend ignores devices).
+void bind_cuda_device(int device);
+
+}  // namespace serval::backend

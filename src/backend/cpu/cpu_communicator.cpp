@@ -1,0 +1,131 @@
+// In-process all-reduce for ranks running as threads: a shared table of the ranks' buffers and
+// an abortable barrier; every rank sums all buffers in rank order into a private copy.
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "backend/communicator.h"
+#include "base/error.h"
+
+namespace serval::backend {
+
+namespace {
+
+// Shared state of one group. A barrier generation counter lets the barrier be reused; abort()
+// wakes every waiter with an Error.
+class CpuGroup {
+ public:
+  explicit CpuGroup(int size) : size_(size), buffers_(size_t(size)), numels_(size_t(size)) {}
+
+  int size() const { return size_; }
+
+  void barrier() {
+    std::unique_lock lock(mu_);
+    throw_if_aborted();
+    const uint64_t gen = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
+    throw_if_aborted();
+  }
+
+  void abort() {
+    std::lock_guard lock(mu_);
+    aborted_ = true;
+    cv_.notify_all();
+  }
+
+  void post(int rank, float* data, int64_t numel) {
+    buffers_[size_t(rank)] = data;
+    numels_[size_t(rank)] = numel;
+  }
+  const float* buffer(int rank) const { return buffers_[size_t(rank)]; }
+  int64_t numel(int rank) const { return numels_[size_t(rank)]; }
+
+ private:
+  void throw_if_aborted() const {
+    if (aborted_) throw Error("CPU all-reduce aborted: another tensor-parallel rank failed");
+  }
+
+  const int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool aborted_ = false;
+  // Written by each rank for its own index before a barrier, read by all after it.
+  std::vector<float*> buffers_;
+  std::vector<int64_t> numels_;
+};
+
+class CpuCommunicator final : public Communicator {
+ public:
+  CpuCommunicator(std::shared_ptr<CpuGroup> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+
+  void all_reduce_sum(Tensor& t) override {
+    if (t.dtype != DType::kF32)
+      throw InvalidArgument("CPU all-reduce: f32 tensors only, got " +
+                            std::string(dtype_name(t.dtype)) + " " + shape_str(t.shape));
+    const int n = size();
+    if (n == 1) return;
+    const int64_t numel = t.numel();
+    group_->post(rank_, t.as<float>(), numel);
+    group_->barrier();  // every buffer posted
+    for (int r = 0; r < n; ++r) {
+      if (group_->numel(r) != numel)
+        throw InvalidArgument("CPU all-reduce: rank " + std::to_string(r) + " has " +
+                              std::to_string(group_->numel(r)) + " elements, rank " +
+                              std::to_string(rank_) + " has " + std::to_string(numel));
+    }
+    sum_.assign(group_->buffer(0), group_->buffer(0) + numel);
+    for (int r = 1; r < n; ++r) {
+      const float* src = group_->buffer(r);
+      for (int64_t i = 0; i < numel; ++i) sum_[size_t(i)] += src[i];
+    }
+    group_->barrier();  // every rank has read every buffer: safe to overwrite our own
+    std::copy(sum_.begin(), sum_.end(), t.as<float>());
+  }
+
+  void all_gather_columns(const Tensor& local, int64_t col_begin, Tensor& out) override {
+    const int64_t rows = out.dim(0), cols = out.dim(1);
+    const int64_t n = local.numel() == 0 ? 0 : local.dim(1);
+    check(out.dtype == DType::kF32 && (n == 0 || local.dtype == DType::kF32),
+          "all_gather_columns: f32 tensors");
+    check(n == 0 || local.dim(0) == rows, "all_gather_columns: equal row counts");
+    check(col_begin >= 0 && col_begin + n <= cols, "all_gather_columns: slice within out");
+    std::fill_n(out.as<float>(), out.numel(), 0.0f);
+    for (int64_t r = 0; r < rows && n > 0; ++r)
+      std::memcpy(out.as<float>() + r * cols + col_begin, local.as<float>() + r * n,
+                  size_t(n) * sizeof(float));
+    all_reduce_sum(out);
+  }
+
+  void abort() override { group_->abort(); }
+
+ private:
+  std::shared_ptr<CpuGroup> group_;
+  int rank_;
+  std::vector<float> sum_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int size) {
+  if (size < 1)
+    throw InvalidArgument("make_cpu_communicators: size " + std::to_string(size) + " < 1");
+  auto group = std::make_shared<CpuGroup>(size);
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < size; ++r) out.push_back(std::make_unique<CpuCommunicator>(group, r));
+  return out;
+}
+
+}  // namespace serval::backend

@@ -1,0 +1,109 @@
+// NCCL collectives for tensor parallel over the GPUs of one process (one rank per GPU, each
+// rank driven by its own thread). Compiled in CUDA builds; not yet run on a multi-GPU machine.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "backend/communicator.h"
+#include "backend/cuda/cuda_check.h"
+#include "base/error.h"
+
+namespace serval::backend {
+
+namespace {
+
+void nccl_check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess)
+    throw Error(std::string("NCCL error in ") + what + ": " + ncclGetErrorString(r));
+}
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    default:
+      throw InvalidArgument("NCCL all-reduce: unsupported dtype " + std::string(dtype_name(t)));
+  }
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size, cudaStream_t stream)
+      : comm_(comm), rank_(rank), size_(size), stream_(stream) {}
+  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(Tensor& t) override {
+    if (size_ == 1 || t.numel() == 0) return;
+    nccl_check(ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, comm_,
+                             stream_),
+               "ncclAllReduce");
+  }
+
+  void all_gather_columns(const Tensor& local, int64_t col_begin, Tensor& out) override {
+    const int64_t rows = out.dim(0), cols = out.dim(1);
+    const int64_t n = local.numel() == 0 ? 0 : local.dim(1);
+    check(out.dtype == DType::kF32 && (n == 0 || local.dtype == DType::kF32),
+          "all_gather_columns: f32 tensors");
+    check(col_begin >= 0 && col_begin + n <= cols, "all_gather_columns: slice within out");
+    cuda::cuda_check(cudaMemsetAsync(out.data, 0, out.nbytes(), stream_), "cudaMemsetAsync");
+    if (n > 0) {
+      const size_t elem = sizeof(float);
+      cuda::cuda_check(
+          cudaMemcpy2DAsync(static_cast<char*>(out.data) + size_t(col_begin) * elem,
+                            size_t(cols) * elem, local.data, size_t(n) * elem, size_t(n) * elem,
+                            size_t(rows), cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpy2DAsync");
+    }
+    all_reduce_sum(out);
+  }
+
+  void abort() override { ncclCommAbort(comm_); }
+
+ private:
+  ncclComm_t comm_;
+  int rank_, size_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
+    std::span<Backend* const> backends) {
+  const int n = int(backends.size());
+  for (int r = 0; r < n; ++r) {
+    if (backends[size_t(r)]->device() != Device::kCuda || !backends[size_t(r)]->native_stream())
+      throw InvalidArgument("NCCL communicators: rank " + std::to_string(r) +
+                            " does not have a CUDA backend");
+  }
+  // NVLink multicast (NVLS) stays off: it needs fabric setup that these machines lack.
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  std::vector<ncclComm_t> comms(static_cast<size_t>(n));
+  std::vector<int> devices(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) devices[size_t(r)] = r;
+  nccl_check(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < n; ++r)
+    out.push_back(std::make_unique<NcclCommunicator>(
+        comms[size_t(r)], r, n, static_cast<cudaStream_t>(backends[size_t(r)]->native_stream())));
+  return out;
+}
+
+void bind_cuda_device(int device) {
+  int count = 0;
+  cuda::cuda_check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count)
+    throw InvalidArgument("CUDA device " + std::to_string(device) + " does not exist (" +
+                          std::to_string(count) +
+                          " visible); tensor parallel needs one GPU per rank");
+  cuda::cuda_check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+}  // namespace serval::backend

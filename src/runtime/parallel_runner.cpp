@@ -1,0 +1,114 @@
+#include "runtime/parallel_runner.h"
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "base/error.h"
+#include "model/model.h"
+
+namespace serval::runtime {
+
+ParallelRunner::ParallelRunner(std::vector<std::unique_ptr<backend::Communicator>> comms,
+                               std::vector<std::unique_ptr<ModelRunner>> ranks,
+                               std::function<void(int)> bind)
+    : comms_(std::move(comms)), ranks_(std::move(ranks)), bind_(std::move(bind)) {
+  check(!ranks_.empty() && comms_.size() == ranks_.size(),
+        "ParallelRunner: one communicator per rank");
+}
+
+ParallelRunner::~ParallelRunner() = default;
+
+void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
+  std::mutex mu;
+  std::exception_ptr first;
+  auto body = [&](int r) {
+    try {
+      if (bind_) bind_(r);
+      fn(r);
+    } catch (...) {
+      {
+        std::lock_guard lock(mu);
+        if (!first) first = std::current_exception();
+      }
+      comms_[size_t(r)]->abort();  // release the ranks waiting on this one
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 1; r < size(); ++r) threads.emplace_back(body, r);
+  body(0);
+  for (std::thread& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+std::vector<float> ParallelRunner::execute(std::span<const SeqChunk> chunks) {
+  std::vector<float> out;
+  run_ranks([&](int r) {
+    if (r == 0) {
+      out = ranks_[0]->execute(chunks);
+    } else {
+      // Other ranks only need to take part in the collectives; their argmax is the cheapest
+      // way to finish the step.
+      ranks_[size_t(r)]->execute_greedy(chunks);
+    }
+  });
+  return out;
+}
+
+std::vector<int32_t> ParallelRunner::execute_greedy(std::span<const SeqChunk> chunks) {
+  std::vector<int32_t> out;
+  run_ranks([&](int r) {
+    std::vector<int32_t> ids = ranks_[size_t(r)]->execute_greedy(chunks);
+    if (r == 0) out = std::move(ids);
+  });
+  return out;
+}
+
+std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& config,
+                                                     const model::WeightSource& weights,
+                                                     const ParallelLoadOptions& options) {
+  dist::validate(options.parallel);
+  const int world = options.parallel.world_size();
+  const bool cuda = options.device == "cuda";
+  if (!cuda && options.device != "cpu")
+    throw InvalidArgument("parallel runner: unknown device '" + options.device +
+                          "' (choices: cpu, cuda)");
+  std::function<void(int)> bind;
+  if (cuda) bind = [](int r) { backend::bind_cuda_device(r); };
+
+  std::vector<std::unique_ptr<backend::Backend>> backends;
+  std::vector<backend::Backend*> raw;
+  for (int r = 0; r < world; ++r) {
+    if (bind) bind(r);
+    backends.push_back(cuda ? backend::make_cuda_backend() : backend::make_cpu_backend());
+    if (!backends.back())
+      throw InvalidArgument("tensor parallel: no CUDA backend for GPU " + std::to_string(r));
+    raw.push_back(backends.back().get());
+  }
+  std::vector<std::unique_ptr<backend::Communicator>> comms =
+      cuda ? backend::make_nccl_communicators(raw) : backend::make_cpu_communicators(world);
+
+  std::vector<std::unique_ptr<model::Model>> models;
+  for (int r = 0; r < world; ++r) {
+    if (bind) bind(r);
+    model::LoadOptions lo;
+    lo.moe_backend = options.moe_backend;
+    lo.shard.parallel = options.parallel;
+    lo.shard.coord = dist::rank_coord(options.parallel, r);
+    lo.shard.comm = comms[size_t(r)].get();
+    models.push_back(model::create_model(config, weights, *backends[size_t(r)], lo));
+  }
+  const int num_blocks = options.num_blocks(*backends[0], *models[0]);
+  RunnerOptions ro = options.runner;
+  ro.cuda_graphs = false;
+  std::vector<std::unique_ptr<ModelRunner>> ranks;
+  for (int r = 0; r < world; ++r) {
+    if (bind) bind(r);
+    ranks.push_back(std::make_unique<ModelRunner>(std::move(backends[size_t(r)]),
+                                                  std::move(models[size_t(r)]), num_blocks,
+                                                  options.block_size, ro));
+  }
+  return std::make_unique<ParallelRunner>(std::move(comms), std::move(ranks), std::move(bind));
+}
+
+}  // namespace serval::runtime

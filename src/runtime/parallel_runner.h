@@ -1,0 +1,69 @@
+// ParallelRunner: the ranks of a tensor- / expert-parallel group in one process, one thread per
+// rank, each with its own backend, model shard, KV cache and communicator. A step runs on all
+// ranks at once; the collectives inside the forward keep them in lockstep.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/communicator.h"
+#include "dist/layout.h"
+#include "model/weight_source.h"
+#include "runtime/model_runner.h"
+
+namespace serval::runtime {
+
+class ParallelRunner final : public StepRunner {
+ public:
+  // ranks[r] runs rank r and its model holds a pointer to comms[r] (both owned here, comms
+  // outliving the runners). bind(r), when set, runs first in rank r's thread on every step
+  // (CUDA: makes GPU r current). Every rank receives the same chunks; rank 0's logits are
+  // returned (the gathered logits are identical on all ranks).
+  ParallelRunner(std::vector<std::unique_ptr<backend::Communicator>> comms,
+                 std::vector<std::unique_ptr<ModelRunner>> ranks,
+                 std::function<void(int rank)> bind = {});
+  ~ParallelRunner() override;
+
+  // If a rank throws, the group's communicators are aborted (so no rank waits forever), the
+  // first exception is rethrown, and the runner is unusable afterwards.
+  std::vector<float> execute(std::span<const SeqChunk> chunks) override;
+  std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) override;
+  int block_size() const override { return ranks_[0]->block_size(); }
+  model::Model& model() override { return ranks_[0]->model(); }
+  const std::vector<backend::KvCacheLayer>& kv_cache() const override {
+    return ranks_[0]->kv_cache();
+  }
+  int size() const { return int(ranks_.size()); }
+  ModelRunner& rank(int r) { return *ranks_.at(size_t(r)); }
+
+ private:
+  // Calls fn(r) for every rank concurrently: rank 0 on the calling thread, the others on threads
+  // of their own.
+  void run_ranks(const std::function<void(int rank)>& fn);
+
+  std::vector<std::unique_ptr<backend::Communicator>> comms_;
+  std::vector<std::unique_ptr<ModelRunner>> ranks_;
+  std::function<void(int)> bind_;
+};
+
+// How to build the ranks of a parallel group.
+struct ParallelLoadOptions {
+  std::string device = "cpu";  // "cpu" (threads + in-process all-reduce) or "cuda" (NCCL)
+  dist::ParallelConfig parallel;
+  std::string moe_backend = "latency";
+  int block_size = 16;
+  RunnerOptions runner;  // cuda_graphs is ignored: collectives are not captured yet
+  // KV blocks of every rank, decided from rank 0's backend and model once the weights are
+  // loaded (all ranks have the same geometry).
+  std::function<int(backend::Backend& rank0, const model::Model& model0)> num_blocks;
+};
+
+// One backend, model shard (model::ShardSpec) and ModelRunner per rank of options.parallel,
+// and the communicators joining them. Ranks load one after another (CUDA: each after binding
+// its GPU). InvalidArgument when the layout does not fit the model (dist::shard_*).
+std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& config,
+                                                     const model::WeightSource& weights,
+                                                     const ParallelLoadOptions& options);
+
+}  // namespace serval::runtime

@@ -1,0 +1,225 @@
+// Tensor and expert parallel on the CPU backend: every fixture run as TP=2, TP=4 (KV heads
+// replicated), TP=2+EP and EP alone (2 ranks) gives the prompt logits of TP=1 up to the
+// summation order of the all-reduce (fp32) and the same greedy tokens; and an engine with
+// tensor_parallel_size = 2 generates what the single-rank engine generates.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "backend/communicator.h"
+#include "io/model_config.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "runtime/parallel_runner.h"
+
+namespace serval::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kBlockSize = 16, kBlocksPerSeq = 8, kSeqs = 3, kSteps = 32;
+
+fs::path fixture(const std::string& name) {
+  return fs::path(SERVAL_SOURCE_DIR) / "tests/fixtures" / name;
+}
+
+std::unique_ptr<StepRunner> make_runner(const std::string& name, dist::ParallelConfig p,
+                                        const std::unique_ptr<model::WeightSource>& weights,
+                                        const io::ModelConfig& config) {
+  if (p.world_size() == 1) {
+    auto backend = backend::make_cpu_backend();
+    auto m = model::create_model(config, *weights, *backend, {});
+    return std::make_unique<ModelRunner>(std::move(backend), std::move(m), kSeqs * kBlocksPerSeq,
+                                         kBlockSize);
+  }
+  ParallelLoadOptions o;
+  o.parallel = p;
+  o.block_size = kBlockSize;
+  o.num_blocks = [](backend::Backend&, const model::Model&) { return kSeqs * kBlocksPerSeq; };
+  return load_parallel_runner(config, *weights, o);
+}
+
+struct RunResult {
+  std::vector<float> prompt_logits;          // every prompt token's logits, all sequences
+  std::vector<std::vector<int32_t>> tokens;  // prompt + kSteps greedy tokens per sequence
+};
+
+// Prefill of three prompts of different lengths (logits of every token), then greedy decode.
+RunResult run(StepRunner& runner, int vocab) {
+  RunResult r;
+  std::vector<std::vector<int32_t>> tables(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 5 + 4 * s; ++i) prompt.push_back((37 * (i + 1) + 101 * s) % vocab);
+    r.tokens.push_back(prompt);
+    for (int b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(s * kBlocksPerSeq + b);
+  }
+  std::vector<SeqChunk> chunks;
+  for (int s = 0; s < kSeqs; ++s)
+    chunks.push_back({r.tokens[s], 0, int(r.tokens[s].size()), tables[s], SeqChunk::Logits::kAll});
+  r.prompt_logits = runner.execute(chunks);
+  // The first generated token comes from each prompt's last logits row.
+  size_t row = 0;
+  for (int s = 0; s < kSeqs; ++s) {
+    row += r.tokens[s].size();
+    const float* last = &r.prompt_logits[(row - 1) * size_t(vocab)];
+    r.tokens[s].push_back(int32_t(std::max_element(last, last + vocab) - last));
+  }
+  for (int step = 1; step < kSteps; ++step) {
+    chunks.clear();
+    for (int s = 0; s < kSeqs; ++s)
+      chunks.push_back({r.tokens[s], int(r.tokens[s].size()) - 1, 1, tables[s]});
+    std::vector<int32_t> next = runner.execute_greedy(chunks);
+    for (int s = 0; s < kSeqs; ++s) r.tokens[s].push_back(next[s]);
+  }
+  return r;
+}
+
+struct Case {
+  const char* name;
+  dist::ParallelConfig parallel;
+};
+
+class ParallelFixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ParallelFixtureTest, MatchesSingleRank) {
+  const std::string name = GetParam();
+  const io::ModelConfig config = io::load_model_config(fixture(name).string());
+  auto weights = model::open_checkpoint_weights(fixture(name).string());
+  const int vocab = config.vocab_size;
+  const RunResult ref = run(*make_runner(name, {1, 1, false}, weights, config), vocab);
+  float ref_max = 0;
+  for (float v : ref.prompt_logits) ref_max = std::max(ref_max, std::fabs(v));
+  ASSERT_GT(ref_max, 0.0f);
+
+  const Case cases[] = {
+      {"tp2", {2, 1, false}},
+      {"tp4 (kv heads replicated)", {4, 1, false}},
+      {"tp2+ep", {2, 1, true}},
+      {"tp4+ep", {4, 1, true}},
+      {"ep over 2 ranks (tp1)", {1, 2, true}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(name + " " + c.name);
+    auto runner = make_runner(name, c.parallel, weights, config);
+    const RunResult got = run(*runner, vocab);
+    ASSERT_EQ(got.prompt_logits.size(), ref.prompt_logits.size());
+    float max_diff = 0;
+    for (size_t i = 0; i < ref.prompt_logits.size(); ++i)
+      max_diff = std::max(max_diff, std::fabs(got.prompt_logits[i] - ref.prompt_logits[i]));
+    // fp32 everywhere; only the order of the partial sums differs from TP=1.
+    EXPECT_LE(max_diff, 1e-4f * ref_max) << "max |logit| " << ref_max;
+    EXPECT_EQ(got.tokens, ref.tokens);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelFixtureTest,
+                         ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral"));
+
+TEST(ParallelRunner, ShardsHaveLocalKvHeadsAndExperts) {
+  const io::ModelConfig config = io::load_model_config(fixture("qwen3_moe").string());
+  auto weights = model::open_checkpoint_weights(fixture("qwen3_moe").string());
+  ParallelLoadOptions o;
+  o.parallel = {4, 1, false};
+  o.num_blocks = [](backend::Backend&, const model::Model&) { return 4; };
+  auto tp4 = load_parallel_runner(config, *weights, o);
+  ASSERT_EQ(tp4->size(), 4);
+  for (int r = 0; r < 4; ++r) {
+    // 2 KV heads over 4 ranks: one (replicated) head per rank.
+    EXPECT_EQ(tp4->rank(r).model().kv_geometry().num_kv_heads, 1);
+    EXPECT_EQ(tp4->rank(r).kv_cache()[0].k.dim(2), 1);
+  }
+  o.parallel = {3, 1, false};  // 4 heads do not split over 3 ranks
+  EXPECT_THROW(load_parallel_runner(config, *weights, o), InvalidArgument);
+  o.parallel = {1, 3, true};  // 8 experts do not split over 3 ranks
+  EXPECT_THROW(load_parallel_runner(config, *weights, o), InvalidArgument);
+}
+
+TEST(CpuCommunicator, SumsInRankOrderAndGathersColumns) {
+  constexpr int kRanks = 3;
+  auto comms = backend::make_cpu_communicators(kRanks);
+  std::vector<std::vector<float>> sums(kRanks), gathered(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      // Values whose float sum depends on the order: 1e8 + 1 - 1e8 ...
+      std::vector<float> v = {r == 0 ? 1e8f : (r == 1 ? 1.0f : -1e8f), float(r + 1)};
+      Tensor t = host_view(v.data(), DType::kF32, {2}, nullptr);
+      comms[r]->all_reduce_sum(t);
+      sums[r] = v;
+      // Rank r holds columns [2r, 2r + 2) of a [2, 6] matrix; value 10·row + column.
+      Tensor local = host_empty(DType::kF32, {2, 2});
+      for (int i = 0; i < 4; ++i) local.as<float>()[i] = float(10 * (i / 2) + 2 * r + i % 2);
+      Tensor out = host_empty(DType::kF32, {2, 6});
+      comms[r]->all_gather_columns(local, 2 * r, out);
+      gathered[r].assign(out.as<float>(), out.as<float>() + 12);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    // ((1e8 + 1) - 1e8) in float is 0: rank order, not a pairwise or reordered sum.
+    EXPECT_EQ(sums[r][0], (1e8f + 1.0f) - 1e8f);
+    EXPECT_EQ(sums[r][1], 6.0f);
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(gathered[r][i], float(10 * (i / 6) + i % 6));
+  }
+}
+
+TEST(CpuCommunicator, AbortReleasesWaitingRanks) {
+  auto comms = backend::make_cpu_communicators(2);
+  std::thread waiter([&] {
+    std::vector<float> v(4, 1.0f);
+    Tensor t = host_view(v.data(), DType::kF32, {4}, nullptr);
+    EXPECT_THROW(comms[1]->all_reduce_sum(t), Error);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  comms[0]->abort();
+  waiter.join();
+}
+
+// Greedy generation through the engine: tensor_parallel_size 2 (and with expert parallel)
+// must produce the single-rank tokens.
+std::vector<int32_t> engine_tokens(int tp, bool ep) {
+  EngineConfig cfg;
+  cfg.model_dir = fixture("qwen3_moe").string();
+  cfg.device = "cpu";
+  cfg.tensor_parallel_size = tp;
+  cfg.enable_expert_parallel = ep;
+  cfg.max_model_len = 128;
+  cfg.max_num_seqs = 4;
+  cfg.cpu_kv_cache_bytes = 16 << 20;
+  auto engine = Engine::create(cfg);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 24;
+  sp.ignore_eos = true;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;
+  bool done = false;
+  engine->submit({3, 14, 15, 92, 65, 35}, sp, [&](const RequestOutput& o) {
+    std::lock_guard lock(mu);
+    tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    if (o.finish) done = true;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mu);
+  cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; });
+  lock.unlock();
+  engine->shutdown();
+  return tokens;
+}
+
+TEST(ParallelEngine, TensorParallelGeneratesSingleRankTokens) {
+  const std::vector<int32_t> ref = engine_tokens(1, false);
+  ASSERT_EQ(ref.size(), 24u);
+  EXPECT_EQ(engine_tokens(2, false), ref);
+  EXPECT_EQ(engine_tokens(2, true), ref);
+}
+
+}  // namespace
+}  // namespace serval::runtime
