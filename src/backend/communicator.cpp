@@ -6,7 +6,7 @@
 namespace serval::backend {
 
 #ifndef SERVAL_HAVE_CUDA
-std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Backend* const>) {
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Backend* const>, int) {
   throw InvalidArgument(
       "NCCL communicators: serval was built without CUDA (tensor parallel on GPUs needs a CUDA "
       "build; --device cpu runs tensor parallel in threads)");

@@ -37,11 +37,12 @@ class Communicator {
 // collectives from different threads. f32 tensors in host memory (the CPU backend's).
 std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int size);
 
-// One NCCL communicator per backend (rank r = backends[r], on CUDA device r), created together
-// with ncclCommInitAll after setting NCCL_NVLS_ENABLE=0 when it is unset (NVLink multicast off).
-// Throws InvalidArgument when serval was built without CUDA or a backend is not a CUDA backend.
+// One NCCL communicator per backend (rank r = backends[r], on CUDA device first_device + r),
+// created together with ncclCommInitAll after setting NCCL_NVLS_ENABLE=0 when it is unset (NVLink
+// multicast off). Throws InvalidArgument when serval was built without CUDA or a backend is not a
+// CUDA backend.
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
-    std::span<Backend* const> backends);
+    std::span<Backend* const> backends, int first_device = 0);
 
 // Makes CUDA device `device` current for the calling thread (cudaSetDevice), which must precede
 // creating or using that rank's CUDA backend. InvalidArgument naming the device count when it

@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "runtime/data_parallel_engine.h"
 #include "runtime/engine_loader.h"
 #include "runtime/sampler.h"
 #include "sched/scheduler.h"
@@ -361,6 +362,7 @@ class EngineImpl final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
+  if (config.data_parallel_size != 1) return make_data_parallel_engine(config);
   return std::make_unique<EngineImpl>(config);
 }
 

@@ -82,6 +82,12 @@ struct EngineConfig {
   int max_logprobs = 20;
   uint64_t seed = 0;
   int tensor_parallel_size = 1;
+  // Engine replicas behind one front end, each with its own tensor_parallel_size GPUs
+  // (replica d uses GPUs d*tp ... d*tp+tp-1). Requests go to the least-loaded replica.
+  int data_parallel_size = 1;
+  // First GPU index of this engine's ranks (rank r binds GPU first_device + r). Set per replica
+  // by the data-parallel engine; ignored on the CPU.
+  int first_device = 0;
   bool enable_expert_parallel = false;
   bool enforce_eager = false;
   bool async_scheduling = false;
@@ -145,6 +151,8 @@ class Engine {
   virtual void abort(uint64_t request_id) = 0;
 
   virtual EngineStats stats() const = 0;
+  // Stats of each engine replica (data parallel), in replica order; one entry otherwise.
+  virtual std::vector<EngineStats> replica_stats() const { return {stats()}; }
   virtual bool healthy() const = 0;
   // Aborts everything and joins the engine thread.
   virtual void shutdown() = 0;

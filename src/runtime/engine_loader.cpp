@@ -90,6 +90,29 @@ quant::KvScales load_checkpoint_kv_scales(const std::string& model_dir, const io
   });
 }
 
+// Makes `device` current on the calling (engine) thread before every step: the engine thread
+// is not the one that loaded the model, and CUDA's current device is per thread.
+class DeviceBoundRunner final : public StepRunner {
+ public:
+  DeviceBoundRunner(std::unique_ptr<StepRunner> inner, int device)
+      : inner_(std::move(inner)), device_(device) {}
+  std::vector<float> execute(std::span<const SeqChunk> chunks) override {
+    backend::bind_cuda_device(device_);
+    return inner_->execute(chunks);
+  }
+  std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) override {
+    backend::bind_cuda_device(device_);
+    return inner_->execute_greedy(chunks);
+  }
+  int block_size() const override { return inner_->block_size(); }
+  model::Model& model() override { return inner_->model(); }
+  const std::vector<backend::KvCacheLayer>& kv_cache() const override { return inner_->kv_cache(); }
+
+ private:
+  std::unique_ptr<StepRunner> inner_;
+  int device_;
+};
+
 }  // namespace
 
 DType resolve_kv_cache_dtype(const std::string& flag, const backend::Backend& backend,
@@ -143,6 +166,8 @@ LoadedModel load_model(const EngineConfig& cfg) {
 
   std::unique_ptr<backend::Backend> backend;
   if (cfg.device == "cuda" || (cfg.device == "auto" && backend::cuda_available())) {
+    // Data-parallel replicas start at their own GPU; the backend takes the current device.
+    if (cfg.first_device != 0) backend::bind_cuda_device(cfg.first_device);
     backend = backend::make_cuda_backend();
     if (!backend) throw InvalidArgument("--device cuda: no CUDA GPU is available");
   } else if (cfg.device == "cpu" || cfg.device == "auto") {
@@ -249,6 +274,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
     po.block_size = cfg.block_size;
     po.runner = runner;
     po.num_blocks = num_blocks_for;
+    po.first_device = cfg.first_device;
     backend.reset();
     out.runner = load_parallel_runner(mc, *weights, po);
     return out;
@@ -257,8 +283,11 @@ LoadedModel load_model(const EngineConfig& cfg) {
   options.moe_backend = out.moe_backend;
   auto model = model::create_model(mc, *weights, *backend, options);
   num_blocks_for(*backend, *model);
+  const bool rebind = backend->device() == Device::kCuda && cfg.first_device != 0;
   out.runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), out.num_blocks,
                                              cfg.block_size, runner);
+  if (rebind)
+    out.runner = std::make_unique<DeviceBoundRunner>(std::move(out.runner), cfg.first_device);
   return out;
 }
 

@@ -74,7 +74,8 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
     throw InvalidArgument("parallel runner: unknown device '" + options.device +
                           "' (choices: cpu, cuda)");
   std::function<void(int)> bind;
-  if (cuda) bind = [](int r) { backend::bind_cuda_device(r); };
+  const int first = options.first_device;
+  if (cuda) bind = [first](int r) { backend::bind_cuda_device(first + r); };
 
   std::vector<std::unique_ptr<backend::Backend>> backends;
   std::vector<backend::Backend*> raw;
@@ -82,11 +83,12 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
     if (bind) bind(r);
     backends.push_back(cuda ? backend::make_cuda_backend() : backend::make_cpu_backend());
     if (!backends.back())
-      throw InvalidArgument("tensor parallel: no CUDA backend for GPU " + std::to_string(r));
+      throw InvalidArgument("tensor parallel: no CUDA backend for GPU " +
+                            std::to_string(first + r));
     raw.push_back(backends.back().get());
   }
   std::vector<std::unique_ptr<backend::Communicator>> comms =
-      cuda ? backend::make_nccl_communicators(raw) : backend::make_cpu_communicators(world);
+      cuda ? backend::make_nccl_communicators(raw, first) : backend::make_cpu_communicators(world);
 
   std::vector<std::unique_ptr<model::Model>> models;
   for (int r = 0; r < world; ++r) {

@@ -57,6 +57,7 @@ struct ParallelLoadOptions {
   // KV blocks of every rank, decided from rank 0's backend and model once the weights are
   // loaded (all ranks have the same geometry).
   std::function<int(backend::Backend& rank0, const model::Model& model0)> num_blocks;
+  int first_device = 0;  // CUDA: rank r runs on GPU first_device + r (data-parallel replicas)
 };
 
 // One backend, model shard (model::ShardSpec) and ModelRunner per rank of options.parallel,

@@ -70,7 +70,7 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& 
   if (p == "/v1/models") return res->send(200, kJson, models_json());
   if (p == "/metrics")
     return res->send(200, "text/plain; version=0.0.4; charset=utf-8",
-                     metrics_.render(engine_.info(), engine_.stats()));
+                     metrics_.render(engine_.info(), engine_.stats(), engine_.replica_stats()));
   if (p == "/tokenize") return res->send(200, kJson, tokenize(req.body));
   if (p == "/detokenize") return res->send(200, kJson, detokenize(req.body));
   if (p == "/v1/completions") return generate(req, res, ApiKind::kCompletion);

@@ -68,41 +68,51 @@ std::string escape_label(const std::string& value) {
   return out;
 }
 
-std::string Metrics::render(const runtime::ModelInfo& info,
-                            const runtime::EngineStats& stats) const {
+std::string Metrics::render(const runtime::ModelInfo& info, const runtime::EngineStats& stats,
+                            const std::vector<runtime::EngineStats>& per_engine) const {
   const std::string model = fmt::format("model_name=\"{}\"", escape_label(info.served_model_name));
   std::string out;
   auto header = [&](const char* name, const char* type, const char* help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
-  auto sample = [&](const char* name, auto value) {
-    out += fmt::format("{}{{{}}} {}\n", name, model, value);
-  };
-  auto scalar = [&](const char* name, const char* type, const char* help, auto value) {
+  // One engine metric: the total, then engine="i" per replica when there are several.
+  auto engine_metric = [&](const char* name, const char* type, const char* help, auto value_of) {
     header(name, type, help);
-    sample(name, value);
+    out += fmt::format("{}{{{}}} {}\n", name, model, value_of(stats));
+    if (per_engine.size() < 2) return;
+    for (size_t i = 0; i < per_engine.size(); ++i)
+      out += fmt::format("{}{{{},engine=\"{}\"}} {}\n", name, model, i, value_of(per_engine[i]));
   };
-  scalar("serval:num_requests_running", "gauge", "Number of requests in model execution batches.",
-         stats.num_running);
-  scalar("serval:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-         stats.num_waiting);
-  double usage = stats.num_total_blocks > 0
-                     ? 1.0 - static_cast<double>(stats.num_free_blocks) / stats.num_total_blocks
-                     : 0.0;
-  scalar("serval:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-         usage);
-  scalar("serval:kv_cache_free_blocks", "gauge", "Free KV-cache blocks.", stats.num_free_blocks);
-  scalar("serval:kv_cache_total_blocks", "gauge", "Total KV-cache blocks.", stats.num_total_blocks);
-  scalar("serval:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-         stats.prompt_tokens_total);
-  scalar("serval:generation_tokens_total", "counter", "Number of generation tokens processed.",
-         stats.generation_tokens_total);
-  scalar("serval:num_preemptions_total", "counter", "Cumulative number of preemptions.",
-         stats.num_preemptions);
-  scalar("serval:prefix_cache_queries_total", "counter",
-         "Prefix cache queries, in terms of number of queried tokens.", stats.prefix_cache_queries);
-  scalar("serval:prefix_cache_hits_total", "counter",
-         "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_cache_hits);
+  using S = runtime::EngineStats;
+  engine_metric("serval:num_requests_running", "gauge",
+                "Number of requests in model execution batches.",
+                [](const S& s) { return s.num_running; });
+  engine_metric("serval:num_requests_waiting", "gauge",
+                "Number of requests waiting to be processed.",
+                [](const S& s) { return s.num_waiting; });
+  engine_metric("serval:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+                [](const S& s) {
+                  return s.num_total_blocks > 0
+                             ? 1.0 - static_cast<double>(s.num_free_blocks) / s.num_total_blocks
+                             : 0.0;
+                });
+  engine_metric("serval:kv_cache_free_blocks", "gauge", "Free KV-cache blocks.",
+                [](const S& s) { return s.num_free_blocks; });
+  engine_metric("serval:kv_cache_total_blocks", "gauge", "Total KV-cache blocks.",
+                [](const S& s) { return s.num_total_blocks; });
+  engine_metric("serval:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+                [](const S& s) { return s.prompt_tokens_total; });
+  engine_metric("serval:generation_tokens_total", "counter",
+                "Number of generation tokens processed.",
+                [](const S& s) { return s.generation_tokens_total; });
+  engine_metric("serval:num_preemptions_total", "counter", "Cumulative number of preemptions.",
+                [](const S& s) { return s.num_preemptions; });
+  engine_metric("serval:prefix_cache_queries_total", "counter",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                [](const S& s) { return s.prefix_cache_queries; });
+  engine_metric("serval:prefix_cache_hits_total", "counter",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                [](const S& s) { return s.prefix_cache_hits; });
   if (!info.moe_backend.empty()) {
     header("serval:moe_backend_info", "gauge", "The MoE expert backend in effect.");
     out += fmt::format("serval:moe_backend_info{{{},backend=\"{}\"}} 1\n", model,

@@ -33,8 +33,11 @@ class Metrics {
   void observe_e2e(double seconds);
   void count_finished(const std::string& reason);  // "stop" | "length" | "abort" | "error"
 
-  // The whole /metrics page: engine gauges and counters plus the server's histograms.
-  std::string render(const runtime::ModelInfo& info, const runtime::EngineStats& stats) const;
+  // The whole /metrics page: engine gauges and counters plus the server's histograms. Every
+  // engine metric has a sample for `stats` (the total) and, when there are several replicas
+  // (data parallel), one more per replica labelled engine="i" (as vLLM labels its engines).
+  std::string render(const runtime::ModelInfo& info, const runtime::EngineStats& stats,
+                     const std::vector<runtime::EngineStats>& per_engine = {}) const;
 
  private:
   mutable std::mutex mu_;

@@ -30,6 +30,7 @@ constexpr KnownFlag kKnown[] = {
     {"--kv-cache-memory-bytes", true},
     {"--block-size", true},
     {"--tensor-parallel-size", true},
+    {"--data-parallel-size", true},
     {"--enable-expert-parallel", false},
     {"--enable-prefix-caching", false},
     {"--no-enable-prefix-caching", false},
@@ -59,7 +60,6 @@ constexpr IgnoredFlag kIgnored[] = {
     {"--swap-space", true, "preemption recomputes, nothing is swapped to CPU"},
     {"--trust-remote-code", false, "serval runs no model code from the model folder"},
     {"--pipeline-parallel-size", true, "no pipeline parallelism; must be 1"},
-    {"--data-parallel-size", true, "no data parallelism; must be 1"},
     {"--disable-log-requests", false, "requests are not logged"},
     {"--enable-log-requests", false, "requests are not logged"},
     {"--disable-log-stats", false, "stats are on /metrics"},
@@ -186,7 +186,7 @@ PreprocessedArgs preprocess_serve_args(const std::vector<std::string>& in) {
     }
     if (const IgnoredFlag* f = find_ignored(name)) {
       std::string v = f->takes_value ? take_value() : "";
-      if ((name == "--pipeline-parallel-size" || name == "--data-parallel-size") && v != "1")
+      if (name == "--pipeline-parallel-size" && v != "1")
         throw InvalidArgument(
             fmt::format("{} {}: serval supports only 1 ({})", name, v, f->reason));
       out.ignored.push_back(fmt::format("{} ({})", name, f->reason));
@@ -232,6 +232,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--kv-cache-memory-bytes", e.cpu_kv_cache_bytes, "KV cache size in bytes");
   app.add_option("--block-size", e.block_size, "KV block size in tokens")->capture_default_str();
   app.add_option("--tensor-parallel-size", e.tensor_parallel_size, "GPUs per model");
+  app.add_option("--data-parallel-size", e.data_parallel_size,
+                 "Engine replicas (each with --tensor-parallel-size GPUs), balanced by load")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--enable-expert-parallel", e.enable_expert_parallel, "Shard experts over GPUs");
   app.add_flag("--enable-prefix-caching", prefix, "Reuse KV blocks of shared prefixes (default)");
   app.add_flag("--no-enable-prefix-caching", no_prefix, "Disable prefix caching");

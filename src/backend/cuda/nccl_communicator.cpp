@@ -76,7 +76,7 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
-    std::span<Backend* const> backends) {
+    std::span<Backend* const> backends, int first_device) {
   const int n = int(backends.size());
   for (int r = 0; r < n; ++r) {
     if (backends[size_t(r)]->device() != Device::kCuda || !backends[size_t(r)]->native_stream())
@@ -87,7 +87,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   std::vector<int> devices(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) devices[size_t(r)] = r;
+  for (int r = 0; r < n; ++r) devices[size_t(r)] = first_device + r;
   nccl_check(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r)
