@@ -220,15 +220,29 @@ class EngineImpl final : public Engine {
       prompt_tokens +=
           std::max(0, std::min(c.start_position + c.num_new_tokens, c.request->num_prompt_tokens) -
                           c.start_position);
-    std::vector<float> logits = runner_->execute(chunks);
+    // When every sampled token is a plain argmax, it is taken on the device and only token ids
+    // come back (a decode step's logits are batch × vocab floats).
+    bool all_greedy = true;
+    for (const sched::ScheduledChunk& c : out.chunks)
+      if (c.samples_token) all_greedy = all_greedy && plain_greedy(*requests_.at(c.request->id));
+    std::vector<int32_t> greedy_ids;
+    std::vector<float> logits;
+    if (all_greedy) {
+      greedy_ids = runner_->execute_greedy(chunks);
+    } else {
+      logits = runner_->execute(chunks);
+    }
     const size_t vocab = size_t(config_.vocab_size);
     size_t row = 0;
     int64_t generated = 0;
     for (const sched::ScheduledChunk& c : out.chunks) {
       if (!c.samples_token) continue;
       EngineRequest& r = *requests_.at(c.request->id);
-      std::span<float> row_logits(&logits[row++ * vocab], vocab);
-      append_token(r, row_logits);
+      if (all_greedy) {
+        emit_token(r, greedy_ids[row++], std::nullopt);
+      } else {
+        sample_token(r, std::span<float>(&logits[row++ * vocab], vocab));
+      }
       ++generated;
     }
     std::lock_guard lock(stats_mu_);
@@ -237,7 +251,16 @@ class EngineImpl final : public Engine {
     ++stats_.steps_total;
   }
 
-  void append_token(EngineRequest& r, std::span<float> logits) {
+  // True when the request's next token is the plain argmax of its logits: greedy, no logprobs,
+  // no penalties, nothing banned by min_tokens.
+  bool plain_greedy(const EngineRequest& r) const {
+    const SamplingParams& p = r.params;
+    return p.temperature < 1e-5f && p.logprobs < 0 && p.repetition_penalty == 1.0f &&
+           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+           r.req.num_output_tokens() >= p.min_tokens;
+  }
+
+  void sample_token(EngineRequest& r, std::span<float> logits) {
     const SamplingParams& p = r.params;
     std::vector<int32_t> banned;
     const int num_out = r.req.num_output_tokens();
@@ -248,22 +271,28 @@ class EngineImpl final : public Engine {
     }
     std::span<const int32_t> prompt(r.req.token_ids.data(), size_t(r.req.num_prompt_tokens));
     SampleResult s = sample(logits, p, r.sampler, prompt, banned);
-    r.req.token_ids.push_back(s.token);
+    emit_token(r, s.token, std::move(s.logprobs));
+  }
 
+  // Appends `token` to the request, streams it out, and finishes the request on EOS, a stop id
+  // or max_tokens.
+  void emit_token(EngineRequest& r, int32_t token, std::optional<LogprobEntry> logprobs) {
+    const SamplingParams& p = r.params;
+    r.req.token_ids.push_back(token);
     RequestOutput o;
     o.request_id = r.req.id;
-    o.new_token_ids = {s.token};
-    if (s.logprobs) o.logprobs.push_back(std::move(*s.logprobs));
+    o.new_token_ids = {token};
+    if (logprobs) o.logprobs.push_back(std::move(*logprobs));
     o.num_prompt_tokens = r.req.num_prompt_tokens;
     o.num_cached_tokens = std::max(0, r.req.num_cached_tokens);
     const bool is_eos =
-        !p.ignore_eos && std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(),
-                                   s.token) != info_.eos_token_ids.end();
-    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), s.token) !=
+        !p.ignore_eos && std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), token) !=
+                             info_.eos_token_ids.end();
+    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
                             p.stop_token_ids.end();
     if (is_eos || is_stop_id) {
       o.finish = FinishReason::kStop;
-      o.stop_token_id = s.token;
+      o.stop_token_id = token;
     } else if (r.req.num_output_tokens() >= p.max_tokens) {
       o.finish = FinishReason::kLength;
     }
