@@ -13,6 +13,7 @@
 #include "backend/moe/moe_cuda.h"
 #include "base/log.h"
 #include "base/math.h"
+#include "base/thread_pool.h"
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
 #include "kernels/cuda/misc/elementwise.h"
@@ -174,9 +175,10 @@ class CudaBackend final : public Backend {
   Tensor upload_weight(const Tensor& host) override {
     if (host.dtype == DType::kBF16) return upload(host);
     Tensor converted = host_empty(DType::kBF16, host.shape);
-    const int64_t n = host.numel();
-    for (int64_t i = 0; i < n; ++i)
-      converted.as<bf16>()[i] = float_to_bf16(load_as_float(host.data, host.dtype, size_t(i)));
+    ThreadPool::global().parallel_for(host.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        converted.as<bf16>()[i] = float_to_bf16(load_as_float(host.data, host.dtype, size_t(i)));
+    });
     return upload(converted);
   }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "kernels/cuda/misc/device_utils.cuh"
 
 namespace serval::kernels::cuda {
@@ -394,32 +395,35 @@ std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* sr
   const int n_tiles = quant_gemm_n_pad(n) / 32, k_blocks = quant_gemm_k_pad(k) / 64;
   const int bytes_per_lane = fp4 ? 16 : 32;
   std::vector<uint8_t> out(quant_gemm_data_bytes(format, n, k), 0);
-  for (int rt = 0; rt < n_tiles; ++rt)
-    for (int kb = 0; kb < k_blocks; ++kb)
-      for (int h = 0; h < 2; ++h)
-        for (int lane = 0; lane < 32; ++lane) {
-          uint8_t* dst =
-              out.data() + ((size_t(rt * k_blocks + kb) * 2 + h) * 32 + lane) * bytes_per_lane;
-          const int g = lane / 4, t = lane % 4;
-          for (int s = 0; s < 4; ++s)
-            for (int i = 0; i < 4; ++i)
-              for (int half = 0; half < 2; ++half) {
-                const int row = rt * 32 + h * 16 + g + 8 * (i & 1);
-                const int col = kb * 64 + s * 16 + 2 * t + 8 * (i >> 1) + half;
-                if (row >= n || col >= k) continue;  // padding stays code 0
-                if (fp4) {
-                  const uint8_t byte = src[size_t(row) * (k / 2) + col / 2];
-                  const uint8_t code = (col & 1) ? byte >> 4 : byte & 0xF;
-                  const int nibble = half ? 7 - i : 3 - i;  // within word s
-                  dst[4 * s + nibble / 2] |= uint8_t(code << (4 * (nibble & 1)));
-                } else {
-                  const uint8_t code = src[size_t(row) * k + col];
-                  const int word = 2 * s + (i >> 1);
-                  const int byte = (i & 1) ? (half ? 2 : 0) : (half ? 3 : 1);
-                  dst[4 * word + byte] = code;
+  // Row tiles write disjoint output ranges: pack them in parallel (a 70B model has ~5 G codes).
+  ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t tile_begin, int64_t tile_end) {
+    for (int rt = int(tile_begin); rt < int(tile_end); ++rt)
+      for (int kb = 0; kb < k_blocks; ++kb)
+        for (int h = 0; h < 2; ++h)
+          for (int lane = 0; lane < 32; ++lane) {
+            uint8_t* dst =
+                out.data() + ((size_t(rt * k_blocks + kb) * 2 + h) * 32 + lane) * bytes_per_lane;
+            const int g = lane / 4, t = lane % 4;
+            for (int s = 0; s < 4; ++s)
+              for (int i = 0; i < 4; ++i)
+                for (int half = 0; half < 2; ++half) {
+                  const int row = rt * 32 + h * 16 + g + 8 * (i & 1);
+                  const int col = kb * 64 + s * 16 + 2 * t + 8 * (i >> 1) + half;
+                  if (row >= n || col >= k) continue;  // padding stays code 0
+                  if (fp4) {
+                    const uint8_t byte = src[size_t(row) * (k / 2) + col / 2];
+                    const uint8_t code = (col & 1) ? byte >> 4 : byte & 0xF;
+                    const int nibble = half ? 7 - i : 3 - i;  // within word s
+                    dst[4 * s + nibble / 2] |= uint8_t(code << (4 * (nibble & 1)));
+                  } else {
+                    const uint8_t code = src[size_t(row) * k + col];
+                    const int word = 2 * s + (i >> 1);
+                    const int byte = (i & 1) ? (half ? 2 : 0) : (half ? 3 : 1);
+                    dst[4 * word + byte] = code;
+                  }
                 }
-              }
-        }
+          }
+  });
   return out;
 }
 
