@@ -2,7 +2,13 @@
 # On the GPU machine: build (Ninja, sm_90a), run the `gpu` tests and the benchmark set, and
 # write logs and a results table under $OUT (or ./gpu-results).
 #
-#   tools/gpu-check.sh [--no-tests] [--no-bench] [--bench-filter REGEX] [--configs DIR]
+#   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
+#                      [--configs DIR] [--serving-bench]
+#
+# Steps: build; `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
+# the demo model; the npm-based parts skip there); kernel micro-benchmarks and `bench latency`
+# on dummy configs; with --serving-bench, the reference serving benchmark (Llama-3.3-70B NVFP4
+# dummy, fp8 KV, 40 prompts of 1024 in / 600 out at concurrency 8).
 #
 # The GPU machine lacks the PCRE2 and utf8proc headers: carry .device-deps made by
 # ../shared/tools/pack-device-deps.sh. Bench configs come from --configs (default
@@ -12,11 +18,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
-run_tests=1 run_bench=1 bench_filter='.*' configs=.device-data/bench-configs
+run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*'
+configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
     --no-tests) run_tests=0 ;;
     --no-bench) run_bench=0 ;;
+    --no-e2e) run_e2e=0 ;;
+    --serving-bench) serving_bench=1 ;;
     --bench-filter) bench_filter=$2; shift ;;
     --configs) configs=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -54,6 +63,12 @@ if [[ $run_tests -eq 1 ]]; then
   tail -n 25 "$out/gpu-tests.log"
 fi
 
+if [[ $run_e2e -eq 1 ]]; then
+  ctest --test-dir build-gpu -L e2e --output-on-failure >"$out/e2e.log" 2>&1
+  echo "e2e tests (GPU server): exit $?" | tee -a "$out/gpu.txt"
+  grep -E "tests passed|Failed|Passed" "$out/e2e.log" | tail -n 12
+fi
+
 if [[ $run_bench -eq 1 ]]; then
   bench=$out/bench.log
   : >"$bench"
@@ -69,10 +84,36 @@ if [[ $run_bench -eq 1 ]]; then
       --input-len "$i" --output-len "$o" --num-iters 3 "$@" 2>&1 | tail -n 2 | tee -a "$bench"
   }
   if [[ -d $configs ]]; then
-    for spec in "qwen3-30b-a3b 1 128 64" "qwen3-30b-a3b 8 1024 64" "qwen3-0.6b 1 128 64"; do
+    for spec in "qwen3-30b-a3b 1 128 64" "qwen3-30b-a3b 8 1024 64" "qwen3-0.6b 1 128 64" \
+      "qwen3-30b-a3b-nvfp4 1 128 64" "qwen3-30b-a3b-nvfp4 8 1024 64" \
+      "llama-3.3-70b-nvfp4 1 128 32 --kv-cache-dtype fp8" \
+      "llama-3.3-70b-nvfp4 8 1024 32 --kv-cache-dtype fp8"; do
       # shellcheck disable=SC2086
       echo "$spec" | grep -Eq "$bench_filter" && latency $spec
     done
+    for cfg in qwen3-30b-a3b qwen3-30b-a3b-nvfp4; do
+      echo "bench moe $cfg" | grep -Eq "$bench_filter" || continue
+      echo "== bench moe $cfg" | tee -a "$bench"
+      "$serval" bench moe --config "$configs/$cfg" 2>&1 | tee -a "$bench"
+    done
   fi
+fi
+
+if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
+  port=8123
+  build-gpu/apps/serval serve "$configs/llama-3.3-70b-nvfp4" --load-format dummy --port $port \
+    --kv-cache-dtype fp8 --max-num-seqs 512 --max-model-len 2058 --max-num-batched-tokens 8192 \
+    >"$out/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+    kill -0 $server 2>/dev/null || break
+    sleep 1
+  done
+  build-gpu/apps/serval bench serve --port $port --dataset-name random --random-input-len 1024 \
+    --random-output-len 600 --ignore-eos --num-prompts 40 --max-concurrency 8 2>&1 |
+    tee "$out/serving-bench.txt"
+  kill $server 2>/dev/null
+  wait $server 2>/dev/null
 fi
 exit 0
