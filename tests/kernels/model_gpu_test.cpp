@@ -10,6 +10,7 @@
 #include "kernels/gpu_test_support.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
+#include "support/compare.h"
 
 namespace serval {
 namespace {
@@ -20,7 +21,9 @@ constexpr double kLogitsRelTol = 3e-2;
 // A greedy step is compared only while the CPU's top-1/top-2 margin is clear of bf16 noise,
 // which grows with the logits' magnitude (bf16 keeps 8 significant bits; the error of a logit
 // after several layers measured ~1-2 % of it on the demo model): 0.1 + 2 % of the top logit.
-float clear_margin(float top_logit) { return 0.1f + 0.02f * std::fabs(top_logit); }
+float clear_margin(float top_logit) {
+  return 0.1f + 0.02f * std::fabs(top_logit);
+}
 
 // "demo" is the trained demo model (confident logits: most greedy steps have clear margins);
 // the others are the random-weight golden fixtures.
@@ -35,15 +38,6 @@ std::unique_ptr<runtime::ModelRunner> make_runner(const std::string& dir, bool g
   auto weights = model::open_checkpoint_weights(dir);
   auto m = model::create_model(config, *weights, *b, {});
   return std::make_unique<runtime::ModelRunner>(std::move(b), std::move(m), 1024, kBlockSize);
-}
-
-double rel_l2(const float* got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * double(got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
 }
 
 class GpuModel : public ::testing::TestWithParam<std::string> {};
@@ -66,7 +60,8 @@ TEST_P(GpuModel, PromptLogitsMatchTransformers) {
     runtime::SeqChunk chunk{ids, 0, int(ids.size()), blocks, runtime::SeqChunk::Logits::kAll};
     std::vector<float> logits = runner->execute({&chunk, 1});
     for (size_t t = 0; t < ids.size(); ++t)
-      EXPECT_LT(rel_l2(&logits[t * vocab], want[t]), kLogitsRelTol) << GetParam() << " pos " << t;
+      EXPECT_LT(testing::rel_l2({&logits[t * vocab], want[t].size()}, want[t]), kLogitsRelTol)
+          << GetParam() << " pos " << t;
   }
 }
 

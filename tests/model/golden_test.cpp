@@ -11,9 +11,12 @@
 #include "io/model_config.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
+#include "support/compare.h"
 
 namespace serval {
 namespace {
+
+using testing::rel_l2;
 
 constexpr int kBlockSize = 4;  // small, so prompts span several blocks
 constexpr int kNumBlocks = 512;
@@ -39,15 +42,6 @@ std::vector<GoldenPrompt> load_golden(const std::string& dir) {
          p["greedy"].get<std::vector<int32_t>>(), p["greedy_margins"].get<std::vector<double>>()});
   }
   return out;
-}
-
-double rel_l2(std::span<const float> got, std::span<const float> want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * double(got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
 }
 
 std::unique_ptr<runtime::ModelRunner> make_runner(const std::string& dir) {

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "quant/weight_names.h"
 #include "runtime/model_runner.h"
+#include "support/compare.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval {
@@ -209,7 +210,6 @@ std::string safetensors_dtype(DType t) {
 
 // Writes `quant_dir` (the quantized checkpoint) and `dense_dir` (the same weights dequantized,
 // f32) from fixture `fixture`.
-double rel_l2(const float* got, const float* want, size_t n);
 
 // Writes `quant_dir` and `dense_dir`; returns the largest per-module rel L2 error of the
 // reference quantization (before fusion).
@@ -240,8 +240,8 @@ double write_checkpoints(const std::string& fixture, Scheme s, const fs::path& q
                  ? quantize_nvfp4(w, t.shape[0], t.shape[1], f)
                  : quantize_fp8(w, t.shape[0], t.shape[1], f, s == Scheme::kFp8Block);
     q.input = 0.01f * float(1 + index++ % 7);
-    worst_weight = std::max(worst_weight, rel_l2(dequantize(q, s).data(), w.data(),
-                                                 w.size()));  // distinct static activation scales
+    // q.input above: distinct static activation scales per module.
+    worst_weight = std::max(worst_weight, testing::rel_l2(dequantize(q, s), w));
     const int64_t n = q.n, k = q.k;
     const std::string p = module + ".";
     switch (s) {
@@ -352,15 +352,6 @@ std::vector<Golden> load_golden(const std::string& dir) {
   return out;
 }
 
-double rel_l2(const float* got, const float* want, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (got[i] - want[i]) * double(got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
 // All-position logits of `prompt` from the model in `dir` on the CPU.
 std::vector<float> prompt_logits(const std::string& dir, const std::vector<int32_t>& prompt) {
   io::ModelConfig config = io::load_model_config(dir);
@@ -403,8 +394,9 @@ TEST_P(QuantizedCheckpoint, LogitsEqualDequantizedDenseModel) {
     std::vector<float> d = prompt_logits(dense_dir.string(), g.ids);
     for (size_t t = 0; t < g.ids.size(); ++t) {
       const float* row = &q[t * vocab];
-      worst_dense = std::max(worst_dense, rel_l2(row, &d[t * vocab], vocab));
-      worst_golden = std::max(worst_golden, rel_l2(row, g.logits[t].data(), vocab));
+      worst_dense = std::max(worst_dense,
+                             testing::rel_l2({row, size_t(vocab)}, {&d[t * vocab], size_t(vocab)}));
+      worst_golden = std::max(worst_golden, testing::rel_l2({row, size_t(vocab)}, g.logits[t]));
     }
   }
   std::printf(

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "io/safetensors.h"
 #include "runtime/engine_loader.h"
+#include "support/compare.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval::runtime {
@@ -144,15 +145,6 @@ std::vector<float> prompt_logits(LoadedModel& m) {
   return m.runner->execute({&chunk, 1});
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * double(a[i] - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
 TEST(KvCacheFp8, Fp8AttentionStaysCloseToF32) {
   fs::path dir = fixture_with("close", {});
   LoadedModel f32 = load(dir, "auto");
@@ -162,8 +154,8 @@ TEST(KvCacheFp8, Fp8AttentionStaysCloseToF32) {
   std::vector<float> want = prompt_logits(f32);
   // e4m3 keeps 3 mantissa bits (≤ 6.25 % rounding error per element), e5m2 2 bits (≤ 12.5 %);
   // the errors partly average out in the attention sums.
-  EXPECT_LT(rel_l2(prompt_logits(e4m3), want), 5e-2);
-  EXPECT_LT(rel_l2(prompt_logits(e5m2), want), 1e-1);
+  EXPECT_LT(testing::rel_l2(prompt_logits(e4m3), want), 5e-2);
+  EXPECT_LT(testing::rel_l2(prompt_logits(e5m2), want), 1e-1);
   // Scales are honoured: with k and v stored at 1/4 scale, results stay as close.
   LoadedModel scaled = load(
       fixture_with("scaled",
@@ -171,7 +163,7 @@ TEST(KvCacheFp8, Fp8AttentionStaysCloseToF32) {
                     scalar(prefix(1) + "k_scale", 0.25f), scalar(prefix(1) + "v_scale", 0.25f),
                     scalar(prefix(2) + "k_scale", 0.25f), scalar(prefix(2) + "v_scale", 0.25f)}),
       "fp8");
-  EXPECT_LT(rel_l2(prompt_logits(scaled), want), 5e-2);
+  EXPECT_LT(testing::rel_l2(prompt_logits(scaled), want), 5e-2);
 }
 
 }  // namespace
