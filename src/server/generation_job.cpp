@@ -242,7 +242,7 @@ void GenerationJob::on_output(size_t seq, const runtime::RequestOutput& out) {
         break;
     }
   }
-  if (req_.stream) send_chunk(s);
+  if (req_.stream) send_chunk(s, !out.new_token_ids.empty());
   if (num_unfinished_ == 0) complete();
 }
 
@@ -259,11 +259,14 @@ Json GenerationJob::usage() const {
               {"total_tokens", prompt + completion}};
 }
 
-void GenerationJob::send_chunk(Sequence& s) {
+// Like vLLM, one chunk per engine update that produced tokens, even when their text is held
+// back (a partial UTF-8 character or a possible stop-string prefix): clients count tokens and
+// inter-token latency by chunks.
+void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
   bool has_logprobs =
       req_.logprobs >= 0 &&
       (req_.kind == ApiKind::kChat ? !s.logprobs.empty() : !s.logprobs["tokens"].empty());
-  if (s.delta.empty() && !has_logprobs && !s.finished) return;
+  if (s.delta.empty() && !has_logprobs && !s.finished && !had_tokens) return;
   Json choice = {{"index", s.index}};
   Json lp = nullptr;
   if (has_logprobs) lp = req_.kind == ApiKind::kChat ? Json{{"content", s.logprobs}} : s.logprobs;
