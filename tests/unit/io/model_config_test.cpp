@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "support/expect_error.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval::io {
@@ -28,18 +29,7 @@ bool have_bench_configs() {
   return fs::is_directory(kBenchConfigs);
 }
 
-template <class F>
-void expect_load_error(F&& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a LoadError";
-  } catch (const LoadError& e) {
-    std::string msg = e.what();
-    for (const std::string& n : needles) {
-      EXPECT_NE(msg.find(n), std::string::npos) << "message '" << msg << "' lacks '" << n << "'";
-    }
-  }
-}
+using serval::testing::expect_load_error;
 
 // A minimal Llama config; tests edit keys of it.
 json llama_json() {

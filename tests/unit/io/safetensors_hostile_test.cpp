@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "io/safetensors.h"
+#include "support/expect_error.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval::io {
@@ -16,18 +17,7 @@ using testing::TempDir;
 using testing::TensorSpec;
 using testing::write_file;
 
-template <class F>
-void expect_load_error(F&& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a LoadError";
-  } catch (const LoadError& e) {
-    std::string msg = e.what();
-    for (const std::string& n : needles) {
-      EXPECT_NE(msg.find(n), std::string::npos) << "message '" << msg << "' lacks '" << n << "'";
-    }
-  }
-}
+using serval::testing::expect_load_error;
 
 class Hostile : public ::testing::Test {
  protected:

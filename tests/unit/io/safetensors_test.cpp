@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "support/expect_error.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval::io {
@@ -17,19 +18,7 @@ using testing::TempDir;
 using testing::TensorSpec;
 using testing::write_file;
 
-// Runs `f`, which must throw LoadError whose message contains every needle.
-template <class F>
-void expect_load_error(F&& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a LoadError";
-  } catch (const LoadError& e) {
-    std::string msg = e.what();
-    for (const std::string& n : needles) {
-      EXPECT_NE(msg.find(n), std::string::npos) << "message '" << msg << "' lacks '" << n << "'";
-    }
-  }
-}
+using serval::testing::expect_load_error;
 
 std::vector<TensorSpec> sample_tensors() {
   return {

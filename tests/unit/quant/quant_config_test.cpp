@@ -11,23 +11,14 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "support/expect_error.h"
 
 namespace serval::quant {
 namespace {
 
 using Method = QuantConfig::Method;
 
-// Expects `f` to throw LoadError whose message contains every one of `parts`.
-void expect_load_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no LoadError; expected one mentioning " << parts.at(0);
-  } catch (const LoadError& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
+using serval::testing::expect_load_error;
 
 QuantConfig hf(const std::string& text) {
   return parse_hf_quant_config(text, "/m/hf_quant_config.json");
