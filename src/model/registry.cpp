@@ -34,7 +34,7 @@ std::unique_ptr<Model> create_model(const io::ModelConfig& config, const WeightS
     if (e.name == config.architecture) return e.make(config, weights, backend, options);
   }
   std::string known;
-  for (const ArchEntry& e : kArchs) known += (known.empty() ? "" : ", ") + std::string(e.name);
+  for (const std::string& name : known_architectures()) known += (known.empty() ? "" : ", ") + name;
   throw LoadError("unknown architecture '" + config.architecture + "' (serval knows: " + known +
                   ")");
 }

@@ -1,4 +1,4 @@
-// CUDA silu_mul, embedding, gather_rows, add and cast_bf16_to_f32 against CPU references.
+// CUDA silu_mul, embedding and gather_rows against CPU references.
 #include "kernels/cuda/misc/elementwise.h"
 
 #include <gtest/gtest.h>
@@ -64,32 +64,6 @@ TEST(CudaGatherRows, PicksRequestedRows) {
   for (size_t i = 0; i < rows.size(); ++i)
     for (int c = 0; c < cols; ++c)
       ASSERT_EQ(got[i * cols + c].bits, src[size_t(rows[i]) * cols + c].bits) << i << "," << c;
-}
-
-TEST(CudaAdd, MatchesFp32Sum) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  for (int64_t n : {int64_t(1) << 16, int64_t(1001)}) {
-    auto a = random_bf16(size_t(n), 1), b = random_bf16(size_t(n), 2);
-    std::vector<float> want(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) want[i] = bf16_to_float(a[i]) + bf16_to_float(b[i]);
-    DeviceBuffer<bf16> d_a(a), d_b(b), d_out(static_cast<size_t>(n));
-    d_out.poison();
-    kernels::cuda::add({d_a.get(), d_b.get(), d_out.get(), n}, nullptr);
-    auto got = d_out.download();
-    for (int64_t i = 0; i < n; ++i)  // one rounding of the exact sum: bit-exact
-      ASSERT_EQ(got[i].bits, float_to_bf16(want[i]).bits) << "n=" << n << " i=" << i;
-  }
-}
-
-TEST(CudaCast, Bf16ToF32IsExact) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  const int64_t n = 3000;
-  auto a = random_bf16(size_t(n), 3, -100.0f, 100.0f);
-  DeviceBuffer<bf16> d_a(a);
-  DeviceBuffer<float> d_out(static_cast<size_t>(n));
-  d_out.poison();
-  kernels::cuda::cast_bf16_to_f32({d_a.get(), d_out.get(), n}, nullptr);
-  EXPECT_EQ(rel_l2(d_out.download(), to_float(a)), 0.0);
 }
 
 }  // namespace

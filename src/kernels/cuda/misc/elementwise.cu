@@ -51,32 +51,6 @@ __global__ void gather_rows_kernel(const Unit* __restrict__ src, const int32_t* 
   for (int i = threadIdx.x; i < units; i += blockDim.x) d[i] = s[i];
 }
 
-__global__ void add_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* out,
-                           int64_t n, bool vec8) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (vec8) {
-    for (int64_t i = first; i < n / 8; i += stride) {
-      float x[8], y[8];
-      load8(a + i * 8, x);
-      load8(b + i * 8, y);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) x[j] += y[j];
-      store8(out + i * 8, x);
-    }
-  } else {
-    for (int64_t i = first; i < n; i += stride)
-      out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
-  }
-}
-
-__global__ void cast_bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src,
-                                        float* __restrict__ dst, int64_t n) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride)
-    dst[i] = __bfloat162float(src[i]);
-}
-
 }  // namespace
 
 void silu_mul(const SiluMulParams& p, cudaStream_t stream) {
@@ -111,22 +85,6 @@ void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
 
 void embedding(const EmbeddingParams& p, cudaStream_t stream) {
   gather_rows({p.table, p.ids, p.out, p.num_tokens, p.hidden}, stream);
-}
-
-void add(const AddParams& p, cudaStream_t stream) {
-  if (p.n == 0) return;
-  const bool vec8 = p.n % 8 == 0 && is_aligned16(p.a) && is_aligned16(p.b) && is_aligned16(p.out);
-  add_kernel<<<grid_for(vec8 ? p.n / 8 : p.n), kThreads, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(p.a), reinterpret_cast<const __nv_bfloat16*>(p.b),
-      reinterpret_cast<__nv_bfloat16*>(p.out), p.n, vec8);
-  check_launch("add");
-}
-
-void cast_bf16_to_f32(const CastBf16ToF32Params& p, cudaStream_t stream) {
-  if (p.n == 0) return;
-  cast_bf16_to_f32_kernel<<<grid_for(p.n), kThreads, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(p.src), p.dst, p.n);
-  check_launch("cast_bf16_to_f32");
 }
 
 }  // namespace serval::kernels::cuda

@@ -1,4 +1,4 @@
-// Small bf16 kernels: SiLU-and-mul, row gathers (embedding, logits rows), add, bf16→f32 cast.
+// Small bf16 kernels: SiLU-and-mul and row gathers (embedding, logits rows).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -34,21 +34,5 @@ struct EmbeddingParams {
   int num_tokens, hidden;
 };
 void embedding(const EmbeddingParams& p, cudaStream_t stream);
-
-// out = bf16(a + b) element-wise, fp32 sum; out may alias a or b.
-struct AddParams {
-  const bf16* a;  // [n]
-  const bf16* b;  // [n]
-  bf16* out;      // [n]
-  int64_t n;
-};
-void add(const AddParams& p, cudaStream_t stream);
-
-struct CastBf16ToF32Params {
-  const bf16* src;  // [n]
-  float* dst;       // [n]
-  int64_t n;
-};
-void cast_bf16_to_f32(const CastBf16ToF32Params& p, cudaStream_t stream);
 
 }  // namespace serval::kernels::cuda
