@@ -31,6 +31,11 @@ class CheckpointWeights final : public WeightSource {
   }
 
   bool has(const std::string& name) const override { return checkpoint_->find(name) != nullptr; }
+  std::vector<std::string> names() const override { return checkpoint_->names(); }
+  Tensor get_stored(const std::string& name) const override {
+    const io::TensorInfo& info = find(name);
+    return host_view(info.data, info.dtype, info.shape, checkpoint_);
+  }
 
   Tensor get(const std::string& name, const Shape& shape) const override {
     const io::TensorInfo& info = find(name);
@@ -173,6 +178,10 @@ class DummyWeights final : public WeightSource {
 };
 
 }  // namespace
+
+Tensor WeightSource::get_stored(const std::string& name) const {
+  throw LoadError("dummy weights hold no stored tensor '" + name + "'");
+}
 
 std::unique_ptr<WeightSource> open_checkpoint_weights(const std::string& model_dir) {
   return std::make_unique<CheckpointWeights>(model_dir);

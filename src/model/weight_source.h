@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "io/model_config.h"
 #include "quant/quant_config.h"
@@ -23,6 +24,10 @@ class WeightSource {
   // (LoadError naming the tensor otherwise). Dummy tensors take e's first dtype and shape, with
   // values fit for the tensor's role in a quantized linear (see make_dummy_weights).
   virtual Tensor get_expected(const quant::ExpectedTensor& e) const = 0;
+  // Every tensor name the source holds (empty for dummy weights, which make any name up).
+  virtual std::vector<std::string> names() const { return {}; }
+  // The host tensor `name` as stored, any dtype and shape; LoadError if the source has none.
+  virtual Tensor get_stored(const std::string& name) const;
   // How the linear weights are quantized (Method::kNone: all dense).
   const quant::QuantConfig& quant_config() const { return quant_; }
 

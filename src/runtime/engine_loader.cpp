@@ -9,7 +9,6 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/math.h"
-#include "io/safetensors.h"
 #include "model/quantized_weight.h"
 #include "quant/kv_scales.h"
 #include "quant/quant_config.h"
@@ -77,17 +76,13 @@ int64_t kv_cache_budget(const EngineConfig& cfg, const io::ModelConfig& mc, back
   return budget;
 }
 
-// The per-layer k/v scales a checkpoint holds under any accepted name (SPEC §3); unmappable
-// or non-scalar scale tensors are LoadErrors naming them.
-quant::KvScales load_checkpoint_kv_scales(const std::string& model_dir, const io::ModelConfig& mc) {
-  std::shared_ptr<io::Checkpoint> ckpt = io::Checkpoint::open(model_dir);
-  std::vector<std::string> names = ckpt->names();
+// The per-layer k/v scales the weights hold under any accepted name (SPEC §3); unmappable or
+// non-scalar scale tensors are LoadErrors naming them. Dummy weights hold none (all 1.0).
+quant::KvScales load_kv_scales(const model::WeightSource& weights, const io::ModelConfig& mc) {
   quant::KvScaleOptions options;
   options.num_layers = mc.num_hidden_layers;
-  return quant::load_kv_scales(names, options, [&](const std::string& name) {
-    const io::TensorInfo& t = ckpt->get(name);
-    return host_view(t.data, t.dtype, t.shape, ckpt);
-  });
+  return quant::load_kv_scales(weights.names(), options,
+                               [&](const std::string& name) { return weights.get_stored(name); });
 }
 
 // Makes `device` current on the calling (engine) thread before every step: the engine thread
@@ -220,14 +215,12 @@ LoadedModel load_model(const EngineConfig& cfg) {
   out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
   RunnerOptions runner;
   runner.kv_cache_dtype = kv_dtype;
-  if (cfg.load_format != "dummy") {
-    quant::KvScales scales = load_checkpoint_kv_scales(cfg.model_dir, mc);
-    out.num_kv_scale_layers = scales.num_loaded_layers;
-    if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) {
-      for (const std::string& w : scales.warnings) log::warn("{}", w);
-      runner.k_scales = std::move(scales.k);
-      runner.v_scales = std::move(scales.v);
-    }
+  quant::KvScales scales = load_kv_scales(*weights, mc);
+  out.num_kv_scale_layers = scales.num_loaded_layers;
+  if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) {
+    for (const std::string& w : scales.warnings) log::warn("{}", w);
+    runner.k_scales = std::move(scales.k);
+    runner.v_scales = std::move(scales.v);
   }
   if (backend->device() == Device::kCuda) {
     runner.max_model_len = out.max_model_len;
