@@ -53,6 +53,12 @@ IterationTimes run_iteration(runtime::StepRunner& runner, const LatencyOptions& 
   return times;
 }
 
+std::string parallel_note(const runtime::EngineConfig& e) {
+  if (e.tensor_parallel_size == 1 && !e.enable_expert_parallel) return "";
+  return fmt::format(", tensor parallel {}{}", e.tensor_parallel_size,
+                     e.enable_expert_parallel ? " + expert parallel" : "");
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -76,14 +82,15 @@ void run_latency(LatencyOptions o) {
   }
   const double ttft = median(prefill);
   std::cout << fmt::format(
-                   "model {} ({}), device {}, dtype {}{}\n"
+                   "model {} ({}), device {}, dtype {}{}{}\n"
                    "batch {} input {} output {}: prefill {:.1f} tok/s, TTFT {:.2f} ms, TPOT median "
                    "{:.3f} ms "
                    "({:.1f} tok/s per sequence, {:.1f} tok/s total)\n",
                    o.engine.model_dir, m.config.architecture, m.device, m.dtype,
-                   m.moe_backend.empty() ? "" : ", MoE backend " + m.moe_backend, o.batch_size,
-                   o.input_len, o.output_len, o.batch_size * o.input_len / ttft, ttft * 1e3,
-                   median(tpot) * 1e3, 1.0 / median(tpot), o.batch_size / median(tpot))
+                   m.moe_backend.empty() ? "" : ", MoE backend " + m.moe_backend,
+                   parallel_note(o.engine), o.batch_size, o.input_len, o.output_len,
+                   o.batch_size * o.input_len / ttft, ttft * 1e3, median(tpot) * 1e3,
+                   1.0 / median(tpot), o.batch_size / median(tpot))
             << std::flush;
 }
 
@@ -107,6 +114,9 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--max-model-len", o->engine.max_model_len);
   cmd->add_option("--gpu-memory-utilization", o->engine.gpu_memory_utilization);
   cmd->add_flag("--enforce-eager", o->engine.enforce_eager);
+  cmd->add_option("--tensor-parallel-size", o->engine.tensor_parallel_size)
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--enable-expert-parallel", o->engine.enable_expert_parallel);
   cmd->callback([o] {
     try {
       run_latency(*o);

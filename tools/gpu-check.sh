@@ -64,7 +64,7 @@ if [[ $run_tests -eq 1 ]]; then
 fi
 
 if [[ $run_e2e -eq 1 ]]; then
-  ctest --test-dir build-gpu -L e2e --output-on-failure >"$out/e2e.log" 2>&1
+  SERVAL_GSM8K_DIR=$root/.device-data ctest --test-dir build-gpu -L e2e --output-on-failure >"$out/e2e.log" 2>&1
   echo "e2e tests (GPU server): exit $?" | tee -a "$out/gpu.txt"
   grep -E "tests passed|Failed|Passed" "$out/e2e.log" | tail -n 12
 fi

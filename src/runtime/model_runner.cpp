@@ -105,12 +105,17 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
     kv_.push_back(std::move(layer));
   }
   if (options_.step_memory_bytes > 0) backend_->reserve_step_memory(options_.step_memory_bytes);
-  if (options_.cuda_graphs && options_.max_model_len > 0 && options_.max_decode_batch > 0) {
-    graphs_ = std::make_unique<DecodeGraphs>(*backend_, options_.max_decode_batch,
-                                             options_.max_model_len, block_size_);
-    graphs_->capture_all(
-        [this](const backend::StepMetadata& meta) { return model_->forward(meta, kv_); });
-  }
+  if (!options_.defer_graph_capture) capture_decode_graphs();
+}
+
+void ModelRunner::capture_decode_graphs() {
+  if (graphs_ || !options_.cuda_graphs || options_.max_model_len <= 0 ||
+      options_.max_decode_batch <= 0)
+    return;
+  graphs_ = std::make_unique<DecodeGraphs>(*backend_, options_.max_decode_batch,
+                                           options_.max_model_len, block_size_);
+  graphs_->capture_all(
+      [this](const backend::StepMetadata& meta) { return model_->forward(meta, kv_); });
 }
 
 ModelRunner::~ModelRunner() = default;

@@ -31,6 +31,7 @@ struct RunnerOptions {
   int max_model_len = 0;                  // > 0 enables the fixed decode layout (and graphs, below)
   int max_decode_batch = 0;               // largest decode batch captured in a CUDA graph
   bool cuda_graphs = false;               // capture pure-decode steps (FULL_DECODE_ONLY)
+  bool defer_graph_capture = false;       // the owner calls capture_decode_graphs() itself
   int64_t step_memory_bytes = 0;          // activation arena (see Backend::reserve_step_memory)
   std::optional<DType> kv_cache_dtype;    // unset: the backend's default
   std::vector<float> k_scales, v_scales;  // per layer (fp8 KV); empty: 1.0
@@ -70,6 +71,11 @@ class ModelRunner final : public StepRunner {
   static int64_t kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype);
   // Decode batch sizes that run as CUDA graphs (0 when graphs are off).
   int num_decode_graphs() const;
+  // Captures the pure-decode CUDA graphs (options.cuda_graphs with max_model_len and
+  // max_decode_batch set; otherwise a no-op). The constructor calls it unless
+  // `defer_graph_capture`: ranks of a parallel group must capture together, since the warm-up
+  // runs their collectives.
+  void capture_decode_graphs();
 
  private:
   Tensor forward(std::span<const SeqChunk> chunks);

@@ -1,8 +1,6 @@
 #include "runtime/parallel_runner.h"
 
 #include <exception>
-#include <mutex>
-#include <thread>
 
 #include "base/error.h"
 #include "model/model.h"
@@ -15,30 +13,71 @@ ParallelRunner::ParallelRunner(std::vector<std::unique_ptr<backend::Communicator
     : comms_(std::move(comms)), ranks_(std::move(ranks)), bind_(std::move(bind)) {
   check(!ranks_.empty() && comms_.size() == ranks_.size(),
         "ParallelRunner: one communicator per rank");
+  for (int r = 1; r < size(); ++r) threads_.emplace_back(&ParallelRunner::rank_thread, this, r);
 }
 
-ParallelRunner::~ParallelRunner() = default;
+ParallelRunner::~ParallelRunner() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ParallelRunner::rank_thread(int r) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* job;
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      job = job_;
+    }
+    (*job)(r);
+    {
+      std::lock_guard lock(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+}
 
 void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
-  std::mutex mu;
-  std::exception_ptr first;
-  auto body = [&](int r) {
+  const std::function<void(int)> body = [&](int r) {
     try {
       if (bind_) bind_(r);
       fn(r);
     } catch (...) {
       {
-        std::lock_guard lock(mu);
-        if (!first) first = std::current_exception();
+        std::lock_guard lock(mu_);
+        if (!first_error_) first_error_ = std::current_exception();
       }
       comms_[size_t(r)]->abort();  // release the ranks waiting on this one
     }
   };
-  std::vector<std::thread> threads;
-  for (int r = 1; r < size(); ++r) threads.emplace_back(body, r);
+  {
+    std::lock_guard lock(mu_);
+    job_ = &body;
+    pending_ = size() - 1;
+    first_error_ = nullptr;
+    ++generation_;
+  }
+  work_cv_.notify_all();
   body(0);
-  for (std::thread& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  std::exception_ptr error;
+  {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+    error = first_error_;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void ParallelRunner::capture_decode_graphs() {
+  run_ranks([&](int r) { ranks_[size_t(r)]->capture_decode_graphs(); });
 }
 
 std::vector<float> ParallelRunner::execute(std::span<const SeqChunk> chunks) {
@@ -102,7 +141,7 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
   }
   const int num_blocks = options.num_blocks(*backends[0], *models[0]);
   RunnerOptions ro = options.runner;
-  ro.cuda_graphs = false;
+  ro.defer_graph_capture = true;
   std::vector<std::unique_ptr<ModelRunner>> ranks;
   for (int r = 0; r < world; ++r) {
     if (bind) bind(r);
@@ -110,7 +149,10 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
                                                   std::move(models[size_t(r)]), num_blocks,
                                                   options.block_size, ro));
   }
-  return std::make_unique<ParallelRunner>(std::move(comms), std::move(ranks), std::move(bind));
+  auto runner =
+      std::make_unique<ParallelRunner>(std::move(comms), std::move(ranks), std::move(bind));
+  runner->capture_decode_graphs();
+  return runner;
 }
 
 }  // namespace serval::runtime

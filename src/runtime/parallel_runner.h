@@ -2,9 +2,12 @@
 // rank, each with its own backend, model shard, KV cache and communicator. A step runs on all
 // ranks at once; the collectives inside the forward keep them in lockstep.
 #pragma once
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/communicator.h"
@@ -36,15 +39,28 @@ class ParallelRunner final : public StepRunner {
   }
   int size() const { return int(ranks_.size()); }
   ModelRunner& rank(int r) { return *ranks_.at(size_t(r)); }
+  // Every rank captures its decode CUDA graphs at once (their collectives run in the warm-up).
+  void capture_decode_graphs();
 
  private:
-  // Calls fn(r) for every rank concurrently: rank 0 on the calling thread, the others on threads
-  // of their own.
+  // Calls fn(r) for every rank concurrently: rank 0 on the calling thread, the others on the
+  // persistent rank threads (a thread per step would add its start-up to every decode step).
   void run_ranks(const std::function<void(int rank)>& fn);
+  void rank_thread(int r);
 
   std::vector<std::unique_ptr<backend::Communicator>> comms_;
   std::vector<std::unique_ptr<ModelRunner>> ranks_;
   std::function<void(int)> bind_;
+  // Work hand-off to ranks 1..N-1: a new `job_` is announced by bumping `generation_`; the
+  // caller waits until `pending_` drops to 0.
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr first_error_;
+  std::vector<std::thread> threads_;
 };
 
 // How to build the ranks of a parallel group.
@@ -53,7 +69,7 @@ struct ParallelLoadOptions {
   dist::ParallelConfig parallel;
   std::string moe_backend = "latency";
   int block_size = 16;
-  RunnerOptions runner;  // cuda_graphs is ignored: collectives are not captured yet
+  RunnerOptions runner;  // cuda_graphs: every rank captures its decode graphs (with collectives)
   // KV blocks of every rank, decided from rank 0's backend and model once the weights are
   // loaded (all ranks have the same geometry).
   std::function<int(backend::Backend& rank0, const model::Model& model0)> num_blocks;

@@ -22,7 +22,7 @@ cat "$work/bench.out"
 [[ $(value_of "Total generated tokens:" "$work/bench.out") == 320 ]] || fail "expected 320 generated tokens"
 grep -q "^============ Serving Benchmark Result ============$" "$work/bench.out" || fail "no report title"
 
-"$serval" eval gsm8k --port "$port" --num-questions 10 --data-dir "$root/../shared/data/gsm8k" \
+"$serval" eval gsm8k --port "$port" --num-questions 10 --data-dir "${SERVAL_GSM8K_DIR:-$root/../shared/data/gsm8k}" \
   --disable-tqdm >"$work/eval.out" 2>"$work/eval.err" || {
   cat "$work/eval.out" "$work/eval.err"; fail "eval gsm8k exited non-zero"; }
 cat "$work/eval.out"

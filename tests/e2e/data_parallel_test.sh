@@ -18,14 +18,21 @@ complete() {  # complete PORT PROMPT MAX_TOKENS: the completion text
     jq -r '.choices[0].text'
 }
 
-start_server single "$model" --max-model-len 256
+# Each replica takes its own GPU: with exactly one GPU both replicas run on the CPU instead.
+device=()
+if [[ $(gpu_count) == 1 ]]; then
+  device=(--device cpu)
+  echo "note: one GPU visible, so DP=2 is tested on the CPU"
+fi
+
+start_server single "$model" --max-model-len 256 "${device[@]}"
 single_port=$port
 single_pid=$server_pid
 model_name=$(curl -sf "http://127.0.0.1:$port/v1/models" | jq -r '.data[0].id')
 ref=$(complete "$single_port" "The quick brown fox" 24)
 stop_server "$single_pid"
 
-start_server dp2 "$model" --max-model-len 256 --data-parallel-size 2
+start_server dp2 "$model" --max-model-len 256 --data-parallel-size 2 "${device[@]}"
 grep -q "loading replica 1 of 2" "$server_log" || fail "start-up log does not load replica 1"
 got=$(complete "$port" "The quick brown fox" 24)
 [[ $got == "$ref" ]] || fail "DP=2 completion differs from DP=1: '$got' vs '$ref'"

@@ -52,6 +52,12 @@ need_node() {
   [[ -f $npm_modules/openai/index.mjs ]] || skip "no openai package in $npm_modules (npm ci in tests/npm)"
 }
 
+# Number of visible CUDA GPUs (0 without nvidia-smi).
+gpu_count() {
+  command -v nvidia-smi >/dev/null || { echo 0; return; }
+  nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c . || true
+}
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }

@@ -10,4 +10,10 @@ inline bool gpu_available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+// Number of CUDA devices (0 without a driver or GPU).
+inline int gpu_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
 }  // namespace serval::testing

@@ -1,9 +1,12 @@
 // The CUDA backend end to end on the golden fixtures: logits within bf16 tolerance of the
-// transformers reference (fp32), and greedy tokens equal to the CPU engine's wherever the CPU's
-// top-1/top-2 margin is clear of bf16 noise, in batches that mix prefill and decode.
+// transformers reference (fp32); and in batches that mix prefill and decode, every logits row
+// within bf16 tolerance of the CPU engine's and greedy tokens equal to the CPU's wherever the
+// CPU's top-1/top-2 margin exceeds twice the row's largest GPU−CPU difference (below that, a
+// flip is a bf16 near-tie, and the two runs continue from different text).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -18,13 +21,6 @@ namespace {
 constexpr int kBlockSize = 16;
 // bf16 weights and activations against an fp32 reference: relative L2 of a logits row.
 constexpr double kLogitsRelTol = 3e-2;
-// A greedy step is compared only while the CPU's top-1/top-2 margin is clear of bf16 noise,
-// which grows with the logits' magnitude (bf16 keeps 8 significant bits; the error of a logit
-// after several layers measured ~1-2 % of it on the demo model): 0.1 + 2 % of the top logit.
-float clear_margin(float top_logit) {
-  return 0.1f + 0.02f * std::fabs(top_logit);
-}
-
 // "demo" is the trained demo model (confident logits: most greedy steps have clear margins);
 // the others are the random-weight golden fixtures.
 std::string fixture_dir(const std::string& name) {
@@ -65,13 +61,12 @@ TEST_P(GpuModel, PromptLogitsMatchTransformers) {
   }
 }
 
-// Sequence i has a prompt of 3 + 5·i tokens and joins the batch at step i, so every step mixes
-// decodes with a prefill; 24 decode steps each.
+// Sequence i has a prompt of 3 + 5·(i mod 12) tokens and joins the batch at step i, so every
+// step mixes decodes with a prefill; 24 decode steps each.
 struct Seq {
   std::vector<int32_t> tokens;
   std::vector<int32_t> blocks;
-  std::vector<float> margins;  // CPU top-1 minus top-2 at each generated token
-  std::vector<float> tops;     // CPU top-1 logit at each generated token
+  std::vector<std::vector<float>> rows;  // the logits row of each generated token
   int computed = 0;
   int prompt_len = 0;
 };
@@ -100,17 +95,28 @@ std::vector<Seq> run_staggered(runtime::ModelRunner& runner, int batch, int voca
     for (size_t r = 0; r < active.size(); ++r) {
       Seq& s = seqs[active[r]];
       const float* row = &logits[r * vocab];
-      int best = int(std::max_element(row, row + vocab) - row);
-      float second = -INFINITY;
-      for (int v = 0; v < vocab; ++v)
-        if (v != best) second = std::max(second, row[v]);
       s.computed = int(s.tokens.size());
-      s.tokens.push_back(best);
-      s.margins.push_back(row[best] - second);
-      s.tops.push_back(row[best]);
+      s.tokens.push_back(int(std::max_element(row, row + vocab) - row));
+      s.rows.emplace_back(row, row + vocab);
     }
   }
   return seqs;
+}
+
+// CPU top-1 minus top-2.
+float top_margin(const std::vector<float>& row) {
+  float first = -INFINITY, second = -INFINITY;
+  for (float v : row) {
+    second = std::max(second, std::min(first, v));
+    first = std::max(first, v);
+  }
+  return first - second;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
 }
 
 TEST_P(GpuModel, GreedyTokensMatchCpuInMixedBatches) {
@@ -122,24 +128,25 @@ TEST_P(GpuModel, GreedyTokensMatchCpuInMixedBatches) {
     const int vocab = cpu->model().config().vocab_size;
     auto want = run_staggered(*cpu, batch, vocab);
     auto got = run_staggered(*gpu, batch, vocab);
-    int compared = 0, mismatched = 0;
+    int compared = 0, ties = 0;
     for (int i = 0; i < batch; ++i) {
       const Seq& w = want[i];
-      for (size_t t = 0; t < w.margins.size() && w.margins[t] > clear_margin(w.tops[t]);
-           ++t, ++compared) {
+      for (size_t t = 0; t < w.rows.size(); ++t, ++compared) {
+        const std::vector<float>& row = got[i].rows[t];
+        EXPECT_LT(testing::rel_l2(row, w.rows[t]), kLogitsRelTol)
+            << GetParam() << " batch " << batch << " seq " << i << " token " << t;
         const size_t pos = w.prompt_len + t;
         if (got[i].tokens[pos] == w.tokens[pos]) continue;
-        ++mismatched;
-        ADD_FAILURE() << GetParam() << " batch " << batch << " seq " << i << " token " << t
-                      << ": gpu " << got[i].tokens[pos] << " cpu " << w.tokens[pos]
-                      << " (cpu margin " << w.margins[t] << ")";
+        const float margin = top_margin(w.rows[t]), diff = max_abs_diff(row, w.rows[t]);
+        EXPECT_LE(margin, 2 * diff)
+            << GetParam() << " batch " << batch << " seq " << i << " token " << t << ": gpu "
+            << got[i].tokens[pos] << " cpu " << w.tokens[pos];
+        ++ties;
         break;  // later tokens of this sequence continue from different text
       }
     }
-    EXPECT_EQ(mismatched, 0) << "of " << compared << " compared tokens";
-    // Random-weight fixtures have few clear margins; the trained demo model must give many.
-    EXPECT_GE(compared, GetParam() == "demo" ? batch * 12 : 0)
-        << "too few clear-margin tokens to compare";
+    // Ties must stay rare, or the comparison would cover little.
+    EXPECT_GE(compared, batch * 12) << ties << " near-ties";
   }
 }
 

@@ -2,6 +2,7 @@
 // a scalar grid-stride loop otherwise.
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/elementwise.h"
+#include "kernels/cuda/misc/pdl.cuh"
 
 namespace serval::kernels::cuda {
 namespace {
@@ -21,6 +22,8 @@ __device__ __forceinline__ float silu(float g) {
 template <int kVec>
 __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ x,
                                 __nv_bfloat16* __restrict__ out, int rows, int inter) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int per_row = inter / kVec;
   const int64_t total = int64_t(rows) * per_row;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
@@ -46,6 +49,8 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ x,
 template <typename Unit>
 __global__ void gather_rows_kernel(const Unit* __restrict__ src, const int32_t* __restrict__ rows,
                                    Unit* __restrict__ out, int units) {
+  pdl_wait();
+  pdl_launch_dependents();
   const Unit* s = src + int64_t(rows[blockIdx.x]) * units;
   Unit* d = out + int64_t(blockIdx.x) * units;
   for (int i = threadIdx.x; i < units; i += blockDim.x) d[i] = s[i];
@@ -58,13 +63,12 @@ void silu_mul(const SiluMulParams& p, cudaStream_t stream) {
   const auto* x = reinterpret_cast<const __nv_bfloat16*>(p.x);
   auto* out = reinterpret_cast<__nv_bfloat16*>(p.out);
   if (p.inter % 8 == 0 && is_aligned16(p.x) && is_aligned16(p.out)) {
-    silu_mul_kernel<8>
-        <<<grid_for(int64_t(p.rows) * p.inter / 8), kThreads, 0, stream>>>(x, out, p.rows, p.inter);
+    launch_pdl("silu_mul", silu_mul_kernel<8>, grid_for(int64_t(p.rows) * p.inter / 8), kThreads, 0,
+               stream, x, out, p.rows, p.inter);
   } else {
-    silu_mul_kernel<1>
-        <<<grid_for(int64_t(p.rows) * p.inter), kThreads, 0, stream>>>(x, out, p.rows, p.inter);
+    launch_pdl("silu_mul", silu_mul_kernel<1>, grid_for(int64_t(p.rows) * p.inter), kThreads, 0,
+               stream, x, out, p.rows, p.inter);
   }
-  check_launch("silu_mul");
 }
 
 void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
@@ -72,15 +76,14 @@ void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   if (p.cols % 8 == 0 && is_aligned16(p.src) && is_aligned16(p.out)) {
     const int units = p.cols / 8;
     const int threads = units < 128 ? 32 * ((units + 31) / 32) : 128;
-    auto kernel = gather_rows_kernel<uint4>;
-    kernel<<<p.num_rows, threads, 0, stream>>>(reinterpret_cast<const uint4*>(p.src), p.rows,
-                                               reinterpret_cast<uint4*>(p.out), units);
+    launch_pdl("gather_rows", gather_rows_kernel<uint4>, unsigned(p.num_rows), unsigned(threads), 0,
+               stream, reinterpret_cast<const uint4*>(p.src), p.rows,
+               reinterpret_cast<uint4*>(p.out), units);
   } else {
-    gather_rows_kernel<__nv_bfloat16>
-        <<<p.num_rows, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(p.src), p.rows,
-                                         reinterpret_cast<__nv_bfloat16*>(p.out), p.cols);
+    launch_pdl("gather_rows", gather_rows_kernel<__nv_bfloat16>, unsigned(p.num_rows), 128u, 0,
+               stream, reinterpret_cast<const __nv_bfloat16*>(p.src), p.rows,
+               reinterpret_cast<__nv_bfloat16*>(p.out), p.cols);
   }
-  check_launch("gather_rows");
 }
 
 void embedding(const EmbeddingParams& p, cudaStream_t stream) {

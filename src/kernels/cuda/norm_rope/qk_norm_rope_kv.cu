@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
 
 namespace serval::kernels::cuda {
@@ -44,6 +45,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   constexpr int kHalf = D / 2;
   constexpr int kPairs = (kHalf + 31) / 32;  // rotary pairs per lane
   constexpr int kElemBytes = C == DType::kBF16 ? 2 : 1;
+  pdl_wait();
+  pdl_launch_dependents();
   const int heads_per_token = num_q_heads + 2 * num_kv_heads;
   const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (item >= int64_t(num_tokens) * heads_per_token) return;  // warp-uniform
@@ -122,9 +125,9 @@ void launch(const QkNormRopeKvParams& p, dim3 grid, cudaStream_t stream) {
   // The reciprocals in fp32 on the host: the CPU kv_append multiplies by the same values.
   const float inv_k = 1.0f / p.k_scale, inv_v = 1.0f / p.v_scale;
   auto run = [&](auto kernel) {
-    kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(
-        qkv, qn, kn, p.positions, p.inv_freq, p.slot_mapping, q_out, p.k_cache, p.v_cache,
-        p.num_tokens, p.num_q_heads, p.num_kv_heads, p.eps, inv_k, inv_v);
+    launch_pdl("qk_norm_rope_kv", kernel, grid, dim3(kWarpsPerBlock * 32), 0, stream, qkv, qn, kn,
+               p.positions, p.inv_freq, p.slot_mapping, q_out, p.k_cache, p.v_cache, p.num_tokens,
+               p.num_q_heads, p.num_kv_heads, p.eps, inv_k, inv_v);
   };
   switch (p.cache_dtype) {
     case DType::kBF16:
@@ -172,7 +175,6 @@ void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream) {
       throw InvalidArgument("cuda qk_norm_rope_kv: head_dim " + std::to_string(p.head_dim) +
                             " unsupported (16, 32, 64 or 128)");
   }
-  check_launch("qk_norm_rope_kv");
 }
 
 }  // namespace serval::kernels::cuda

@@ -1,6 +1,7 @@
 // RMSNorm kernel: one CTA per row, 16-byte vectors, two passes over the row (the second hits
 // L1/L2).
 #include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/norm_rope/rms_norm.h"
 
 namespace serval::kernels::cuda {
@@ -10,6 +11,8 @@ __global__ void rms_norm_kernel(const __nv_bfloat16* x, __nv_bfloat16* residual,
                                 const __nv_bfloat16* __restrict__ weight, __nv_bfloat16* out,
                                 int hidden, float eps) {
   __shared__ float scratch[32];
+  pdl_wait();
+  pdl_launch_dependents();
   const size_t row = size_t(blockIdx.x) * hidden;
   const int num_vecs = hidden / 8;
   float sum_sq = 0.0f;
@@ -52,11 +55,11 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   // One vector per thread up to 256 threads; more vectors loop.
   int threads = ((p.hidden / 8 + 31) / 32) * 32;
   threads = threads < 32 ? 32 : (threads > 256 ? 256 : threads);
-  rms_norm_kernel<<<p.rows, threads, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<__nv_bfloat16*>(p.residual),
-      reinterpret_cast<const __nv_bfloat16*>(p.weight), reinterpret_cast<__nv_bfloat16*>(p.out),
-      p.hidden, p.eps);
-  check_launch("rms_norm");
+  launch_pdl("rms_norm", rms_norm_kernel, dim3(unsigned(p.rows)), dim3(unsigned(threads)), 0,
+             stream, reinterpret_cast<const __nv_bfloat16*>(p.x),
+             reinterpret_cast<__nv_bfloat16*>(p.residual),
+             reinterpret_cast<const __nv_bfloat16*>(p.weight),
+             reinterpret_cast<__nv_bfloat16*>(p.out), p.hidden, p.eps);
 }
 
 }  // namespace serval::kernels::cuda

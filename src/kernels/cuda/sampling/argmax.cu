@@ -1,6 +1,7 @@
 #include <cfloat>
 
 #include "base/error.h"
+#include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/sampling/argmax.h"
 
 namespace serval::kernels::cuda {
@@ -21,6 +22,8 @@ __device__ Best better(Best a, Best b) {
 
 // One CTA per row: strided scan, then a warp-shuffle and shared-memory reduction.
 __global__ void argmax_kernel(ArgmaxParams p) {
+  pdl_wait();
+  pdl_launch_dependents();
   const float* row = p.logits + size_t(blockIdx.x) * p.vocab;
   Best best{-FLT_MAX, p.vocab};
   for (int v = threadIdx.x; v < p.vocab; v += kThreads) {
@@ -46,9 +49,7 @@ __global__ void argmax_kernel(ArgmaxParams p) {
 
 void argmax(const ArgmaxParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  argmax_kernel<<<p.rows, kThreads, 0, stream>>>(p);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw Error(std::string("argmax launch: ") + cudaGetErrorString(e));
+  launch_pdl("argmax", argmax_kernel, dim3(unsigned(p.rows)), dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace serval::kernels::cuda
