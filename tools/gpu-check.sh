@@ -3,22 +3,28 @@
 # write logs and a results table under $OUT (or ./gpu-results).
 #
 #   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
-#                      [--configs DIR] [--serving-bench]
+#                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
+#                      [--startup] [--profile CONFIG]
 #
 # Steps: build; `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
 # the demo model; the npm-based parts skip there); kernel micro-benchmarks and `bench latency`
 # on dummy configs; with --serving-bench, the reference serving benchmark (Llama-3.3-70B NVFP4
-# dummy, fp8 KV, 40 prompts of 1024 in / 600 out at concurrency 8).
+# dummy, fp8 KV, 40 prompts of 1024 in / 600 out at concurrency 8). --tp N runs the latency
+# benchmarks (and the serving benchmark) with tensor parallel N, and the NVFP4 MoE model also with
+# expert parallel. --startup times `serve` of Qwen3-30B-A3B NVFP4 dummy from start to /health.
+# --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu).
 #
 # The GPU machine lacks the PCRE2 and utf8proc headers: carry .device-deps made by
 # ../shared/tools/pack-device-deps.sh. Bench configs come from --configs (default
 # .device-data/bench-configs, a carried copy of ../shared/bench-configs).
 set -uo pipefail
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # never NVLink multicast on these machines
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
-run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*'
+run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
+startup=0 profile=''
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -27,6 +33,10 @@ while [[ $# -gt 0 ]]; do
     --no-e2e) run_e2e=0 ;;
     --serving-bench) serving_bench=1 ;;
     --bench-filter) bench_filter=$2; shift ;;
+    --test-filter) test_filter=$2; shift ;;
+    --tp) tp=$2; shift ;;
+    --startup) startup=1 ;;
+    --profile) profile=$2; shift ;;
     --configs) configs=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -58,7 +68,8 @@ if [[ $status -ne 0 ]]; then
 fi
 
 if [[ $run_tests -eq 1 ]]; then
-  ctest --test-dir build-gpu -L gpu --output-on-failure -j4 >"$out/gpu-tests.log" 2>&1
+  ctest --test-dir build-gpu -L gpu ${test_filter:+-R "$test_filter"} --output-on-failure -j4 \
+    >"$out/gpu-tests.log" 2>&1
   echo "gpu tests: exit $?" | tee -a "$out/gpu.txt"
   tail -n 25 "$out/gpu-tests.log"
 fi
@@ -84,10 +95,22 @@ if [[ $run_bench -eq 1 ]]; then
       --input-len "$i" --output-len "$o" --num-iters 3 "$@" 2>&1 | tail -n 2 | tee -a "$bench"
   }
   if [[ -d $configs ]]; then
-    for spec in "qwen3-30b-a3b 1 128 64" "qwen3-30b-a3b 8 1024 64" "qwen3-0.6b 1 128 64" \
-      "qwen3-30b-a3b-nvfp4 1 128 64" "qwen3-30b-a3b-nvfp4 8 1024 64" \
-      "llama-3.3-70b-nvfp4 1 128 32 --kv-cache-dtype fp8" \
-      "llama-3.3-70b-nvfp4 8 1024 32 --kv-cache-dtype fp8"; do
+    specs=("qwen3-30b-a3b 1 128 64" "qwen3-30b-a3b 8 1024 64" "qwen3-0.6b 1 128 64"
+      "qwen3-30b-a3b-nvfp4 1 128 64" "qwen3-30b-a3b-nvfp4 8 1024 64"
+      "llama-3.3-70b-nvfp4 1 128 32 --kv-cache-dtype fp8"
+      "llama-3.3-70b-nvfp4 8 1024 32 --kv-cache-dtype fp8"
+      "llama-3.3-70b 1 128 16 --max-model-len 1024 --gpu-memory-utilization 0.99")
+    if [[ $tp -gt 1 ]]; then
+      specs=("llama-3.3-70b-nvfp4 1 128 32 --kv-cache-dtype fp8 --tensor-parallel-size $tp"
+        "llama-3.3-70b-nvfp4 8 1024 32 --kv-cache-dtype fp8 --tensor-parallel-size $tp"
+        "qwen3-30b-a3b-nvfp4 1 128 64 --tensor-parallel-size $tp"
+        "qwen3-30b-a3b-nvfp4 1 128 64 --tensor-parallel-size $tp --enable-expert-parallel"
+        "qwen3-30b-a3b-nvfp4 8 1024 64 --tensor-parallel-size $tp"
+        "qwen3-30b-a3b-nvfp4 8 1024 64 --tensor-parallel-size $tp --enable-expert-parallel"
+        "qwen3-30b-a3b-nvfp4 64 1024 32 --tensor-parallel-size $tp"
+        "qwen3-30b-a3b-nvfp4 64 1024 32 --tensor-parallel-size $tp --enable-expert-parallel")
+    fi
+    for spec in "${specs[@]}"; do
       # shellcheck disable=SC2086
       echo "$spec" | grep -Eq "$bench_filter" && latency $spec
     done
@@ -99,11 +122,38 @@ if [[ $run_bench -eq 1 ]]; then
   fi
 fi
 
+if [[ $startup -eq 1 && -d $configs/qwen3-30b-a3b-nvfp4 ]]; then
+  port=8124
+  t0=$(date +%s.%N)
+  build-gpu/apps/serval serve "$configs/qwen3-30b-a3b-nvfp4" --load-format dummy --port $port \
+    >"$out/startup-serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 1200); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+    kill -0 $server 2>/dev/null || break
+    sleep 0.05
+  done
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "start-up to /health 200, qwen3-30b-a3b-nvfp4 dummy: %.2f s\n", b - a }' |
+    tee -a "$out/gpu.txt"
+  kill $server 2>/dev/null
+  wait $server 2>/dev/null
+fi
+
+if [[ -n $profile && -d $configs/$profile ]]; then
+  # Kernels of two eager decode steps after warm-up, one line per launch with its GPU time.
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 4000 \
+    --launch-count 1200 build-gpu/apps/serval bench latency --model "$configs/$profile" \
+    --load-format dummy --batch-size 1 --input-len 16 --output-len 40 --num-iters 1 \
+    --num-iters-warmup 0 --enforce-eager >"$out/profile.csv" 2>"$out/profile.err"
+  echo "profile: exit $? ($(grep -c gpu__time_duration "$out/profile.csv") kernels)" | tee -a "$out/gpu.txt"
+fi
+
 if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
   port=8123
   build-gpu/apps/serval serve "$configs/llama-3.3-70b-nvfp4" --load-format dummy --port $port \
     --kv-cache-dtype fp8 --max-num-seqs 512 --max-model-len 2058 --max-num-batched-tokens 8192 \
-    >"$out/serve.log" 2>&1 &
+    --tensor-parallel-size "$tp" >"$out/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 600); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
