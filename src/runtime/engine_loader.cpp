@@ -213,6 +213,9 @@ LoadedModel load_model(const EngineConfig& cfg) {
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
   const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend, mc.head_dim);
   out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
+  if (cfg.async_scheduling)
+    log::warn("--async-scheduling: not implemented yet; each step is scheduled after the "
+              "previous one completes");
   RunnerOptions runner;
   runner.kv_cache_dtype = kv_dtype;
   quant::KvScales scales = load_kv_scales(*weights, mc);
@@ -226,6 +229,9 @@ LoadedModel load_model(const EngineConfig& cfg) {
     runner.max_model_len = out.max_model_len;
     runner.max_decode_batch = cfg.max_num_seqs;
     runner.cuda_graphs = !cfg.enforce_eager && cfg.cudagraph_mode != "NONE";
+    if (runner.cuda_graphs && cfg.cudagraph_mode == "FULL")
+      log::warn("cudagraph_mode FULL: serval captures pure-decode steps only; prefill and mixed "
+                "steps run eagerly (as with FULL_DECODE_ONLY)");
     runner.step_memory_bytes = step_memory_bytes(cfg, mc);
   }
   // KV blocks per rank from the backend's budget, once the (rank's) weights are loaded.
