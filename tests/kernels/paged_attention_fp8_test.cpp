@@ -162,6 +162,22 @@ TEST(CudaPagedAttentionFp8, DecodeBatch64AndOddShapes) {
   }
 }
 
+// fp8 decode builds its mma fragments from the staged bytes (permuted dims, 4-stage pipeline):
+// many uneven splits under a loose bound, and one unsplit batch streaming 8 tiles per CTA.
+TEST(CudaPagedAttentionFp8, DecodeManySplitsAndUnsplitBatch) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (DType t : {DType::kF8E4M3, DType::kF8E5M2}) {
+    for (int d : {64, 128}) {
+      Case loose{{1, 1, 1}, {8191, 300, 64}, 16, 2, d, t};
+      loose.max_context_bound = 32768;
+      EXPECT_LT(run_case(loose, 720 + d), kTol) << name(t) << " bound 32768 D=" << d;
+    }
+    Case full{std::vector<int>(64, 1), std::vector<int>(64, 512), 32, 4, 128, t};
+    full.ctx_lens[5] = 500;  // one sequence ending inside a tile
+    EXPECT_LT(run_case(full, 730), kTol) << name(t) << " batch 64 ctx 512";
+  }
+}
+
 TEST(CudaPagedAttentionFp8, PrefillMatchesCpu) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   uint32_t seed = 800;

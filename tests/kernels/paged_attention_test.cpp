@@ -141,6 +141,30 @@ TEST(CudaPagedAttention, DecodeExactBoundVScaleAndBigGroup) {
   EXPECT_LT(run_case(bs32, 102), kTol) << "block_size 32";
 }
 
+// Split counts from the wave model (paged_attention.cu): a loose bound on few sequences gives
+// many splits of uneven fill (on an H200 32 splits of 256 keys: all used for 8191 keys, 5 of 64
+// keys for 300, 1 for 64), and a full batch at an exact bound a single split streaming 8 tiles
+// through the pipeline.
+TEST(CudaPagedAttention, DecodeManySplitsAndUnsplitBatch) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  Case loose{{1, 1, 1}, {8191, 300, 64}, 32, 4, 128};
+  loose.max_context_bound = 32768;
+  EXPECT_LT(run_case(loose, 110), kTol) << "bound 32768";
+  Case full{std::vector<int>(64, 1), std::vector<int>(64, 512), 32, 4, 128};
+  full.ctx_lens[5] = 500;  // one sequence ending inside a tile
+  EXPECT_LT(run_case(full, 111), kTol) << "batch 64 ctx 512";
+  for (int seqs : {1, 8, 64, 256}) {
+    for (int bound : {1, 64, 65, 1024, 4096, 40960}) {
+      const int splits = kernels::cuda::paged_attention_num_splits(seqs, 32, 4, bound);
+      EXPECT_GE(splits, 1);
+      EXPECT_LE(splits, 64);
+      EXPECT_LE(splits, ceil_div(bound, 64)) << "a split of less than one 64-key tile";
+      EXPECT_EQ(kernels::cuda::paged_attention_workspace_bytes(seqs, 32, 4, 128, 1, bound),
+                splits == 1 ? 0 : size_t(seqs) * 32 * splits * 129 * sizeof(float));
+    }
+  }
+}
+
 TEST(CudaPagedAttention, TinyHeadDims) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   for (int d : {16, 32}) {

@@ -1,6 +1,7 @@
 // Host entry of paged attention: validates the metadata, sizes the decode split-KV workspace and
 // picks the decode or prefill path.
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "base/math.h"
@@ -10,31 +11,64 @@
 namespace serval::kernels::cuda {
 namespace {
 
-constexpr int kMinChunk = 256;  // keys per split at least (also in paged_decode.cu)
 constexpr int kMaxSplits = 64;
+// Decode CTAs resident per SM at head_dim 128 (paged_decode.cu sizes its shared memory for it).
+constexpr int kDecodeCtasPerSm = 3;
+// Split-choice cost model, in units of one 64-key tile streamed by one CTA: a CTA's fixed cost
+// (metadata, q, first-tile latency, epilogue) and the merge kernel's.
+constexpr int64_t kCtaFixedTiles = 2;
+constexpr int64_t kMergeTiles = 2;
 
+// SM count of the current device, queried once per device (host cost matters: eager decode steps
+// and benchmarks launch this every step).
 int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
   int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return 132;  // an H100/H200's count
+  }
+  if (device >= 0 && device < kMaxDevices) {
+    count = cached[device].load(std::memory_order_relaxed);
+    if (count > 0) return count;
+  }
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       count <= 0) {
     cudaGetLastError();  // clear; fall back to an H100/H200's count
     return 132;
   }
+  if (device >= 0 && device < kMaxDevices) cached[device].store(count, std::memory_order_relaxed);
   return count;
 }
 
 }  // namespace
 
+// Splits s = ceil(tiles / T) for T = 64-key tiles per split. The CTAs run in waves of
+// sm_count · kDecodeCtasPerSm; every CTA of a wave streams T tiles, so a step costs about
+// waves · (T + fixed) (+ the merge when s > 1). A partly filled last wave costs a full one: this
+// is what makes e.g. 2 splits of 256 CTAs (1.3 waves) slower than 3 (1.94 waves). Ties keep
+// fewer splits. Depends only on the arguments and the SM count, so graph replays agree.
 int paged_attention_num_splits(int num_seqs, int num_q_heads, int num_kv_heads,
                                int max_context_len) {
   if (num_seqs <= 0 || num_kv_heads <= 0) return 1;
-  const int group = num_q_heads / num_kv_heads;
+  const int group = std::max(1, num_q_heads / num_kv_heads);
   const int64_t ctas = int64_t(num_seqs) * num_kv_heads * ceil_div(group, 16);
-  const int64_t target = 2 * int64_t(sm_count());  // about two CTAs per SM
-  int64_t splits = ceil_div(target, ctas);
-  splits = std::min<int64_t>(splits, ceil_div(std::max(max_context_len, 1), kMinChunk));
-  return int(std::clamp<int64_t>(splits, 1, kMaxSplits));
+  const int64_t slots = int64_t(kDecodeCtasPerSm) * sm_count();
+  const int64_t tiles = ceil_div<int64_t>(std::max(max_context_len, 1), kDecodeTileKeys);
+  int64_t best_splits = 1, best_cost = -1;
+  for (int64_t per_split = tiles; per_split >= 1; --per_split) {
+    const int64_t splits = ceil_div(tiles, per_split);
+    if (splits > kMaxSplits) break;
+    if (ceil_div(tiles, splits) != per_split) continue;  // same splits as a larger per_split
+    const int64_t waves = ceil_div(ctas * splits, slots);
+    const int64_t cost = waves * (per_split + kCtaFixedTiles) + (splits > 1 ? kMergeTiles : 0);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best_splits = splits;
+    }
+  }
+  return int(best_splits);
 }
 
 size_t paged_attention_workspace_bytes(int num_seqs, int num_q_heads, int num_kv_heads,

@@ -41,8 +41,9 @@ struct PagedAttentionParams {
   size_t workspace_bytes = 0;
 };
 
-// Decode split-KV partitions per (sequence, kv head): 1 when the grid is already full.
-// Depends only on its arguments (and the device's SM count), so graph replays agree.
+// Decode split-KV partitions per (sequence, kv head), 1..64, chosen so the CTAs fill whole waves
+// of the GPU (paged_attention.cu). Depends only on its arguments (and the device's SM count),
+// never on the per-step context lengths, so graph replays agree.
 int paged_attention_num_splits(int num_seqs, int num_q_heads, int num_kv_heads,
                                int max_context_len);
 

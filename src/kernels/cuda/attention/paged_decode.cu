@@ -2,21 +2,199 @@
 // serves up to 16 q heads of the GQA group as the 16 mma rows, so each K/V tile is loaded once
 // for the whole group. The 4 warps take 16 keys each of every 64-key tile with their own online
 // softmax state and are merged through shared memory at the end. With several splits each CTA
-// writes a normalized partial (o, log2-sum-exp) and merge_kernel combines them.
-// fp8 caches: each warp converts its own 16 staged key rows of K and V to f16 (no CTA barrier).
+// writes a normalized partial (o, log2-sum-exp) and merge_kernel combines them; both kernels are
+// launched with programmatic dependent launch.
+//
+// Pipeline: kStages shared-memory stages of [K tile | V tile] filled by cp.async; the block-table
+// entries of the next tile to issue are fetched into registers one iteration early, so no issue
+// waits on a global load.
+//
+// fp8 caches never go through an f16 tile: the mma fragments are built in registers from the
+// staged fp8 bytes (rows padded to D + 16 bytes, conflict-free). K: one 4-byte shared load gives
+// dims 4c..4c+3 of a key, converted by two cvt.rn.f16x2.e4m3x2 (or byte moves for e5m2) into the
+// b0/b1 registers of one 16-dim k-step; q is loaded with the same dim permutation, so Q·Kᵀ is
+// unchanged. V: ldmatrix.trans on the fp8 rows read as 16-bit pairs gives, per register, keys
+// (2c, 2c+1) of dims (2g, 2g+1); one byte permute per dim makes an e4m3x2 key pair, i.e. a B
+// register of an n-tile holding the even (or odd) dims of a 16-dim block. The accumulator
+// columns are therefore permuted, which the epilogue undoes (o_dim()).
+#include <atomic>
+
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
 
 namespace serval::kernels::cuda {
 namespace {
 
 using namespace attn;
-constexpr int kMinChunk = 256;  // keys per split at least (also in paged_attention.cu)
 constexpr int kWarps = kThreads / 32;
+static_assert(kDecodeTileKeys == kTileKeys);
+// Resident decode CTAs per SM that registers must allow (paged_attention.cu's split choice
+// assumes 3 at head_dim 128; shared memory is sized for it in DecodeShape).
+constexpr int kDecodeMinCtasPerSm = 3;
+
+// Shared memory of one decode CTA: kStages × [K tile | V tile], each [kTileKeys][kRowBytes].
+// bf16 rows are mma-ready (kMmaStride<D> elements); fp8 rows are D bytes + 16 of padding. Both
+// paddings shift consecutive rows by 4 banks: fragment loads and ldmatrix are conflict-free.
+// Sized so that three CTAs fit on an SM at head_dim 128 (paged_attention.cu assumes it).
+template <int D, DType C>
+struct DecodeShape {
+  static constexpr bool kFp8 = kIsFp8<C>;
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;
+  static constexpr int kRowBytes = kFp8 ? D + 16 : kMmaStride<D> * 2;
+  static constexpr int kStages = kFp8 ? 4 : 2;
+  static constexpr int kTileBytes = kTileKeys * kRowBytes;
+  static constexpr int kSmemBytes = kStages * 2 * kTileBytes;
+  static constexpr int kChunks = D * kElemBytes / 16;          // 16-byte chunks per key row
+  static constexpr int kRowStep = kThreads / kChunks;          // rows between a thread's chunks
+  static constexpr int kRowsPerThread = kTileKeys / kRowStep;  // key rows each thread copies
+  static_assert(kThreads % kChunks == 0 && kTileKeys % kRowStep == 0);
+  static_assert(kRowBytes % 16 == 0, "cp.async and ldmatrix need 16-byte aligned rows");
+  static_assert(size_t(kWarps) * 16 * D * sizeof(float) <= size_t(kSmemBytes),
+                "the epilogue reuses the stages for the per-warp outputs");
+};
+
+// Two e4m3 / e5m2 values (element 0 in the low byte) as an f16 pair, element 0 in the low half.
+template <DType C>
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t pair) {
+  if constexpr (C == DType::kF8E4M3) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(uint16_t(pair)));
+    return r;
+  } else {
+    static_assert(C == DType::kF8E5M2);
+    return __byte_perm(pair, 0u, 0x1404);  // e5m2 = high byte of the equal f16
+  }
+}
+
+// q fragments for fp8 caches, dims permuted to match qk_scores_fp8: within each 16-dim k-step, mma
+// k-indices 2c, 2c+1 hold dims 4c, 4c+1 and k-indices 2c+8, 2c+9 hold dims 4c+2, 4c+3. Null row
+// pointers give zero rows. bf16 → f16 as in load_q_frags.
+template <int D>
+__device__ __forceinline__ void load_q_frags_fp8(uint32_t (&qa)[D / 16][4], const __nv_bfloat16* lo,
+                                                 const __nv_bfloat16* hi, int c) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int col = kk * 16 + 4 * c;
+    // 4-byte loads: q rows are only 4-byte aligned by contract.
+    qa[kk][0] = lo ? bf16x2_to_f16x2(ld32(reinterpret_cast<const uint16_t*>(lo + col))) : 0u;
+    qa[kk][1] = hi ? bf16x2_to_f16x2(ld32(reinterpret_cast<const uint16_t*>(hi + col))) : 0u;
+    qa[kk][2] = lo ? bf16x2_to_f16x2(ld32(reinterpret_cast<const uint16_t*>(lo + col + 2))) : 0u;
+    qa[kk][3] = hi ? bf16x2_to_f16x2(ld32(reinterpret_cast<const uint16_t*>(hi + col + 2))) : 0u;
+  }
+}
+
+// s[j] = Q · K[8j .. 8j+7]ᵀ from the staged fp8 key rows at `sk` (row stride D + 16 bytes).
+template <int D, DType C>
+__device__ __forceinline__ void qk_scores_fp8(float (&s)[2][4], const uint32_t (&qa)[D / 16][4],
+                                              const unsigned char* sk, int g, int c) {
+  constexpr int kRowBytes = DecodeShape<D, C>::kRowBytes;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    const unsigned char* row = sk + (8 * j + g) * kRowBytes + 4 * c;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(row + kk * 16);
+      mma_16816<true>(s[j], qa[kk], fp8x2_to_f16x2<C>(w), fp8x2_to_f16x2<C>(w >> 16));
+    }
+  }
+}
+
+// From r = bytes (key k, dim d), (k, d+1), (k+1, d), (k+1, d+1) of an ldmatrix.trans register:
+// keys (k, k+1) of dim d (kOdd false) or d+1 (kOdd true) as an f16 pair, key k in the low half.
+template <DType C, bool kOdd>
+__device__ __forceinline__ uint32_t fp8_key_pair_to_f16x2(uint32_t r) {
+  if constexpr (C == DType::kF8E4M3) {
+    return fp8x2_to_f16x2<C>(__byte_perm(r, 0u, kOdd ? 0x31 : 0x20));
+  } else {
+    return __byte_perm(r, 0u, kOdd ? 0x3414 : 0x2404);  // e5m2 bytes as f16 high bytes
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans_bytes(uint32_t (&r)[4], const unsigned char* p) {
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// o += P · V for the 16 keys starting at the staged fp8 row `sv`. o[4·dd + w] covers the
+// 32-dim block dd: w = 0 / 1 the even / odd dims of its first 16, w = 2 / 3 of its second 16.
+template <int D, DType C>
+__device__ __forceinline__ void pv_accumulate_fp8(float (&o)[D / 8][4], const float (&p)[2][4],
+                                                  const unsigned char* sv, int lane) {
+  constexpr int kRowBytes = DecodeShape<D, C>::kRowBytes;
+  // Lane L addresses key (L & 7) + 8·((L >> 3) & 1), bytes 16·(L >> 4) of each 32-dim block:
+  // matrices 0..3 = (keys 0-7, dims 0-15), (keys 8-15, dims 0-15), (keys 0-7, 16-31), (8-15,
+  // 16-31).
+  const unsigned char* base =
+      sv + ((lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes + (lane >> 4) * 16;
+  const uint32_t pa[4] = {pack_pair<true>(p[0][0], p[0][1]), pack_pair<true>(p[0][2], p[0][3]),
+                          pack_pair<true>(p[1][0], p[1][1]), pack_pair<true>(p[1][2], p[1][3])};
+#pragma unroll
+  for (int dd = 0; dd < D / 32; ++dd) {
+    // r[i]: keys (2c, 2c+1) of matrix i, dims (2g, 2g+1), as bytes k0d0 k0d1 k1d0 k1d1.
+    uint32_t r[4];
+    ldmatrix_x4_trans_bytes(r, base + dd * 32);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {                       // dims 0-15 / 16-31 of the block
+      const uint32_t lo = r[2 * h], hi = r[2 * h + 1];  // keys 0-7 / 8-15 of the k-step
+      mma_16816<true>(o[4 * dd + 2 * h], pa, fp8_key_pair_to_f16x2<C, false>(lo),
+                      fp8_key_pair_to_f16x2<C, false>(hi));  // even dims
+      mma_16816<true>(o[4 * dd + 2 * h + 1], pa, fp8_key_pair_to_f16x2<C, true>(lo),
+                      fp8_key_pair_to_f16x2<C, true>(hi));  // odd dims
+    }
+  }
+}
+
+// Head dim of accumulator o[n][e] (e = 0..3 as in the C fragment; rows g, g+8 alike).
+template <bool kFp8>
+__device__ __forceinline__ int o_dim(int n, int e, int c) {
+  if constexpr (kFp8) {
+    const int w = n & 3;
+    return (n >> 2) * 32 + (w >> 1) * 16 + (w & 1) + 4 * c + 2 * (e & 1);
+  } else {
+    return n * 8 + 2 * c + (e & 1);
+  }
+}
+
+// cp.async of one [K | V] tile: this thread's key rows (first + i·kRowStep) from the cache slots
+// `slot` (−1: past key_end, zero-filled), its 16-byte chunk `chunk` of each row.
+template <int D, DType C>
+__device__ __forceinline__ void issue_tile(unsigned char* stage, const unsigned char* k_cache,
+                                           const unsigned char* v_cache,
+                                           const int (&slot)[DecodeShape<D, C>::kRowsPerThread],
+                                           int num_kv_heads, int kv_head, int first, int chunk) {
+  using S = DecodeShape<D, C>;
+#pragma unroll
+  for (int i = 0; i < S::kRowsPerThread; ++i) {
+    const bool valid = slot[i] >= 0;
+    const int64_t off =
+        valid ? ((int64_t(slot[i]) * num_kv_heads + kv_head) * D) * S::kElemBytes + chunk * 16 : 0;
+    const int dst = (first + i * S::kRowStep) * S::kRowBytes + chunk * 16;
+    cp_async_16(stage + dst, k_cache + off, valid);
+    cp_async_16(stage + S::kTileBytes + dst, v_cache + off, valid);
+  }
+}
+
+// Cache slots of this thread's key rows of the tile starting at key0 (−1 past key_end).
+template <int D, DType C>
+__device__ __forceinline__ void fetch_slots(int (&slot)[DecodeShape<D, C>::kRowsPerThread],
+                                            const int32_t* __restrict__ table, int block_size,
+                                            int key0, int key_end, int first) {
+  using S = DecodeShape<D, C>;
+#pragma unroll
+  for (int i = 0; i < S::kRowsPerThread; ++i) {
+    const int key = key0 + first + i * S::kRowStep;
+    slot[i] = key < key_end ? table[key / block_size] * block_size + key % block_size : -1;
+  }
+}
 
 template <int D, DType C>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
     decode_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
                   const unsigned char* __restrict__ k_cache,
                   const unsigned char* __restrict__ v_cache,
@@ -24,11 +202,12 @@ __global__ void __launch_bounds__(kThreads)
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
                   int num_splits, float* __restrict__ o_part, float* __restrict__ lse_part) {
-  using L = TileShape<D, C>;
-  constexpr bool kF16 = L::kFp8;                             // fp8 caches run the mma in f16
-  extern __shared__ __align__(16) unsigned char smem_raw[];  // see TileShape
-  auto stage = [&](int s) { return smem_raw + s * 2 * L::kStageTileBytes; };
+  using S = DecodeShape<D, C>;
+  constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto stage = [&](int s) { return smem_raw + s * 2 * S::kTileBytes; };
   __shared__ float warp_m[kWarps][16], warp_l[kWarps][16];
+  pdl_wait();  // q, the metadata and the KV cache come from earlier kernels of the step
 
   const int seq = blockIdx.z, split = blockIdx.x;
   const int group = num_q_heads / num_kv_heads;
@@ -38,9 +217,8 @@ __global__ void __launch_bounds__(kThreads)
   const int num_rows = min(16, kv_head * group + group - head0);
   const int token = query_start[seq];
   const int ctx = context_lens[seq];
-  const int chunk =
-      max(kMinChunk, ((ctx + num_splits - 1) / num_splits + kTileKeys - 1) / kTileKeys * kTileKeys);
-  const int key_begin = split * chunk, key_end = min(ctx, key_begin + chunk);
+  const int chunk_keys = decode_chunk_keys(ctx, num_splits);
+  const int key_begin = split * chunk_keys, key_end = min(ctx, key_begin + chunk_keys);
   const int64_t part_row0 = (int64_t(seq) * num_q_heads + head0) * num_splits + split;
 
   if (key_begin >= key_end) {     // empty partition (CTA-uniform): neutral partial
@@ -55,48 +233,70 @@ __global__ void __launch_bounds__(kThreads)
   const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
   const int32_t* table = block_tables + int64_t(seq) * max_blocks_per_seq;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int copy_row = threadIdx.x / S::kChunks, copy_chunk = threadIdx.x % S::kChunks;
+
+  // Prologue: the slots of tiles 0 .. kStages-1 fetched together (one table round trip), tiles
+  // 0 .. kStages-2 in flight.
+  int first_slots[S::kStages - 1][S::kRowsPerThread];
+#pragma unroll
+  for (int s = 0; s < S::kStages - 1; ++s)
+    fetch_slots<D, C>(first_slots[s], table, block_size, key_begin + s * kTileKeys, key_end,
+                      copy_row);
+  int slot[S::kRowsPerThread];
+  fetch_slots<D, C>(slot, table, block_size, key_begin + (S::kStages - 1) * kTileKeys, key_end,
+                    copy_row);
+#pragma unroll
+  for (int s = 0; s < S::kStages - 1; ++s) {
+    if (s < num_tiles)
+      issue_tile<D, C>(stage(s), k_cache, v_cache, first_slots[s], num_kv_heads, kv_head, copy_row,
+                       copy_chunk);
+    cp_async_commit();
+  }
+
+  // Every CTA of the grid is resident once the last wave starts: from here the next kernel (the
+  // merge, or the layer's next kernel) may be scheduled; its pdl_wait() still waits for this
+  // whole grid to finish.
+  pdl_launch_dependents();
 
   uint32_t qa[D / 16][4];
   {
     auto row_ptr = [&](int r) -> const __nv_bfloat16* {
       return r < num_rows ? q + (int64_t(token) * num_q_heads + head0 + r) * D : nullptr;
     };
-    load_q_frags<D, kF16>(qa, row_ptr(g), row_ptr(g + 8), c);
+    if constexpr (kFp8) {
+      load_q_frags_fp8<D>(qa, row_ptr(g), row_ptr(g + 8), c);
+    } else {
+      load_q_frags<D, false>(qa, row_ptr(g), row_ptr(g + 8), c);
+    }
   }
   float o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  load_kv_tile<D, C>(stage(0), stage(0) + L::kStageTileBytes, k_cache, v_cache, table, block_size,
-                     num_kv_heads, kv_head, key_begin, key_end);
-  cp_async_commit();
   for (int t = 0; t < num_tiles; ++t) {
-    if (t + 1 < num_tiles) {
-      unsigned char* next = stage((t + 1) & 1);
-      load_kv_tile<D, C>(next, next + L::kStageTileBytes, k_cache, v_cache, table, block_size,
-                         num_kv_heads, kv_head, key_begin + (t + 1) * kTileKeys, key_end);
+    // Tile t + kStages - 1 goes into the stage freed at the end of iteration t - 1.
+    const int ahead = t + S::kStages - 1;
+    if (ahead < num_tiles) {
+      issue_tile<D, C>(stage(ahead % S::kStages), k_cache, v_cache, slot, num_kv_heads, kv_head,
+                       copy_row, copy_chunk);
+      if (ahead + 1 < num_tiles)  // used next iteration: its latency hides behind this one
+        fetch_slots<D, C>(slot, table, block_size, key_begin + (ahead + 1) * kTileKeys, key_end,
+                          copy_row);
     }
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<S::kStages - 1>();
     __syncthreads();
     const int key0 = key_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
     if (key0 < key_end) {                                    // warp-uniform
-      const unsigned char* cur = stage(t & 1);
-      const uint16_t* sk;  // mma-ready K rows of this warp; V rows follow at + kTileElems
-      if constexpr (L::kFp8) {
-        // The f16 tiles follow the stages; this warp owns rows [16·warp, 16·warp + 16) of them.
-        // Rows past key_end were zero-filled: converting all 16 keeps NaN out of P·V.
-        uint16_t* conv = reinterpret_cast<uint16_t*>(smem_raw + L::kStagesBytes);
-        convert_tile_rows<D, C>(conv, conv + L::kTileElems, cur, cur + L::kStageTileBytes,
-                                warp * 16, 16, lane, 32);
-        __syncwarp();
-        sk = conv + warp * 16 * L::kStride;
-      } else {
-        sk = reinterpret_cast<const uint16_t*>(cur) + warp * 16 * L::kStride;
-      }
+      const unsigned char* sk = stage(t % S::kStages) + warp * 16 * S::kRowBytes;
+      const unsigned char* sv = sk + S::kTileBytes;
       float s[2][4];
-      qk_scores<D, 2, kF16>(s, qa, sk, g, c);
+      if constexpr (kFp8) {
+        qk_scores_fp8<D, C>(s, qa, sk, g, c);
+      } else {
+        qk_scores<D, 2, false>(s, qa, reinterpret_cast<const uint16_t*>(sk), g, c);
+      }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int key = key0 + 8 * j + 2 * c;
@@ -106,7 +306,11 @@ __global__ void __launch_bounds__(kThreads)
         s[j][3] = key + 1 < key_end ? s[j][3] * scale_log2 : -INFINITY;
       }
       online_softmax<2, D / 8>(s, m, l, o);
-      pv_accumulate<D, 2, kF16>(o, s, sk + L::kTileElems, lane);
+      if constexpr (kFp8) {
+        pv_accumulate_fp8<D, C>(o, s, sv, lane);
+      } else {
+        pv_accumulate<D, 2, false>(o, s, reinterpret_cast<const uint16_t*>(sv), lane);
+      }
     }
     __syncthreads();
   }
@@ -114,15 +318,15 @@ __global__ void __launch_bounds__(kThreads)
   reduce_row_sums(l);
 
   // Merge the 4 warps: unnormalized o in the (now idle) KV shared memory, [warp][16][D] fp32.
+  // (All cp.async groups are complete and every warp passed the loop's last barrier.)
   float* so = reinterpret_cast<float*>(smem_raw);
-  static_assert(kWarps * 16 * D * sizeof(float) <= L::kSmemBytes);
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
-    const int col = n * 8 + 2 * c;
-    so[(warp * 16 + g) * D + col] = o[n][0];
-    so[(warp * 16 + g) * D + col + 1] = o[n][1];
-    so[(warp * 16 + g + 8) * D + col] = o[n][2];
-    so[(warp * 16 + g + 8) * D + col + 1] = o[n][3];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = warp * 16 + g + (e >> 1) * 8;
+      so[row * D + o_dim<kFp8>(n, e, c)] = o[n][e];
+    }
   }
   if (c == 0) {
     warp_m[warp][g] = m[0];
@@ -154,21 +358,49 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// out[token(s), h] = Σ_i 2^(lse_i − max) · o_i / Σ_i 2^(lse_i − max), · v_scale. Block: D threads.
+// out[token(s), h] = Σ_i 2^(lse_i − max) · o_i / Σ_i 2^(lse_i − max), · v_scale. Block: D threads;
+// dynamic shared memory: num_splits floats (the weights, computed once per block). The partials
+// are read kMergeBatch at a time with all loads in flight together, the first batch before the
+// weights are known, so a merge of up to kMergeBatch splits costs about one memory round trip.
+constexpr int kMergeBatch = 32;
+
 __global__ void merge_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                              const int32_t* __restrict__ query_start, __nv_bfloat16* out,
                              int num_q_heads, int num_splits, int head_dim, float v_scale) {
+  extern __shared__ float weight[];
+  pdl_wait();  // the partials of decode_kernel
+  pdl_launch_dependents();
   const int seq = blockIdx.y, head = blockIdx.x, d = threadIdx.x;
   const int64_t row0 = (int64_t(seq) * num_q_heads + head) * num_splits;
+  const float* o_row = o_part + row0 * head_dim + d;  // split i at + i·head_dim
+  float part[kMergeBatch];
+#pragma unroll
+  for (int j = 0; j < kMergeBatch; ++j)
+    part[j] = j < num_splits ? o_row[int64_t(j) * head_dim] : 0.0f;
+
+  for (int i = d; i < num_splits; i += blockDim.x) weight[i] = lse_part[row0 + i];
+  __syncthreads();
   float mx = -INFINITY;
-  for (int i = 0; i < num_splits; ++i) mx = fmaxf(mx, lse_part[row0 + i]);
+  for (int i = 0; i < num_splits; ++i) mx = fmaxf(mx, weight[i]);
+  __syncthreads();
+  for (int i = d; i < num_splits; i += blockDim.x)
+    weight[i] = weight[i] == -INFINITY ? 0.0f : exp2f(weight[i] - mx);  // empty split: 0
+  __syncthreads();
+
   float sum = 0.0f, acc = 0.0f;
-  for (int i = 0; i < num_splits; ++i) {
-    const float lse = lse_part[row0 + i];
-    if (lse == -INFINITY) continue;
-    const float w = exp2f(lse - mx);
-    sum += w;
-    acc += w * o_part[(row0 + i) * head_dim + d];
+  for (int i0 = 0; i0 < num_splits; i0 += kMergeBatch) {
+    if (i0 > 0) {
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j)
+        part[j] = i0 + j < num_splits ? o_row[int64_t(i0 + j) * head_dim] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) {
+      if (i0 + j < num_splits) {
+        sum += weight[i0 + j];
+        acc += weight[i0 + j] * part[j];
+      }
+    }
   }
   out[(int64_t(query_start[seq]) * num_q_heads + head) * head_dim + d] =
       __float2bfloat16(acc / sum * v_scale);
@@ -177,29 +409,38 @@ __global__ void merge_kernel(const float* __restrict__ o_part, const float* __re
 template <int D, DType C>
 void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
                    cudaStream_t stream) {
-  constexpr size_t kSmem = TileShape<D, C>::kSmemBytes;
+  constexpr size_t kSmem = DecodeShape<D, C>::kSmemBytes;
   auto kernel = decode_kernel<D, C>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
-  if (e != cudaSuccess) {
-    throw Error(std::string("paged_attention_decode: cannot set shared memory size: ") +
-                cudaGetErrorString(e));
+  // The shared-memory opt-in is per device; done once per device and instantiation (host cost).
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> smem_set[kMaxDevices] = {};
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
+  const bool cached = device >= 0 && device < kMaxDevices && smem_set[device].load();
+  if (!cached) {
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
+    if (e != cudaSuccess) {
+      throw Error(std::string("paged_attention_decode: cannot set shared memory size: ") +
+                  cudaGetErrorString(e));
+    }
+    if (device >= 0 && device < kMaxDevices) smem_set[device].store(true);
   }
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(unsigned(num_splits), unsigned(p.num_kv_heads * ((group + 15) / 16)),
                   unsigned(p.num_seqs));
   constexpr float kLog2e = 1.4426950408889634f;
-  kernel<<<grid, kThreads, kSmem, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
-      static_cast<const unsigned char*>(p.k_cache), static_cast<const unsigned char*>(p.v_cache),
-      p.query_start, p.context_lens, p.block_tables, p.max_blocks_per_seq, p.block_size,
-      p.num_q_heads, p.num_kv_heads, p.scale * kLog2e, p.v_scale, num_splits, o_part, lse_part);
-  check_launch("paged_attention_decode");
+  launch_pdl("paged_attention_decode", kernel, grid, dim3(kThreads), kSmem, stream,
+             reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
+             static_cast<const unsigned char*>(p.k_cache),
+             static_cast<const unsigned char*>(p.v_cache), p.query_start, p.context_lens,
+             p.block_tables, p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads,
+             p.scale * kLog2e, p.v_scale, num_splits, o_part, lse_part);
   if (num_splits > 1) {
-    merge_kernel<<<dim3(unsigned(p.num_q_heads), unsigned(p.num_seqs)), D, 0, stream>>>(
-        o_part, lse_part, p.query_start, reinterpret_cast<__nv_bfloat16*>(p.out), p.num_q_heads,
-        num_splits, D, p.v_scale);
-    check_launch("paged_attention_merge");
+    launch_pdl("paged_attention_merge", merge_kernel,
+               dim3(unsigned(p.num_q_heads), unsigned(p.num_seqs)), dim3(D),
+               size_t(num_splits) * sizeof(float), stream, o_part, lse_part, p.query_start,
+               reinterpret_cast<__nv_bfloat16*>(p.out), p.num_q_heads, num_splits, D, p.v_scale);
   }
 }
 
