@@ -153,8 +153,9 @@ TEST(CudaNvfp4Quant, Bf16MatchesCpuBitExact) {
 
 TEST(CudaNvfp4Quant, Float16MatchesCpuBitExact) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  for (int m : {1, 129, 1000}) {
-    for (int n : {16, 48, 4112}) {
+  // m = 256 with n = 64: whole 128x64 tiles, the kernel variant without bounds checks.
+  for (int m : {1, 129, 256, 1000}) {
+    for (int n : {16, 48, 64, 4112}) {
       const Input in =
           random_input(m, n, DType::kF16, uint32_t(m * 31 + n), m == 129 ? 8.0f : 1.0f);
       check_case(in, Nvfp4SfLayout::kSwizzled128x4);
@@ -270,6 +271,9 @@ TEST(CudaNvfp4Quant, RejectsBadArguments) {
                InvalidArgument);
   EXPECT_THROW(kernels::cuda::nvfp4_quant(params(1, 16, nullptr, DType::kBF16), nullptr),
                InvalidArgument);
+  auto misaligned_sf = params(1, 16, buf, DType::kBF16);
+  misaligned_sf.sf = buf + 4;  // the swizzled SF tiles are stored 16 bytes at a time
+  EXPECT_THROW(kernels::cuda::nvfp4_quant(misaligned_sf, nullptr), InvalidArgument);
 }
 
 // Bandwidth: bytes = m·n·2 (read) + m·n/2 + SF bytes (write), over 100 launches after warm-up,

@@ -20,7 +20,7 @@ struct Nvfp4QuantParams {
   DType x_dtype;
   const float* global_scale;  // device pointer to one fp32 g = 448·6/amax = 1/input_scale (> 0)
   uint8_t* q;                 // [m, n/2] packed E2M1, element 2i in the low nibble; 4-B aligned
-  uint8_t* sf;                // nvfp4_sf_bytes(m, n, sf_layout) bytes
+  uint8_t* sf;                // nvfp4_sf_bytes(m, n, sf_layout) bytes; 16-B aligned when swizzled
   Nvfp4SfLayout sf_layout;
   int m, n;  // m >= 0, n > 0, n % 16 == 0
 };
