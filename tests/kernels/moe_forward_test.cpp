@@ -14,6 +14,8 @@
 #include "backend/moe/moe_cpu.h"
 #include "backend/moe/moe_cuda.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/moe/moe_gemm.h"
+#include "kernels/cuda/moe/moe_routing.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_test_util.h"
 
@@ -247,10 +249,108 @@ TEST_F(MoeForwardGpu, LatencyGraphReplayIsBitIdentical) {
     for (int rep = 0; rep < 3; ++rep) {
       c.d_out.poison();
       cudaMemset(c.d_ws.as<void>(), 0xFF, c.d_ws.bytes());  // maps must be rebuilt each replay
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);      // poison done before `stream` runs
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       auto replay = c.d_out.download<uint16_t>(size_t(T) * a.hidden);
       ASSERT_EQ(replay, eager) << "tokens " << T << " replay " << rep;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// The latency GEMMs at token tile 8 pick 128-, 64- or 32-row weight tiles from the grid size
+// (moe_gemm_block_rows). The token counts the correctness tests above run must reach all three
+// for both GEMMs, so that every instantiation is checked against the CPU.
+TEST_F(MoeForwardGpu, LatencyWeightTilesAllCovered) {
+  struct Use {
+    Shape s;
+    int num_local;
+    std::vector<int> tokens;
+  };
+  const Use uses[] = {{kSmall, kSmall.experts, {1, 2, 3, 8, 17, 40, 64, 81, 120}},
+                      {kQwen, kQwen.experts, {1, 2, 3, 8, 17, 64}},
+                      {kQwen, 16, {3, 255}}};
+  std::map<int, int> seen[2];  // [gemm2][block rows] → count
+  for (const Use& u : uses)
+    for (int T : u.tokens) {
+      const int tile = moe_latency_tile(T, u.s.top_k, u.num_local);
+      kernels::cuda::MoeGemmParams p{};
+      p.config = kernels::cuda::MoeGemmConfig::kLatency;
+      p.tile = tile;
+      p.max_tiles = kernels::cuda::moe_max_tiles(T * u.s.top_k, u.num_local, tile);
+      for (int g = 0; g < 2; ++g) {
+        p.gemm1 = g == 0;
+        p.n_out = p.gemm1 ? u.s.inter : u.s.hidden;
+        const int bm = kernels::cuda::moe_gemm_block_rows(p);
+        ASSERT_TRUE(bm == 32 || bm == 64 || bm == 128) << bm;
+        if (tile != 8) EXPECT_EQ(bm, 128) << "tokens " << T;
+        ++seen[g][bm];
+      }
+    }
+  for (int g = 0; g < 2; ++g)
+    for (int bm : {32, 64, 128})
+      EXPECT_GT(seen[g][bm], 0) << "GEMM" << g + 1 << " never uses " << bm << "-row tiles";
+}
+
+// Two layers back to back on one stream, the second reading the first's output and reusing its
+// workspace, with no host synchronisation in between (eager and in one graph): the kernels chained
+// by programmatic dependent launch must not run ahead of the previous layer. Compared bit for
+// bit with the same two layers run with a device synchronisation after each.
+TEST_F(MoeForwardGpu, BackToBackLayersMatchSynchronized) {
+  for (int T : {1, 2, 8, 64}) {
+    Call c(qwen(), T, 1300 + T);
+    const MoeCudaArgs a1 =
+        c.args(qwen(), kernels::RoutingMethod::kSoftmaxTopK, true, MoeCudaBackend::kLatency);
+    DeviceBuffer out2(size_t(T) * a1.hidden * 2);
+    MoeCudaArgs a2 = a1;
+    a2.x = a1.out;
+    a2.out = out2.as<bf16>();
+    const size_t n = size_t(T) * a1.hidden;
+
+    c.d_out.poison();
+    out2.poison();
+    moe_forward_cuda(a1, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    moe_forward_cuda(a2, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto ref1 = c.d_out.download<uint16_t>(n), ref2 = out2.download<uint16_t>(n);
+
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    auto both = [&](cudaStream_t s) {
+      moe_forward_cuda(a1, s);
+      moe_forward_cuda(a2, s);
+    };
+    auto check_outputs = [&](const char* how) {
+      EXPECT_EQ(c.d_out.download<uint16_t>(n), ref1) << how << " layer 1, tokens " << T;
+      EXPECT_EQ(out2.download<uint16_t>(n), ref2) << how << " layer 2, tokens " << T;
+    };
+    for (int rep = 0; rep < 3; ++rep) {
+      c.d_out.poison();
+      out2.poison();
+      c.d_ws.poison();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // poison done before `stream` runs
+      both(stream);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      check_outputs("eager");
+    }
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    both(stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int rep = 0; rep < 3; ++rep) {
+      c.d_out.poison();
+      out2.poison();
+      c.d_ws.poison();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // poison done before `stream` runs
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      check_outputs("graph");
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
@@ -280,42 +380,69 @@ float time_us(const MoeCudaArgs& a) {
   return ts[ts.size() / 2];
 }
 
+// Distinct experts the tokens of `c` hit (from the routed ids), for the byte count.
+int distinct_experts(Layer& l, Call& c) {
+  const int T = c.tokens;
+  std::vector<int32_t> ids(size_t(T) * l.s.top_k);
+  std::vector<float> w(ids.size());
+  kernels::RouterParams rp{c.logits.data(),
+                           nullptr,
+                           ids.data(),
+                           w.data(),
+                           T,
+                           l.s.experts,
+                           l.s.top_k,
+                           kernels::RoutingMethod::kSoftmaxTopK,
+                           true};
+  kernels::cpu::route(rp);
+  std::vector<bool> hit(l.s.experts, false);
+  for (int32_t e : ids) hit[e] = true;
+  return int(std::count(hit.begin(), hit.end(), true));
+}
+
+// Per token count and backend: eager (one layer per call, launch overhead included) and graph
+// (kGraphLayers layers with different inputs, hence mostly different experts, in one CUDA graph,
+// as a decode step runs them; per-layer time). GB/s and % of floor use the distinct experts'
+// bytes (averaged over the graph's layers) + x and out; floor = bytes / 4.3 TB/s.
 TEST_F(MoeForwardGpu, DISABLED_BenchmarkQwen3Layer) {
+  constexpr int kGraphLayers = 8, kGraphMaxTokens = 256;
   Layer& l = qwen();
   const double expert_bytes = 3.0 * l.s.hidden * l.s.inter * 2;
   int crossover = -1;
   std::printf(
-      "tokens  distinct  floor_us | latency us  GB/s  TFLOP/s | throughput us  GB/s  "
-      "TFLOP/s\n");
+      "bf16 experts; graph = %d different layers' inputs in one CUDA graph, per layer\n"
+      "tokens  distinct  floor_us |   latency eager  graph us   GB/s %%floor | throughput "
+      "eager  graph us   GB/s %%floor\n",
+      kGraphLayers);
   for (int T = 1; T <= 8192; T *= 2) {
-    Call c(l, T, 4242 + T);
-    // Distinct experts actually hit (from the routed ids) for the byte count.
-    std::vector<int32_t> ids(size_t(T) * l.s.top_k);
-    std::vector<float> w(ids.size());
-    kernels::RouterParams rp{c.logits.data(),
-                             nullptr,
-                             ids.data(),
-                             w.data(),
-                             T,
-                             l.s.experts,
-                             l.s.top_k,
-                             kernels::RoutingMethod::kSoftmaxTopK,
-                             true};
-    kernels::cpu::route(rp);
-    std::vector<bool> hit(l.s.experts, false);
-    for (int32_t e : ids) hit[e] = true;
-    const int distinct = int(std::count(hit.begin(), hit.end(), true));
+    const int layers = T <= kGraphMaxTokens ? kGraphLayers : 1;
+    std::vector<std::unique_ptr<Call>> calls;
+    double distinct = 0;
+    for (int i = 0; i < layers; ++i) {
+      calls.push_back(std::make_unique<Call>(l, T, 4242 + T + 7919 * i));
+      distinct += distinct_experts(l, *calls.back()) / double(layers);
+    }
     const double bytes = distinct * expert_bytes + 2.0 * T * l.s.hidden * 2;
-    const double flops = 2.0 * T * l.s.top_k * 3.0 * l.s.hidden * l.s.inter;
-    float us[2];
-    for (int i = 0; i < 2; ++i)
-      us[i] = time_us(c.args(l, kernels::RoutingMethod::kSoftmaxTopK, true, kBoth[i]));
-    if (crossover < 0 && us[1] < us[0]) crossover = T;
-    std::printf("%6d  %8d  %8.2f | %10.2f %6.0f %7.1f | %13.2f %6.0f %7.1f\n", T, distinct,
-                bytes / 4.3e12 * 1e6, us[0], bytes / us[0] / 1e3, flops / us[0] / 1e6, us[1],
-                bytes / us[1] / 1e3, flops / us[1] / 1e6);
+    const double floor_us = bytes / 4.3e12 * 1e6;
+    float eager[2], graph[2];
+    for (int b = 0; b < 2; ++b) {
+      std::vector<MoeCudaArgs> args;
+      for (auto& c : calls)
+        args.push_back(c->args(l, kernels::RoutingMethod::kSoftmaxTopK, true, kBoth[b]));
+      eager[b] = time_us(args[0]);
+      graph[b] = serval::testing::moe_util::graph_time_us(
+          [&](cudaStream_t s) {
+            for (const MoeCudaArgs& a : args) moe_forward_cuda(a, s);
+          },
+          layers);
+    }
+    if (crossover < 0 && graph[1] < graph[0]) crossover = T;
+    std::printf("%6d  %8.1f  %8.2f | %15.2f %9.2f %6.0f %5.0f%% | %16.2f %9.2f %6.0f %5.0f%%\n", T,
+                distinct, floor_us, eager[0], graph[0], bytes / graph[0] / 1e3,
+                100.0 * floor_us / graph[0], eager[1], graph[1], bytes / graph[1] / 1e3,
+                100.0 * floor_us / graph[1]);
   }
-  std::printf("crossover (throughput faster from): %d tokens\n", crossover);
+  std::printf("crossover (throughput faster in a graph from): %d tokens\n", crossover);
 }
 
 }  // namespace

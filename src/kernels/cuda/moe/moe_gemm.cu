@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/misc/pdl.cuh"
 
 namespace serval::kernels::cuda {
 
@@ -15,6 +16,9 @@ namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kBK = 64;  // K per pipeline stage: 8 chunks of 16 B per smem row
+// The latency tile-8 GEMMs shrink the weight-row tile until the worst-case grid has at least
+// this many CTAs per SM (decode: 1 token gives GEMM1 only 12·9 CTAs at 128 rows).
+constexpr int kMinCtasPerSm = 2;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -118,16 +122,36 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
   static_assert(kFp4 || (BM * 8) % kThreads == 0, "A tile chunks divide over threads");
   static_assert(kScaleChunks <= kThreads, "one scale chunk per thread at most");
 
-  const int tile = blockIdx.y;
-  if (tile >= *p.num_tiles) return;  // whole CTA leaves before any barrier
-  const int expert = p.tile_expert[tile];
-
   extern __shared__ uint4 smem_u4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
   __nv_bfloat16* sB = reinterpret_cast<__nv_bfloat16*>(smem + STAGES * kAStageBytes);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + STAGES * (kAStageBytes + BN * kBK * 2));
-
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if constexpr (kFp4) {
+    // Depends on nothing: built while the previous kernel drains (PDL).
+    for (int i = tid; i < 256; i += kThreads) {
+      const __nv_bfloat16 h = __float2bfloat16_rn(e4m3_value(uint32_t(i)) * 0x1p64f);
+      const uint32_t bits = __bfloat16_as_ushort(h);
+      lut[i] = bits | (bits << 16);  // visible after the first barrier of the main loop
+    }
+  }
+
+  // PDL. GEMM1 follows the routing kernel: it waits before reading the maps, then lets GEMM2
+  // launch at once. GEMM2 reads the maps (tile_expert, num_tiles) BEFORE its own wait: it is
+  // launched only after every GEMM1 CTA has passed pdl_wait (trigger after the wait, or exit
+  // after the wait), so the routing grid has completed and flushed by then; the L2-only loads
+  // (ld.global.cg) cannot hit a stale L1 line. That lets GEMM2 stream its first weight stages
+  // into shared memory while GEMM1 finishes. Every CTA waits before it exits (pdl.cuh contract).
+  const int tile = blockIdx.y;
+  if constexpr (kGemm1) pdl_wait();
+  const int num_tiles = kGemm1 ? *p.num_tiles : __ldcg(p.num_tiles);
+  if (tile >= num_tiles) {  // whole CTA leaves before any barrier
+    if constexpr (!kGemm1) pdl_wait();
+    return;
+  }
+  const int expert = kGemm1 ? p.tile_expert[tile] : __ldcg(p.tile_expert + tile);
+  if constexpr (kGemm1) pdl_launch_dependents();
+
   const int wm = warp % WARPS_M, wn = warp / WARPS_M;
   const int g = lane >> 2, t4 = lane & 3;
   const int K = p.k;
@@ -167,11 +191,6 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
       s_src = p.weight_scales + size_t(expert) * m_rows * (K / 16) + size_t(mt) * kb_count * 64 +
               (tid % 4) * 16;
     }
-    for (int i = tid; i < 256; i += kThreads) {
-      const __nv_bfloat16 h = __float2bfloat16_rn(e4m3_value(uint32_t(i)) * 0x1p64f);
-      const uint32_t bits = __bfloat16_as_ushort(h);
-      lut[i] = bits | (bits << 16);  // visible after the first barrier of the main loop
-    }
   } else {
     const uint8_t* W = static_cast<const uint8_t*>(p.weights) + size_t(expert) * m_rows * K * 2;
 #pragma unroll
@@ -202,9 +221,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
     b_src[j] = X + size_t(src_row) * K + kc * 8;
   }
 
-  auto load_stage = [&](int stage, int kt) {
+  // Weights (A) and activations (B) of K tile kt into pipeline slot `stage`.
+  auto load_a = [&](int stage, int kt) {
     uint8_t* a = smem + stage * kAStageBytes;
-    __nv_bfloat16* b = sB + stage * BN * kBK;
     // Byte offset of K tile kt in the A source: bf16 kBK·2; NVFP4 one 512-byte code tile.
     const size_t a_off = kFp4 ? size_t(kt) * 512 : size_t(kt) * kBK * 2;
 #pragma unroll
@@ -212,6 +231,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
     if constexpr (kFp4) {
       if (tid < kScaleChunks) cp_async16(a + BM * (kBK / 2) + tid * 16, s_src + kt * 64, true);
     }
+  };
+  auto load_b = [&](int stage, int kt) {
+    __nv_bfloat16* b = sB + stage * BN * kBK;
     const int koff = kt * kBK;
 #pragma unroll
     for (int j = 0; j < kBChunks; ++j) {
@@ -229,9 +251,19 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
       for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
 
   const int KT = K / kBK;
+  // Prologue: the weights of the first STAGES−1 K tiles, then (GEMM2: after the PDL wait) their
+  // activations. Commit group s holds B of tile s (group 0 also every prologue A), so waiting
+  // for group kt in the main loop still means "tile kt has landed".
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s)
+    if (s < KT) load_a(s, s);
+  if constexpr (!kGemm1) {
+    pdl_wait();  // GEMM1's act is complete from here on
+    pdl_launch_dependents();
+  }
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < KT) load_stage(s, s);
+    if (s < KT) load_b(s, s);
     cp_async_commit();
   }
 
@@ -239,7 +271,10 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
     cp_async_wait<STAGES - 2>();  // stage kt has landed (this thread's copies)
     __syncthreads();              // ... and everyone's; stage kt-1 is free to overwrite
     const int pre = kt + STAGES - 1;
-    if (pre < KT) load_stage(pre % STAGES, pre);
+    if (pre < KT) {
+      load_a(pre % STAGES, pre);
+      load_b(pre % STAGES, pre);
+    }
     cp_async_commit();
 
     const uint8_t* a_stage = smem + (kt % STAGES) * kAStageBytes;
@@ -330,6 +365,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
 
 // One CTA per token; each thread sums 8 columns at a time over the token's k choices.
 __global__ void __launch_bounds__(128) finalize_kernel(MoeFinalizeParams p) {
+  pdl_wait();  // y comes from GEMM2, the maps from routing
   const int t = blockIdx.x;
   const __nv_bfloat16* Y = reinterpret_cast<const __nv_bfloat16*>(p.y);
   const int chunks = p.hidden / 8;
@@ -357,12 +393,6 @@ __global__ void __launch_bounds__(128) finalize_kernel(MoeFinalizeParams p) {
   }
 }
 
-void check_launch(const char* name) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw Error(std::string("CUDA launch of ") + name + " failed: " + cudaGetErrorString(e));
-}
-
 template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4>
 void launch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
@@ -380,16 +410,31 @@ void launch(const MoeGemmParams& p, cudaStream_t stream) {
   }();
   (void)configured;
   const int m_blocks = p.gemm1 ? p.n_out / (BM / 2) : p.n_out / BM;
-  dim3 grid(m_blocks, p.max_tiles);
-  kernel<<<grid, WARPS_M * WARPS_N * 32, kSmem, stream>>>(p);
-  check_launch(p.gemm1 ? "moe_gemm1" : "moe_gemm2");
+  launch_pdl(p.gemm1 ? "moe_gemm1" : "moe_gemm2", kernel, dim3(m_blocks, p.max_tiles),
+             dim3(WARPS_M * WARPS_N * 32), kSmem, stream, p);
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      count = 0;
+    (void)cudaGetLastError();
+    return count > 0 ? count : 132;
+  }();
+  return n;
 }
 
 // Pipeline depth per format: NVFP4 stages are ~4× smaller, so more of them keep as many weight
-// bytes in flight.
+// bytes in flight. The 64- and 32-row tiles of the decode regime are deeper still (8 bf16 / 12
+// NVFP4 stages: 72 / 40 KB of shared memory at 64 rows, 40 / 27 KB at 32), since they run when
+// there are few CTAs and each must keep many bytes in flight; a whole 768-long K of NVFP4 is
+// then 12 stages, i.e. issued at once.
 template <bool kFp4>
 void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int kLatStages = kFp4 ? 6 : 4, kThrStages = kFp4 ? 4 : 3;
+  constexpr int kSmallStages = kFp4 ? 12 : 8;
   if (p.config == MoeGemmConfig::kThroughput) {
     if (p.tile != 128) throw InvalidArgument("moe_grouped_gemm: throughput tile must be 128");
     launch<4, 2, 8, kThrStages, kFp4>(p, stream);
@@ -397,7 +442,17 @@ void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
   }
   switch (p.tile) {
     case 8:
-      launch<4, 1, 1, kLatStages, kFp4>(p, stream);
+      switch (moe_gemm_block_rows(p)) {
+        case 32:
+          launch<1, 1, 1, kSmallStages, kFp4>(p, stream);
+          break;
+        case 64:
+          launch<2, 1, 1, kSmallStages, kFp4>(p, stream);
+          break;
+        default:
+          launch<4, 1, 1, kLatStages, kFp4>(p, stream);
+          break;
+      }
       break;
     case 16:
       launch<4, 1, 2, kLatStages, kFp4>(p, stream);
@@ -415,6 +470,16 @@ void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int moe_gemm_block_rows(const MoeGemmParams& p) {
+  if (p.config != MoeGemmConfig::kLatency || p.tile != 8) return 128;
+  const long target = long(kMinCtasPerSm) * sm_count();
+  for (int bm : {128, 64}) {
+    const long m_blocks = p.gemm1 ? p.n_out / (bm / 2) : p.n_out / bm;
+    if (m_blocks * p.max_tiles >= target) return bm;
+  }
+  return 32;
+}
 
 void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   const int m_align = p.gemm1 ? 64 : 128;
@@ -436,8 +501,7 @@ void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
 void moe_finalize(const MoeFinalizeParams& p, cudaStream_t stream) {
   if (p.hidden % 8 != 0) throw InvalidArgument("moe_finalize: hidden % 8 != 0");
   if (p.num_tokens <= 0) return;
-  finalize_kernel<<<p.num_tokens, 128, 0, stream>>>(p);
-  check_launch("moe_finalize");
+  launch_pdl("moe_finalize", finalize_kernel, dim3(p.num_tokens), dim3(128), 0, stream, p);
 }
 
 }  // namespace serval::kernels::cuda

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/misc/pdl.cuh"
 
 namespace serval::kernels::cuda {
 
@@ -46,12 +47,6 @@ __device__ __forceinline__ uint64_t warp_max_key(uint64_t k) {
     k = o > k ? o : k;
   }
   return k;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
-  return v;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -187,7 +182,12 @@ __device__ void route_token_warp(const MoeRoutingParams& p, int t, int lane) {
   }
 }
 
+// PDL: every routing kernel waits for its predecessor (the router GEMM writes the logits, or
+// the top-k kernel the ids) and then lets its successor launch at once; the successor waits for
+// this grid's completion before reading anything it writes.
 __global__ void __launch_bounds__(256) topk_kernel(MoeRoutingParams p) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (t < p.num_tokens) route_token_warp(p, t, lane);
@@ -205,6 +205,8 @@ __global__ void __launch_bounds__(kMapThreads) maps_kernel(MoeRoutingParams p) {
   __shared__ int counts[kMoeMaxExperts];
   __shared__ int offsets[kMoeMaxExperts + 1];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  pdl_wait();
+  pdl_launch_dependents();
   if constexpr (kTopK) {
     for (int t = warp; t < p.num_tokens; t += kMapThreads / 32) route_token_warp(p, t, lane);
   }
@@ -259,12 +261,6 @@ __global__ void __launch_bounds__(kMapThreads) maps_kernel(MoeRoutingParams p) {
   }
 }
 
-void check_launch(const char* name) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw Error(std::string("CUDA launch of ") + name + " failed: " + cudaGetErrorString(e));
-}
-
 }  // namespace
 
 void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
@@ -281,15 +277,13 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
         "moe_routing: grouped top-k needs 1 ≤ topk_groups ≤ num_groups ≤ 32 "
         "and num_experts divisible by num_groups");
   if (p.num_tokens <= kFusedMaxTokens) {
-    maps_kernel<true><<<1, kMapThreads, 0, stream>>>(p);
-    check_launch("moe_routing (fused)");
+    launch_pdl("moe_routing (fused)", maps_kernel<true>, dim3(1), dim3(kMapThreads), 0, stream, p);
     return;
   }
   constexpr int kWarps = 8;
-  topk_kernel<<<(p.num_tokens + kWarps - 1) / kWarps, kWarps * 32, 0, stream>>>(p);
-  check_launch("moe_routing (top-k)");
-  maps_kernel<false><<<1, kMapThreads, 0, stream>>>(p);
-  check_launch("moe_routing (maps)");
+  launch_pdl("moe_routing (top-k)", topk_kernel,
+             dim3(unsigned((p.num_tokens + kWarps - 1) / kWarps)), dim3(kWarps * 32), 0, stream, p);
+  launch_pdl("moe_routing (maps)", maps_kernel<false>, dim3(1), dim3(kMapThreads), 0, stream, p);
 }
 
 }  // namespace serval::kernels::cuda
