@@ -8,7 +8,8 @@
 //   in bf16; only the fp32 summation order differs), 1e-2 for FP8 block (the kernel rounds the
 //   fp32 block scales to bf16).
 // The dequantize-to-bf16 kernel is checked bit for bit (block FP8: 1e-2). QuantGemmBench.DISABLED_*
-// times the GEMM (--gtest_also_run_disabled_tests --gtest_filter='QuantGemmBench.*').
+// times the GEMM and the dequantize kernel (--gtest_also_run_disabled_tests
+// --gtest_filter='QuantGemmBench.*').
 #include "kernels/cuda/gemm/quant_gemm.h"
 
 #include <cuda_runtime_api.h>
@@ -23,6 +24,7 @@
 #include "backend/backend.h"
 #include "kernels/cpu/quant_linear.h"
 #include "kernels/cuda_test_util.h"
+#include "kernels/gemm_bench_util.h"
 #include "kernels/gpu_test_support.h"
 #include "tensor/tensor.h"
 
@@ -154,9 +156,9 @@ struct Shape2 {
 
 TEST(QuantGemm, MatchesCpuOracle) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  const Shape2 shapes[] = {
-      {256, 128, 256}, {200, 80, 256}, {6144, 2048, 33}, {2048, 4096, 256}, {4096, 5120, 33}};
-  const int ms[] = {1, 2, 7, 16, 33, 256};
+  const Shape2 shapes[] = {{256, 128, 256},  {200, 80, 256},    {300, 208, 64},
+                           {6144, 2048, 64}, {2048, 4096, 256}, {4096, 5120, 33}};
+  const int ms[] = {1, 2, 3, 7, 8, 9, 16, 17, 33, 64, 256};
   uint32_t seed = 1;
   int variant = 0;
   for (WeightFormat format : kFormats) {
@@ -209,7 +211,7 @@ TEST(QuantGemm, MatchesCpuOracle) {
 
 TEST(QuantGemm, DequantMatchesCpu) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  const Shape2 shapes[] = {{200, 80, 0}, {2048, 4096, 0}};
+  const Shape2 shapes[] = {{200, 80, 0}, {300, 208, 0}, {2048, 4096, 0}};
   uint32_t seed = 100;
   for (WeightFormat format : kFormats) {
     for (const Shape2& s : shapes) {
@@ -294,69 +296,83 @@ TEST(QuantGemm, BackendMatchesCpuBackend) {
   }
 }
 
-// Weight bytes streamed per call (data + scales) / time. Random bytes are stored straight into
-// the device layout (speed does not depend on values).
+// Random bytes stored straight into the device layout (speed does not depend on values); NVFP4
+// scales are kept in a sane exponent range.
+struct BenchWeight {
+  DeviceBuffer<uint8_t> data, scales;
+  size_t bytes;  // data + scales streamed per call
+  kc::QuantGemmWeight w;
+
+  static size_t scale_bytes(WeightFormat f, int n, int k) {
+    return f == WeightFormat::kNvfp4
+               ? size_t(kc::quant_gemm_n_pad(n)) * kc::quant_gemm_k_pad(k) / 16
+               : size_t(n) * 4;
+  }
+  BenchWeight(WeightFormat f, int n, int k)
+      : data(kc::quant_gemm_data_bytes(f, n, k)),
+        scales(scale_bytes(f, n, k)),
+        bytes(data.size() + scales.size()),
+        w{f, n, k, data.get(), scales.get(), 1e-3f, 0, 0} {
+    std::vector<uint8_t> host(std::max(data.size(), scales.size()));
+    uint32_t state = 12345;
+    for (auto& b : host) {
+      state ^= state << 13;
+      state ^= state >> 17;
+      state ^= state << 5;
+      b = uint8_t(state);
+    }
+    cuda_check(cudaMemcpy(data.get(), host.data(), data.size(), cudaMemcpyHostToDevice), "up");
+    if (f == WeightFormat::kNvfp4) {
+      for (size_t i = 0; i < scales.size(); ++i) host[i] = uint8_t(0x30 + (host[i] & 0x0F));
+    } else {
+      std::vector<float> s(n, 1e-3f);
+      std::memcpy(host.data(), s.data(), scales.size());
+    }
+    cuda_check(cudaMemcpy(scales.get(), host.data(), scales.size(), cudaMemcpyHostToDevice), "up");
+  }
+};
+
+// Weight bytes streamed per call (data + scales) / time, and the fraction of the 4.3 TB/s floor.
 TEST(QuantGemmBench, DISABLED_Bandwidth) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  const int shapes[][2] = {{6144, 2048}, {2048, 6144}, {57344, 8192}, {8192, 28672}};
   for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel}) {
-    for (const auto& s : shapes) {
-      const int n = s[0], k = s[1];
-      const size_t data_bytes = kc::quant_gemm_data_bytes(format, n, k);
-      const size_t scale_bytes = format == WeightFormat::kNvfp4 ? size_t(kc::quant_gemm_n_pad(n)) *
-                                                                      kc::quant_gemm_k_pad(k) / 16
-                                                                : size_t(n) * 4;
-      std::vector<uint8_t> host(std::max(data_bytes, scale_bytes));
-      uint32_t state = 12345;
-      for (auto& b : host) {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        b = uint8_t(state);
-      }
-      DeviceBuffer<uint8_t> data(data_bytes), scales(scale_bytes);
-      cuda_check(cudaMemcpy(data.get(), host.data(), data_bytes, cudaMemcpyHostToDevice), "up");
-      if (format == WeightFormat::kNvfp4) {
-        for (size_t i = 0; i < scale_bytes; ++i) host[i] = uint8_t(0x30 + (host[i] & 0x0F));
-      } else {
-        std::vector<float> f(n, 1e-3f);
-        std::memcpy(host.data(), f.data(), scale_bytes);
-      }
-      cuda_check(cudaMemcpy(scales.get(), host.data(), scale_bytes, cudaMemcpyHostToDevice), "up");
-      for (int m : {1, 8, 64}) {
-        DeviceBuffer<bf16> x(random_bf16(size_t(m) * k, 7));
-        DeviceBuffer<bf16> y(size_t(m) * n);
-        DeviceBuffer<uint8_t> ws(std::max<size_t>(kc::quant_gemm_workspace_bytes(m, n, k), 1));
+    for (const BenchShape& s : kDecodeGemmShapes) {
+      const BenchWeight bw(format, s.n, s.k);
+      for (int m : kDecodeGemmMs) {
+        DeviceBuffer<bf16> x(random_bf16(size_t(m) * s.k, 7));
+        DeviceBuffer<bf16> y(size_t(m) * s.n);
+        DeviceBuffer<uint8_t> ws(std::max<size_t>(kc::quant_gemm_workspace_bytes(m, s.n, s.k), 1));
         kc::QuantGemmParams p{};
         p.x = x.get();
-        p.w = {format, n, k, data.get(), scales.get(), 1e-3f, 0, 0};
+        p.w = bw.w;
         p.y = y.get();
         p.m = m;
         p.workspace = ws.get();
         p.workspace_bytes = ws.size();
-        for (int i = 0; i < 5; ++i) kc::quant_gemm(p, nullptr);
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        std::vector<float> times;
-        for (int i = 0; i < 20; ++i) {
-          cudaEventRecord(a);
-          kc::quant_gemm(p, nullptr);
-          cudaEventRecord(b);
-          cudaEventSynchronize(b);
-          float ms = 0;
-          cudaEventElapsedTime(&ms, a, b);
-          times.push_back(ms);
-        }
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-        std::sort(times.begin(), times.end());
-        const double us = times[times.size() / 2] * 1e3;
-        std::printf("%-12s m=%3d n=%6d k=%6d  %9.1f us  %6.3f TB/s (weights %.1f MB)\n",
-                    format_name(format), m, n, k, us,
-                    double(data_bytes + scale_bytes) / (us * 1e-6) / 1e12,
-                    double(data_bytes + scale_bytes) / 1e6);
+        const double us = median_us([&] { kc::quant_gemm(p, nullptr); });
+        const double tbs = double(bw.bytes) / (us * 1e-6) / 1e12;
+        std::printf(
+            "%-11s %-20s m=%3d n=%6d k=%6d  %8.1f us  %6.3f TB/s (%5.1f%% of floor, "
+            "weights %.1f MB)\n",
+            format_name(format), s.name, m, s.n, s.k, us, tbs, 100.0 * tbs / kCopyTbPerS,
+            double(bw.bytes) / 1e6);
       }
+    }
+  }
+}
+
+// The prefill path's dequantize (m > kQuantGemmMaxM): bytes read + bf16 bytes written / time.
+TEST(QuantGemmBench, DISABLED_Dequant) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel}) {
+    for (const BenchShape& s : kDecodeGemmShapes) {
+      const BenchWeight bw(format, s.n, s.k);
+      DeviceBuffer<bf16> out(size_t(s.n) * s.k);
+      const double us = median_us([&] { kc::quant_dequant_bf16(bw.w, out.get(), nullptr); });
+      const double bytes = double(bw.bytes) + double(s.n) * s.k * 2;
+      const double tbs = bytes / (us * 1e-6) / 1e12;
+      std::printf("dequant %-11s %-20s n=%6d k=%6d  %8.1f us  %6.3f TB/s (%5.1f%% of copy)\n",
+                  format_name(format), s.name, s.n, s.k, us, tbs, 100.0 * tbs / kCopyTbPerS);
     }
   }
 }

@@ -2,8 +2,10 @@
 // MMA M side, tokens the N side. Each warp streams one 32-row tile of the weight (fragment layout,
 // see quant_gemm.h) over a K range with 16-byte L1-bypassing loads, dequantizes in registers with
 // integer bit operations and one bf16x2 multiply per register, and reads activations straight
-// from L1/L2 (they are tiny and shared by every warp). Split-K over grid.y writes fp32 partials
-// that a second kernel sums in a fixed order (deterministic).
+// from L1/L2 (they are tiny and shared by every warp). All tokens of a step (m ≤ 64) share one
+// pass over the weights; each warp keeps several k blocks of loads in flight (issued before the
+// PDL wait for the first ones). Split-K over grid.y writes fp32 partials that a second kernel sums
+// in a fixed order (deterministic).
 #include "kernels/cuda/gemm/quant_gemm.h"
 
 #include <cuda_bf16.h>
@@ -14,8 +16,8 @@
 #include <string>
 
 #include "base/error.h"
-#include "base/thread_pool.h"
 #include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
 
 namespace serval::kernels::cuda {
 
@@ -174,16 +176,27 @@ __device__ __forceinline__ void load_raw(const DeviceArgs& d, int rt, int kb, in
   }
 }
 
-// Grid (ceil(n_tiles / kWarps), splits, ceil(m / (8·NI))); warp = one 32-row tile × 8·NI tokens.
+// Grid (ceil(n_tiles / kWarps), splits, ceil(m / (8·NI))); warp = one 32-row tile × 8·NI tokens
+// (all tokens of a decode step in one pass over the weights for m ≤ 64). The first kDepth k
+// blocks are requested before pdl_wait (weights are constant during a step); afterwards a ring of
+// kDepth blocks stays in flight: slot j is refilled with block kb + kDepth as soon as block kb has
+// been decoded.
 template <bool kFp4, int NI>
 __global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
+  constexpr int kDepth = kFp4 ? 4 : 2;  // 4 KB (NVFP4) / 8 KB (FP8) in flight per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rt = blockIdx.x * kWarps + warp;
-  if (rt >= d.n_tiles) return;  // no barriers in this kernel
+  const bool active = rt < d.n_tiles;
   const QuantGemmParams& p = d.p;
   const int split = blockIdx.y;
   const int kb0 = int(int64_t(split) * d.k_blocks / d.splits);
   const int kb1 = int(int64_t(split + 1) * d.k_blocks / d.splits);
+  Raw<kFp4> ring[kDepth];
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j)
+    if (active && kb0 + j < kb1) load_raw<kFp4>(d, rt, kb0 + j, lane, ring[j]);
+  pdl_wait();
+  if (!active) return;  // no barriers in this kernel
   const int tok0 = blockIdx.z * 8 * NI;
   const int g = lane >> 2, t = lane & 3;
   const int k = p.w.k;
@@ -203,37 +216,39 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[h][ni][q] = 0.0f;
 
-  Raw<kFp4> cur;
-  if (kb0 < kb1) load_raw<kFp4>(d, rt, kb0, lane, cur);
-  for (int kb = kb0; kb < kb1; ++kb) {
-    Raw<kFp4> nxt = cur;
-    if (kb + 1 < kb1) load_raw<kFp4>(d, rt, kb + 1, lane, nxt);  // in flight during the math
+  for (int base = kb0; base < kb1; base += kDepth) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const int c0 = kb * 64 + s * 16 + 2 * t;  // k % 8 == 0: a pair never straddles k
-      uint32_t b[NI][2];
+    for (int j = 0; j < kDepth; ++j) {
+      const int kb = base + j;
+      if (kb >= kb1) break;
+      const Raw<kFp4> cur = ring[j];
+      if (kb + kDepth < kb1) load_raw<kFp4>(d, rt, kb + kDepth, lane, ring[j]);
 #pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        b[ni][0] = c0 < k ? __ldg(reinterpret_cast<const unsigned int*>(xrow[ni] + c0)) : 0u;
-        b[ni][1] =
-            c0 + 8 < k ? __ldg(reinterpret_cast<const unsigned int*>(xrow[ni] + c0 + 8)) : 0u;
-      }
+      for (int s = 0; s < 4; ++s) {
+        const int c0 = kb * 64 + s * 16 + 2 * t;  // k % 8 == 0: a pair never straddles k
+        uint32_t b[NI][2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t m_lo, m_hi;
-        if constexpr (kFp4) {
-          m_lo = nvfp4_mult((cur.sf[h][0] >> (8 * s)) & 0xFFu);
-          m_hi = nvfp4_mult((cur.sf[h][1] >> (8 * s)) & 0xFFu);
-        } else {
-          fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + s * 16, m_lo, m_hi);
+        for (int ni = 0; ni < NI; ++ni) {
+          // Plain loads: an invariant (__ldg) load could be hoisted above pdl_wait.
+          b[ni][0] = c0 < k ? *reinterpret_cast<const unsigned int*>(xrow[ni] + c0) : 0u;
+          b[ni][1] = c0 + 8 < k ? *reinterpret_cast<const unsigned int*>(xrow[ni] + c0 + 8) : 0u;
         }
-        uint32_t a[4];
-        decode_step<kFp4>(cur.w[h], s, m_lo, m_hi, a);
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) mma_bf16(acc[h][ni], a, b[ni][0], b[ni][1]);
+        for (int h = 0; h < 2; ++h) {
+          uint32_t m_lo, m_hi;
+          if constexpr (kFp4) {
+            m_lo = nvfp4_mult((cur.sf[h][0] >> (8 * s)) & 0xFFu);
+            m_hi = nvfp4_mult((cur.sf[h][1] >> (8 * s)) & 0xFFu);
+          } else {
+            fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + s * 16, m_lo, m_hi);
+          }
+          uint32_t a[4];
+          decode_step<kFp4>(cur.w[h], s, m_lo, m_hi, a);
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) mma_bf16(acc[h][ni], a, b[ni][0], b[ni][1]);
+        }
       }
     }
-    cur = nxt;
   }
 
   // Accumulator q of (h, ni): row g + 8·(q / 2) of group h, token 2t + q % 2 of block ni.
@@ -257,6 +272,7 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
 
 // out[tok, row] = Σ_s partial[s, tok, row] in split order, then the epilogue.
 __global__ void __launch_bounds__(256) quant_gemm_reduce(DeviceArgs d) {
+  pdl_wait();
   const size_t total = size_t(d.p.m) * d.p.w.n;
   const float* ws = static_cast<const float*>(d.p.workspace);
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -267,41 +283,72 @@ __global__ void __launch_bounds__(256) quant_gemm_reduce(DeviceArgs d) {
   }
 }
 
-// One thread per (row tile, k block, group, lane) chunk: the GEMM's decode, then scattered
-// stores of the dequantized values.
+constexpr int kDequantWarps = 8;
+constexpr int kTileStride = 72;  // bf16 per staged row: 64 + 8 pad (conflict-free u32 writes)
+
+// Each warp dequantizes whole (row tile, k block) tiles of 32 rows × 64 columns: the GEMM's
+// register decode, u32 writes into a per-warp shared tile, then 16-byte coalesced stores of
+// complete 128-byte row segments (out rows are 16-byte aligned: k % 8 == 0, out 16-byte aligned).
+// The next tile's bytes are loaded before the current one is stored.
 template <bool kFp4>
-__global__ void __launch_bounds__(256) dequant_kernel(DeviceArgs d, __nv_bfloat16* out) {
-  const size_t chunk = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t chunks = size_t(d.n_tiles) * d.k_blocks * 64;
-  if (chunk >= chunks) return;
-  const int lane = int(chunk % 32), h = int(chunk / 32 % 2);
-  const int kb = int(chunk / 64 % d.k_blocks), rt = int(chunk / 64 / d.k_blocks);
+__global__ void __launch_bounds__(kDequantWarps * 32)
+    dequant_kernel(DeviceArgs d, __nv_bfloat16* out) {
+  __shared__ __align__(16) uint32_t tile_smem[kDequantWarps][32 * kTileStride / 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
+  uint32_t* tile = tile_smem[warp];
   const QuantGemmWeight& w = d.p.w;
-  Raw<kFp4> r;
-  load_raw<kFp4>(d, rt, kb, lane, r);
+  const int64_t tiles = int64_t(d.n_tiles) * d.k_blocks;
+  const int64_t stride = int64_t(gridDim.x) * kDequantWarps;
+  int64_t id = int64_t(blockIdx.x) * kDequantWarps + warp;
+  Raw<kFp4> nxt;
+  if (id < tiles) load_raw<kFp4>(d, int(id / d.k_blocks), int(id % d.k_blocks), lane, nxt);
+  for (; id < tiles; id += stride) {
+    const int rt = int(id / d.k_blocks), kb = int(id % d.k_blocks);
+    const Raw<kFp4> r = nxt;
+    if (id + stride < tiles)
+      load_raw<kFp4>(d, int((id + stride) / d.k_blocks), int((id + stride) % d.k_blocks), lane,
+                     nxt);
 #pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    uint32_t m_lo, m_hi;
-    if constexpr (kFp4) {
-      m_lo = nvfp4_mult((r.sf[h][0] >> (8 * s)) & 0xFFu);
-      m_hi = nvfp4_mult((r.sf[h][1] >> (8 * s)) & 0xFFu);
-    } else {
-      fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + s * 16, m_lo, m_hi);
-    }
-    uint32_t a[4];
-    decode_step<kFp4>(r.w[h], s, m_lo, m_hi, a);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = rt * 32 + h * 16 + g + 8 * (i & 1);
-        const int col = kb * 64 + s * 16 + 2 * t + 8 * (i >> 1) + half;
-        if (row >= w.n || col >= w.k) continue;
-        float v = __uint_as_float((half ? a[i] >> 16 : a[i] & 0xFFFFu) << 16) * d.alpha;
-        if (d.row_scale) v *= d.row_scale[row];
-        out[size_t(row) * w.k + col] = __float2bfloat16_rn(v);
+    for (int h = 0; h < 2; ++h) {
+      float rs[2] = {1.0f, 1.0f};
+      if (d.row_scale) {
+        rs[0] = d.row_scale[min(rt * 32 + h * 16 + g, w.n - 1)];
+        rs[1] = d.row_scale[min(rt * 32 + h * 16 + g + 8, w.n - 1)];
       }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        uint32_t m_lo, m_hi;
+        if constexpr (kFp4) {
+          m_lo = nvfp4_mult((r.sf[h][0] >> (8 * s)) & 0xFFu);
+          m_hi = nvfp4_mult((r.sf[h][1] >> (8 * s)) & 0xFFu);
+        } else {
+          fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + s * 16, m_lo, m_hi);
+        }
+        uint32_t a[4];
+        decode_step<kFp4>(r.w[h], s, m_lo, m_hi, a);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          // Same rounding as the CPU reference: fp32 (value · alpha · row scale) → bf16 once.
+          const float lo = __uint_as_float(a[i] << 16) * d.alpha * rs[i & 1];
+          const float hi = __uint_as_float(a[i] & 0xFFFF0000u) * d.alpha * rs[i & 1];
+          const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+          const int row = h * 16 + g + 8 * (i & 1), col = s * 16 + 2 * t + 8 * (i >> 1);
+          tile[(row * kTileStride + col) / 2] = *reinterpret_cast<const uint32_t*>(&v);
+        }
+      }
+    }
+    __syncwarp();
+    // 32 rows × 8 16-byte chunks: lane → (row lane / 8 + 4·it, chunk lane % 8).
+#pragma unroll
+    for (int it = 0; it < 8; ++it) {
+      const int row = lane / 8 + 4 * it, chunk = lane % 8;
+      const int grow = rt * 32 + row, gcol = kb * 64 + chunk * 8;
+      if (grow < w.n && gcol < w.k)
+        *reinterpret_cast<uint4*>(out + size_t(grow) * w.k + gcol) =
+            *reinterpret_cast<const uint4*>(tile + (row * kTileStride + chunk * 8) / 2);
+    }
+    __syncwarp();
   }
 }
 
@@ -362,91 +409,24 @@ DeviceArgs device_args(const QuantGemmParams& p) {
 template <bool kFp4, int NI>
 void launch(const DeviceArgs& d, cudaStream_t stream) {
   const dim3 grid((d.n_tiles + kWarps - 1) / kWarps, d.splits, (d.p.m + 8 * NI - 1) / (8 * NI));
-  quant_gemm_kernel<kFp4, NI><<<grid, kWarps * 32, 0, stream>>>(d);
+  launch_pdl("quant_gemm", quant_gemm_kernel<kFp4, NI>, grid, dim3(kWarps * 32), 0, stream, d);
 }
 
+// Token tile 8·NI: the smallest that holds all m ≤ 64 tokens, so the weights stream once.
 template <bool kFp4>
 void launch_tiles(const DeviceArgs& d, cudaStream_t stream) {
   if (d.p.m <= 8) {
     launch<kFp4, 1>(d, stream);
   } else if (d.p.m <= 16) {
     launch<kFp4, 2>(d, stream);
-  } else {
+  } else if (d.p.m <= 32) {
     launch<kFp4, 4>(d, stream);
+  } else {
+    launch<kFp4, 8>(d, stream);
   }
 }
 
 }  // namespace
-
-int quant_gemm_n_pad(int n) {
-  return (n + 31) / 32 * 32;
-}
-int quant_gemm_k_pad(int k) {
-  return (k + 63) / 64 * 64;
-}
-
-size_t quant_gemm_data_bytes(WeightFormat format, int n, int k) {
-  const size_t elems = size_t(quant_gemm_n_pad(n)) * quant_gemm_k_pad(k);
-  return format == WeightFormat::kNvfp4 ? elems / 2 : elems;
-}
-
-std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* src, int n, int k) {
-  const bool fp4 = format == WeightFormat::kNvfp4;
-  const int n_tiles = quant_gemm_n_pad(n) / 32, k_blocks = quant_gemm_k_pad(k) / 64;
-  const int bytes_per_lane = fp4 ? 16 : 32;
-  std::vector<uint8_t> out(quant_gemm_data_bytes(format, n, k), 0);
-  // Row tiles write disjoint output ranges: pack them in parallel (a 70B model has ~5 G codes).
-  ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t tile_begin, int64_t tile_end) {
-    for (int rt = int(tile_begin); rt < int(tile_end); ++rt)
-      for (int kb = 0; kb < k_blocks; ++kb)
-        for (int h = 0; h < 2; ++h)
-          for (int lane = 0; lane < 32; ++lane) {
-            uint8_t* dst =
-                out.data() + ((size_t(rt * k_blocks + kb) * 2 + h) * 32 + lane) * bytes_per_lane;
-            const int g = lane / 4, t = lane % 4;
-            for (int s = 0; s < 4; ++s)
-              for (int i = 0; i < 4; ++i)
-                for (int half = 0; half < 2; ++half) {
-                  const int row = rt * 32 + h * 16 + g + 8 * (i & 1);
-                  const int col = kb * 64 + s * 16 + 2 * t + 8 * (i >> 1) + half;
-                  if (row >= n || col >= k) continue;  // padding stays code 0
-                  if (fp4) {
-                    const uint8_t byte = src[size_t(row) * (k / 2) + col / 2];
-                    const uint8_t code = (col & 1) ? byte >> 4 : byte & 0xF;
-                    const int nibble = half ? 7 - i : 3 - i;  // within word s
-                    dst[4 * s + nibble / 2] |= uint8_t(code << (4 * (nibble & 1)));
-                  } else {
-                    const uint8_t code = src[size_t(row) * k + col];
-                    const int word = 2 * s + (i >> 1);
-                    const int byte = (i & 1) ? (half ? 2 : 0) : (half ? 3 : 1);
-                    dst[4 * word + byte] = code;
-                  }
-                }
-          }
-  });
-  return out;
-}
-
-std::vector<uint8_t> quant_gemm_pack_nvfp4_scales(const uint8_t* src, int n, int k) {
-  const int cols = k / 16, cols_pad = quant_gemm_k_pad(k) / 16;
-  std::vector<uint8_t> out(size_t(quant_gemm_n_pad(n)) * cols_pad, 0);
-  for (int r = 0; r < n; ++r)
-    std::copy(src + size_t(r) * cols, src + size_t(r + 1) * cols,
-              out.data() + size_t(r) * cols_pad);
-  return out;
-}
-
-std::vector<bf16> quant_gemm_pack_block_scales(const float* src, size_t count) {
-  std::vector<bf16> out(count);
-  for (size_t i = 0; i < count; ++i) {
-    const float s = src[i];
-    if (!(s >= 0.0f && s < 256.0f))
-      throw InvalidArgument("FP8 block scale " + std::to_string(i) + " = " + std::to_string(s) +
-                            " is outside [0, 256) (the CUDA GEMM folds 2^120 into bf16 scales)");
-    out[i] = float_to_bf16(std::ldexp(s, 120));
-  }
-  return out;
-}
 
 size_t quant_gemm_workspace_bytes(int m, int n, int k) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
@@ -474,8 +454,7 @@ void quant_gemm(const QuantGemmParams& p, cudaStream_t stream) {
   if (d.splits > 1) {
     const size_t total = size_t(p.m) * p.w.n;
     const int blocks = int(std::min<size_t>((total + 255) / 256, size_t(sm_count()) * 8));
-    quant_gemm_reduce<<<blocks, 256, 0, stream>>>(d);
-    check_launch("quant_gemm_reduce");
+    launch_pdl("quant_gemm_reduce", quant_gemm_reduce, dim3(blocks), dim3(256), 0, stream, d);
   }
 }
 
@@ -483,14 +462,19 @@ void quant_dequant_bf16(const QuantGemmWeight& w, bf16* out, cudaStream_t stream
   validate(w, "quant_dequant_bf16");
   QuantGemmParams p{};
   p.w = w;
+  if (!is_aligned16(w.data) || !is_aligned16(out))
+    throw InvalidArgument("quant_dequant_bf16: weight data and output must be 16-byte aligned");
   const DeviceArgs d = device_args(p);
-  const size_t chunks = size_t(d.n_tiles) * d.k_blocks * 64;
-  const unsigned blocks = unsigned((chunks + 255) / 256);
+  const int64_t tiles = int64_t(d.n_tiles) * d.k_blocks;
+  // Up to 4 tiles per warp (the next tile's loads overlap the current tile's stores).
+  const int64_t want = (tiles + 4 * kDequantWarps - 1) / (4 * kDequantWarps);
+  const unsigned blocks =
+      unsigned(std::max<int64_t>(1, std::min<int64_t>(want, int64_t(sm_count()) * 64)));
   auto* o = reinterpret_cast<__nv_bfloat16*>(out);
   if (w.format == WeightFormat::kNvfp4) {
-    dequant_kernel<true><<<blocks, 256, 0, stream>>>(d, o);
+    dequant_kernel<true><<<blocks, kDequantWarps * 32, 0, stream>>>(d, o);
   } else {
-    dequant_kernel<false><<<blocks, 256, 0, stream>>>(d, o);
+    dequant_kernel<false><<<blocks, kDequantWarps * 32, 0, stream>>>(d, o);
   }
   check_launch("quant_dequant_bf16");
 }

@@ -71,10 +71,12 @@ std::vector<bf16> quant_gemm_pack_block_scales(const float* src, size_t count);
 size_t quant_gemm_workspace_bytes(int m, int n, int k);
 
 // y = x · dequant(W)ᵀ (+ bias) for any m ≥ 0 (efficient for m ≤ kQuantGemmMaxM: tokens are the
-// MMA N side in tiles of 8/16/32, each tile streams the whole weight). Deterministic.
+// MMA N side in one tile of 8/16/32/64, so the weight streams once; larger m repeat per 64-token
+// tile). Launched with programmatic dependent launch. Deterministic.
 void quant_gemm(const QuantGemmParams& p, cudaStream_t stream);
 
-// out[n, k] (bf16, row-major) = dequant(W), each element rounded once from fp32.
+// out[n, k] (bf16, row-major, 16-byte aligned) = dequant(W), each element rounded once from fp32
+// (16-byte coalesced stores through a per-warp shared-memory tile).
 void quant_dequant_bf16(const QuantGemmWeight& w, bf16* out, cudaStream_t stream);
 
 }  // namespace serval::kernels::cuda
