@@ -4,7 +4,7 @@
 #
 #   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
-#                      [--startup] [--profile CONFIG]
+#                      [--startup] [--profile CONFIG] [--no-kernel-bench]
 #
 # Steps: build; `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
 # the demo model; the npm-based parts skip there); kernel micro-benchmarks and `bench latency`
@@ -24,7 +24,7 @@ cd "$root"
 out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
-startup=0 profile=''
+startup=0 profile='' kernel_bench=1
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -36,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --test-filter) test_filter=$2; shift ;;
     --tp) tp=$2; shift ;;
     --startup) startup=1 ;;
+    --no-kernel-bench) kernel_bench=0 ;;
     --profile) profile=$2; shift ;;
     --configs) configs=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -84,8 +85,10 @@ if [[ $run_bench -eq 1 ]]; then
   bench=$out/bench.log
   : >"$bench"
   # Kernel micro-benchmarks are DISABLED_ gtests, run here only.
-  build-gpu/tests/kernels_gpu --gtest_also_run_disabled_tests \
-    --gtest_filter="*DISABLED_*" 2>&1 | grep -vE "^\[ *(RUN|-+|=+) *\]" | tee -a "$bench"
+  if [[ $kernel_bench -eq 1 ]]; then
+    build-gpu/tests/kernels_gpu --gtest_also_run_disabled_tests \
+      --gtest_filter="*DISABLED_*" 2>&1 | grep -vE "^\[ *(RUN|-+|=+) *\]" | tee -a "$bench"
+  fi
   serval=build-gpu/apps/serval
   latency() {  # config batch input output [extra flags]
     local cfg=$1 b=$2 i=$3 o=$4
