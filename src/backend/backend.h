@@ -78,9 +78,10 @@ struct Weight {
 
 // Experts of one MoE layer, all on the backend's device.
 struct MoeWeights {
-  Tensor router;   // [num_experts, hidden]
-  Tensor gate_up;  // [num_experts, 2 * inter, hidden]: rows [0, inter) gate, [inter, 2·inter) up
-  Tensor down;     // [num_experts, hidden, inter]
+  Tensor router;  // [num_experts, hidden]
+  // The local experts (num_local of them; all when not expert parallel):
+  Tensor gate_up;  // [num_local, 2 * inter, hidden]: rows [0, inter) gate, [inter, 2·inter) up
+  Tensor down;     // [num_local, hidden, inter]
   // Quantized experts: when set, they replace gate_up / down (which stay undefined), with the
   // same row layouts and experts == num_experts.
   std::optional<QuantizedWeight> gate_up_q, down_q;

@@ -141,6 +141,10 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
   }
   const int num_blocks = options.num_blocks(*backends[0], *models[0]);
   RunnerOptions ro = options.runner;
+  // Decode graphs with NCCL collectives inside hung on the two-H200 machine (2026-11-30, cause
+  // not found yet; ParallelGpu.DISABLED_GraphsEqualEagerWithCollectives reproduces it), so
+  // parallel ranks run every step eagerly for now. Ranks capture together when this is lifted.
+  ro.cuda_graphs = false;
   ro.defer_graph_capture = true;
   std::vector<std::unique_ptr<ModelRunner>> ranks;
   for (int r = 0; r < world; ++r) {

@@ -69,7 +69,7 @@ struct ParallelLoadOptions {
   dist::ParallelConfig parallel;
   std::string moe_backend = "latency";
   int block_size = 16;
-  RunnerOptions runner;  // cuda_graphs: every rank captures its decode graphs (with collectives)
+  RunnerOptions runner;  // cuda_graphs is ignored for now (see load_parallel_runner)
   // KV blocks of every rank, decided from rank 0's backend and model once the weights are
   // loaded (all ranks have the same geometry).
   std::function<int(backend::Backend& rank0, const model::Model& model0)> num_blocks;

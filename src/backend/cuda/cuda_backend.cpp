@@ -443,12 +443,14 @@ class CudaBackend final : public Backend {
       return;
     }
     if (w.padded_hidden == H && w.padded_inter == I) return;
+    // The local experts only: under expert parallel the rank holds num_local of them.
+    const int local = int(w.gate_up.dim(0));
     const int Hp = w.padded_hidden, Ip = w.padded_inter;
-    Tensor gate_up = empty(DType::kBF16, {E, 2 * Ip, Hp});
-    Tensor down = empty(DType::kBF16, {E, Hp, Ip});
+    Tensor gate_up = empty(DType::kBF16, {local, 2 * Ip, Hp});
+    Tensor down = empty(DType::kBF16, {local, Hp, Ip});
     zero(gate_up);
     zero(down);
-    for (int e = 0; e < E; ++e) {
+    for (int e = 0; e < local; ++e) {
       const bf16* src = bf(w.gate_up) + size_t(e) * 2 * I * H;
       bf16* dst = bf_mut(gate_up) + size_t(e) * 2 * Ip * Hp;
       for (int half = 0; half < 2; ++half) {  // gate rows, then up rows
