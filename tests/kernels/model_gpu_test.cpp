@@ -109,22 +109,6 @@ std::vector<Seq> run_staggered(runtime::ModelRunner& runner, int batch, int voca
   return seqs;
 }
 
-// CPU top-1 minus top-2.
-float top_margin(const std::vector<float>& row) {
-  float first = -INFINITY, second = -INFINITY;
-  for (float v : row) {
-    second = std::max(second, std::min(first, v));
-    first = std::max(first, v);
-  }
-  return first - second;
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-  return d;
-}
-
 TEST_P(GpuModel, GreedyTokensMatchCpuInMixedBatches) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   const std::string dir = fixture_dir(GetParam());
@@ -147,7 +131,8 @@ TEST_P(GpuModel, GreedyTokensMatchCpuInMixedBatches) {
               << GetParam() << " batch " << batch << " seq " << i << " token " << t;
         const size_t pos = w.prompt_len + t;
         if (got[i].tokens[pos] == w.tokens[pos]) continue;
-        const float margin = top_margin(w.rows[t]), diff = max_abs_diff(row, w.rows[t]);
+        const float margin = testing::top_margin(w.rows[t]),
+                    diff = testing::max_abs_diff(row, w.rows[t]);
         EXPECT_LE(margin, 2 * diff)
             << GetParam() << " batch " << batch << " seq " << i << " token " << t << ": gpu "
             << got[i].tokens[pos] << " cpu " << w.tokens[pos];

@@ -96,21 +96,6 @@ RunResult run(StepRunner& runner, int vocab) {
   return r;
 }
 
-float top_margin(const std::vector<float>& row) {
-  float first = -INFINITY, second = -INFINITY;
-  for (float v : row) {
-    second = std::max(second, std::min(first, v));
-    first = std::max(first, v);
-  }
-  return first - second;
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-  return d;
-}
-
 // Compares `got` with the single-GPU reference as the header describes.
 void expect_matches(const RunResult& got, const RunResult& ref) {
   ASSERT_EQ(got.prompt_rows.size(), ref.prompt_rows.size());
@@ -123,7 +108,7 @@ void expect_matches(const RunResult& got, const RunResult& ref) {
       EXPECT_LT(testing::rel_l2(have, want), kLogitsRelTol) << "seq " << s << " step " << t;
       const size_t pos = size_t(ref.prompt_len(s) + t);
       if (got.tokens[s][pos] == ref.tokens[s][pos]) continue;
-      EXPECT_LE(top_margin(want), 2 * max_abs_diff(have, want))
+      EXPECT_LE(testing::top_margin(want), 2 * testing::max_abs_diff(have, want))
           << "seq " << s << " step " << t << ": " << got.tokens[s][pos] << " vs "
           << ref.tokens[s][pos];
       break;  // the texts differ from here on
