@@ -16,14 +16,14 @@
 // ldmatrix.trans). fp8 caches: tiles are staged dense and converted to f16 once per tile in a
 // separate padded tile (a second barrier), and the mma runs in f16.
 #include "kernels/cuda/attention/attention_launch.h"
-#include "kernels/cuda/attention/prefill_tile.cuh"
+#include "kernels/cuda/attention/mma_fragments.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 
 namespace serval::kernels::cuda {
 namespace {
 
-using namespace prefill;
+using namespace attn;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;

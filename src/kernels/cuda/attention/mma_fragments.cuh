@@ -1,7 +1,6 @@
-// Device building blocks of the prefill attention kernel (paged_prefill.cu only): cp.async, the
-// mma.sync m16n8k16 wrapper, ldmatrix (plain and transposed), fp8 → f16 conversion, Q fragments.
-// Self-contained on purpose (copies of the few attention_common.cuh pieces it needs, in their own
-// namespace) so the decode kernels' helpers can change without touching prefill.
+// mma.sync m16n8k16 building blocks shared by the paged attention kernels (decode and prefill):
+// cp.async, packed pairs, bf16 → f16 re-encoding, the mma wrapper, ldmatrix (plain and
+// transposed), fp8 → f16 conversion and Q fragments.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 .bf16/.f16), g = lane / 4, c = lane % 4:
 //   A (16×16, row-major): a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..)
@@ -17,7 +16,7 @@
 
 #include "base/dtype.h"
 
-namespace serval::kernels::cuda::prefill {
+namespace serval::kernels::cuda::attn {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
@@ -143,4 +142,4 @@ __device__ __forceinline__ void load_q_frags(uint32_t (&qa)[D / 16][4], const __
   }
 }
 
-}  // namespace serval::kernels::cuda::prefill
+}  // namespace serval::kernels::cuda::attn
