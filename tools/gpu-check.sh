@@ -4,7 +4,7 @@
 #
 #   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
-#                      [--startup] [--profile CONFIG] [--no-kernel-bench]
+#                      [--startup] [--profile CONFIG] [--no-kernel-bench] [--quant-fixtures]
 #
 # Steps: build; `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
 # the demo model; the npm-based parts skip there); kernel micro-benchmarks and `bench latency`
@@ -13,6 +13,8 @@
 # benchmarks (and the serving benchmark) with tensor parallel N, and the NVFP4 MoE model also with
 # expert parallel. --startup times `serve` of Qwen3-30B-A3B NVFP4 dummy from start to /health.
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu).
+# --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
+# fixture folders under $OUT/quant-fixtures, so the tests below already use them.
 #
 # The GPU machine lacks the PCRE2 and utf8proc headers: carry .device-deps made by
 # ../shared/tools/pack-device-deps.sh. Bench configs come from --configs (default
@@ -24,7 +26,7 @@ cd "$root"
 out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
-startup=0 profile='' kernel_bench=1
+startup=0 profile='' kernel_bench=1 quant_fixtures=0
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -37,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --tp) tp=$2; shift ;;
     --startup) startup=1 ;;
     --no-kernel-bench) kernel_bench=0 ;;
+    --quant-fixtures) quant_fixtures=1 ;;
     --profile) profile=$2; shift ;;
     --configs) configs=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -56,6 +59,16 @@ fi
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "commit $commit" | tee -a "$out/gpu.txt"
+
+if [[ $quant_fixtures -eq 1 ]]; then
+  python3 tools/make_quant_fixtures.py --fixtures tests/fixtures >"$out/quant-fixtures.log" 2>&1
+  echo "make_quant_fixtures: exit $?" | tee -a "$out/gpu.txt"
+  tail -n 6 "$out/quant-fixtures.log"
+  mkdir -p "$out/quant-fixtures"
+  for d in tests/fixtures/*_nvfp4_* tests/fixtures/*_fp8_*; do
+    [[ -d $d ]] && cp -r "$d" "$out/quant-fixtures/"
+  done
+fi
 
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \

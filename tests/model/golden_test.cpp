@@ -1,15 +1,20 @@
 // The CPU engine against Hugging Face transformers' golden outputs (tools/make_fixtures.py):
 // logits within 1e-3 relative (fp32 math), identical greedy tokens, for every architecture,
-// single and batched, with and without prefix reuse.
+// single and batched, with and without prefix reuse. The same for the quantized fixtures
+// (tools/make_quant_fixtures.py: NVFP4 and FP8 checkpoints in ModelOpt, compressed-tensors and
+// block layouts, against transformers on the dequantized weights), whose k/v scales must also
+// load for every layer.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
 #include "io/model_config.h"
 #include "model/model.h"
+#include "quant/kv_scales.h"
 #include "runtime/model_runner.h"
 #include "support/compare.h"
 
@@ -80,7 +85,22 @@ void greedy_batch(runtime::ModelRunner& runner, std::vector<Seq>& seqs, int step
   }
 }
 
-class Golden : public ::testing::TestWithParam<std::string> {};
+// The quantized fixtures are made on a machine with PyTorch (tools/make_quant_fixtures.py); a
+// checkout without them skips their cases with that instruction.
+bool fixture_missing(const std::string& dir) {
+  return !std::filesystem::exists(dir + "/golden.json");
+}
+constexpr const char* kMakeQuantFixtures =
+    "not generated yet: run tools/make_quant_fixtures.py --fixtures tests/fixtures where torch "
+    "and transformers are installed";
+
+class Golden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (fixture_missing(fixture_dir(GetParam())))
+      GTEST_SKIP() << GetParam() << ": " << kMakeQuantFixtures;
+  }
+};
 
 TEST_P(Golden, PromptLogitsMatchTransformers) {
   const std::string dir = fixture_dir(GetParam());
@@ -150,6 +170,36 @@ TEST_P(Golden, PrefixReuseGivesSameLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, Golden,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Quantized, Golden,
+                         ::testing::Values("llama_nvfp4_modelopt", "qwen3_moe_nvfp4_ct",
+                                           "llama_fp8_modelopt", "qwen3_moe_fp8_block"));
+
+// Every quantized fixture stores random k/v scales in [0.5, 2] for every layer, each fixture
+// under another of SPEC 3's names.
+class QuantizedKvScales : public Golden {};
+
+TEST_P(QuantizedKvScales, LoadForEveryLayer) {
+  const std::string dir = fixture_dir(GetParam());
+  const io::ModelConfig config = io::load_model_config(dir);
+  auto weights = model::open_checkpoint_weights(dir);
+  quant::KvScaleOptions options;
+  options.num_layers = config.num_hidden_layers;
+  const quant::KvScales scales =
+      quant::load_kv_scales(weights->names(), options,
+                            [&](const std::string& name) { return weights->get_stored(name); });
+  EXPECT_EQ(scales.num_loaded_layers, config.num_hidden_layers);
+  for (int i = 0; i < config.num_hidden_layers; ++i) {
+    EXPECT_GE(scales.k[i], 0.5f) << "layer " << i;
+    EXPECT_LE(scales.k[i], 2.0f) << "layer " << i;
+    EXPECT_GE(scales.v[i], 0.5f) << "layer " << i;
+    EXPECT_LE(scales.v[i], 2.0f) << "layer " << i;
+    EXPECT_NE(scales.k[i], scales.v[i]) << "layer " << i << ": k and v come from distinct tensors";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quantized, QuantizedKvScales,
+                         ::testing::Values("llama_nvfp4_modelopt", "qwen3_moe_nvfp4_ct",
+                                           "llama_fp8_modelopt", "qwen3_moe_fp8_block"));
 
 }  // namespace
 }  // namespace serval

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Builds quantized versions of the golden fixtures (run where torch + transformers are).
+
+From tests/fixtures/{llama,qwen3_moe} (made by make_fixtures.py) it writes four checkpoints, each
+with its quantization description, the base tokenizer and a golden.json from a PyTorch reference
+that runs transformers in fp32 on the dequantized weights (weight-only quantization: activations
+are not quantized, as serval runs these checkpoints by default):
+
+  llama_nvfp4_modelopt    NVFP4, ModelOpt layout (hf_quant_config.json), every linear with its own
+                          weight_scale_2, so the q/k/v and gate/up shards fuse by re-scaling their
+                          block scales to the largest weight_scale_2 (SPEC 2.1; the reference
+                          applies the same e4m3 re-rounding); KV scales as k_proj.k_scale /
+                          v_proj.v_scale.
+  qwen3_moe_nvfp4_ct      NVFP4, compressed-tensors layout (quantization_config in config.json:
+                          weight_packed, reciprocal weight_global_scale / input_global_scale), one
+                          weight_scale_2 per fused group (no re-scaling); routers ignored by regex;
+                          KV scales as k_proj.output_scale / v_proj.output_scale.
+  llama_fp8_modelopt      FP8 per-tensor (ModelOpt quant_algo FP8), per-linear weight_scale, so
+                          fused shards are re-quantized to the largest scale (e4m3(w·s_i/s_max),
+                          as serval does); KV scales as self_attn.k_scale / self_attn.v_scale.
+  qwen3_moe_fp8_block     FP8 32×32 blocks (quant_method "fp8", weight_scale_inv), routers and
+                          lm_head in ignored_layers; KV scales as self_attn.attn.{k,v}_scale.
+
+The KV scales are random values in [0.5, 2]; the goldens use an unquantized KV cache (the
+scales only matter for --kv-cache-dtype fp8, which the C++ tests check by loading them).
+
+usage: make_quant_fixtures.py --fixtures tests/fixtures
+"""
+import argparse
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Shards serval fuses into one weight: q/k/v, and gate/up (dense MLP or per expert).
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def e4m3(x):
+    """fp32 → e4m3fn value (round to nearest even, saturating at ±448), as fp32."""
+    return x.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+
+
+def e4m3_bytes(x):
+    return x.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def e2m1_codes(v):
+    """Codes (sign << 3 | magnitude index) by SPEC 2.2's round-to-nearest-even thresholds."""
+    a = v.abs()
+    idx = torch.zeros_like(a, dtype=torch.uint8)
+    for threshold, inclusive, code in ((0.25, False, 1), (0.75, True, 2), (1.25, False, 3),
+                                       (1.75, True, 4), (2.5, False, 5), (3.5, True, 6),
+                                       (5.0, False, 7)):
+        idx[(a >= threshold) if inclusive else (a > threshold)] = code
+    return idx | ((v < 0).to(torch.uint8) << 3)
+
+
+def e2m1_values(codes):
+    mag = E2M1[(codes & 7).long()]
+    return torch.where((codes & 8) != 0, -mag, mag)
+
+
+def nvfp4_quantize(w, scale_2):
+    """w fp32 [N, K] → (packed u8 [N, K/2], block scales e4m3 bytes [N, K/16], codes)."""
+    n, k = w.shape
+    blocks = w.reshape(n, k // 16, 16)
+    sf = e4m3(blocks.abs().amax(-1) / 6.0 / scale_2)
+    denom = (sf * scale_2).unsqueeze(-1)
+    scaled = torch.where(denom > 0, blocks / torch.where(denom > 0, denom, 1.0), 0.0)
+    codes = e2m1_codes(scaled).reshape(n, k)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return packed, sf, codes
+
+
+def nvfp4_dequant(codes, sf, scale_2):
+    n, k = codes.shape
+    vals = e2m1_values(codes).reshape(n, k // 16, 16)
+    return (vals * sf.unsqueeze(-1) * torch.tensor(scale_2, dtype=torch.float32)).reshape(n, k)
+
+
+def module_groups(names):
+    """Linear module names → lists of modules serval fuses together (singletons otherwise)."""
+    modules = sorted({n[:-len(".weight")] for n in names
+                      if n.endswith(".weight") and n.split(".")[-2] in LINEARS})
+    out, seen = [], set()
+    for m in modules:
+        if m in seen:
+            continue
+        parent, leaf = m.rsplit(".", 1)
+        group = [m]
+        for g in GROUPS:
+            if leaf in g:
+                group = [f"{parent}.{x}" for x in g if f"{parent}.{x}" in modules]
+        seen.update(group)
+        out.append(group)
+    return out
+
+
+def quantize_nvfp4(state, groups, shared_scale, ct):
+    """Quantizes every linear in place of `state`; returns {module: dequantized fp32 weight}."""
+    deq = {}
+    for group in groups:
+        ws = {m: state.pop(f"{m}.weight").float() for m in group}
+        amaxes = {m: float(w.abs().max()) for m, w in ws.items()}
+        if shared_scale:
+            s = max(amaxes.values()) / (448.0 * 6.0)
+            scales = {m: s for m in group}
+        else:
+            scales = {m: amaxes[m] / (448.0 * 6.0) for m in group}
+        scales = {m: float(torch.tensor(s if s > 0 else 1.0, dtype=torch.float32))
+                  for m, s in scales.items()}
+        s_max = max(scales.values())
+        for m in group:
+            packed, sf, codes = nvfp4_quantize(ws[m], scales[m])
+            input_scale = float(torch.rand(()) * 0.01 + 0.005)
+            state[f"{m}.{'weight_packed' if ct else 'weight'}"] = packed.contiguous()
+            state[f"{m}.weight_scale"] = e4m3_bytes(sf).view(torch.float8_e4m3fn).contiguous()
+            if ct:
+                state[f"{m}.weight_global_scale"] = torch.tensor(1.0 / scales[m])
+                state[f"{m}.input_global_scale"] = torch.tensor(1.0 / input_scale)
+            else:
+                state[f"{m}.weight_scale_2"] = torch.tensor(scales[m])
+                state[f"{m}.input_scale"] = torch.tensor(input_scale)
+            # serval's fused weight: block scales re-rounded to the group's largest scale_2.
+            if len(group) > 1 and scales[m] != s_max:
+                ratio = torch.tensor(scales[m], dtype=torch.float32) / torch.tensor(
+                    s_max, dtype=torch.float32)
+                sf = e4m3(sf * ratio)
+            deq[m] = nvfp4_dequant(codes, sf, s_max if len(group) > 1 else scales[m])
+    return deq
+
+
+def quantize_fp8_tensor(state, groups):
+    deq = {}
+    for group in groups:
+        ws = {m: state.pop(f"{m}.weight").float() for m in group}
+        scales = {m: float(torch.tensor(max(float(w.abs().max()), 1e-12) / 448.0,
+                                        dtype=torch.float32)) for m, w in ws.items()}
+        s_max = max(scales.values())
+        for m in group:
+            q = e4m3(ws[m] / scales[m])
+            state[f"{m}.weight"] = q.to(torch.float8_e4m3fn)
+            state[f"{m}.weight_scale"] = torch.tensor(scales[m])
+            state[f"{m}.input_scale"] = torch.tensor(float(torch.rand(()) * 0.01 + 0.005))
+            s = torch.tensor(scales[m], dtype=torch.float32)
+            if scales[m] != s_max:  # serval re-quantizes the shard: e4m3(w · s_i / s_max)
+                q = e4m3(q * s / torch.tensor(s_max, dtype=torch.float32))
+                s = torch.tensor(s_max, dtype=torch.float32)
+            deq[m] = q * s
+    return deq
+
+
+def quantize_fp8_block(state, groups, block):
+    deq = {}
+    for group in groups:
+        for m in group:
+            w = state.pop(f"{m}.weight").float()
+            n, k = w.shape
+            assert n % block == 0 and k % block == 0, (m, w.shape)
+            tiles = w.reshape(n // block, block, k // block, block)
+            scale = (tiles.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12)
+            q = e4m3(tiles / scale[:, None, :, None])
+            state[f"{m}.weight"] = q.reshape(n, k).to(torch.float8_e4m3fn)
+            state[f"{m}.weight_scale_inv"] = scale.contiguous()
+            deq[m] = (q * scale[:, None, :, None]).reshape(n, k)
+    return deq
+
+
+def add_kv_scales(state, num_layers, k_name, v_name):
+    for i in range(num_layers):
+        state[f"model.layers.{i}.{k_name}"] = torch.tensor(float(torch.rand(()) * 1.5 + 0.5))
+        state[f"model.layers.{i}.{v_name}"] = torch.tensor(float(torch.rand(()) * 1.5 + 0.5))
+
+
+@torch.no_grad()
+def greedy(model, prompt, steps):
+    ids = list(prompt)
+    margins = []
+    for _ in range(steps):
+        logits = model(torch.tensor([ids])).logits[0, -1].double()
+        top2 = torch.topk(logits, 2)
+        margins.append(float(top2.values[0] - top2.values[1]))
+        ids.append(int(top2.indices[0]))
+    return ids[len(prompt):], margins
+
+
+def write_golden(base_dir, folder, base_state, deq, model_cls, prompts):
+    """Reference: transformers in fp32 on a temporary checkpoint holding the dequantized weights
+    under the base fixture's names (transformers maps them to its own module layout)."""
+    ref_state = {k: v.float() for k, v in base_state.items()}
+    for m, w in deq.items():
+        ref_state[f"{m}.weight"] = w.float().contiguous()
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(base_dir, "config.json")) as f:
+            config = json.load(f)
+        config["torch_dtype"] = config["dtype"] = "float32"
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(config, f)
+        save_file(ref_state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        ref = getattr(transformers, model_cls).from_pretrained(tmp, torch_dtype=torch.float32)
+        ref = ref.eval()
+        golden = {"architecture": model_cls, "transformers": transformers.__version__,
+                  "prompts": [], "weight_keys": None}
+        for prompt in prompts:
+            with torch.no_grad():
+                logits = ref(torch.tensor([prompt])).logits[0].float()
+            cont, margins = greedy(ref, prompt, 32)
+            golden["prompts"].append({"ids": prompt, "logits": logits.tolist(),
+                                      "greedy": cont, "greedy_margins": margins})
+    return golden
+
+
+VARIANTS = {
+    "llama_nvfp4_modelopt": ("llama", "nvfp4_modelopt",
+                             ("self_attn.k_proj.k_scale", "self_attn.v_proj.v_scale")),
+    "qwen3_moe_nvfp4_ct": ("qwen3_moe", "nvfp4_ct",
+                           ("self_attn.k_proj.output_scale", "self_attn.v_proj.output_scale")),
+    "llama_fp8_modelopt": ("llama", "fp8_modelopt", ("self_attn.k_scale", "self_attn.v_scale")),
+    "qwen3_moe_fp8_block": ("qwen3_moe", "fp8_block",
+                            ("self_attn.attn.k_scale", "self_attn.attn.v_scale")),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fixtures", required=True)
+    args = ap.parse_args()
+    for name, (base, scheme, kv_names) in VARIANTS.items():
+        torch.manual_seed(sum(map(ord, name)))
+        base_dir = os.path.join(args.fixtures, base)
+        folder = os.path.join(args.fixtures, name)
+        os.makedirs(folder, exist_ok=True)
+        base_state = load_file(os.path.join(base_dir, "model.safetensors"))
+        with open(os.path.join(base_dir, "golden.json")) as f:
+            base_golden = json.load(f)
+        prompts = [p["ids"] for p in base_golden["prompts"]]
+        with open(os.path.join(base_dir, "config.json")) as f:
+            config = json.load(f)
+        num_layers = config["num_hidden_layers"]
+        state = dict(base_state)
+        groups = module_groups(state.keys())
+        routers = sorted(k[:-len(".weight")] for k in state if k.endswith(".mlp.gate.weight"))
+        if scheme == "nvfp4_modelopt":
+            deq = quantize_nvfp4(state, groups, shared_scale=False, ct=False)
+            quant_file = {"producer": {"name": "modelopt"},
+                          "quantization": {"quant_algo": "NVFP4", "group_size": 16,
+                                           "kv_cache_quant_algo": "FP8",
+                                           "exclude_modules": ["lm_head"]}}
+        elif scheme == "nvfp4_ct":
+            deq = quantize_nvfp4(state, groups, shared_scale=True, ct=True)
+            quant_file = None
+            config["quantization_config"] = {
+                "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                "config_groups": {"group_0": {
+                    "targets": ["Linear"],
+                    "weights": {"type": "float", "num_bits": 4, "strategy": "tensor_group",
+                                "group_size": 16, "symmetric": True, "dynamic": False},
+                    "input_activations": {"type": "float", "num_bits": 4,
+                                          "strategy": "tensor_group", "group_size": 16,
+                                          "symmetric": True, "dynamic": "local"}}},
+                "ignore": ["lm_head", "re:.*mlp\\.gate$"],
+                "kv_cache_scheme": {"type": "float", "num_bits": 8, "strategy": "tensor",
+                                    "dynamic": False, "symmetric": True}}
+        elif scheme == "fp8_modelopt":
+            deq = quantize_fp8_tensor(state, groups)
+            quant_file = {"producer": {"name": "modelopt"},
+                          "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+                                           "exclude_modules": ["lm_head"]}}
+        else:
+            deq = quantize_fp8_block(state, groups, 32)
+            quant_file = None
+            config["quantization_config"] = {
+                "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                "weight_block_size": [32, 32], "ignored_layers": routers + ["lm_head"]}
+        add_kv_scales(state, num_layers, *kv_names)
+        save_file({k: v.contiguous() for k, v in state.items()},
+                  os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+        if quant_file is not None:
+            with open(os.path.join(folder, "hf_quant_config.json"), "w") as f:
+                json.dump(quant_file, f, indent=2)
+        for extra in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            shutil.copy(os.path.join(base_dir, extra), os.path.join(folder, extra))
+        golden = write_golden(base_dir, folder, base_state, deq, base_golden["architecture"],
+                              prompts)
+        golden["weight_keys"] = sorted(state.keys())
+        golden["quantization"] = scheme
+        with open(os.path.join(folder, "golden.json"), "w") as f:
+            json.dump(golden, f)
+        print(name, "tensors", len(state), "quantized modules", len(deq),
+              "min margins", [round(min(p["greedy_margins"]), 4) for p in golden["prompts"]])
+
+
+if __name__ == "__main__":
+    main()
