@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "runtime/engine.h"
+#include "runtime/multi_node.h"
 #include "server/serve_args.h"
 #include "server/server.h"
 
@@ -29,6 +30,9 @@ int run_serve(const std::vector<std::string>& args) {
   }
   if (!parsed.ignored.empty())
     log::info("ignoring flags that have no meaning in serval: {}", fmt::join(parsed.ignored, "; "));
+  // Nodes other than 0 of a multi-node group run node 0's steps and serve no HTTP.
+  if (parsed.engine.nnodes > 1 && parsed.engine.node_rank > 0)
+    return runtime::run_follower_node(parsed.engine);
   // Engine and I/O threads inherit the blocked mask; only wait_for_shutdown_signal sees them.
   server::block_shutdown_signals();
   std::unique_ptr<runtime::Engine> engine;

@@ -12,6 +12,15 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Bac
       "build; --device cpu runs tensor parallel in threads)");
 }
 
+NcclUniqueId make_nccl_unique_id() {
+  throw InvalidArgument("multi-node serving needs NCCL: serval was built without CUDA");
+}
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Backend* const>, int,
+                                                                   const NcclUniqueId&, int, int) {
+  throw InvalidArgument("multi-node serving needs NCCL: serval was built without CUDA");
+}
+
 void bind_cuda_device(int) {}
 #endif
 

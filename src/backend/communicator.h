@@ -2,6 +2,7 @@
 // Backend. The in-process CPU implementation runs the ranks as threads of one process; the CUDA
 // one wraps NCCL (one GPU per rank).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -33,9 +34,23 @@ class Communicator {
   virtual void abort() {}
 };
 
+// Sums f32 vectors over the nodes of a multi-node group: every node passes its partial sum and
+// gets the total back, the same bits on every node (node 0 adds the partials in node order).
+// Calls that cannot complete (a node lost) throw serval::Error; abort() makes them fail.
+class NodeExchange {
+ public:
+  virtual ~NodeExchange() = default;
+  virtual void all_reduce(std::vector<float>& values) = 0;
+  virtual void abort() = 0;
+};
+
 // `size` communicators over one in-process group, rank r at index r; the ranks must call the
 // collectives from different threads. f32 tensors in host memory (the CPU backend's).
-std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int size);
+// With `nodes`, the group is one node's share of a multi-node group: the communicators are
+// global ranks first_rank .. first_rank + size − 1 of `world`, and every all-reduce adds the
+// node's ranks in order, then the nodes' sums through `nodes`.
+std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(
+    int size, std::shared_ptr<NodeExchange> nodes = nullptr, int first_rank = 0, int world = 0);
 
 // One NCCL communicator per backend (rank r = backends[r], on CUDA device first_device + r),
 // created together with ncclCommInitAll after setting NCCL_NVLS_ENABLE=0 when it is unset (NVLink
@@ -43,6 +58,16 @@ std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int size);
 // CUDA backend.
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
     std::span<Backend* const> backends, int first_device = 0);
+
+// Multi-node groups (one process per node): an NCCL unique id made on node 0 and handed to the
+// other nodes (dist::Leader::rendezvous), then every node creates its ranks' communicators with
+// it: backends[i] is global rank first_rank + i of `world`, on CUDA device first_device + i. All
+// nodes must call this at the same point (ncclCommInitRank is collective).
+using NcclUniqueId = std::array<uint8_t, 128>;
+NcclUniqueId make_nccl_unique_id();
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
+    std::span<Backend* const> backends, int first_device, const NcclUniqueId& id, int world,
+    int first_rank);
 
 // Makes CUDA device `device` current for the calling thread (cudaSetDevice), which must precede
 // creating or using that rank's CUDA backend. InvalidArgument naming the device count when it

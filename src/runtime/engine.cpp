@@ -93,7 +93,7 @@ class EngineImpl final : public Engine {
     return stats_;
   }
 
-  bool healthy() const override { return alive_ && !dead_; }
+  bool healthy() const override { return alive_ && !dead_ && runner_->healthy(); }
 
   void shutdown() override {
     {

@@ -89,6 +89,12 @@ struct EngineConfig {
   // by the data-parallel engine; ignored on the CPU.
   int first_device = 0;
   bool enable_expert_parallel = false;
+  // Multi-node (runtime/multi_node.h): the tensor-parallel ranks split over nnodes processes;
+  // node 0 (node_rank 0) serves, and listens for the others on dist_init_addr ("HOST:PORT").
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string dist_init_addr;
+  double dist_timeout_s = 300;  // how long node 0 waits for the others (and they for it)
   bool enforce_eager = false;
   bool async_scheduling = false;
   std::string cudagraph_mode = "FULL_DECODE_ONLY";

@@ -12,6 +12,7 @@
 #include "model/quantized_weight.h"
 #include "quant/kv_scales.h"
 #include "quant/quant_config.h"
+#include "runtime/multi_node.h"
 #include "runtime/parallel_runner.h"
 
 namespace serval::runtime {
@@ -214,8 +215,9 @@ LoadedModel load_model(const EngineConfig& cfg) {
   const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend, mc.head_dim);
   out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
   if (cfg.async_scheduling)
-    log::warn("--async-scheduling: not implemented yet; each step is scheduled after the "
-              "previous one completes");
+    log::warn(
+        "--async-scheduling: not implemented yet; each step is scheduled after the "
+        "previous one completes");
   RunnerOptions runner;
   runner.kv_cache_dtype = kv_dtype;
   quant::KvScales scales = load_kv_scales(*weights, mc);
@@ -230,8 +232,9 @@ LoadedModel load_model(const EngineConfig& cfg) {
     runner.max_decode_batch = cfg.max_num_seqs;
     runner.cuda_graphs = !cfg.enforce_eager && cfg.cudagraph_mode != "NONE";
     if (runner.cuda_graphs && cfg.cudagraph_mode == "FULL")
-      log::warn("cudagraph_mode FULL: serval captures pure-decode steps only; prefill and mixed "
-                "steps run eagerly (as with FULL_DECODE_ONLY)");
+      log::warn(
+          "cudagraph_mode FULL: serval captures pure-decode steps only; prefill and mixed "
+          "steps run eagerly (as with FULL_DECODE_ONLY)");
     runner.step_memory_bytes = step_memory_bytes(cfg, mc);
   }
   // KV blocks per rank from the backend's budget, once the (rank's) weights are loaded.
@@ -275,7 +278,8 @@ LoadedModel load_model(const EngineConfig& cfg) {
     po.num_blocks = num_blocks_for;
     po.first_device = cfg.first_device;
     backend.reset();
-    out.runner = load_parallel_runner(mc, *weights, po);
+    out.runner = cfg.nnodes > 1 ? load_multi_node_runner(cfg, mc, *weights, po, num_blocks_for)
+                                : load_parallel_runner(mc, *weights, po);
     return out;
   }
   model::LoadOptions options;

@@ -50,6 +50,8 @@ class StepRunner {
   // The model and KV cache of rank 0 (the only one without parallelism).
   virtual model::Model& model() = 0;
   virtual const std::vector<backend::KvCacheLayer>& kv_cache() const = 0;
+  // False once the runner cannot take steps any more (a multi-node peer was lost).
+  virtual bool healthy() const { return true; }
 };
 
 class ModelRunner final : public StepRunner {

@@ -107,7 +107,12 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
                                                      const model::WeightSource& weights,
                                                      const ParallelLoadOptions& options) {
   dist::validate(options.parallel);
-  const int world = options.parallel.world_size();
+  const int local = options.local_ranks > 0 ? options.local_ranks : options.parallel.world_size();
+  if (options.first_rank < 0 || options.first_rank + local > options.parallel.world_size())
+    throw InvalidArgument("parallel runner: local ranks " + std::to_string(options.first_rank) +
+                          ".." + std::to_string(options.first_rank + local - 1) +
+                          " are outside the group of " +
+                          std::to_string(options.parallel.world_size()));
   const bool cuda = options.device == "cuda";
   if (!cuda && options.device != "cpu")
     throw InvalidArgument("parallel runner: unknown device '" + options.device +
@@ -118,7 +123,7 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
 
   std::vector<std::unique_ptr<backend::Backend>> backends;
   std::vector<backend::Backend*> raw;
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < local; ++r) {
     if (bind) bind(r);
     backends.push_back(cuda ? backend::make_cuda_backend() : backend::make_cpu_backend());
     if (!backends.back())
@@ -127,15 +132,17 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
     raw.push_back(backends.back().get());
   }
   std::vector<std::unique_ptr<backend::Communicator>> comms =
-      cuda ? backend::make_nccl_communicators(raw, first) : backend::make_cpu_communicators(world);
+      options.make_comms ? options.make_comms(raw)
+      : cuda             ? backend::make_nccl_communicators(raw, first)
+                         : backend::make_cpu_communicators(local);
 
   std::vector<std::unique_ptr<model::Model>> models;
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < local; ++r) {
     if (bind) bind(r);
     model::LoadOptions lo;
     lo.moe_backend = options.moe_backend;
     lo.shard.parallel = options.parallel;
-    lo.shard.coord = dist::rank_coord(options.parallel, r);
+    lo.shard.coord = dist::rank_coord(options.parallel, options.first_rank + r);
     lo.shard.comm = comms[size_t(r)].get();
     models.push_back(model::create_model(config, weights, *backends[size_t(r)], lo));
   }
@@ -147,7 +154,7 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
   ro.cuda_graphs = false;
   ro.defer_graph_capture = true;
   std::vector<std::unique_ptr<ModelRunner>> ranks;
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < local; ++r) {
     if (bind) bind(r);
     ranks.push_back(std::make_unique<ModelRunner>(std::move(backends[size_t(r)]),
                                                   std::move(models[size_t(r)]), num_blocks,

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,6 +75,13 @@ struct ParallelLoadOptions {
   // loaded (all ranks have the same geometry).
   std::function<int(backend::Backend& rank0, const model::Model& model0)> num_blocks;
   int first_device = 0;  // CUDA: rank r runs on GPU first_device + r (data-parallel replicas)
+  // Multi-node: this process holds global ranks [first_rank, first_rank + local_ranks) of
+  // parallel.world_size() (0: all of them), joined by `make_comms` (called with the local
+  // backends, in rank order) instead of the in-process NCCL / CPU communicators.
+  int first_rank = 0, local_ranks = 0;
+  std::function<std::vector<std::unique_ptr<backend::Communicator>>(
+      std::span<backend::Backend* const>)>
+      make_comms;
 };
 
 // One backend, model shard (model::ShardSpec) and ModelRunner per rank of options.parallel,

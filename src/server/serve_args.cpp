@@ -6,8 +6,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/error.h"
+#include "dist/launch.h"
 
 namespace serval::server {
 namespace {
@@ -32,6 +34,10 @@ constexpr KnownFlag kKnown[] = {
     {"--tensor-parallel-size", true},
     {"--data-parallel-size", true},
     {"--enable-expert-parallel", false},
+    {"--nnodes", true},
+    {"--node-rank", true},
+    {"--dist-init-addr", true},
+    {"--dist-timeout", true},
     {"--enable-prefix-caching", false},
     {"--no-enable-prefix-caching", false},
     {"--moe-backend", true},
@@ -236,6 +242,14 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                  "Engine replicas (each with --tensor-parallel-size GPUs), balanced by load")
       ->check(CLI::PositiveNumber);
   app.add_flag("--enable-expert-parallel", e.enable_expert_parallel, "Shard experts over GPUs");
+  app.add_option("--nnodes", e.nnodes, "Nodes sharing the tensor-parallel group (one process each)")
+      ->check(CLI::PositiveNumber);
+  std::optional<int> node_rank;
+  app.add_option("--node-rank", node_rank,
+                 "This node's rank (else SLURM_PROCID, OMPI_COMM_WORLD_RANK, 0); node 0 serves");
+  app.add_option("--dist-init-addr", e.dist_init_addr, "HOST:PORT where node 0 meets the others");
+  app.add_option("--dist-timeout", e.dist_timeout_s, "Seconds to wait for the other nodes")
+      ->capture_default_str();
   app.add_flag("--enable-prefix-caching", prefix, "Reuse KV blocks of shared prefixes (default)");
   app.add_flag("--no-enable-prefix-caching", no_prefix, "Disable prefix caching");
   app.add_option("--moe-backend", moe_backend,
@@ -289,6 +303,14 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                                       source, moe_backend));
   e.moe_backend = moe_backend;
   check_cudagraph_mode(e.cudagraph_mode);
+  e.node_rank = dist::resolve_node_rank(node_rank, e.nnodes);
+  if (e.nnodes > 1) {
+    if (e.dist_init_addr.empty())
+      throw InvalidArgument("--nnodes " + std::to_string(e.nnodes) +
+                            " needs --dist-init-addr HOST:PORT (where node 0 listens)");
+    dist::parse_host_port(e.dist_init_addr);  // InvalidArgument quoting a malformed address
+  }
+  if (!(e.dist_timeout_s > 0)) throw InvalidArgument("--dist-timeout must be > 0 seconds");
   if (s.port < 0 || s.port > 65535)
     throw InvalidArgument(fmt::format("--port {}: out of range", s.port));
   if (e.max_logprobs < 0) throw InvalidArgument("--max-logprobs must be >= 0");

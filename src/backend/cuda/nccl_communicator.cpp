@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/communicator.h"
@@ -93,6 +94,49 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
   for (int r = 0; r < n; ++r)
     out.push_back(std::make_unique<NcclCommunicator>(
         comms[size_t(r)], r, n, static_cast<cudaStream_t>(backends[size_t(r)]->native_stream())));
+  return out;
+}
+
+NcclUniqueId make_nccl_unique_id() {
+  static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueId));
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  ncclUniqueId id;
+  nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  NcclUniqueId out;
+  std::memcpy(out.data(), &id, sizeof(id));
+  return out;
+}
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
+    std::span<Backend* const> backends, int first_device, const NcclUniqueId& id, int world,
+    int first_rank) {
+  const int n = int(backends.size());
+  if (n < 1 || first_rank < 0 || first_rank + n > world)
+    throw InvalidArgument("NCCL communicators: local ranks " + std::to_string(first_rank) + ".." +
+                          std::to_string(first_rank + n - 1) + " do not fit a world of " +
+                          std::to_string(world));
+  for (int r = 0; r < n; ++r) {
+    if (backends[size_t(r)]->device() != Device::kCuda || !backends[size_t(r)]->native_stream())
+      throw InvalidArgument("NCCL communicators: rank " + std::to_string(first_rank + r) +
+                            " does not have a CUDA backend");
+  }
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  ncclUniqueId nid;
+  std::memcpy(&nid, id.data(), sizeof(nid));
+  std::vector<ncclComm_t> comms(static_cast<size_t>(n));
+  // Several ranks of this process join in one group call (each on its own device).
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  for (int r = 0; r < n; ++r) {
+    cuda::cuda_check(cudaSetDevice(first_device + r), "cudaSetDevice");
+    nccl_check(ncclCommInitRank(&comms[size_t(r)], world, nid, first_rank + r), "ncclCommInitRank");
+  }
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd (ncclCommInitRank of the local ranks)");
+  cuda::cuda_check(cudaSetDevice(first_device), "cudaSetDevice");
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < n; ++r)
+    out.push_back(std::make_unique<NcclCommunicator>(
+        comms[size_t(r)], first_rank + r, world,
+        static_cast<cudaStream_t>(backends[size_t(r)]->native_stream())));
   return out;
 }
 
