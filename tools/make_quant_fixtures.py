@@ -22,7 +22,11 @@ are not quantized, as serval runs these checkpoints by default):
                           lm_head in ignored_layers; KV scales as self_attn.attn.{k,v}_scale.
 
 The KV scales are random values in [0.5, 2]; the goldens use an unquantized KV cache (the
-scales only matter for --kv-cache-dtype fp8, which the C++ tests check by loading them).
+scales only matter for --kv-cache-dtype fp8, which the C++ tests check by loading them). Input
+(activation) scales are calibrated on the prompts (amax / (448·6) of each linear's input, as
+ModelOpt does). llama_nvfp4_modelopt also gets golden_w4a4.json: the same reference with every
+quantized linear's input rounded through NVFP4 by SPEC 2.2 (bf16 input, g = 1/input_scale of the
+fused module), which serval must match with --nvfp4-activations.
 
 usage: make_quant_fixtures.py --fixtures tests/fixtures
 """
@@ -103,7 +107,37 @@ def module_groups(names):
     return out
 
 
-def quantize_nvfp4(state, groups, shared_scale, ct):
+def fake_quant_nvfp4(x, g):
+    """SPEC 2.2 on the last dimension of x (bf16 rounding first), dequantized: the values a W4A4
+    GEMM multiplies, in the float order serval uses (kernels::cpu::nvfp4_fake_quant_rows)."""
+    shape = x.shape
+    blocks = x.to(torch.bfloat16).float().reshape(-1, shape[-1] // 16, 16)
+    amax = blocks.abs().amax(-1)
+    sf = e4m3((g * amax) / 6.0)
+    scale = torch.where(sf > 0, g / torch.where(sf > 0, sf, 1.0), 0.0)
+    codes = e2m1_codes(blocks * scale.unsqueeze(-1))
+    out = e2m1_values(codes) * sf.unsqueeze(-1) / g
+    return out.reshape(shape).to(x.dtype)
+
+
+@torch.no_grad()
+def calibrate_input_scales(base_dir, model_cls, prompts):
+    """{module: amax of its input over the prompts / (448·6)} for every nn.Linear."""
+    model = getattr(transformers, model_cls).from_pretrained(base_dir, torch_dtype=torch.float32)
+    amax, hooks = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            def hook(mod, args, name=name):
+                amax[name] = max(amax.get(name, 0.0), float(args[0].abs().max()))
+            hooks.append(module.register_forward_pre_hook(hook))
+    for prompt in prompts:
+        model(torch.tensor([prompt]))
+    for h in hooks:
+        h.remove()
+    return {m: max(a, 1e-6) / (448.0 * 6.0) for m, a in amax.items()}
+
+
+def quantize_nvfp4(state, groups, shared_scale, ct, input_scales):
     """Quantizes every linear in place of `state`; returns {module: dequantized fp32 weight}."""
     deq = {}
     for group in groups:
@@ -119,7 +153,7 @@ def quantize_nvfp4(state, groups, shared_scale, ct):
         s_max = max(scales.values())
         for m in group:
             packed, sf, codes = nvfp4_quantize(ws[m], scales[m])
-            input_scale = float(torch.rand(()) * 0.01 + 0.005)
+            input_scale = input_scales.get(m, float(torch.rand(()) * 0.01 + 0.005))
             state[f"{m}.{'weight_packed' if ct else 'weight'}"] = packed.contiguous()
             state[f"{m}.weight_scale"] = e4m3_bytes(sf).view(torch.float8_e4m3fn).contiguous()
             if ct:
@@ -137,7 +171,7 @@ def quantize_nvfp4(state, groups, shared_scale, ct):
     return deq
 
 
-def quantize_fp8_tensor(state, groups):
+def quantize_fp8_tensor(state, groups, input_scales):
     deq = {}
     for group in groups:
         ws = {m: state.pop(f"{m}.weight").float() for m in group}
@@ -148,7 +182,8 @@ def quantize_fp8_tensor(state, groups):
             q = e4m3(ws[m] / scales[m])
             state[f"{m}.weight"] = q.to(torch.float8_e4m3fn)
             state[f"{m}.weight_scale"] = torch.tensor(scales[m])
-            state[f"{m}.input_scale"] = torch.tensor(float(torch.rand(()) * 0.01 + 0.005))
+            state[f"{m}.input_scale"] = torch.tensor(
+                input_scales.get(m, float(torch.rand(()) * 0.01 + 0.005)))
             s = torch.tensor(scales[m], dtype=torch.float32)
             if scales[m] != s_max:  # serval re-quantizes the shard: e4m3(w · s_i / s_max)
                 q = e4m3(q * s / torch.tensor(s_max, dtype=torch.float32))
@@ -191,9 +226,10 @@ def greedy(model, prompt, steps):
     return ids[len(prompt):], margins
 
 
-def write_golden(base_dir, folder, base_state, deq, model_cls, prompts):
+def write_golden(base_dir, folder, base_state, deq, model_cls, prompts, act_scales=None):
     """Reference: transformers in fp32 on a temporary checkpoint holding the dequantized weights
-    under the base fixture's names (transformers maps them to its own module layout)."""
+    under the base fixture's names (transformers maps them to its own module layout). With
+    act_scales ({module: g}), each of those linears fake-quantizes its input first (W4A4)."""
     ref_state = {k: v.float() for k, v in base_state.items()}
     for m, w in deq.items():
         ref_state[f"{m}.weight"] = w.float().contiguous()
@@ -206,6 +242,10 @@ def write_golden(base_dir, folder, base_state, deq, model_cls, prompts):
         save_file(ref_state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
         ref = getattr(transformers, model_cls).from_pretrained(tmp, torch_dtype=torch.float32)
         ref = ref.eval()
+        for name, module in ref.named_modules():
+            if act_scales and name in act_scales:
+                g = act_scales[name]
+                module.register_forward_pre_hook(lambda mod, args, g=g: (fake_quant_nvfp4(args[0], g),))
         golden = {"architecture": model_cls, "transformers": transformers.__version__,
                   "prompts": [], "weight_keys": None}
         for prompt in prompts:
@@ -246,15 +286,18 @@ def main():
         num_layers = config["num_hidden_layers"]
         state = dict(base_state)
         groups = module_groups(state.keys())
+        input_scales = calibrate_input_scales(base_dir, base_golden["architecture"], prompts)
         routers = sorted(k[:-len(".weight")] for k in state if k.endswith(".mlp.gate.weight"))
         if scheme == "nvfp4_modelopt":
-            deq = quantize_nvfp4(state, groups, shared_scale=False, ct=False)
+            deq = quantize_nvfp4(state, groups, shared_scale=False, ct=False,
+                                 input_scales=input_scales)
             quant_file = {"producer": {"name": "modelopt"},
                           "quantization": {"quant_algo": "NVFP4", "group_size": 16,
                                            "kv_cache_quant_algo": "FP8",
                                            "exclude_modules": ["lm_head"]}}
         elif scheme == "nvfp4_ct":
-            deq = quantize_nvfp4(state, groups, shared_scale=True, ct=True)
+            deq = quantize_nvfp4(state, groups, shared_scale=True, ct=True,
+                                 input_scales=input_scales)
             quant_file = None
             config["quantization_config"] = {
                 "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
@@ -269,7 +312,7 @@ def main():
                 "kv_cache_scheme": {"type": "float", "num_bits": 8, "strategy": "tensor",
                                     "dynamic": False, "symmetric": True}}
         elif scheme == "fp8_modelopt":
-            deq = quantize_fp8_tensor(state, groups)
+            deq = quantize_fp8_tensor(state, groups, input_scales)
             quant_file = {"producer": {"name": "modelopt"},
                           "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
                                            "exclude_modules": ["lm_head"]}}
@@ -295,6 +338,18 @@ def main():
         golden["quantization"] = scheme
         with open(os.path.join(folder, "golden.json"), "w") as f:
             json.dump(golden, f)
+        if scheme == "nvfp4_modelopt":
+            # serval quantizes a fused module's input with the largest input_scale of its shards.
+            act = {}
+            for group in groups:
+                s_max = max(float(state[f"{m}.input_scale"]) for m in group)
+                g = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(s_max, dtype=torch.float32)
+                act.update({m: g for m in group})
+            w4a4 = write_golden(base_dir, folder, base_state, deq, base_golden["architecture"],
+                                prompts, act_scales=act)
+            w4a4["quantization"] = scheme + " + nvfp4 activations"
+            with open(os.path.join(folder, "golden_w4a4.json"), "w") as f:
+                json.dump(w4a4, f)
         print(name, "tensors", len(state), "quantized modules", len(deq),
               "min margins", [round(min(p["greedy_margins"]), 4) for p in golden["prompts"]])
 

@@ -49,6 +49,10 @@ struct QuantizedWeight {
   // FP8 per-tensor weight_scale (1.0 otherwise), and the static activation scale (1.0 if none).
   std::vector<float> global_scale, input_scale;
   int block_n = 0, block_k = 0;  // FP8 block tile
+  // W4A4 (NVFP4 only): the input rows are NVFP4-quantized with global scale 1/input_scale
+  // before the product (kernels::cpu::nvfp4_fake_quant_rows gives the exact values).
+  bool quantize_activations = false;
+  Tensor activation_scale;  // CUDA W4A4: device f32 [1] holding 1/input_scale (set at upload)
   // Bytes of one expert's (or the linear's) data and scales.
   size_t data_bytes() const { return data.nbytes() / size_t(experts > 0 ? experts : 1); }
   size_t scale_bytes() const { return scales.nbytes() / size_t(experts > 0 ? experts : 1); }

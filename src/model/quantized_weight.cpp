@@ -128,6 +128,7 @@ backend::Weight read_linear(const WeightSource& w, const std::vector<LinearShard
       q.scales = from_bytes(DType::kF8E4M3, {n, k / c.group_size}, f.block_scales);
       q.global_scale = {f.weight_scale_2};
       q.input_scale = {f.input_scale};
+      q.quantize_activations = c.nvfp4_activations;
       break;
     }
     case Method::kFp8PerTensor: {

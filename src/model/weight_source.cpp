@@ -183,6 +183,19 @@ Tensor WeightSource::get_stored(const std::string& name) const {
   throw LoadError("dummy weights hold no stored tensor '" + name + "'");
 }
 
+void WeightSource::enable_nvfp4_activations() {
+  using Method = quant::QuantConfig::Method;
+  if (quant_.method != Method::kNvfp4 || !quant_.static_activations)
+    throw InvalidArgument(
+        "--nvfp4-activations needs an NVFP4 checkpoint with static input scales (input_scale / "
+        "input_global_scale); this one is " +
+        (quant_.method == Method::kNone ? std::string("not quantized")
+                                        : std::string(quant::method_name(quant_.method))) +
+        (quant_.method == Method::kNvfp4 ? " without input scales" : "") +
+        (quant_.source.empty() ? "" : " (" + quant_.source + ")"));
+  quant_.nvfp4_activations = true;
+}
+
 std::unique_ptr<WeightSource> open_checkpoint_weights(const std::string& model_dir) {
   return std::make_unique<CheckpointWeights>(model_dir);
 }

@@ -30,6 +30,9 @@ class WeightSource {
   virtual Tensor get_stored(const std::string& name) const;
   // How the linear weights are quantized (Method::kNone: all dense).
   const quant::QuantConfig& quant_config() const { return quant_; }
+  // --nvfp4-activations: NVFP4 linears loaded from here quantize their inputs too (W4A4).
+  // InvalidArgument unless the checkpoint is NVFP4 with static input scales.
+  void enable_nvfp4_activations();
 
  protected:
   quant::QuantConfig quant_;

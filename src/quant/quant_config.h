@@ -25,6 +25,9 @@ struct QuantConfig {
   bool static_activations = false;
   bool weight_only = false;   // activations stay in the model dtype (W4A16, FP8_PB_WO)
   bool kv_cache_fp8 = false;  // the checkpoint declares an FP8 KV cache (k/v scales expected)
+  // --nvfp4-activations: NVFP4 linears also quantize their input activations (W4A4, SPEC 2.2)
+  // with the checkpoint's static input scale. Needs method kNvfp4 with static_activations.
+  bool nvfp4_activations = false;
   // Modules left unquantized. Matching rules (see is_quantized):
   std::vector<std::string> exclude_names;    // exact module names
   std::vector<std::string> exclude_globs;    // fnmatch patterns, full match (ModelOpt)

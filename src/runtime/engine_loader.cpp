@@ -207,6 +207,10 @@ LoadedModel load_model(const EngineConfig& cfg) {
     throw InvalidArgument("--load-format: unknown value '" + cfg.load_format +
                           "' (choices: auto, safetensors, dummy)");
   }
+  if (cfg.nvfp4_activations) {
+    weights->enable_nvfp4_activations();
+    log::info("--nvfp4-activations: NVFP4 linears quantize their inputs (W4A4)");
+  }
   const dist::ParallelConfig parallel{cfg.tensor_parallel_size, 1, cfg.enable_expert_parallel};
   dist::validate(parallel);
 

@@ -48,6 +48,7 @@ constexpr KnownFlag kKnown[] = {
     {"--max-logprobs", true},
     {"--device", true},
     {"--enforce-eager", false},
+    {"--nvfp4-activations", false},
     {"--async-scheduling", false},
     {"--compilation-config", true},
     {"--cudagraph-mode", true},
@@ -263,6 +264,8 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--device", e.device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--enforce-eager", e.enforce_eager, "Disable CUDA graphs");
+  app.add_flag("--nvfp4-activations", e.nvfp4_activations,
+               "NVFP4 checkpoints: quantize activations too (W4A4, static input scales)");
   app.add_flag("--async-scheduling", e.async_scheduling, "Overlap scheduling with the GPU");
   app.add_option("--cudagraph-mode", e.cudagraph_mode,
                  "CUDA graph mode (also --compilation-config.cudagraph_mode)");

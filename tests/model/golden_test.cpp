@@ -37,8 +37,9 @@ std::string fixture_dir(const std::string& name) {
   return std::string(SERVAL_SOURCE_DIR) + "/tests/fixtures/" + name;
 }
 
-std::vector<GoldenPrompt> load_golden(const std::string& dir) {
-  std::ifstream f(dir + "/golden.json");
+std::vector<GoldenPrompt> load_golden(const std::string& dir,
+                                      const std::string& file = "golden.json") {
+  std::ifstream f(dir + "/" + file);
   nlohmann::json j = nlohmann::json::parse(f);
   std::vector<GoldenPrompt> out;
   for (const auto& p : j["prompts"]) {
@@ -49,10 +50,12 @@ std::vector<GoldenPrompt> load_golden(const std::string& dir) {
   return out;
 }
 
-std::unique_ptr<runtime::ModelRunner> make_runner(const std::string& dir) {
+// w4a4: --nvfp4-activations (NVFP4 linears quantize their inputs).
+std::unique_ptr<runtime::ModelRunner> make_runner(const std::string& dir, bool w4a4 = false) {
   io::ModelConfig config = io::load_model_config(dir);
   auto backend = backend::make_cpu_backend();
   auto weights = model::open_checkpoint_weights(dir);
+  if (w4a4) weights->enable_nvfp4_activations();
   auto m = model::create_model(config, *weights, *backend, {});
   return std::make_unique<runtime::ModelRunner>(std::move(backend), std::move(m), kNumBlocks,
                                                 kBlockSize);
@@ -173,6 +176,34 @@ INSTANTIATE_TEST_SUITE_P(Archs, Golden,
 INSTANTIATE_TEST_SUITE_P(Quantized, Golden,
                          ::testing::Values("llama_nvfp4_modelopt", "qwen3_moe_nvfp4_ct",
                                            "llama_fp8_modelopt", "qwen3_moe_fp8_block"));
+
+// W4A4: the NVFP4 ModelOpt fixture run with --nvfp4-activations against transformers with every
+// quantized linear's input rounded through NVFP4 (tools/make_quant_fixtures.py, SPEC 2.2).
+TEST(GoldenW4A4, Nvfp4ActivationsMatchTheReference) {
+  const std::string dir = fixture_dir("llama_nvfp4_modelopt");
+  if (!std::filesystem::exists(dir + "/golden_w4a4.json"))
+    GTEST_SKIP() << "llama_nvfp4_modelopt: " << kMakeQuantFixtures;
+  auto runner = make_runner(dir, true);
+  const int vocab = runner->model().config().vocab_size;
+  const auto golden = load_golden(dir, "golden_w4a4.json");
+  const auto w4a16 = load_golden(dir);
+  int next_block = 0;
+  double max_w4a16_gap = 0;
+  for (size_t g = 0; g < golden.size(); ++g) {
+    const GoldenPrompt& p = golden[g];
+    std::vector<int32_t> blocks;
+    for (size_t i = 0; i < (p.ids.size() + kBlockSize - 1) / kBlockSize; ++i)
+      blocks.push_back(next_block++);
+    runtime::SeqChunk chunk{p.ids, 0, int(p.ids.size()), blocks, runtime::SeqChunk::Logits::kAll};
+    std::vector<float> logits = runner->execute({&chunk, 1});
+    for (size_t t = 0; t < p.ids.size(); ++t) {
+      EXPECT_LT(rel_l2({&logits[t * vocab], size_t(vocab)}, p.logits[t]), 1e-3) << "position " << t;
+      max_w4a16_gap = std::max(max_w4a16_gap, rel_l2(p.logits[t], w4a16[g].logits[t]));
+    }
+  }
+  // The activation quantization must matter, or this test could not tell the paths apart.
+  EXPECT_GT(max_w4a16_gap, 1e-2);
+}
 
 // Every quantized fixture stores random k/v scales in [0.5, 2] for every layer, each fixture
 // under another of SPEC 3's names.

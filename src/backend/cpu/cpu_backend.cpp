@@ -1,10 +1,12 @@
 // The CPU backend: f32 activations, weights in their checkpoint dtype, fp32 KV cache.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/moe/moe_cpu.h"
 #include "base/error.h"
+#include "kernels/cpu/nvfp4_quant.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_linear.h"
 
@@ -64,6 +66,13 @@ class CpuBackend final : public Backend {
     check(w.experts == 0, "quantized_linear: a single linear, not an expert stack");
     kernels::QuantLinearParams p{};
     p.x = x.as<float>();
+    std::vector<float> xq;
+    if (w.quantize_activations) {
+      xq.resize(size_t(x.numel()));
+      kernels::cpu::nvfp4_fake_quant_rows(x.as<float>(), int(x.numel() / w.k), w.k,
+                                          1.0f / w.input_scale.at(0), xq.data());
+      p.x = xq.data();
+    }
     p.format = w.format;
     p.w = w.data.as<const uint8_t>();
     p.scales = w.scales.data;

@@ -20,6 +20,8 @@
 #include "kernels/cuda/misc/elementwise.h"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
+#include "kernels/cuda/quant/nvfp4_dequant.h"
+#include "kernels/cuda/quant/nvfp4_quant.h"
 #include "kernels/cuda/sampling/argmax.h"
 
 namespace serval::backend {
@@ -320,6 +322,14 @@ class CudaBackend final : public Backend {
   // (experts > 0) are copied unchanged, checkpoint layout, for the MoE kernels.
   QuantizedWeight upload_quantized(const QuantizedWeight& host) override {
     QuantizedWeight dev = host;
+    if (host.quantize_activations) {
+      if (host.experts > 0)
+        throw InvalidArgument(
+            "cuda backend: --nvfp4-activations (W4A4) is not supported for MoE experts yet; "
+            "--device cpu runs it");
+      const float g = 1.0f / host.input_scale.at(0);
+      dev.activation_scale = upload(host_view(&g, DType::kF32, {1}, nullptr));
+    }
     if (host.experts > 0) {
       dev.data = upload(host.data);
       if (host.scales.data) dev.scales = upload(host.scales);
@@ -372,6 +382,23 @@ class CudaBackend final : public Backend {
       throw InvalidArgument("cuda backend: quantized_linear output must be bf16 or f32");
     const int m = int(x.numel() / w.k);
     if (m == 0) return;
+    // W4A4 emulation: the input rounded through NVFP4 (SPEC 2.2 recipe), then the W4A16 GEMM.
+    Tensor xq;
+    const Tensor* input = &x;
+    if (w.quantize_activations) {
+      Tensor codes = empty(DType::kU8, {int64_t(m) * w.k / 2});
+      Tensor sf = empty(DType::kU8, {int64_t(m) * w.k / 16});
+      xq = empty(DType::kBF16, {int64_t(m), int64_t(w.k)});
+      const float* g = w.activation_scale.as<float>();
+      kernels::cuda::nvfp4_quant(
+          {x.data, DType::kBF16, g, static_cast<uint8_t*>(codes.data),
+           static_cast<uint8_t*>(sf.data), kernels::Nvfp4SfLayout::kLinear, m, w.k},
+          stream_);
+      kernels::cuda::nvfp4_dequant({static_cast<const uint8_t*>(codes.data),
+                                    static_cast<const uint8_t*>(sf.data), g, bf_mut(xq), m, w.k},
+                                   stream_);
+      input = &xq;
+    }
     kernels::cuda::QuantGemmWeight qw{};
     qw.format = w.format;
     qw.n = w.n;
@@ -384,12 +411,12 @@ class CudaBackend final : public Backend {
     if (m > kernels::cuda::kQuantGemmMaxM) {
       Tensor dense = empty(DType::kBF16, {w.n, w.k});
       kernels::cuda::quant_dequant_bf16(qw, bf_mut(dense), stream_);
-      gemm().run(x.data, dense.data, bias ? bias->data : nullptr, y.data, y.dtype, m, w.n, w.k,
+      gemm().run(input->data, dense.data, bias ? bias->data : nullptr, y.data, y.dtype, m, w.n, w.k,
                  stream_);
       return;
     }
     kernels::cuda::QuantGemmParams p{};
-    p.x = bf(x);
+    p.x = bf(*input);
     p.w = qw;
     p.bias = bias ? bf(*bias) : nullptr;
     p.y = y.data;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/nvfp4_quant.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_linear.h"
 
@@ -59,6 +60,12 @@ void expert_linear(const Tensor& dense, const std::optional<QuantizedWeight>& q,
   }
   kernels::QuantLinearParams p{};
   p.x = x;
+  std::vector<float> xq;
+  if (q->quantize_activations) {  // W4A4: this expert's input scale
+    xq.resize(size_t(m) * cols);
+    kernels::cpu::nvfp4_fake_quant_rows(x, m, cols, 1.0f / q->input_scale.at(size_t(e)), xq.data());
+    p.x = xq.data();
+  }
   p.format = q->format;
   p.w = q->data.as<const uint8_t>() + size_t(e) * q->data_bytes();
   p.scales = q->scales.data

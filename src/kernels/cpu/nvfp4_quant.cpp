@@ -1,5 +1,7 @@
 #include "kernels/cpu/nvfp4_quant.h"
 
+#include <vector>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -90,6 +92,20 @@ void nvfp4_quant(const Nvfp4QuantParams& p) {
                               ? nvfp4_sf_offset_128x4(r, b, sf_cols_real)
                               : r * sf_cols_real + b;
       p.sf[off] = sf;
+    }
+  }
+}
+
+void nvfp4_fake_quant_rows(const float* x, int m, int n, float global_scale, float* out) {
+  std::vector<bf16> row(static_cast<size_t>(n));
+  std::vector<uint8_t> q(size_t(n) / 2), sf(size_t(n) / 16);
+  for (int r = 0; r < m; ++r) {
+    for (int i = 0; i < n; ++i) row[size_t(i)] = float_to_bf16(x[size_t(r) * n + i]);
+    nvfp4_quant({row.data(), DType::kBF16, global_scale, q.data(), sf.data(),
+                 Nvfp4SfLayout::kLinear, 1, n});
+    for (int i = 0; i < n; ++i) {
+      const uint8_t code = uint8_t((q[size_t(i) / 2] >> (4 * (i & 1))) & 0xF);
+      out[size_t(r) * n + i] = e2m1_decode(code) * e4m3_to_float(sf[size_t(i) / 16]) / global_scale;
     }
   }
 }

@@ -38,4 +38,10 @@ struct Nvfp4QuantParams {
 
 void nvfp4_quant(const Nvfp4QuantParams& p);
 
+// W4A4 emulation: rows x [m, n] (f32) → out [m, n] (f32, may alias x), each row rounded to bf16
+// (the activation dtype on the GPU), quantized by nvfp4_quant (global scale g) and dequantized:
+// out_i = e2m1(q_i) · e4m3(sf) / g. A GEMM of these values with the dequantized weights equals
+// the W4A4 GEMM with alpha = input_scale · weight_scale_2. n % 16 == 0, g finite and > 0.
+void nvfp4_fake_quant_rows(const float* x, int m, int n, float global_scale, float* out);
+
 }  // namespace serval::kernels::cpu

@@ -10,8 +10,10 @@
 
 #include "backend/backend.h"
 #include "base/dtype.h"
+#include "kernels/cpu/nvfp4_quant.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_linear.h"
+#include "model/weight_source.h"
 
 namespace serval {
 namespace {
@@ -193,6 +195,78 @@ TEST(QuantLinear, CpuBackendRunsQuantizedWeight) {
         want += double(x.as<float>()[m * c.k + i]) * d.dense[size_t(n) * c.k + i];
       EXPECT_NEAR(y.as<float>()[m * c.n + n], want, 1e-5 * (1 + std::fabs(want)));
     }
+}
+
+// W4A4 (--nvfp4-activations): the CPU backend quantizes each input row by SPEC 2.2 with
+// g = 1/input_scale (bf16 input, e4m3 block scales, e2m1 codes) and multiplies the dequantized
+// values with the dequantized weights; computed here from the decoded codes of the reference
+// quantizer (kernels::cpu::nvfp4_quant, tested bit-exact on its own).
+TEST(QuantLinear, CpuBackendW4A4QuantizesInputRows) {
+  const Case c{WeightFormat::kNvfp4, 24, 64};
+  std::mt19937 rng(11);
+  Data d = make_data(c, rng);
+  auto b = backend::make_cpu_backend();
+  backend::QuantizedWeight q;
+  q.format = c.format;
+  q.n = c.n;
+  q.k = c.k;
+  q.data = host_empty(DType::kU8, {c.n, c.k / 2});
+  std::memcpy(q.data.data, d.w.data(), d.w.size());
+  q.scales = host_empty(DType::kF8E4M3, {c.n, c.k / 16});
+  std::memcpy(q.scales.data, d.sf_e4m3.data(), d.sf_e4m3.size());
+  q.global_scale = {d.global_scale};
+  const float input_scale = 3.0f / (448.0f * 6.0f);  // calibrated for |x| up to 3
+  q.input_scale = {input_scale};
+  q.quantize_activations = true;
+  backend::Weight w{Tensor{}, b->upload_quantized(q)};
+  const int m = 4;
+  Tensor x = host_empty(DType::kF32, {m, c.k});
+  for (int i = 0; i < m * c.k; ++i) x.as<float>()[i] = 2.5f * std::sin(0.61f * float(i));
+  Tensor y = b->empty(DType::kF32, {m, c.n});
+  b->linear(x, w, nullptr, y);
+
+  const float g = 1.0f / input_scale;
+  std::vector<bf16> xb(size_t(m) * c.k);
+  for (size_t i = 0; i < xb.size(); ++i) xb[i] = float_to_bf16(x.as<float>()[i]);
+  std::vector<uint8_t> codes(xb.size() / 2), sf(xb.size() / 16);
+  kernels::cpu::nvfp4_quant({xb.data(), DType::kBF16, g, codes.data(), sf.data(),
+                             kernels::Nvfp4SfLayout::kLinear, m, c.k});
+  double max_change = 0;
+  for (int r = 0; r < m; ++r)
+    for (int n = 0; n < c.n; ++n) {
+      double want = 0, unquantized = 0;
+      for (int i = 0; i < c.k; ++i) {
+        const size_t e = size_t(r) * c.k + i;
+        const uint8_t code = uint8_t((codes[e / 2] >> (4 * (i & 1))) & 0xF);
+        const float xq = e2m1_value(code) * e4m3_to_float(sf[e / 16]) / g;
+        want += double(xq) * d.dense[size_t(n) * c.k + i];
+        unquantized += double(x.as<float>()[e]) * d.dense[size_t(n) * c.k + i];
+      }
+      EXPECT_NEAR(y.as<float>()[r * c.n + n], want, 1e-5 * (1 + std::fabs(want)));
+      max_change = std::max(max_change, std::fabs(want - unquantized));
+    }
+  EXPECT_GT(max_change, 1e-3) << "the activation quantization must change the result";
+}
+
+TEST(QuantLinear, Nvfp4ActivationsNeedAnNvfp4CheckpointWithInputScales) {
+  quant::QuantConfig nvfp4;
+  nvfp4.method = quant::QuantConfig::Method::kNvfp4;
+  nvfp4.group_size = 16;
+  nvfp4.static_activations = true;
+  auto ok = model::make_dummy_weights(DType::kBF16, 1, nvfp4);
+  ok->enable_nvfp4_activations();
+  EXPECT_TRUE(ok->quant_config().nvfp4_activations);
+
+  quant::QuantConfig no_scales = nvfp4;
+  no_scales.static_activations = false;
+  try {
+    model::make_dummy_weights(DType::kBF16, 1, no_scales)->enable_nvfp4_activations();
+    ADD_FAILURE() << "no input scales accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("without input scales"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(model::make_dummy_weights(DType::kBF16, 1, {})->enable_nvfp4_activations(),
+               InvalidArgument);
 }
 
 }  // namespace
