@@ -154,6 +154,51 @@ struct Shape2 {
   int n, k, max_m;  // max_m bounds the CPU oracle's cost
 };
 
+// The load-time repacking (host code: runs without a GPU) against the fragment layout of
+// quant_gemm.h, evaluated here one element at a time: lane bytes at
+// (((rt·k_blocks + kb)·2 + h)·32 + lane)·B; register a_i holds rows g + 8(i & 1), columns
+// 2t + 8(i >> 1) (+1) of k16 step s; NVFP4 nibbles 3 − i / 7 − i of word s, FP8 bytes 1/3 (even
+// i) or 0/2 (odd i) of word 2s + i/2; padding is code 0.
+TEST(QuantGemmPack, MatchesTheFragmentLayout) {
+  std::mt19937 rng(5);
+  for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerTensor}) {
+    const bool fp4 = format == WeightFormat::kNvfp4;
+    for (auto [n, k] : {std::pair{32, 64}, {33, 80}, {300, 208}, {1, 16}, {77, 1024}}) {
+      std::vector<uint8_t> src(size_t(n) * (fp4 ? k / 2 : k));
+      for (uint8_t& b : src) b = uint8_t(rng());
+      const std::vector<uint8_t> got = kc::quant_gemm_pack_data(format, src.data(), n, k);
+      const int k_blocks = kc::quant_gemm_k_pad(k) / 64, lane_bytes = fp4 ? 16 : 32;
+      ASSERT_EQ(got.size(), kc::quant_gemm_data_bytes(format, n, k));
+      std::vector<uint8_t> want(got.size(), 0);
+      for (int rt = 0; rt < kc::quant_gemm_n_pad(n) / 32; ++rt)
+        for (int kb = 0; kb < k_blocks; ++kb)
+          for (int h = 0; h < 2; ++h)
+            for (int lane = 0; lane < 32; ++lane) {
+              uint8_t* dst = want.data() + ((size_t(rt * k_blocks + kb) * 2 + h) * 32 + lane) *
+                                               size_t(lane_bytes);
+              const int g = lane / 4, t = lane % 4;
+              for (int s = 0; s < 4; ++s)
+                for (int i = 0; i < 4; ++i)
+                  for (int half = 0; half < 2; ++half) {
+                    const int row = rt * 32 + h * 16 + g + 8 * (i & 1);
+                    const int col = kb * 64 + s * 16 + 2 * t + 8 * (i >> 1) + half;
+                    if (row >= n || col >= k) continue;
+                    if (fp4) {
+                      const uint8_t byte = src[size_t(row) * (k / 2) + col / 2];
+                      const uint8_t code = (col & 1) ? byte >> 4 : byte & 0xF;
+                      const int nibble = half ? 7 - i : 3 - i;
+                      dst[4 * s + nibble / 2] |= uint8_t(code << (4 * (nibble & 1)));
+                    } else {
+                      const int byte = (i & 1) ? (half ? 2 : 0) : (half ? 3 : 1);
+                      dst[4 * (2 * s + (i >> 1)) + byte] = src[size_t(row) * k + col];
+                    }
+                  }
+            }
+      EXPECT_EQ(got, want) << (fp4 ? "nvfp4" : "fp8") << " n " << n << " k " << k;
+    }
+  }
+}
+
 TEST(QuantGemm, MatchesCpuOracle) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   const Shape2 shapes[] = {{256, 128, 256},  {200, 80, 256},    {300, 208, 64},

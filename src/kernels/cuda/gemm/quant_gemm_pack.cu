@@ -2,6 +2,7 @@
 // checkpoint NVFP4 / FP8 weights and scales into the fragment layout described in quant_gemm.h.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "base/error.h"
@@ -22,12 +23,22 @@ size_t quant_gemm_data_bytes(WeightFormat format, int n, int k) {
   return format == WeightFormat::kNvfp4 ? elems / 2 : elems;
 }
 
+// Each lane word is assembled from whole source bytes: a column pair (2t, 2t+1) of one row is one
+// NVFP4 byte (low nibble = even column) or two adjacent FP8 bytes, so a word costs a few loads and
+// shifts instead of per-nibble index arithmetic (a 70B model has ~5 G codes to pack at start-up).
 std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* src, int n, int k) {
   const bool fp4 = format == WeightFormat::kNvfp4;
   const int n_tiles = quant_gemm_n_pad(n) / 32, k_blocks = quant_gemm_k_pad(k) / 64;
   const int bytes_per_lane = fp4 ? 16 : 32;
+  const size_t row_bytes = fp4 ? size_t(k) / 2 : size_t(k);
   std::vector<uint8_t> out(quant_gemm_data_bytes(format, n, k), 0);
-  // Row tiles write disjoint output ranges: pack them in parallel (a 70B model has ~5 G codes).
+  // Codes of columns (col, col+1) of `row` (col even): the NVFP4 byte, or the two FP8 bytes as
+  // low | high << 8; 0 outside the matrix (k is even, so a pair is wholly in or out).
+  auto pair = [&](int row, int col) -> uint32_t {
+    if (row >= n || col >= k) return 0;
+    const uint8_t* p = src + size_t(row) * row_bytes + (fp4 ? size_t(col) / 2 : size_t(col));
+    return fp4 ? p[0] : uint32_t(p[0]) | uint32_t(p[1]) << 8;
+  };
   ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t tile_begin, int64_t tile_end) {
     for (int rt = int(tile_begin); rt < int(tile_end); ++rt)
       for (int kb = 0; kb < k_blocks; ++kb)
@@ -35,25 +46,29 @@ std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* sr
           for (int lane = 0; lane < 32; ++lane) {
             uint8_t* dst =
                 out.data() + ((size_t(rt * k_blocks + kb) * 2 + h) * 32 + lane) * bytes_per_lane;
+            auto store = [dst](int word, uint32_t v) { std::memcpy(dst + 4 * word, &v, 4); };
             const int g = lane / 4, t = lane % 4;
-            for (int s = 0; s < 4; ++s)
-              for (int i = 0; i < 4; ++i)
-                for (int half = 0; half < 2; ++half) {
-                  const int row = rt * 32 + h * 16 + g + 8 * (i & 1);
-                  const int col = kb * 64 + s * 16 + 2 * t + 8 * (i >> 1) + half;
-                  if (row >= n || col >= k) continue;  // padding stays code 0
-                  if (fp4) {
-                    const uint8_t byte = src[size_t(row) * (k / 2) + col / 2];
-                    const uint8_t code = (col & 1) ? byte >> 4 : byte & 0xF;
-                    const int nibble = half ? 7 - i : 3 - i;  // within word s
-                    dst[4 * s + nibble / 2] |= uint8_t(code << (4 * (nibble & 1)));
-                  } else {
-                    const uint8_t code = src[size_t(row) * k + col];
-                    const int word = 2 * s + (i >> 1);
-                    const int byte = (i & 1) ? (half ? 2 : 0) : (half ? 3 : 1);
-                    dst[4 * word + byte] = code;
-                  }
+            const int row_lo = rt * 32 + h * 16 + g, row_hi = row_lo + 8;
+            for (int s = 0; s < 4; ++s) {
+              const int c = kb * 64 + s * 16 + 2 * t;
+              // Register a_i: rows (g, g+8, g, g+8), columns (c, c, c+8, c+8) for i = 0..3.
+              const uint32_t a[4] = {pair(row_lo, c), pair(row_hi, c), pair(row_lo, c + 8),
+                                     pair(row_hi, c + 8)};
+              if (fp4) {
+                // a_i: low nibble (even column) at nibble 3 − i, high nibble at nibble 7 − i.
+                uint32_t w = 0;
+                for (int i = 0; i < 4; ++i)
+                  w |= (a[i] & 0xFu) << (4 * (3 - i)) | (a[i] >> 4) << (4 * (7 - i));
+                store(s, w);
+              } else {
+                // Word 2s + j: a_2j in bytes 1 (even column) and 3, a_2j+1 in bytes 0 and 2.
+                for (int j = 0; j < 2; ++j) {
+                  const uint32_t even = a[2 * j], odd = a[2 * j + 1];
+                  store(2 * s + j,
+                        (even & 0xFFu) << 8 | (even >> 8) << 24 | (odd & 0xFFu) | (odd >> 8) << 16);
                 }
+              }
+            }
           }
   });
   return out;
