@@ -40,6 +40,8 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
+from make_fixtures import greedy  # tools/ is on sys.path when this script runs
+
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Shards serval fuses into one weight: q/k/v, and gate/up (dense MLP or per expert).
@@ -212,18 +214,6 @@ def add_kv_scales(state, num_layers, k_name, v_name):
     for i in range(num_layers):
         state[f"model.layers.{i}.{k_name}"] = torch.tensor(float(torch.rand(()) * 1.5 + 0.5))
         state[f"model.layers.{i}.{v_name}"] = torch.tensor(float(torch.rand(()) * 1.5 + 0.5))
-
-
-@torch.no_grad()
-def greedy(model, prompt, steps):
-    ids = list(prompt)
-    margins = []
-    for _ in range(steps):
-        logits = model(torch.tensor([ids])).logits[0, -1].double()
-        top2 = torch.topk(logits, 2)
-        margins.append(float(top2.values[0] - top2.values[1]))
-        ids.append(int(top2.indices[0]))
-    return ids[len(prompt):], margins
 
 
 def write_golden(base_dir, folder, base_state, deq, model_cls, prompts, act_scales=None):

@@ -165,12 +165,8 @@ TEST(QuantLinear, Nvfp4RejectsKNotMultipleOf16) {
   EXPECT_THROW(kernels::cpu::quant_linear(p), InvalidArgument);
 }
 
-// Through the CPU backend: a Weight holding a quantized linear, with a bf16 bias.
-TEST(QuantLinear, CpuBackendRunsQuantizedWeight) {
-  const Case c{WeightFormat::kNvfp4, 24, 32};
-  std::mt19937 rng(7);
-  Data d = make_data(c, rng);
-  auto b = backend::make_cpu_backend();
+// The NVFP4 weight of `d` as the loader hands it to a backend (host tensors).
+backend::QuantizedWeight nvfp4_weight(const Case& c, const Data& d) {
   backend::QuantizedWeight q;
   q.format = c.format;
   q.n = c.n;
@@ -180,6 +176,16 @@ TEST(QuantLinear, CpuBackendRunsQuantizedWeight) {
   q.scales = host_empty(DType::kF8E4M3, {c.n, c.k / 16});
   std::memcpy(q.scales.data, d.sf_e4m3.data(), d.sf_e4m3.size());
   q.global_scale = {d.global_scale};
+  return q;
+}
+
+// Through the CPU backend: a Weight holding a quantized linear, with a bf16 bias.
+TEST(QuantLinear, CpuBackendRunsQuantizedWeight) {
+  const Case c{WeightFormat::kNvfp4, 24, 32};
+  std::mt19937 rng(7);
+  Data d = make_data(c, rng);
+  auto b = backend::make_cpu_backend();
+  backend::QuantizedWeight q = nvfp4_weight(c, d);
   q.input_scale = {1.0f};
   backend::Weight w{Tensor{}, b->upload_quantized(q)};
   Tensor bias = host_empty(DType::kBF16, {c.n});
@@ -206,15 +212,7 @@ TEST(QuantLinear, CpuBackendW4A4QuantizesInputRows) {
   std::mt19937 rng(11);
   Data d = make_data(c, rng);
   auto b = backend::make_cpu_backend();
-  backend::QuantizedWeight q;
-  q.format = c.format;
-  q.n = c.n;
-  q.k = c.k;
-  q.data = host_empty(DType::kU8, {c.n, c.k / 2});
-  std::memcpy(q.data.data, d.w.data(), d.w.size());
-  q.scales = host_empty(DType::kF8E4M3, {c.n, c.k / 16});
-  std::memcpy(q.scales.data, d.sf_e4m3.data(), d.sf_e4m3.size());
-  q.global_scale = {d.global_scale};
+  backend::QuantizedWeight q = nvfp4_weight(c, d);
   const float input_scale = 3.0f / (448.0f * 6.0f);  // calibrated for |x| up to 3
   q.input_scale = {input_scale};
   q.quantize_activations = true;

@@ -19,29 +19,6 @@ constexpr int kDecodeCtasPerSm = 3;
 constexpr int64_t kCtaFixedTiles = 2;
 constexpr int64_t kMergeTiles = 2;
 
-// SM count of the current device, queried once per device (host cost matters: eager decode steps
-// and benchmarks launch this every step).
-int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return 132;  // an H100/H200's count
-  }
-  if (device >= 0 && device < kMaxDevices) {
-    count = cached[device].load(std::memory_order_relaxed);
-    if (count > 0) return count;
-  }
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      count <= 0) {
-    cudaGetLastError();  // clear; fall back to an H100/H200's count
-    return 132;
-  }
-  if (device >= 0 && device < kMaxDevices) cached[device].store(count, std::memory_order_relaxed);
-  return count;
-}
-
 }  // namespace
 
 // Splits s = ceil(tiles / T) for T = 64-key tiles per split. The CTAs run in waves of

@@ -352,18 +352,6 @@ __global__ void __launch_bounds__(kDequantWarps * 32)
   }
 }
 
-int sm_count() {
-  static const int count = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      v = 132;
-    cudaGetLastError();
-    return v > 0 ? v : 132;
-  }();
-  return count;
-}
-
 // Split-K factor: enough warps to cover the GPU (~32 per SM), at least 2 k blocks per split,
 // and partial-sum traffic well under the weight bytes (s ≤ k / (64·m)).
 int splits_for(int m, int n, int k) {

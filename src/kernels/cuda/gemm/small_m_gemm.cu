@@ -177,18 +177,6 @@ __global__ void __launch_bounds__(256) small_m_gemm_reduce(Args d) {
   }
 }
 
-int sm_count() {
-  static const int count = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      v = 132;
-    cudaGetLastError();
-    return v > 0 ? v : 132;
-  }();
-  return count;
-}
-
 // Split-K factor: ~24 warps per SM (8 KB in flight each), at least kDepth stages per split, and
 // partial-sum traffic (write + read, 8·s·m·n bytes) at most a quarter of the weight bytes (2·n·k).
 int splits_for(int m, int n, int k) {

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -50,6 +51,29 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   v = warp_sum(v);
   __syncthreads();  // scratch may be reused by the caller
   return v;
+}
+
+// SM count of the current device, queried once per device (host cost matters: eager decode
+// steps launch kernels whose grids depend on it every step); 132 (an H100/H200) if unknown.
+inline int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return 132;
+  }
+  if (device >= 0 && device < kMaxDevices) {
+    count = cached[device].load(std::memory_order_relaxed);
+    if (count > 0) return count;
+  }
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      count <= 0) {
+    cudaGetLastError();
+    return 132;
+  }
+  if (device >= 0 && device < kMaxDevices) cached[device].store(count, std::memory_order_relaxed);
+  return count;
 }
 
 inline bool is_aligned16(const void* p) {

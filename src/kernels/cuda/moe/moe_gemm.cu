@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 
 namespace serval::kernels::cuda {
@@ -412,18 +413,6 @@ void launch(const MoeGemmParams& p, cudaStream_t stream) {
   const int m_blocks = p.gemm1 ? p.n_out / (BM / 2) : p.n_out / BM;
   launch_pdl(p.gemm1 ? "moe_gemm1" : "moe_gemm2", kernel, dim3(m_blocks, p.max_tiles),
              dim3(WARPS_M * WARPS_N * 32), kSmem, stream, p);
-}
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, count = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      count = 0;
-    (void)cudaGetLastError();
-    return count > 0 ? count : 132;
-  }();
-  return n;
 }
 
 // Pipeline depth per format: NVFP4 stages are ~4× smaller, so more of them keep as many weight
