@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
 
 namespace serval::runtime {
 namespace {
@@ -62,6 +65,79 @@ TEST(Sampler, TopKTopPAndMinPTruncate) {
   auto hm = histogram(kLogits, mp, 5000);
   EXPECT_EQ(hm.count(3), 0u);
   EXPECT_GT(hm[2], 0);
+}
+
+// The plain definition of the truncated draw: sort the whole vocabulary (logit descending, ties
+// to the lower id), normalize over the top-k set, trim by min-p then top-p, draw in that order.
+int32_t reference_truncated(const std::vector<float>& logits, const SamplingParams& params,
+                            std::mt19937_64& rng) {
+  std::vector<int32_t> idx(logits.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  size_t keep = idx.size();
+  if (params.top_k > 0) keep = std::min<size_t>(keep, size_t(params.top_k));
+  std::vector<double> probs(keep);
+  const double max_l = logits[idx[0]] / params.temperature;
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i)
+    sum += probs[i] = std::exp(logits[idx[i]] / params.temperature - max_l);
+  for (double& p : probs) p /= sum;
+  if (params.min_p > 0) {
+    const double floor = params.min_p * probs[0];
+    while (keep > 1 && probs[keep - 1] < floor) --keep;
+  }
+  if (params.top_p < 1.0f) {
+    double cum = 0;
+    size_t n = 0;
+    while (n < keep) {
+      cum += probs[n++];
+      if (cum >= params.top_p) break;
+    }
+    keep = n;
+  }
+  std::discrete_distribution<size_t> dist(probs.begin(), probs.begin() + keep);
+  return idx[dist(rng)];
+}
+
+// On a 50k vocabulary, where the sampler sorts only the prefix the cut-offs need (growing it from
+// 256), every truncated draw equals the full-sort definition for the same seed: flat and peaked
+// logits, top-k, min-p, top-p and their combinations, cut-offs inside and beyond the first prefix.
+TEST(Sampler, PrefixSortEqualsFullSortOnALargeVocabulary) {
+  std::mt19937 gen(9);
+  struct Params {
+    int top_k;
+    float min_p, top_p, temperature;
+  };
+  const Params cases[] = {{0, 0.0f, 0.9f, 1.0f},    {0, 0.0f, 0.999f, 1.0f}, {0, 0.05f, 1.0f, 0.7f},
+                          {0, 0.001f, 1.0f, 1.3f},  {0, 0.01f, 0.95f, 0.8f}, {50, 0.0f, 1.0f, 1.0f},
+                          {2000, 0.0f, 0.9f, 1.0f}, {40, 0.1f, 0.8f, 0.6f},  {1, 0.0f, 1.0f, 1.0f}};
+  int draws = 0;
+  for (float spread : {0.3f, 3.0f, 12.0f}) {  // nearly flat to peaked distributions
+    std::vector<float> logits(50000);
+    std::normal_distribution<float> normal(0.0f, spread);
+    for (float& l : logits) l = normal(gen);
+    for (int i = 0; i < 50; ++i) logits[size_t(gen() % logits.size())] = logits[0];  // ties
+    for (const Params& c : cases) {
+      SamplingParams p;
+      p.top_k = c.top_k;
+      p.min_p = c.min_p;
+      p.top_p = c.top_p;
+      p.temperature = c.temperature;
+      for (uint64_t seed = 1; seed <= 8; ++seed, ++draws) {
+        SamplerState state;
+        state.rng.seed(seed);
+        std::vector<float> copy = logits;
+        const int32_t got = sample(copy, p, state, {}, {}).token;
+        std::mt19937_64 rng(seed);
+        EXPECT_EQ(got, reference_truncated(logits, p, rng))
+            << "spread " << spread << " top_k " << c.top_k << " min_p " << c.min_p << " top_p "
+            << c.top_p << " seed " << seed;
+      }
+    }
+  }
+  EXPECT_EQ(draws, 3 * 9 * 8);
 }
 
 TEST(Sampler, SameSeedSameSequence) {
