@@ -68,7 +68,10 @@ void run_latency(LatencyOptions o) {
   const int blocks_per_seq = ceil_div(o.input_len + o.output_len, o.engine.block_size);
   o.engine.max_num_seqs = o.batch_size;
   if (o.engine.max_model_len == 0) o.engine.max_model_len = o.input_len + o.output_len;
+  const auto load_start = std::chrono::steady_clock::now();
   runtime::LoadedModel m = runtime::load_model(o.engine);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   if (m.num_blocks < o.batch_size * blocks_per_seq)
     throw OutOfResources(fmt::format("the KV cache has {} blocks, the run needs {}", m.num_blocks,
                                      o.batch_size * blocks_per_seq));
@@ -82,13 +85,13 @@ void run_latency(LatencyOptions o) {
   }
   const double ttft = median(prefill);
   std::cout << fmt::format(
-                   "model {} ({}), device {}, dtype {}{}{}\n"
+                   "model {} ({}), device {}, dtype {}{}{}, loaded in {:.1f} s\n"
                    "batch {} input {} output {}: prefill {:.1f} tok/s, TTFT {:.2f} ms, TPOT median "
                    "{:.3f} ms "
                    "({:.1f} tok/s per sequence, {:.1f} tok/s total)\n",
                    o.engine.model_dir, m.config.architecture, m.device, m.dtype,
                    m.moe_backend.empty() ? "" : ", MoE backend " + m.moe_backend,
-                   parallel_note(o.engine), o.batch_size, o.input_len, o.output_len,
+                   parallel_note(o.engine), load_s, o.batch_size, o.input_len, o.output_len,
                    o.batch_size * o.input_len / ttft, ttft * 1e3, median(tpot) * 1e3,
                    1.0 / median(tpot), o.batch_size / median(tpot))
             << std::flush;
