@@ -83,9 +83,13 @@ backend::StepMetadata DecodeGraphs::metadata(int batch) const {
 
 // Padding rows decode token 0 at position 0 of a one-token context in block 0 and write no KV
 // (slot −1); their logits are ignored.
+// Only the prefix a graph of `batch` rows reads is written and copied: the per-row arrays and the
+// first `batch` block-table rows (with 256 sequences of 40k context the whole buffer is ~2.6 MB,
+// too much to rewrite and copy every decode step).
 void DecodeGraphs::fill_host(std::span<const SeqChunk> chunks, int batch) {
   const Packed p = packed_layout(max_batch_, max_blocks_);
-  std::fill(host_.begin(), host_.end(), 0);
+  const int64_t used = p.block_tables + int64_t(batch) * max_blocks_;
+  std::fill(host_.begin(), host_.begin() + used, 0);
   for (int i = 0; i <= batch; ++i) host_[p.query_start + i] = i;
   for (int i = 0; i < batch; ++i) {
     host_[p.logits_rows + i] = i;
@@ -102,7 +106,8 @@ void DecodeGraphs::fill_host(std::span<const SeqChunk> chunks, int batch) {
     std::copy(c.block_table.begin(), c.block_table.end(),
               host_.begin() + p.block_tables + int64_t(i) * max_blocks_);
   }
-  b_.copy_to_device(host_.data(), device_);
+  Tensor prefix = view(device_, 0, {used});
+  b_.copy_to_device(host_.data(), prefix);
 }
 
 void DecodeGraphs::capture_all(const Forward& forward) {
