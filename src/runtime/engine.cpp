@@ -98,11 +98,11 @@ class EngineImpl final : public Engine {
   void shutdown() override {
     {
       std::lock_guard lock(mu_);
-      if (!alive_) return;
       alive_ = false;
       cv_.notify_one();
     }
-    if (thread_.joinable()) thread_.join();
+    // Also after a failed step, whose loop already ended (and cleared alive_) on its own.
+    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <variant>
 
@@ -44,10 +45,29 @@ std::string read_text(const std::string& path) {
 
 // Node 0: every step's plan goes to the other nodes before this node's ranks run it. Members
 // are destroyed local ranks first, then the leader, whose destructor ends the session.
+// What a lost node aborts: node 0's local ranks, once they exist. The leader's monitor thread
+// calls abort() while the runner may be shutting down, hence the lock.
+struct AbortTarget {
+  std::mutex mu;
+  ParallelRunner* runner = nullptr;
+  void abort() {
+    std::lock_guard lock(mu);
+    if (runner != nullptr) runner->abort();
+  }
+  void set(ParallelRunner* r) {
+    std::lock_guard lock(mu);
+    runner = r;
+  }
+};
+
 class LeaderRunner final : public StepRunner {
  public:
-  LeaderRunner(std::unique_ptr<dist::Leader> leader, std::unique_ptr<ParallelRunner> local)
-      : leader_(std::move(leader)), local_(std::move(local)) {}
+  LeaderRunner(std::unique_ptr<dist::Leader> leader, std::unique_ptr<ParallelRunner> local,
+               std::shared_ptr<AbortTarget> on_lost)
+      : leader_(std::move(leader)), local_(std::move(local)), on_lost_(std::move(on_lost)) {
+    on_lost_->set(local_.get());
+  }
+  ~LeaderRunner() override { on_lost_->set(nullptr); }
   std::vector<float> execute(std::span<const SeqChunk> chunks) override {
     leader_->send_plan(encode_step_plan(chunks));
     return local_->execute(chunks);
@@ -64,6 +84,7 @@ class LeaderRunner final : public StepRunner {
  private:
   std::unique_ptr<dist::Leader> leader_;
   std::unique_ptr<ParallelRunner> local_;
+  std::shared_ptr<AbortTarget> on_lost_;
 };
 
 // Nodes 1..N-1: runs node 0's plans; never schedules steps of its own.
@@ -160,6 +181,13 @@ std::unique_ptr<StepRunner> load_multi_node_runner(
     log::info("multi-node: node 0 of {}, ranks 0..{} here; waiting for the other nodes on {}",
               cfg.nnodes, place.local_ranks - 1, cfg.dist_init_addr);
     auto leader = std::make_unique<dist::Leader>(ro);
+    // A lost node fails the step in flight (its collectives would otherwise wait forever, NCCL
+    // ones on the GPU); /health turns 503 through LeaderRunner::healthy.
+    auto on_lost = std::make_shared<AbortTarget>();
+    leader->set_on_peer_lost([on_lost](const std::string& why) {
+      log::error("multi-node: {}; aborting this node's collectives", why);
+      on_lost->abort();
+    });
     if (cuda) {
       const backend::NcclUniqueId id = backend::make_nccl_unique_id();
       std::copy(id.begin(), id.end(), blob.begin());
@@ -177,7 +205,7 @@ std::unique_ptr<StepRunner> load_multi_node_runner(
       return n;
     };
     auto local = load_parallel_runner(mc, weights, options);
-    return std::make_unique<LeaderRunner>(std::move(leader), std::move(local));
+    return std::make_unique<LeaderRunner>(std::move(leader), std::move(local), on_lost);
   }
   log::info("multi-node: node {} of {}, ranks {}..{}; joining node 0 at {}", cfg.node_rank,
             cfg.nnodes, place.first_rank, place.first_rank + place.local_ranks - 1,

@@ -76,6 +76,10 @@ void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+void ParallelRunner::abort() {
+  for (auto& comm : comms_) comm->abort();
+}
+
 void ParallelRunner::capture_decode_graphs() {
   run_ranks([&](int r) { ranks_[size_t(r)]->capture_decode_graphs(); });
 }

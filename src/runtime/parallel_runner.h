@@ -42,6 +42,9 @@ class ParallelRunner final : public StepRunner {
   ModelRunner& rank(int r) { return *ranks_.at(size_t(r)); }
   // Every rank captures its decode CUDA graphs at once (their collectives run in the warm-up).
   void capture_decode_graphs();
+  // Makes every rank's pending and future collectives fail instead of waiting (a peer outside
+  // this process is gone); the runner is unusable afterwards. Callable from any thread.
+  void abort();
 
  private:
   // Calls fn(r) for every rank concurrently: rank 0 on the calling thread, the others on the

@@ -100,18 +100,41 @@ else
   echo "SKIP: the NCCL case needs two GPUs"
 fi
 
-# A node that dies: node 0 reports unhealthy (its connection closes; heartbeats bound the rest).
+# A node that dies mid-request: the request ends (no hang), node 0 reports unhealthy and answers
+# new requests with an error at once.
 start_nodes lost "$llama" --tensor-parallel-size 2
+curl -s -N "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"'"$llama"'","prompt":[1, 2, 3],"max_tokens":4000,"ignore_eos":true,"stream":true}' \
+  >"$work/lost.out" 2>&1 &
+stream_pid=$!
+for _ in $(seq 1 100); do
+  [[ -s $work/lost.out ]] && break
+  sleep 0.05
+done
+[[ -s $work/lost.out ]] || fail "the long request produced nothing before node 1 was killed"
 kill -9 "$follower_pid"
 wait "$follower_pid" 2>/dev/null || true
+for _ in $(seq 1 200); do
+  kill -0 "$stream_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$stream_pid" 2>/dev/null; then
+  kill "$stream_pid"
+  fail "the request in flight still ran 20 s after node 1 died"
+fi
+grep -q '"error"' "$work/lost.out" ||
+  fail "the stream in flight did not end with an error event: $(tail -c 300 "$work/lost.out")"
 for _ in $(seq 1 200); do
   [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health") == 503 ]] && break
   sleep 0.1
 done
 [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health") == 503 ]] ||
   fail "node 0 still healthy 20 s after node 1 died"
+code=$(curl -s -m 10 -o "$work/after.out" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
+  -H 'Content-Type: application/json' -d '{"model":"'"$llama"'","prompt":[1, 2],"max_tokens":4}') || true
+[[ $code =~ ^5 ]] || fail "a request after node 1 died got HTTP $code: $(head -c 300 "$work/after.out")"
 stop_server "$server_pid"
-echo "ok   node 0 reports unhealthy after node 1 dies"
+echo "ok   node 1 dies mid-request: the stream ends, /health 503, new requests get HTTP $code"
 
 # Mismatched flags: the rendezvous refuses, both processes exit non-zero naming the hash.
 addr="127.0.0.1:$(free_port)"
