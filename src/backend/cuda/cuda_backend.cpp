@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_cublaslt.h"
+#include "backend/cuda/pinned_upload.h"
 #include "backend/moe/moe_cuda.h"
 #include "base/log.h"
 #include "base/math.h"
@@ -167,8 +168,13 @@ class CudaBackend final : public Backend {
     return std::make_unique<CudaStepGraph>(graph, exec, stream_);
   }
 
+  // Weights of 8 MB and more go through the pinned double buffer (pinned_upload.h).
   Tensor upload(const Tensor& host) override {
     Tensor t = empty(host.dtype, host.shape);
+    if (host.nbytes() >= (size_t{8} << 20)) {
+      uploader_.copy(t.data, host.data, host.nbytes(), stream_);
+      return t;
+    }
     cuda_check(cudaMemcpyAsync(t.data, host.data, host.nbytes(), cudaMemcpyHostToDevice, stream_),
                "upload");
     cuda_check(cudaStreamSynchronize(stream_), "upload sync");  // host memory may be freed next
@@ -566,7 +572,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   int device_ = 0;  // the CUDA device current when the backend was created
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
-  Tensor arena_;  // step memory, see reserve_step_memory
+  cuda::PinnedUploader uploader_;  // weight uploads (staging allocated on first use)
+  Tensor arena_;                   // step memory, see reserve_step_memory
   size_t arena_offset_ = 0;
   bool in_step_ = false, capturing_ = false, warned_arena_ = false;
 };
