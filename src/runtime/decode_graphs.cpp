@@ -110,11 +110,19 @@ void DecodeGraphs::fill_host(std::span<const SeqChunk> chunks, int batch) {
   b_.copy_to_device(host_.data(), prefix);
 }
 
+// All warm-ups first (lazy module loads and GEMM plans happen outside the captures), then all
+// captures: no eager step runs between two captures, so the ranks of a parallel group never
+// interleave eager and captured collectives.
 void DecodeGraphs::capture_all(const Forward& forward) {
-  for (int batch : decode_graph_buckets(max_batch_)) {
+  const std::vector<int> buckets = decode_graph_buckets(max_batch_);
+  for (int batch : buckets) {
     fill_host({}, batch);
     b_.begin_step();
-    forward(metadata(batch));  // warm-up: lazy module loads and GEMM plans happen outside
+    forward(metadata(batch));
+    b_.end_step();
+  }
+  for (int batch : buckets) {
+    fill_host({}, batch);
     b_.begin_step();
     Tensor logits;
     auto graph = b_.capture([&] { logits = forward(metadata(batch)); });

@@ -1,5 +1,6 @@
 #include "runtime/parallel_runner.h"
 
+#include <cstdlib>
 #include <exception>
 
 #include "base/error.h"
@@ -154,8 +155,10 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
   RunnerOptions ro = options.runner;
   // Decode graphs with NCCL collectives inside hung on the two-H200 machine (2026-11-30, cause
   // not found yet; ParallelGpu.DISABLED_GraphsEqualEagerWithCollectives reproduces it), so
-  // parallel ranks run every step eagerly for now. Ranks capture together when this is lifted.
-  ro.cuda_graphs = false;
+  // parallel ranks run every step eagerly unless SERVAL_PARALLEL_CUDA_GRAPHS=1 (experimental,
+  // for that investigation). Ranks capture together when this is lifted.
+  const char* graphs_env = std::getenv("SERVAL_PARALLEL_CUDA_GRAPHS");
+  if (graphs_env == nullptr || std::string(graphs_env) != "1") ro.cuda_graphs = false;
   ro.defer_graph_capture = true;
   std::vector<std::unique_ptr<ModelRunner>> ranks;
   for (int r = 0; r < local; ++r) {

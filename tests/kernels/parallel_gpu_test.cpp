@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "io/model_config.h"
 #include "kernels/gpu_test_support.h"
@@ -136,10 +137,11 @@ TEST_P(ParallelGpu, MatchesOneGpu) {
 }
 
 // Hung on the two-H200 machine (2026-11-30): graph capture or replay with the NCCL all-reduces
-// inside; load_parallel_runner keeps parallel ranks eager until this passes. The runner options
-// force graphs off there, so this test needs that line removed when it is investigated.
+// inside; load_parallel_runner keeps parallel ranks eager unless SERVAL_PARALLEL_CUDA_GRAPHS=1,
+// which this test sets (run it with --gtest_also_run_disabled_tests and a timeout).
 TEST_P(ParallelGpu, DISABLED_GraphsEqualEagerWithCollectives) {
   if (testing::gpu_count() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
+  setenv("SERVAL_PARALLEL_CUDA_GRAPHS", "1", 1);
   const io::ModelConfig config = io::load_model_config(fixture(GetParam()));
   auto weights = model::open_checkpoint_weights(fixture(GetParam()));
   const RunResult eager =
