@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/math.h"
@@ -288,11 +289,16 @@ LoadedModel load_model(const EngineConfig& cfg) {
   }
   model::LoadOptions options;
   options.moe_backend = out.moe_backend;
+  const double weights_start = now_seconds();
   auto model = model::create_model(mc, *weights, *backend, options);
+  log::info("weights loaded in {:.1f} s", now_seconds() - weights_start);
   num_blocks_for(*backend, *model);
   const bool rebind = backend->device() == Device::kCuda && cfg.first_device != 0;
+  const double runner_start = now_seconds();
   out.runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), out.num_blocks,
                                              cfg.block_size, runner);
+  log::info("KV cache allocated{} in {:.1f} s",
+            runner.cuda_graphs ? " and decode graphs captured" : "", now_seconds() - runner_start);
   if (rebind)
     out.runner = std::make_unique<DeviceBoundRunner>(std::move(out.runner), cfg.first_device);
   return out;
