@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_cublaslt.h"
+#include "backend/cuda/op_profiler.h"
 #include "backend/cuda/pinned_upload.h"
 #include "backend/moe/moe_cuda.h"
 #include "base/log.h"
@@ -89,7 +90,10 @@ class CudaBackend final : public Backend {
                "cudaMemPoolSetAttribute");
   }
 
-  ~CudaBackend() override { cudaStreamSynchronize(stream_); }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    profiler_.collect(stream_);
+  }
 
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return "cuda"; }
@@ -138,7 +142,10 @@ class CudaBackend final : public Backend {
     in_step_ = arena_.data != nullptr;
     arena_offset_ = 0;
   }
-  void end_step() override { in_step_ = false; }
+  void end_step() override {
+    in_step_ = false;
+    if (!capturing_) profiler_.collect(stream_);
+  }
   int64_t step_mark() override { return int64_t(arena_offset_); }
   void step_release(int64_t mark) override {
     if (in_step_ && size_t(mark) <= arena_offset_) arena_offset_ = size_t(mark);
@@ -214,6 +221,7 @@ class CudaBackend final : public Backend {
   }
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "embedding", stream_, capturing_);
     expect(table, DType::kBF16, "embedding table");
     kernels::cuda::embedding(
         {bf(table), ids.as<int32_t>(), bf_mut(out), int(ids.numel()), int(table.dim(1))}, stream_);
@@ -221,6 +229,7 @@ class CudaBackend final : public Backend {
 
   void rms_norm(const Tensor& x, Tensor* residual, const Tensor& w, float eps,
                 Tensor& out) override {
+    cuda::OpScope scope(profiler_, "rms_norm", stream_, capturing_);
     expect(x, DType::kBF16, "rms_norm input");
     const int hidden = int(w.numel());
     kernels::cuda::rms_norm({bf(x), residual ? bf_mut(*residual) : nullptr, bf(w), bf_mut(out),
@@ -229,6 +238,7 @@ class CudaBackend final : public Backend {
   }
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    cuda::OpScope scope(profiler_, "linear", stream_, capturing_);
     expect(x, DType::kBF16, "linear input");
     expect(w, DType::kBF16, "linear weight");
     const int k = int(w.dim(1)), n = int(w.dim(0));
@@ -267,6 +277,7 @@ class CudaBackend final : public Backend {
 
   void attention(const Tensor& qkv, const AttentionParams& a, KvCacheLayer& cache,
                  const StepMetadata& meta, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "attention", stream_, capturing_);
     expect(qkv, DType::kBF16, "attention input");
     const int T = meta.num_tokens;
     Tensor q = empty(DType::kBF16, {T, a.num_q_heads, a.head_dim});
@@ -380,6 +391,7 @@ class CudaBackend final : public Backend {
   // dense cuBLASLt GEMM. The crossover (64) is to be confirmed with QuantGemmBench on the H200.
   void quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
                         Tensor& y) override {
+    cuda::OpScope scope(profiler_, "quantized_linear", stream_, capturing_);
     expect(x, DType::kBF16, "quantized_linear input");
     if (w.experts != 0)
       throw InvalidArgument("cuda backend: quantized_linear takes a single linear, not experts");
@@ -438,6 +450,7 @@ class CudaBackend final : public Backend {
   }
 
   void silu_mul(const Tensor& x, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "silu_mul", stream_, capturing_);
     const int inter = int(out.dim(-1));
     kernels::cuda::silu_mul({bf(x), bf_mut(out), int(out.numel() / inter), inter}, stream_);
   }
@@ -502,6 +515,7 @@ class CudaBackend final : public Backend {
   }
 
   void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "moe", stream_, capturing_);
     expect(x, DType::kBF16, "moe input");
     const int T = int(x.dim(0)), H = w.hidden, Hp = w.padded_hidden;
     Tensor router_logits = empty(DType::kF32, {T, w.num_experts});
@@ -551,12 +565,14 @@ class CudaBackend final : public Backend {
   }
 
   void argmax(const Tensor& logits, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "argmax", stream_, capturing_);
     expect(logits, DType::kF32, "argmax logits");
     kernels::cuda::argmax(
         {logits.as<float>(), out.as<int32_t>(), int(logits.dim(0)), int(logits.dim(1))}, stream_);
   }
 
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "gather_rows", stream_, capturing_);
     expect(x, DType::kBF16, "gather_rows input");
     kernels::cuda::gather_rows(
         {bf(x), rows.as<int32_t>(), bf_mut(out), int(rows.numel()), int(x.numel() / x.dim(0))},
@@ -573,6 +589,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;  // the CUDA device current when the backend was created
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   cuda::PinnedUploader uploader_;  // weight uploads (staging allocated on first use)
+  cuda::OpProfiler profiler_;      // SERVAL_PROFILE_OPS=1
   Tensor arena_;                   // step memory, see reserve_step_memory
   size_t arena_offset_ = 0;
   bool in_step_ = false, capturing_ = false, warned_arena_ = false;
