@@ -11,6 +11,8 @@ namespace serval::runtime {
 namespace {
 
 constexpr uint8_t kSetupTag = 1, kStepTag = 2;
+// Largest position a chunk may reach (a bound, so a corrupt start cannot allocate gigabytes).
+constexpr int64_t kMaxPlanPositions = int64_t{1} << 24;
 
 void put_u32(std::vector<uint8_t>& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(uint8_t(v >> (8 * i)));
@@ -73,8 +75,8 @@ std::vector<uint8_t> encode_setup_plan(const SetupPlan& setup) {
 }
 
 // Layout: tag u8 = 2, chunk count u32, then per chunk: start i32, num_new i32, logits u8,
-// tokens (count u32 + i32 each), block table (count u32 + i32 each). Only the tokens up to
-// start + num_new are sent: later ones do not exist yet on any node.
+// new tokens (count u32 + i32 each: positions start .. start + num_new − 1), block table (count
+// u32 + i32 each).
 std::vector<uint8_t> encode_step_plan(std::span<const SeqChunk> chunks) {
   std::vector<uint8_t> out{kStepTag};
   put_u32(out, uint32_t(chunks.size()));
@@ -82,7 +84,7 @@ std::vector<uint8_t> encode_step_plan(std::span<const SeqChunk> chunks) {
     put_u32(out, uint32_t(c.start));
     put_u32(out, uint32_t(c.num_new));
     out.push_back(uint8_t(c.logits));
-    put_ints(out, c.tokens.first(size_t(c.start + c.num_new)));
+    put_ints(out, c.tokens.subspan(size_t(c.start), size_t(c.num_new)));
     put_ints(out, c.block_table);
   }
   return out;
@@ -114,12 +116,15 @@ std::variant<SetupPlan, StepPlan> decode_plan(std::span<const uint8_t> bytes) {
     if (logits > uint8_t(SeqChunk::Logits::kAll))
       throw dist::DistError(fmt::format("step plan: chunk {} has logits mode {}", i, logits));
     c.logits = SeqChunk::Logits(logits);
-    c.tokens = r.ints("tokens");
+    const std::vector<int32_t> fresh = r.ints("tokens");
     c.block_table = r.ints("block table");
-    if (c.start < 0 || c.num_new < 0 || int64_t(c.start) + c.num_new != int64_t(c.tokens.size()))
+    if (c.start < 0 || c.num_new < 0 || size_t(c.num_new) != fresh.size() ||
+        int64_t(c.start) + c.num_new > kMaxPlanPositions)
       throw dist::DistError(
-          fmt::format("step plan: chunk {} has start {} and num_new {} for {} tokens", i, c.start,
-                      c.num_new, c.tokens.size()));
+          fmt::format("step plan: chunk {} has start {} and num_new {} with {} new tokens", i,
+                      c.start, c.num_new, fresh.size()));
+    c.tokens.assign(size_t(c.start), 0);
+    c.tokens.insert(c.tokens.end(), fresh.begin(), fresh.end());
     plan.chunks.push_back(std::move(c));
   }
   if (r.remaining() != 0)

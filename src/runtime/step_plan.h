@@ -18,7 +18,9 @@ struct SetupPlan {
   int32_t num_blocks = 0;
 };
 
-// One step; owns the data that SeqChunk views.
+// One step; owns the data that SeqChunk views. Only the new tokens travel (a step reads positions
+// [start, start + num_new) alone; the KV cache holds the rest): `tokens` has start + num_new
+// entries, those below `start` are 0.
 struct StepPlan {
   struct Chunk {
     std::vector<int32_t> tokens;
@@ -34,8 +36,8 @@ struct StepPlan {
 std::vector<uint8_t> encode_setup_plan(const SetupPlan& setup);
 std::vector<uint8_t> encode_step_plan(std::span<const SeqChunk> chunks);
 
-// Either message. Bounds: chunk count, token and block counts ≤ the payload size, start/num_new
-// within the tokens, logits mode known.
+// Either message. Bounds: chunk count, token and block counts ≤ the payload size, num_new new
+// tokens, start + num_new ≤ kMaxPlanPositions, logits mode known.
 std::variant<SetupPlan, StepPlan> decode_plan(std::span<const uint8_t> bytes);
 
 }  // namespace serval::runtime

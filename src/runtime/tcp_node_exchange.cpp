@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <span>
 
 #include "base/clock.h"
 #include "dist/dist_error.h"
@@ -11,10 +12,8 @@
 namespace serval::runtime {
 namespace {
 
-std::vector<uint8_t> to_bytes(const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * sizeof(float));
-  std::memcpy(out.data(), v.data(), out.size());
-  return out;
+std::span<const uint8_t> as_bytes(const std::vector<float>& v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)};
 }
 
 // The next frame from `s`, waiting until `deadline`. `who` names the peer in errors.
@@ -104,7 +103,7 @@ void TcpNodeExchange::all_reduce(std::vector<float>& values) {
   const double deadline = now_seconds() + op_timeout_s_;
   const size_t bytes = values.size() * sizeof(float);
   if (node_rank_ != 0) {
-    dist::send_frame(peers_[0], dist::MsgType::kPlan, to_bytes(values), deadline);
+    dist::send_frame(peers_[0], dist::MsgType::kPlan, as_bytes(values), deadline);
     dist::Frame total = recv_frame(peers_[0], readers_[0], deadline, "node 0");
     if (total.payload.size() != bytes)
       throw dist::DistError(
@@ -121,8 +120,8 @@ void TcpNodeExchange::all_reduce(std::vector<float>& values) {
     const float* p = reinterpret_cast<const float*>(part.payload.data());
     for (size_t i = 0; i < values.size(); ++i) values[i] += p[i];
   }
-  const std::vector<uint8_t> total = to_bytes(values);
-  for (const dist::Socket& s : peers_) dist::send_frame(s, dist::MsgType::kPlan, total, deadline);
+  for (const dist::Socket& s : peers_)
+    dist::send_frame(s, dist::MsgType::kPlan, as_bytes(values), deadline);
 }
 
 void TcpNodeExchange::abort() {

@@ -1,6 +1,6 @@
-// The multi-node step plan: encode → decode gives the same chunks (only the tokens up to
-// start + num_new travel), the setup message round-trips, and malformed or random bytes are
-// rejected with dist::DistError, never read out of bounds.
+// The multi-node step plan: encode → decode gives the same chunks (only the new tokens travel:
+// positions start .. start + num_new − 1), the setup message round-trips, and malformed or random
+// bytes are rejected with dist::DistError, never read out of bounds.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -26,8 +26,9 @@ TEST(StepPlan, RoundTripsChunks) {
     EXPECT_EQ(got[i].start, w.start);
     EXPECT_EQ(got[i].num_new, w.num_new);
     EXPECT_EQ(got[i].logits, w.logits);
-    const auto sent = w.tokens.first(size_t(w.start + w.num_new));
-    EXPECT_EQ(std::vector<int32_t>(got[i].tokens.begin(), got[i].tokens.end()),
+    ASSERT_EQ(got[i].tokens.size(), size_t(w.start + w.num_new));
+    const auto sent = w.tokens.subspan(size_t(w.start), size_t(w.num_new));
+    EXPECT_EQ(std::vector<int32_t>(got[i].tokens.begin() + w.start, got[i].tokens.end()),
               std::vector<int32_t>(sent.begin(), sent.end()));
     EXPECT_EQ(std::vector<int32_t>(got[i].block_table.begin(), got[i].block_table.end()),
               std::vector<int32_t>(w.block_table.begin(), w.block_table.end()));
@@ -56,7 +57,7 @@ TEST(StepPlan, RejectsMalformedPlans) {
   bad_logits[1 + 4 + 8] = 7;  // tag, count, start, num_new, then the logits byte
   EXPECT_THROW(decode_plan(bad_logits), dist::DistError);
   std::vector<uint8_t> bad_len = good;
-  bad_len[1 + 4 + 4] = 9;  // num_new 9 with 4 tokens
+  bad_len[1 + 4 + 4] = 9;  // num_new 9 with 3 new tokens
   EXPECT_THROW(decode_plan(bad_len), dist::DistError);
   std::vector<uint8_t> huge_count = good;
   huge_count[1] = huge_count[2] = huge_count[3] = huge_count[4] = 0xFF;
