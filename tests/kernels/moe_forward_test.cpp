@@ -17,6 +17,7 @@
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_routing.h"
 #include "kernels/gpu_test_support.h"
+#include "kernels/moe_bench_util.h"
 #include "kernels/moe_test_util.h"
 
 namespace serval::backend::moe {
@@ -286,7 +287,9 @@ TEST_F(MoeForwardGpu, LatencyWeightTilesAllCovered) {
         p.n_out = p.gemm1 ? u.s.inter : u.s.hidden;
         const int bm = kernels::cuda::moe_gemm_block_rows(p);
         ASSERT_TRUE(bm == 32 || bm == 64 || bm == 128) << bm;
-        if (tile != 8) EXPECT_EQ(bm, 128) << "tokens " << T;
+        if (tile != 8) {
+          EXPECT_EQ(bm, 128) << "tokens " << T;
+        }
         ++seen[g][bm];
       }
     }
@@ -358,91 +361,15 @@ TEST_F(MoeForwardGpu, BackToBackLayersMatchSynchronized) {
   }
 }
 
-// Times one layer per backend with CUDA events (median of 50 after warm-up).
-float time_us(const MoeCudaArgs& a) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 5; ++i) moe_forward_cuda(a, nullptr);
-  std::vector<float> ts;
-  for (int i = 0; i < 50; ++i) {
-    cudaEventRecord(e0);
-    moe_forward_cuda(a, nullptr);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    ts.push_back(ms * 1000.0f);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
-
-// Distinct experts the tokens of `c` hit (from the routed ids), for the byte count.
-int distinct_experts(Layer& l, Call& c) {
-  const int T = c.tokens;
-  std::vector<int32_t> ids(size_t(T) * l.s.top_k);
-  std::vector<float> w(ids.size());
-  kernels::RouterParams rp{c.logits.data(),
-                           nullptr,
-                           ids.data(),
-                           w.data(),
-                           T,
-                           l.s.experts,
-                           l.s.top_k,
-                           kernels::RoutingMethod::kSoftmaxTopK,
-                           true};
-  kernels::cpu::route(rp);
-  std::vector<bool> hit(l.s.experts, false);
-  for (int32_t e : ids) hit[e] = true;
-  return int(std::count(hit.begin(), hit.end(), true));
-}
-
-// Per token count and backend: eager (one layer per call, launch overhead included) and graph
-// (kGraphLayers layers with different inputs, hence mostly different experts, in one CUDA graph,
-// as a decode step runs them; per-layer time). GB/s and % of floor use the distinct experts'
-// bytes (averaged over the graph's layers) + x and out; floor = bytes / 4.3 TB/s.
+// One Qwen3-30B-A3B layer with bf16 experts (moe_bench_util.h).
 TEST_F(MoeForwardGpu, DISABLED_BenchmarkQwen3Layer) {
-  constexpr int kGraphLayers = 8, kGraphMaxTokens = 256;
   Layer& l = qwen();
-  const double expert_bytes = 3.0 * l.s.hidden * l.s.inter * 2;
-  int crossover = -1;
-  std::printf(
-      "bf16 experts; graph = %d different layers' inputs in one CUDA graph, per layer\n"
-      "tokens  distinct  floor_us |   latency eager  graph us   GB/s %%floor | throughput "
-      "eager  graph us   GB/s %%floor\n",
-      kGraphLayers);
-  for (int T = 1; T <= 8192; T *= 2) {
-    const int layers = T <= kGraphMaxTokens ? kGraphLayers : 1;
-    std::vector<std::unique_ptr<Call>> calls;
-    double distinct = 0;
-    for (int i = 0; i < layers; ++i) {
-      calls.push_back(std::make_unique<Call>(l, T, 4242 + T + 7919 * i));
-      distinct += distinct_experts(l, *calls.back()) / double(layers);
-    }
-    const double bytes = distinct * expert_bytes + 2.0 * T * l.s.hidden * 2;
-    const double floor_us = bytes / 4.3e12 * 1e6;
-    float eager[2], graph[2];
-    for (int b = 0; b < 2; ++b) {
-      std::vector<MoeCudaArgs> args;
-      for (auto& c : calls)
-        args.push_back(c->args(l, kernels::RoutingMethod::kSoftmaxTopK, true, kBoth[b]));
-      eager[b] = time_us(args[0]);
-      graph[b] = serval::testing::moe_util::graph_time_us(
-          [&](cudaStream_t s) {
-            for (const MoeCudaArgs& a : args) moe_forward_cuda(a, s);
-          },
-          layers);
-    }
-    if (crossover < 0 && graph[1] < graph[0]) crossover = T;
-    std::printf("%6d  %8.1f  %8.2f | %15.2f %9.2f %6.0f %5.0f%% | %16.2f %9.2f %6.0f %5.0f%%\n", T,
-                distinct, floor_us, eager[0], graph[0], bytes / graph[0] / 1e3,
-                100.0 * floor_us / graph[0], eager[1], graph[1], bytes / graph[1] / 1e3,
-                100.0 * floor_us / graph[1]);
-  }
-  std::printf("crossover (throughput faster in a graph from): %d tokens\n", crossover);
+  serval::testing::moe_util::benchmark_moe_layer(
+      "bf16 experts", 3.0 * l.s.hidden * l.s.inter * 2, l.s.hidden, l.s.experts, l.s.top_k,
+      [&](int T, uint64_t seed) { return std::make_unique<Call>(l, T, seed); },
+      [&](Call& c, MoeCudaBackend backend) {
+        return c.args(l, kernels::RoutingMethod::kSoftmaxTopK, true, backend);
+      });
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/gpu_test_support.h"
+#include "kernels/moe_bench_util.h"
 #include "kernels/moe_nvfp4_test_util.h"
 #include "kernels/moe_test_util.h"
 
@@ -272,90 +273,13 @@ TEST_F(MoeNvfp4Gpu, GraphReplayEqualsEager) {
   }
 }
 
-// Times one layer with CUDA events (median of 50 after warm-up).
-float time_us(const MoeCudaArgs& a) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 5; ++i) moe_forward_cuda(a, nullptr);
-  std::vector<float> ts;
-  for (int i = 0; i < 50; ++i) {
-    cudaEventRecord(e0);
-    moe_forward_cuda(a, nullptr);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    ts.push_back(ms * 1000.0f);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
-
-// Distinct experts the tokens of `c` hit (from the routed ids), for the byte count.
-int distinct_experts(Layer& l, Call& c) {
-  const int T = c.tokens;
-  std::vector<int32_t> ids(size_t(T) * l.s.top_k);
-  std::vector<float> w(ids.size());
-  kernels::RouterParams rp{c.logits.data(),
-                           nullptr,
-                           ids.data(),
-                           w.data(),
-                           T,
-                           l.s.experts,
-                           l.s.top_k,
-                           kernels::RoutingMethod::kSoftmaxTopK,
-                           true};
-  kernels::cpu::route(rp);
-  std::vector<bool> hit(l.s.experts, false);
-  for (int32_t e : ids) hit[e] = true;
-  return int(std::count(hit.begin(), hit.end(), true));
-}
-
-// GB/s on the NVFP4 bytes (0.5625 B per weight of the distinct experts hit, plus x and out);
-// floor = those bytes at 4.3 TB/s. Eager: one layer per call (launch overhead included); graph:
-// kGraphLayers layers with different inputs (mostly different experts, so the weights do not
-// stay in L2) in one CUDA graph, as a decode step runs them, per-layer time.
+// One Qwen3-30B-A3B layer with NVFP4 experts: 0.5625 bytes per weight (moe_bench_util.h).
 TEST_F(MoeNvfp4Gpu, DISABLED_BenchmarkQwen3LayerNvfp4) {
-  constexpr int kGraphLayers = 8, kGraphMaxTokens = 256;
   Layer& l = qwen();
-  const double expert_bytes = 3.0 * l.s.hidden * l.s.inter * 0.5625;
-  int crossover = -1;
-  std::printf(
-      "NVFP4 experts; graph = %d different layers' inputs in one CUDA graph, per layer\n"
-      "tokens  distinct  floor_us |   latency eager  graph us   GB/s %%floor | throughput "
-      "eager  graph us   GB/s %%floor\n",
-      kGraphLayers);
-  for (int T = 1; T <= 8192; T *= 2) {
-    const int layers = T <= kGraphMaxTokens ? kGraphLayers : 1;
-    std::vector<std::unique_ptr<Call>> calls;
-    double distinct = 0;
-    for (int i = 0; i < layers; ++i) {
-      calls.push_back(std::make_unique<Call>(l, T, 4242 + T + 7919 * i));
-      distinct += distinct_experts(l, *calls.back()) / double(layers);
-    }
-    const double bytes = distinct * expert_bytes + 2.0 * T * l.s.hidden * 2;
-    const double floor_us = bytes / 4.3e12 * 1e6;
-    float eager[2], graph[2];
-    for (int b = 0; b < 2; ++b) {
-      std::vector<MoeCudaArgs> args;
-      for (auto& c : calls) args.push_back(c->args(l, kBoth[b]));
-      eager[b] = time_us(args[0]);
-      graph[b] = mu::graph_time_us(
-          [&](cudaStream_t s) {
-            for (const MoeCudaArgs& a : args) moe_forward_cuda(a, s);
-          },
-          layers);
-    }
-    if (crossover < 0 && graph[1] < graph[0]) crossover = T;
-    std::printf("%6d  %8.1f  %8.2f | %15.2f %9.2f %6.0f %5.0f%% | %16.2f %9.2f %6.0f %5.0f%%\n", T,
-                distinct, floor_us, eager[0], graph[0], bytes / graph[0] / 1e3,
-                100.0 * floor_us / graph[0], eager[1], graph[1], bytes / graph[1] / 1e3,
-                100.0 * floor_us / graph[1]);
-  }
-  std::printf("crossover (throughput faster in a graph from): %d tokens\n", crossover);
+  serval::testing::moe_util::benchmark_moe_layer(
+      "NVFP4 experts", 3.0 * l.s.hidden * l.s.inter * 0.5625, l.s.hidden, l.s.experts, l.s.top_k,
+      [&](int T, uint64_t seed) { return std::make_unique<Call>(l, T, seed); },
+      [&](Call& c, MoeCudaBackend backend) { return c.args(l, backend); });
 }
 
 }  // namespace

@@ -1,0 +1,100 @@
+// The Qwen3-layer MoE benchmark shared by the bf16 and NVFP4 expert tests (DISABLED_ gtests):
+// per token count and backend, eager time (one layer per call, launch overhead included) and graph
+// time (kGraphLayers layers with different inputs, hence mostly different experts, in one CUDA
+// graph, as a decode step runs them; per-layer time), GB/s and % of the byte floor (the distinct
+// experts' bytes averaged over the layers, plus x and out, at 4.3 TB/s), and the crossover.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "backend/moe/moe_cuda.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/moe_test_util.h"
+
+namespace serval::testing::moe_util {
+
+// One layer's time with CUDA events (median of 50 after 5 warm-ups), eager launches.
+inline float eager_time_us(const backend::moe::MoeCudaArgs& a) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 5; ++i) backend::moe::moe_forward_cuda(a, nullptr);
+  std::vector<float> ts;
+  for (int i = 0; i < 50; ++i) {
+    cudaEventRecord(e0);
+    backend::moe::moe_forward_cuda(a, nullptr);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    ts.push_back(ms * 1000.0f);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+// Distinct experts that `tokens` rows of router logits [tokens, experts] select (softmax top-k).
+inline int distinct_experts(const std::vector<float>& logits, int tokens, int experts, int top_k) {
+  std::vector<int32_t> ids(size_t(tokens) * top_k);
+  std::vector<float> w(ids.size());
+  kernels::RouterParams rp{logits.data(), nullptr, ids.data(), w.data(),
+                           tokens,        experts, top_k,      kernels::RoutingMethod::kSoftmaxTopK,
+                           true};
+  kernels::cpu::route(rp);
+  std::vector<bool> hit(size_t(experts), false);
+  for (int32_t e : ids) hit[size_t(e)] = true;
+  return int(std::count(hit.begin(), hit.end(), true));
+}
+
+// make_call(T, seed) → std::unique_ptr<Call> (Call has `logits`, the router logits on the host);
+// args_of(Call&, MoeCudaBackend) → MoeCudaArgs. expert_bytes: one expert's weight bytes.
+template <typename MakeCall, typename ArgsOf>
+void benchmark_moe_layer(const char* title, double expert_bytes, int hidden, int experts, int top_k,
+                         MakeCall&& make_call, ArgsOf&& args_of) {
+  using backend::moe::MoeCudaArgs;
+  using backend::moe::MoeCudaBackend;
+  constexpr MoeCudaBackend kBackends[] = {MoeCudaBackend::kLatency, MoeCudaBackend::kThroughput};
+  constexpr int kGraphLayers = 8, kGraphMaxTokens = 256;
+  int crossover = -1;
+  std::printf(
+      "%s; graph = %d different layers' inputs in one CUDA graph, per layer\n"
+      "tokens  distinct  floor_us |   latency eager  graph us   GB/s %%floor | throughput "
+      "eager  graph us   GB/s %%floor\n",
+      title, kGraphLayers);
+  for (int T = 1; T <= 8192; T *= 2) {
+    const int layers = T <= kGraphMaxTokens ? kGraphLayers : 1;
+    std::vector<decltype(make_call(T, 0u))> calls;
+    double distinct = 0;
+    for (int i = 0; i < layers; ++i) {
+      calls.push_back(make_call(T, unsigned(4242 + T + 7919 * i)));
+      distinct += distinct_experts(calls.back()->logits, T, experts, top_k) / double(layers);
+    }
+    const double bytes = distinct * expert_bytes + 2.0 * T * hidden * 2;
+    const double floor_us = bytes / 4.3e12 * 1e6;
+    float eager[2], graph[2];
+    for (int b = 0; b < 2; ++b) {
+      std::vector<MoeCudaArgs> args;
+      for (auto& c : calls) args.push_back(args_of(*c, kBackends[b]));
+      eager[b] = eager_time_us(args[0]);
+      graph[b] = graph_time_us(
+          [&](cudaStream_t s) {
+            for (const MoeCudaArgs& a : args) backend::moe::moe_forward_cuda(a, s);
+          },
+          layers);
+    }
+    if (crossover < 0 && graph[1] < graph[0]) crossover = T;
+    std::printf("%6d  %8.1f  %8.2f | %15.2f %9.2f %6.0f %5.0f%% | %16.2f %9.2f %6.0f %5.0f%%\n", T,
+                distinct, floor_us, eager[0], graph[0], bytes / graph[0] / 1e3,
+                100.0 * floor_us / graph[0], eager[1], graph[1], bytes / graph[1] / 1e3,
+                100.0 * floor_us / graph[1]);
+  }
+  std::printf("crossover (throughput faster in a graph from): %d tokens\n", crossover);
+}
+
+}  // namespace serval::testing::moe_util
