@@ -12,6 +12,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
+#include "kernels/paged_layout_util.h"
 
 namespace serval::testing {
 namespace {
@@ -30,33 +31,16 @@ struct Case {
 
 double run_case(const Case& c, uint32_t seed) {
   const int S = int(c.q_lens.size()), D = c.d, bs = c.block_size;
-  std::vector<int32_t> query_start(S + 1, 0);
-  for (int s = 0; s < S; ++s) query_start[s + 1] = query_start[s] + c.q_lens[s];
-  const int T = query_start[S];
-  const int max_ctx = *std::max_element(c.ctx_lens.begin(), c.ctx_lens.end());
-  const int max_q = *std::max_element(c.q_lens.begin(), c.q_lens.end());
-  const int max_blocks = ceil_div(max_ctx, bs) + 1;  // one spare entry, left invalid (-1)
-  int used_blocks = 0;
-  for (int ctx : c.ctx_lens) used_blocks += ceil_div(ctx, bs);
-  const int num_blocks = used_blocks + 3;  // a few blocks no sequence owns
-
-  // Random, non-contiguous block tables.
-  std::mt19937 rng(seed);
-  std::vector<int32_t> perm(num_blocks), tables(size_t(S) * max_blocks, -1);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  int next = 0;
-  for (int s = 0; s < S; ++s)
-    for (int b = 0; b < ceil_div(c.ctx_lens[s], bs); ++b)
-      tables[size_t(s) * max_blocks + b] = perm[next++];
+  const PagedLayout layout = make_paged_layout(c.q_lens, c.ctx_lens, bs, seed);
+  const std::vector<int32_t>& query_start = layout.query_start;
+  const std::vector<int32_t>& tables = layout.tables;
+  const std::vector<bool>& live = layout.live;
+  const int T = layout.T, max_ctx = layout.max_ctx, max_q = layout.max_q;
+  const int max_blocks = layout.max_blocks, num_blocks = layout.num_blocks;
 
   // KV: random where a sequence has a token, NaN everywhere else (must never be read).
   const size_t kv_row = size_t(c.hkv) * D, cache_elems = size_t(num_blocks) * bs * kv_row;
   auto k = random_bf16(cache_elems, seed + 1), v = random_bf16(cache_elems, seed + 2);
-  std::vector<bool> live(size_t(num_blocks) * bs, false);
-  for (int s = 0; s < S; ++s)
-    for (int j = 0; j < c.ctx_lens[s]; ++j)
-      live[size_t(tables[size_t(s) * max_blocks + j / bs]) * bs + j % bs] = true;
   for (size_t slot = 0; slot < live.size(); ++slot)
     if (!live[slot])
       for (size_t i = 0; i < kv_row; ++i)

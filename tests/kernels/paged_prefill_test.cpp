@@ -19,6 +19,7 @@
 #include "kernels/cuda_test_util.h"
 #include "kernels/fp8_test_util.h"
 #include "kernels/gpu_test_support.h"
+#include "kernels/paged_layout_util.h"
 
 namespace serval::testing {
 namespace {
@@ -39,28 +40,12 @@ struct Case {
 double run_case(const Case& c, uint32_t seed) {
   const int S = int(c.q_lens.size()), D = c.d, bs = c.block_size;
   const bool fp8 = is_fp8(c.dtype);
-  std::vector<int32_t> query_start(S + 1, 0);
-  for (int s = 0; s < S; ++s) query_start[s + 1] = query_start[s] + c.q_lens[s];
-  const int T = query_start[S];
-  const int max_ctx = *std::max_element(c.ctx_lens.begin(), c.ctx_lens.end());
-  const int max_q = *std::max_element(c.q_lens.begin(), c.q_lens.end());
-  const int max_blocks = ceil_div(max_ctx, bs) + 1;  // one spare entry, left invalid (-1)
-  int used_blocks = 0;
-  for (int ctx : c.ctx_lens) used_blocks += ceil_div(ctx, bs);
-  const int num_blocks = used_blocks + 3;  // a few blocks no sequence owns
-
-  std::mt19937 rng(seed);
-  std::vector<int32_t> perm(num_blocks), tables(size_t(S) * max_blocks, -1);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  int next = 0;
-  for (int s = 0; s < S; ++s)
-    for (int b = 0; b < ceil_div(c.ctx_lens[s], bs); ++b)
-      tables[size_t(s) * max_blocks + b] = perm[next++];
-  std::vector<bool> live(size_t(num_blocks) * bs, false);
-  for (int s = 0; s < S; ++s)
-    for (int j = 0; j < c.ctx_lens[s]; ++j)
-      live[size_t(tables[size_t(s) * max_blocks + j / bs]) * bs + j % bs] = true;
+  const PagedLayout layout = make_paged_layout(c.q_lens, c.ctx_lens, bs, seed);
+  const std::vector<int32_t>& query_start = layout.query_start;
+  const std::vector<int32_t>& tables = layout.tables;
+  const std::vector<bool>& live = layout.live;
+  const int T = layout.T, max_ctx = layout.max_ctx, max_q = layout.max_q;
+  const int max_blocks = layout.max_blocks, num_blocks = layout.num_blocks;
 
   // Cache bytes; every slot no sequence owns is NaN (0xFF bytes: NaN in bf16, e4m3 and e5m2).
   const int eb = cache_elem_bytes(c.dtype);
