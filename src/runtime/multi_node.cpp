@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <variant>
 
 #include "backend/communicator.h"
@@ -13,6 +11,7 @@
 #include "dist/dist_error.h"
 #include "dist/launch.h"
 #include "dist/rendezvous.h"
+#include "io/json_reader.h"
 #include "runtime/engine_loader.h"
 #include "runtime/step_plan.h"
 #include "runtime/tcp_node_exchange.h"
@@ -35,16 +34,6 @@ dist::RendezvousOptions rendezvous_options(const EngineConfig& cfg, uint64_t has
   return o;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw LoadError("cannot read " + path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// Node 0: every step's plan goes to the other nodes before this node's ranks run it. Members
-// are destroyed local ranks first, then the leader, whose destructor ends the session.
 // What a lost node aborts: node 0's local ranks, once they exist. The leader's monitor thread
 // calls abort() while the runner may be shutting down, hence the lock.
 struct AbortTarget {
@@ -60,6 +49,8 @@ struct AbortTarget {
   }
 };
 
+// Node 0: every step's plan goes to the other nodes before this node's ranks run it. Members
+// are destroyed local ranks first, then the leader, whose destructor ends the session.
 class LeaderRunner final : public StepRunner {
  public:
   LeaderRunner(std::unique_ptr<dist::Leader> leader, std::unique_ptr<ParallelRunner> local,
@@ -159,7 +150,8 @@ std::unique_ptr<StepRunner> load_multi_node_runner(
     const std::function<int(backend::Backend&, const model::Model&)>& num_blocks) {
   const bool cuda = options.device == "cuda";
   const NodePlacement place = node_placement(cfg, options.parallel.world_size());
-  const uint64_t hash = multi_node_config_hash(cfg, read_text(cfg.model_dir + "/config.json"));
+  const uint64_t hash =
+      multi_node_config_hash(cfg, io::read_text_file(cfg.model_dir + "/config.json"));
   const dist::RendezvousOptions ro = rendezvous_options(cfg, hash);
   options.first_rank = place.first_rank;
   options.local_ranks = place.local_ranks;

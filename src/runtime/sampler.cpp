@@ -114,10 +114,6 @@ int32_t sample_truncated(std::span<const float> logits, const SamplingParams& pa
       keep = cut;
       break;
     }
-    if (decided && cut == limit && sorted == limit) {
-      keep = limit;
-      break;
-    }
     sorted = std::min(limit, sorted * 8);
     std::partial_sort(idx.begin(), idx.begin() + sorted, idx.end(), before);
   }
