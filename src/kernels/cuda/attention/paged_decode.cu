@@ -193,6 +193,55 @@ __device__ __forceinline__ void fetch_slots(int (&slot)[DecodeShape<D, C>::kRows
   }
 }
 
+// The merge without a second kernel (fused_merge): the last split CTA of each (sequence, head
+// group) to finish combines the group's partials exactly as merge_kernel does. Arrival counters
+// live in device memory that is zero at module load; that last CTA resets its counter, so they
+// are zero again for the next launch, which touches them only after pdl_wait (after this launch
+// completed). Grids with more (sequence, head group) pairs use merge_kernel.
+constexpr int kMaxMergeCounters = 8192;
+__device__ unsigned int g_decode_arrivals[kMaxMergeCounters];
+
+// merge_kernel's arithmetic for heads head0 .. head0 + num_rows − 1 of `seq`, by one CTA.
+__device__ __forceinline__ void merge_heads(const float* o_part, const float* lse_part,
+                                            __nv_bfloat16* out, int token, int seq, int head0,
+                                            int num_rows, int num_q_heads, int num_splits, int D,
+                                            float v_scale) {
+  for (int i = threadIdx.x; i < num_rows * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    const int64_t row0 = (int64_t(seq) * num_q_heads + head0 + r) * num_splits;
+    float mx = -INFINITY;
+    for (int j = 0; j < num_splits; ++j) mx = fmaxf(mx, lse_part[row0 + j]);
+    float sum = 0.0f, acc = 0.0f;
+    for (int j = 0; j < num_splits; ++j) {
+      const float lse = lse_part[row0 + j];
+      const float w = lse == -INFINITY ? 0.0f : exp2f(lse - mx);  // empty split: 0
+      sum += w;
+      acc += w * o_part[(row0 + j) * D + d];
+    }
+    out[(int64_t(token) * num_q_heads + head0 + r) * D + d] = __float2bfloat16(acc / sum * v_scale);
+  }
+}
+
+// Counts this CTA's arrival; the last of its (sequence, head group) merges. Called by all threads
+// after the CTA's partials are written.
+__device__ __forceinline__ void arrive_and_merge(const float* o_part, const float* lse_part,
+                                                 __nv_bfloat16* out, int token, int seq, int head0,
+                                                 int num_rows, int num_q_heads, int num_splits,
+                                                 int D, float v_scale) {
+  __shared__ bool last;
+  const int counter = blockIdx.z * gridDim.y + blockIdx.y;
+  __threadfence();  // this CTA's partials are visible before its arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0)
+    last = atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(num_splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // see the other splits' partials
+  merge_heads(o_part, lse_part, out, token, seq, head0, num_rows, num_q_heads, num_splits, D,
+              v_scale);
+  if (threadIdx.x == 0) g_decode_arrivals[counter] = 0;
+}
+
 template <int D, DType C>
 __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
     decode_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
@@ -201,7 +250,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
                   const int32_t* __restrict__ query_start, const int32_t* __restrict__ context_lens,
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
-                  int num_splits, float* __restrict__ o_part, float* __restrict__ lse_part) {
+                  int num_splits, bool fused_merge, float* __restrict__ o_part,
+                  float* __restrict__ lse_part) {
   using S = DecodeShape<D, C>;
   constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -228,6 +278,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
       o_part[(part_row0 + int64_t(r) * num_splits) * D + i % D] = 0.0f;
       if (i % D == 0) lse_part[part_row0 + int64_t(r) * num_splits] = -INFINITY;
     }
+    if (fused_merge)
+      arrive_and_merge(o_part, lse_part, out, token, seq, head0, num_rows, num_q_heads, num_splits,
+                       D, v_scale);
     return;
   }
   const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
@@ -356,6 +409,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
       if (d == 0) lse_part[part_row0 + int64_t(r) * num_splits] = mx + __log2f(sum);
     }
   }
+  if (num_splits > 1 && fused_merge)
+    arrive_and_merge(o_part, lse_part, out, token, seq, head0, num_rows, num_q_heads, num_splits, D,
+                     v_scale);
 }
 
 // out[token(s), h] = Σ_i 2^(lse_i − max) · o_i / Σ_i 2^(lse_i − max), · v_scale. Block: D threads;
@@ -429,14 +485,15 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(unsigned(num_splits), unsigned(p.num_kv_heads * ((group + 15) / 16)),
                   unsigned(p.num_seqs));
+  const bool fused_merge = int64_t(grid.y) * grid.z <= kMaxMergeCounters;
   constexpr float kLog2e = 1.4426950408889634f;
   launch_pdl("paged_attention_decode", kernel, grid, dim3(kThreads), kSmem, stream,
              reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.query_start, p.context_lens,
              p.block_tables, p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads,
-             p.scale * kLog2e, p.v_scale, num_splits, o_part, lse_part);
-  if (num_splits > 1) {
+             p.scale * kLog2e, p.v_scale, num_splits, fused_merge, o_part, lse_part);
+  if (num_splits > 1 && !fused_merge) {
     launch_pdl("paged_attention_merge", merge_kernel,
                dim3(unsigned(p.num_q_heads), unsigned(p.num_seqs)), dim3(D),
                size_t(num_splits) * sizeof(float), stream, o_part, lse_part, p.query_start,

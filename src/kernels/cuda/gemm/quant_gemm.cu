@@ -36,6 +36,7 @@ struct DeviceArgs {
   int k_blocks;            // k_pad / 64
   int n_tiles;             // n_pad / 32
   int splits;
+  bool fused_reduce;  // the last CTA of each grid column reduces (g_quant_split_arrivals)
 };
 
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
@@ -176,37 +177,21 @@ __device__ __forceinline__ void load_raw(const DeviceArgs& d, int rt, int kb, in
   }
 }
 
-// Grid (ceil(n_tiles / kWarps), splits, ceil(m / (8·NI))); warp = one 32-row tile × 8·NI tokens
-// (all tokens of a decode step in one pass over the weights for m ≤ 64). The first kDepth k
-// blocks are requested before pdl_wait (weights are constant during a step); afterwards a ring of
-// kDepth blocks stays in flight: slot j is refilled with block kb + kDepth as soon as block kb has
-// been decoded.
-//
-// The kernel is bound by instructions per weight, not bytes (NVFP4 and FP8 ran at the same
-// weights/s on the H200), so the per-weight work is trimmed: NVFP4 block-scale multipliers come
-// from a 256-entry shared table (one shared load instead of the e4m3 → bf16 arithmetic), and when
-// k % 64 == 0 (kFullK: every real model) the activation loads need no bounds checks.
-template <bool kFp4, int NI, bool kFullK>
-__global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
-  constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB (NVFP4) / 8 KB (FP8) in flight per warp
-  __shared__ uint32_t sf_table[kFp4 ? 256 : 1];  // nvfp4_mult(byte) for every byte
-  if constexpr (kFp4) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) sf_table[i] = nvfp4_mult(uint32_t(i));
-    __syncthreads();  // the only barrier: before any thread can return
-  }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rt = blockIdx.x * kWarps + warp;
-  const bool active = rt < d.n_tiles;
+// Split-K without a second kernel (DeviceArgs::fused_reduce): the last CTA of each grid column
+// (x, z) to finish sums that column's partials in split order (as quant_gemm_reduce does) and
+// writes the output. Arrival counters live in device memory that is zero at module load; that
+// last CTA resets its counter, so they are zero again for the next launch, which touches them
+// only after pdl_wait (after this launch completed). Wider grids use the separate reduce kernel.
+constexpr int kMaxCounterCtas = 4096;
+__device__ unsigned int g_quant_split_arrivals[kMaxCounterCtas];
+
+// Warp `rt`'s 32 rows × the token tile over k blocks [kb0, kb1) (first kDepth blocks already in
+// `ring`): to the output, or as split partials in the workspace.
+template <bool kFp4, int NI, int kDepth, bool kFullK>
+__device__ __forceinline__ void quant_gemm_tile(const DeviceArgs& d, const uint32_t* sf_table,
+                                                int rt, int split, int kb0, int kb1, int lane,
+                                                Raw<kFp4> (&ring)[kDepth]) {
   const QuantGemmParams& p = d.p;
-  const int split = blockIdx.y;
-  const int kb0 = int(int64_t(split) * d.k_blocks / d.splits);
-  const int kb1 = int(int64_t(split + 1) * d.k_blocks / d.splits);
-  Raw<kFp4> ring[kDepth];
-#pragma unroll
-  for (int j = 0; j < kDepth; ++j)
-    if (active && kb0 + j < kb1) load_raw<kFp4>(d, rt, kb0 + j, lane, ring[j]);
-  pdl_wait();
-  if (!active) return;  // no barriers below
   const int tok0 = blockIdx.z * 8 * NI;
   const int g = lane >> 2, t = lane & 3;
   const int k = p.w.k;
@@ -283,6 +268,65 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
           store_out(d, tok, row, acc[h][ni][q]);
         }
       }
+}
+
+// Grid (ceil(n_tiles / kWarps), splits, ceil(m / (8·NI))); warp = one 32-row tile × 8·NI tokens
+// (all tokens of a decode step in one pass over the weights for m ≤ 64). The first kDepth k
+// blocks are requested before pdl_wait (weights are constant during a step); afterwards a ring of
+// kDepth blocks stays in flight: slot j is refilled with block kb + kDepth as soon as block kb has
+// been decoded.
+//
+// The kernel is bound by instructions per weight, not bytes (NVFP4 and FP8 ran at the same
+// weights/s on the H200), so the per-weight work is trimmed: NVFP4 block-scale multipliers come
+// from a 256-entry shared table (one shared load instead of the e4m3 → bf16 arithmetic), and when
+// k % 64 == 0 (kFullK: every real model) the activation loads need no bounds checks.
+template <bool kFp4, int NI, bool kFullK>
+__global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
+  constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB (NVFP4) / 8 KB (FP8) in flight per warp
+  __shared__ uint32_t sf_table[kFp4 ? 256 : 1];  // nvfp4_mult(byte) for every byte
+  if constexpr (kFp4) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) sf_table[i] = nvfp4_mult(uint32_t(i));
+    __syncthreads();
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rt = blockIdx.x * kWarps + warp;
+  const bool active = rt < d.n_tiles;
+  const int split = blockIdx.y;
+  const int kb0 = int(int64_t(split) * d.k_blocks / d.splits);
+  const int kb1 = int(int64_t(split + 1) * d.k_blocks / d.splits);
+  Raw<kFp4> ring[kDepth];
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j)
+    if (active && kb0 + j < kb1) load_raw<kFp4>(d, rt, kb0 + j, lane, ring[j]);
+  pdl_wait();
+  if (active)
+    quant_gemm_tile<kFp4, NI, kDepth, kFullK>(d, sf_table, rt, split, kb0, kb1, lane, ring);
+  if (d.splits == 1 || !d.fused_reduce) return;
+
+  // Every thread of the CTA takes part from here on (inactive warps too: there are barriers).
+  __shared__ bool last;
+  __threadfence();  // this CTA's partials are visible before its arrival is counted
+  __syncthreads();
+  const int column = blockIdx.z * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0)
+    last = atomicAdd(&g_quant_split_arrivals[column], 1u) == unsigned(d.splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // see the other CTAs' partials
+  const QuantGemmParams& p = d.p;
+  const int row0 = blockIdx.x * kWarps * 32, row1 = min(p.w.n, row0 + kWarps * 32);
+  const int tok0 = blockIdx.z * 8 * NI, tok1 = min(p.m, tok0 + 8 * NI);
+  const int rows = row1 - row0;
+  const size_t total = size_t(p.m) * p.w.n;
+  const float* ws = static_cast<const float*>(p.workspace);
+  for (int i = threadIdx.x; i < rows * (tok1 - tok0); i += blockDim.x) {
+    const int tok = tok0 + i / rows, row = row0 + i % rows;
+    const size_t at = size_t(tok) * p.w.n + row;
+    float v = 0.0f;
+    for (int sp = 0; sp < d.splits; ++sp) v += ws[size_t(sp) * total + at];
+    store_out(d, tok, row, v);
+  }
+  if (threadIdx.x == 0) g_quant_split_arrivals[column] = 0;
 }
 
 // out[tok, row] = Σ_s partial[s, tok, row] in split order, then the epilogue.
@@ -450,6 +494,10 @@ void quant_gemm(const QuantGemmParams& p, cudaStream_t stream) {
     throw InvalidArgument("quant_gemm: weight data must be 16-byte and x 4-byte aligned");
   DeviceArgs d = device_args(p);
   d.splits = splits_for(p.m, p.w.n, p.w.k);
+  const int token_tile = p.m <= 8 ? 8 : p.m <= 16 ? 16 : p.m <= 32 ? 32 : 64;  // launch_tiles
+  const int64_t columns =
+      int64_t((d.n_tiles + kWarps - 1) / kWarps) * ((p.m + token_tile - 1) / token_tile);
+  d.fused_reduce = columns <= kMaxCounterCtas;
   if (d.splits > 1 && p.workspace_bytes < quant_gemm_workspace_bytes(p.m, p.w.n, p.w.k))
     throw InvalidArgument("quant_gemm: workspace too small (" + std::to_string(p.workspace_bytes) +
                           " < " + std::to_string(quant_gemm_workspace_bytes(p.m, p.w.n, p.w.k)) +
@@ -460,7 +508,7 @@ void quant_gemm(const QuantGemmParams& p, cudaStream_t stream) {
     launch_tiles<false>(d, stream);
   }
   check_launch("quant_gemm");
-  if (d.splits > 1) {
+  if (d.splits > 1 && !d.fused_reduce) {
     const size_t total = size_t(p.m) * p.w.n;
     const int blocks = int(std::min<size_t>((total + 255) / 256, size_t(sm_count()) * 8));
     launch_pdl("quant_gemm_reduce", quant_gemm_reduce, dim3(blocks), dim3(256), 0, stream, d);

@@ -32,6 +32,7 @@ struct Args {
   int groups;  // ceil(n / 16)
   int chunks;  // ceil(k / kChunkCols)
   int splits;
+  bool fused_reduce;  // the last CTA of each grid column reduces (see g_split_arrivals)
 };
 
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
@@ -78,30 +79,24 @@ __device__ __forceinline__ void store_out(const SmallMGemmParams& p, int tok, in
   }
 }
 
-// Grid (ceil(groups / kWarps), splits); warp = 16 rows × 8·NI tokens (NI·8 ≥ m).
+// Split-K without a second kernel (Args::fused_reduce): the last CTA of each column of the grid to
+// finish sums that column's partials in split order (what small_m_gemm_reduce does) and writes
+// the output. Arrival counters live in device memory that is zero at module load; that last CTA
+// resets its counter, so they are zero again for the next launch, which touches them only after
+// pdl_wait (after this launch completed). Wider grids use the separate reduce kernel.
+constexpr int kMaxCounterCtas = 4096;
+__device__ unsigned int g_split_arrivals[kMaxCounterCtas];
+
+// Warp `grp`'s 16 rows × all tokens over chunks [c0, c1) (first kDepth stages already in `ring`):
+// to the output, or as split partials in the workspace.
 template <int NI>
-__global__ void __launch_bounds__(kWarps * 32) small_m_gemm_kernel(Args d) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+__device__ __forceinline__ void compute_group(const Args& d, int grp, int split, int c0, int c1,
+                                              int lane, const __nv_bfloat16* w_lo,
+                                              const __nv_bfloat16* w_hi,
+                                              uint4 (&ring)[kDepth][kSub][2]) {
   const int g = lane >> 2, t = lane & 3;
-  const int grp = blockIdx.x * kWarps + warp;
-  const bool active = grp < d.groups;
   const SmallMGemmParams& p = d.p;
   const int n = p.n, k = p.k;
-  const int split = blockIdx.y;
-  const int c0 = int(int64_t(split) * d.chunks / d.splits);
-  const int c1 = int(int64_t(split + 1) * d.chunks / d.splits);
-  const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(p.w);
-  // Rows ≥ n are clamped to a valid row: their results are never stored.
-  const __nv_bfloat16* w_lo = w + size_t(min(grp * 16 + g, n - 1)) * k;
-  const __nv_bfloat16* w_hi = w + size_t(min(grp * 16 + g + 8, n - 1)) * k;
-
-  uint4 ring[kDepth][kSub][2];
-#pragma unroll
-  for (int j = 0; j < kDepth; ++j)
-    if (active && c0 + j < c1) load_stage(w_lo, w_hi, c0 + j, t, k, ring[j]);
-  pdl_wait();
-  if (!active) return;  // no barriers in this kernel
-
   // Plain (not __ldg) loads for activations: an invariant load could be hoisted above pdl_wait.
   // Token g of each n8 block (clamped to a valid row; results of tokens ≥ m are never stored).
   const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(p.x);
@@ -164,7 +159,62 @@ __global__ void __launch_bounds__(kWarps * 32) small_m_gemm_kernel(Args d) {
     }
 }
 
-// out[tok, row] = Σ_s partial[s, tok, row] in split order, then bias and the output cast.
+// Sums the partials of output rows [row0, row1) of every token in split order, then the epilogue.
+// Called by all threads of one CTA.
+__device__ __forceinline__ void reduce_rows(const Args& d, int row0, int row1) {
+  const int rows = row1 - row0;
+  const size_t total = size_t(d.p.m) * d.p.n;
+  const float* ws = static_cast<const float*>(d.p.workspace);
+  for (int i = threadIdx.x; i < rows * d.p.m; i += blockDim.x) {
+    const int tok = i / rows, row = row0 + i % rows;
+    const size_t at = size_t(tok) * d.p.n + row;
+    float v = 0.0f;
+    for (int s = 0; s < d.splits; ++s) v += ws[size_t(s) * total + at];
+    store_out(d.p, tok, row, v);
+  }
+}
+
+// Grid (ceil(groups / kWarps), splits); warp = 16 rows × 8·NI tokens (NI·8 ≥ m).
+template <int NI>
+__global__ void __launch_bounds__(kWarps * 32) small_m_gemm_kernel(Args d) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int grp = blockIdx.x * kWarps + warp;
+  const bool active = grp < d.groups;
+  const int n = d.p.n, k = d.p.k;
+  const int split = blockIdx.y;
+  const int c0 = int(int64_t(split) * d.chunks / d.splits);
+  const int c1 = int(int64_t(split + 1) * d.chunks / d.splits);
+  const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(d.p.w);
+  // Rows ≥ n are clamped to a valid row: their results are never stored.
+  const __nv_bfloat16* w_lo = w + size_t(min(grp * 16 + g, n - 1)) * k;
+  const __nv_bfloat16* w_hi = w + size_t(min(grp * 16 + g + 8, n - 1)) * k;
+
+  uint4 ring[kDepth][kSub][2];
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j)
+    if (active && c0 + j < c1) load_stage(w_lo, w_hi, c0 + j, t, k, ring[j]);
+  pdl_wait();
+  if (active) compute_group<NI>(d, grp, split, c0, c1, lane, w_lo, w_hi, ring);
+  if (d.splits == 1 || !d.fused_reduce) return;
+
+  // Every thread of the CTA takes part from here on (inactive warps too: there are barriers).
+  __shared__ bool last;
+  __threadfence();  // this CTA's partials are visible before its arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&g_split_arrivals[blockIdx.x], 1u) == unsigned(d.splits - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // see the other CTAs' partials
+  const int row0 = blockIdx.x * kWarps * 16, row1 = min(n, row0 + kWarps * 16);
+  reduce_rows(d, row0, row1);
+  if (threadIdx.x == 0) g_split_arrivals[blockIdx.x] = 0;
+}
+
+// out[tok, row] = Σ_s partial[s, tok, row] in split order, then bias and the output cast (grids
+// wider than kMaxCounterCtas columns).
 __global__ void __launch_bounds__(256) small_m_gemm_reduce(Args d) {
   pdl_wait();
   const size_t total = size_t(d.p.m) * d.p.n;
@@ -221,6 +271,7 @@ void small_m_gemm(const SmallMGemmParams& p, cudaStream_t stream) {
   if (d.splits > 1 && (p.workspace == nullptr || p.workspace_bytes < need))
     throw InvalidArgument("small_m_gemm: workspace too small (" +
                           std::to_string(p.workspace_bytes) + " < " + std::to_string(need) + ")");
+  d.fused_reduce = (d.groups + kWarps - 1) / kWarps <= kMaxCounterCtas;
   static_assert(kMaxNi == 8, "token tiles below assume kSmallMGemmMaxM == 64");
   if (p.m <= 8) {
     launch<1>(d, stream);
@@ -231,7 +282,7 @@ void small_m_gemm(const SmallMGemmParams& p, cudaStream_t stream) {
   } else {
     launch<8>(d, stream);
   }
-  if (d.splits > 1) {
+  if (d.splits > 1 && !d.fused_reduce) {
     const size_t total = size_t(p.m) * p.n;
     const int blocks = int(std::min<size_t>((total + 255) / 256, size_t(sm_count()) * 8));
     launch_pdl("small_m_gemm_reduce", small_m_gemm_reduce, dim3(blocks), dim3(256), 0, stream, d);
