@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
 namespace serval::testing {
@@ -47,6 +48,51 @@ double median_us(F&& run) {
   cudaEventDestroy(b);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2] * 1e3;
+}
+
+// Weight copies for graph_us: enough that one pass over them (~256 MB) cannot stay in the 50 MB
+// L2, as in a decode step where every layer reads different weights.
+inline int cold_copies(size_t weight_bytes) {
+  return int(std::clamp<size_t>((size_t(256) << 20) / std::max<size_t>(weight_bytes, 1), 1, 16));
+}
+
+// Median µs per call of run(stream, copy) when `calls` calls, cycling over copy = 0..copies-1,
+// are captured in one CUDA graph and replayed (5 timed replays after one warm-up): no launch gaps,
+// as in a graph-captured decode step.
+template <typename F>
+double graph_us(int copies, F&& run, int calls = 48) {
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  for (int i = 0; i < copies; ++i) run(s, i);  // lazy initialisation outside the capture
+  cudaStreamSynchronize(s);
+  cudaGraph_t graph;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  for (int i = 0; i < calls; ++i) run(s, i % copies);
+  cudaStreamEndCapture(s, &graph);
+  cudaGraphExec_t exec;
+  cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphLaunch(exec, s);
+  cudaStreamSynchronize(s);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<float> times;
+  for (int i = 0; i < 5; ++i) {
+    cudaEventRecord(a, s);
+    cudaGraphLaunch(exec, s);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2] * 1e3 / calls;
 }
 
 }  // namespace serval::testing

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/gemm/bf16_gemv.h"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 
@@ -251,7 +252,7 @@ bool small_m_gemm_supported(const void* x, const void* w, int m, int k) {
 }
 
 size_t small_m_gemm_workspace_bytes(int m, int n, int k) {
-  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  if (m <= kBf16GemvMaxM || n <= 0 || k <= 0) return 0;  // the GEMV needs none
   const int s = splits_for(m, n, k);
   return s > 1 ? size_t(s) * m * n * sizeof(float) : 0;
 }
@@ -262,6 +263,10 @@ void small_m_gemm(const SmallMGemmParams& p, cudaStream_t stream) {
         "small_m_gemm: need 1 <= m <= " + std::to_string(kSmallMGemmMaxM) +
         ", n > 0, k % 8 == 0 and 16-byte aligned x and w; got m = " + std::to_string(p.m) +
         ", n = " + std::to_string(p.n) + ", k = " + std::to_string(p.k));
+  if (p.m <= kBf16GemvMaxM) {
+    bf16_gemv(p, stream);
+    return;
+  }
   Args d{};
   d.p = p;
   d.groups = (p.n + 15) / 16;

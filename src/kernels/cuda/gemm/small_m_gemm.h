@@ -39,6 +39,7 @@ bool small_m_gemm_supported(const void* x, const void* w, int m, int k);
 // Fp32 partial-sum workspace for split-K (0 when one split suffices).
 size_t small_m_gemm_workspace_bytes(int m, int n, int k);
 
+// m ≤ kBf16GemvMaxM runs bf16_gemv (bf16_gemv.h), larger m the mma kernel described above.
 // Deterministic (fixed split-K reduction order). Launched with programmatic dependent launch: the
 // first weight loads are issued before waiting for the previous kernel. Throws InvalidArgument if
 // !small_m_gemm_supported or the workspace is too small.

@@ -1,5 +1,7 @@
-// MoE routing kernels: warp-per-token top-k with packed (score, index) keys, then one CTA that
-// builds the per-expert histogram, the tile-padded scan and the permutation maps.
+// MoE routing kernels: warp-per-token top-k (each round two 32-bit warp reductions: the best
+// score, then the lowest expert holding it), then one CTA that builds the per-expert histogram,
+// the tile-padded scan and the permutation maps. Up to kSmallMaxTokens tokens one small CTA does
+// everything in shared memory (few_tokens_kernel); up to kFusedMaxTokens one 1024-thread CTA.
 #include "kernels/cuda/moe/moe_routing.h"
 
 #include <cuda_runtime.h>
@@ -18,6 +20,12 @@ constexpr int kPerLane = kMoeMaxExperts / 32;
 constexpr int kMapThreads = 1024;
 // At or below this many tokens one CTA does top-k and maps in a single launch.
 constexpr int kFusedMaxTokens = 128;
+// At or below this many tokens (one warp each) few_tokens_kernel does it with one thread per
+// pair and per local expert.
+constexpr int kSmallThreads = 256;
+constexpr int kSmallMaxTokens = kSmallThreads / 32;
+static_assert(kSmallThreads >= kMoeMaxExperts && kSmallMaxTokens * kMoeMaxTopK <= kSmallThreads * 32,
+              "few_tokens_kernel: one thread per local expert");
 
 // Monotone map of a float onto uint32 (larger float → larger integer).
 __device__ __forceinline__ uint32_t orderable(float f) {
@@ -55,27 +63,51 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Best key among this lane's candidates, reduced over the warp.
-__device__ __forceinline__ uint64_t warp_best(const uint64_t (&keys)[kPerLane]) {
-  uint64_t best = 0;
+// Inverse of orderable().
+__device__ __forceinline__ float ord_value(uint32_t u) {
+  return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
+// Candidates of one lane: expert i·32 + lane has score ord[i] (orderable) when bit i of `alive`
+// is set. The best candidate of the warp is the one make_key orders first: the largest score,
+// then the lowest expert index; found with two single-instruction warp reductions instead of a
+// 64-bit shuffle tree.
+struct Candidates {
+  uint32_t ord[kPerLane];
+  uint32_t alive = 0;
+};
+
+struct Top {
+  uint32_t ord;  // orderable score
+  int index;     // expert
+};
+
+__device__ __forceinline__ Top warp_top(const Candidates& c, int lane) {
+  uint32_t m = 0;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) best = keys[i] > best ? keys[i] : best;
-  return warp_max_key(best);
+  for (int i = 0; i < kPerLane; ++i)
+    if ((c.alive >> i) & 1u) m = max(m, c.ord[i]);
+  m = __reduce_max_sync(kFull, m);
+  uint32_t idx = 0xffffffffu;
+#pragma unroll
+  for (int i = kPerLane - 1; i >= 0; --i)
+    if (((c.alive >> i) & 1u) && c.ord[i] == m) idx = uint32_t(i * 32 + lane);
+  idx = __reduce_min_sync(kFull, idx);
+  return {m, int(idx)};
 }
 
 // Removes expert `e` from the candidates (only its owning lane holds it).
-__device__ __forceinline__ void drop(uint64_t (&keys)[kPerLane], int e, int lane) {
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i)
-    if (i * 32 + lane == e) keys[i] = 0;
+__device__ __forceinline__ void drop(Candidates& c, int e, int lane) {
+  if ((e & 31) == lane) c.alive &= ~(1u << (e >> 5));
 }
 
 __device__ __forceinline__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
 
-// One warp routes token t; lane j < top_k writes choice j. Mirrors kernels::cpu::route.
-__device__ void route_token_warp(const MoeRoutingParams& p, int t, int lane) {
+// One warp routes token t; lane j < top_k writes choice j and returns its expert (other lanes
+// return 0). Mirrors kernels::cpu::route.
+__device__ int route_token_warp(const MoeRoutingParams& p, int t, int lane) {
   const int E = p.num_experts, k = p.top_k;
   const float* row = p.logits + size_t(t) * E;
   float vals[kPerLane];
@@ -84,9 +116,10 @@ __device__ void route_token_warp(const MoeRoutingParams& p, int t, int lane) {
     int e = i * 32 + lane;
     vals[i] = e < E ? row[e] : -INFINITY;
   }
-  uint64_t keys[kPerLane];
+  Candidates cand;
   float softmax_max = 0.0f, softmax_sum = 1.0f;
-  if (p.method == RoutingMethod::kSigmoidGroupedTopK) {
+  const bool grouped = p.method == RoutingMethod::kSigmoidGroupedTopK;
+  if (grouped) {
     float biased[kPerLane];
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -98,16 +131,18 @@ __device__ void route_token_warp(const MoeRoutingParams& p, int t, int lane) {
     // Lane g holds the score of group g: sum of its top-2 biased scores (top-1 if size 1).
     float group_score = -INFINITY;
     for (int g = 0; g < p.num_groups; ++g) {
+      Candidates members;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         int e = i * 32 + lane;
-        keys[i] = (e < E && e / group_size == g) ? make_key(biased[i], e) : 0;
+        members.ord[i] = orderable(biased[i]);
+        if (e < E && e / group_size == g) members.alive |= 1u << i;
       }
-      uint64_t b1 = warp_best(keys);
-      float s = 0.0f + key_value(b1);
+      const Top b1 = warp_top(members, lane);
+      float s = 0.0f + ord_value(b1.ord);
       if (group_size >= 2) {
-        drop(keys, key_index(b1), lane);
-        s += key_value(warp_best(keys));
+        drop(members, b1.index, lane);
+        s += ord_value(warp_top(members, lane).ord);
       }
       if (lane == g) group_score = s;
     }
@@ -125,13 +160,15 @@ __device__ void route_token_warp(const MoeRoutingParams& p, int t, int lane) {
       int e = i * 32 + lane;
       int g = e < E ? e / group_size : 0;
       bool in = __shfl_sync(kFull, selected ? 1 : 0, g & 31) != 0;
-      keys[i] = e < E ? make_key(in ? biased[i] : -INFINITY, e) : 0;
+      cand.ord[i] = orderable(in ? biased[i] : -INFINITY);
+      if (e < E) cand.alive |= 1u << i;
     }
   } else {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       int e = i * 32 + lane;
-      keys[i] = e < E ? make_key(vals[i], e) : 0;
+      cand.ord[i] = orderable(vals[i]);
+      if (e < E) cand.alive |= 1u << i;
     }
     if (p.method == RoutingMethod::kSoftmaxTopK) {
       float m = -INFINITY;
@@ -147,15 +184,19 @@ __device__ void route_token_warp(const MoeRoutingParams& p, int t, int lane) {
   }
 
   int my_id = 0;
+  uint32_t my_ord = 0;
   for (int r = 0; r < k; ++r) {
-    uint64_t best = warp_best(keys);
-    int e = key_index(best);
-    if (lane == r) my_id = e;
-    drop(keys, e, lane);
+    const Top best = warp_top(cand, lane);
+    if (lane == r) {
+      my_id = best.index;
+      my_ord = best.ord;
+    }
+    drop(cand, best.index, lane);
   }
 
   const bool active = lane < k;
-  const float l = active ? row[my_id] : 0.0f;
+  // The selection score is the logit itself except for the grouped method (biased sigmoid).
+  const float l = !active ? 0.0f : grouped ? row[my_id] : ord_value(my_ord);
   float w = 0.0f;
   switch (p.method) {
     case RoutingMethod::kSoftmaxTopK:
@@ -180,6 +221,7 @@ __device__ void route_token_warp(const MoeRoutingParams& p, int t, int lane) {
     p.topk_ids[size_t(t) * k + lane] = my_id;
     p.topk_weights[size_t(t) * k + lane] = w * p.routed_scaling_factor;
   }
+  return active ? my_id : 0;
 }
 
 // PDL: every routing kernel waits for its predecessor (the router GEMM writes the logits, or
