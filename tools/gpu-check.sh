@@ -15,7 +15,7 @@
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu) and the
 # GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events).
 # --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
-# fixture folders under $OUT/quant-fixtures, so the tests below already use them.
+# fixture folders in $OUT/quant-fixtures.tgz, so the tests below already use them.
 #
 # The GPU machine lacks the PCRE2 and utf8proc headers: carry .device-deps made by
 # ../shared/tools/pack-device-deps.sh. Bench configs come from --configs (default
@@ -65,10 +65,7 @@ if [[ $quant_fixtures -eq 1 ]]; then
   python3 tools/make_quant_fixtures.py --fixtures tests/fixtures >"$out/quant-fixtures.log" 2>&1
   echo "make_quant_fixtures: exit $?" | tee -a "$out/gpu.txt"
   tail -n 6 "$out/quant-fixtures.log"
-  mkdir -p "$out/quant-fixtures"
-  for d in tests/fixtures/*_nvfp4_* tests/fixtures/*_fp8_*; do
-    [[ -d $d ]] && cp -r "$d" "$out/quant-fixtures/"
-  done
+  (cd tests/fixtures && tar czf "$out/quant-fixtures.tgz" ./*_nvfp4_* ./*_fp8_*)
 fi
 
 start=$(date +%s)
@@ -188,4 +185,7 @@ if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
   kill $server 2>/dev/null
   wait $server 2>/dev/null
 fi
+# The device returns at most 8 files: all logs but the summary and the benchmarks go in one archive.
+(cd "$out" && find . -maxdepth 1 -type f ! -name gpu.txt ! -name bench.log ! -name '*.tgz' \
+  ! -name console.txt -printf '%P\n' | tar czf logs.tgz -T - --remove-files)
 exit 0

@@ -43,11 +43,6 @@ __device__ __forceinline__ int key_index(uint64_t key) {
   return int(0xffffffffu - uint32_t(key & 0xffffffffu));
 }
 
-__device__ __forceinline__ float key_value(uint64_t key) {
-  uint32_t u = uint32_t(key >> 32);
-  return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
-}
-
 __device__ __forceinline__ uint64_t warp_max_key(uint64_t k) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
@@ -303,6 +298,88 @@ __global__ void __launch_bounds__(kMapThreads) maps_kernel(MoeRoutingParams p) {
   }
 }
 
+// Few tokens (≤ kSmallMaxTokens): one CTA of kSmallThreads; warp t routes token t, then thread i
+// owns pair i and thread e local expert e, all exchanges in shared memory (no global read-back):
+//   1. routing; pair i's local expert → s_local,
+//   2. rank of pair i among the pairs of its warp with the same expert (match_any) and, per warp,
+//      each expert's pair count,
+//   3. thread e: count and per-warp exclusive prefix (in place), tiles, block scan → offsets;
+//      tile_expert and the expert's padding rows (disjoint from every valid row),
+//   4. pair i: row = offset·tile + earlier warps' pairs of its expert + its rank.
+// Ranks follow pair order, so the maps are deterministic.
+__global__ void __launch_bounds__(kSmallThreads) few_tokens_kernel(MoeRoutingParams p) {
+  constexpr int kWarps = kSmallThreads / 32;
+  __shared__ int s_local[kSmallThreads];
+  __shared__ int s_warp_count[kWarps][kMoeMaxExperts];
+  __shared__ int s_offset[kMoeMaxExperts];
+  __shared__ int s_scan[kWarps];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  pdl_wait();
+  pdl_launch_dependents();
+  const int k = p.top_k, pairs = p.num_tokens * k, pair_warps = (pairs + 31) / 32;
+  if (tid < p.num_local)
+    for (int w = 0; w < pair_warps; ++w) s_warp_count[w][tid] = 0;
+  if (warp < p.num_tokens) {
+    const int id = route_token_warp(p, warp, lane);
+    const int local = id - p.local_offset;
+    if (lane < k) s_local[warp * k + lane] = local >= 0 && local < p.num_local ? local : -1;
+  }
+  __syncthreads();
+
+  const int local = tid < pairs ? s_local[tid] : -1;
+  int rank = 0;
+  if (warp < pair_warps) {  // warp-uniform
+    const unsigned same = __match_any_sync(kFull, local);
+    rank = __popc(same & ((1u << lane) - 1u));
+    if (local >= 0 && rank == 0) s_warp_count[warp][local] = __popc(same);
+  }
+  __syncthreads();
+
+  const int e = tid;
+  int count = 0, tiles = 0;
+  if (e < p.num_local) {
+    for (int w = 0; w < pair_warps; ++w) {
+      const int c = s_warp_count[w][e];
+      s_warp_count[w][e] = count;
+      count += c;
+    }
+    tiles = (count + p.tile - 1) / p.tile;
+  }
+  int incl = tiles;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int v = __shfl_up_sync(kFull, incl, off);
+    if (lane >= off) incl += v;
+  }
+  if (lane == 31) s_scan[warp] = incl;
+  __syncthreads();
+  int before = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const int v = s_scan[w];
+    before += w < warp ? v : 0;
+    total += v;
+  }
+  if (e < p.num_local) {
+    const int first = before + incl - tiles;
+    s_offset[e] = first;
+    for (int c = first; c < first + tiles; ++c) p.tile_expert[c] = e;
+    for (int r = first * p.tile + count; r < (first + tiles) * p.tile; ++r)
+      p.permuted_to_token[r] = -1;
+  }
+  if (tid == 0) *p.num_tiles = total;
+  __syncthreads();
+
+  if (tid < pairs) {
+    int row = -1;
+    if (local >= 0) {
+      row = s_offset[local] * p.tile + s_warp_count[warp][local] + rank;
+      p.permuted_to_token[row] = tid / k;
+    }
+    p.expanded_to_permuted[tid] = row;
+  }
+}
+
 }  // namespace
 
 void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
@@ -318,6 +395,11 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
     throw InvalidArgument(
         "moe_routing: grouped top-k needs 1 ≤ topk_groups ≤ num_groups ≤ 32 "
         "and num_experts divisible by num_groups");
+  if (p.num_tokens <= kSmallMaxTokens) {
+    launch_pdl("moe_routing (few tokens)", few_tokens_kernel, dim3(1), dim3(kSmallThreads), 0,
+               stream, p);
+    return;
+  }
   if (p.num_tokens <= kFusedMaxTokens) {
     launch_pdl("moe_routing (fused)", maps_kernel<true>, dim3(1), dim3(kMapThreads), 0, stream, p);
     return;
