@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "kernels/cuda/moe/moe_gemm.h"
+#include "kernels/cuda/moe/moe_gemv.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/cuda/moe/moe_routing.h"
 
@@ -137,6 +138,16 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   rp.tile_expert = ws.tile_expert;
   rp.num_tiles = ws.num_tiles;
   kc::moe_routing(rp, stream);
+
+  // A few tokens with bf16 experts: two GEMV kernels (each needed expert row read once,
+  // contiguously; GEMM2 and the finalize fused) instead of the tiled grouped GEMMs.
+  if (a.backend == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kBf16 &&
+      kc::moe_gemv_supported(a.num_tokens, a.top_k, a.hidden, a.inter)) {
+    kc::moe_gemv({a.x, a.gate_up, a.down, ws.topk_ids, ws.topk_weights, ws.act, a.out, a.num_tokens,
+                  a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
+                 stream);
+    return;
+  }
 
   const auto config = a.backend == MoeCudaBackend::kThroughput ? kc::MoeGemmConfig::kThroughput
                                                                : kc::MoeGemmConfig::kLatency;
