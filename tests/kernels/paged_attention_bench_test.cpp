@@ -43,6 +43,44 @@ double median_us(F&& launch, int iters = 30) {
   return us[us.size() / 2];
 }
 
+// Per-launch µs of `reps` launches captured back to back in one CUDA graph (launch overhead
+// hidden, each launch still waits for the previous one: programmatic dependent launch), the
+// median of `iters` timed replays. One eager launch first (sets the kernel attributes).
+template <typename F>
+double graph_us(F&& launch, int reps = 200, int iters = 20) {
+  cudaStream_t s;
+  cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  launch(s);
+  cuda_check(cudaStreamSynchronize(s), "warm-up");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < reps; ++i) launch(s);
+  cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
+  cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 2; ++i) cuda_check(cudaGraphLaunch(exec, s), "replay");
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(a, s);
+    cuda_check(cudaGraphLaunch(exec, s), "replay");
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    us.push_back(ms * 1e3 / reps);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 struct Problem {
   std::vector<int32_t> query_start, ctx, tables;
   int num_blocks = 0, max_blocks = 0;
@@ -78,8 +116,11 @@ std::vector<uint8_t> random_cache(size_t elems, DType dtype, uint32_t seed) {
   return bytes;
 }
 
-void bench(const char* name, int num_seqs, int q_len, int ctx_len,
-           DType cache_dtype = DType::kBF16) {
+// bound: the host bound max_context_len (0: ctx_len, as an eager step; CUDA graphs pass
+// max_model_len). Prints eager µs per launch and, for decode, µs per launch inside a graph.
+void bench(const char* name, int num_seqs, int q_len, int ctx_len, DType cache_dtype = DType::kBF16,
+           int bound = 0) {
+  if (bound == 0) bound = ctx_len;
   Problem pr = make_problem(num_seqs, q_len, ctx_len);
   const size_t cache_elems = size_t(pr.num_blocks) * kBs * kHkv * kD;
   const int T = num_seqs * q_len;
@@ -88,7 +129,7 @@ void bench(const char* name, int num_seqs, int q_len, int ctx_len,
       v(random_cache(cache_elems, cache_dtype, 3));
   DeviceBuffer<int32_t> qs(pr.query_start), ctx(pr.ctx), tables(pr.tables);
   const size_t ws =
-      kernels::cuda::paged_attention_workspace_bytes(num_seqs, kHq, kHkv, kD, q_len, ctx_len);
+      kernels::cuda::paged_attention_workspace_bytes(num_seqs, kHq, kHkv, kD, q_len, bound);
   DeviceBuffer<unsigned char> work(ws);
   kernels::cuda::PagedAttentionParams p{};
   p.q = q.get();
@@ -106,12 +147,14 @@ void bench(const char* name, int num_seqs, int q_len, int ctx_len,
   p.num_kv_heads = kHkv;
   p.head_dim = kD;
   p.max_query_len = q_len;
-  p.max_context_len = ctx_len;
+  p.max_context_len = bound;
   p.scale = 1.0f / std::sqrt(float(kD));
   p.cache_dtype = cache_dtype;
   p.workspace = work.get();
   p.workspace_bytes = ws;
   const double us = median_us([&] { kernels::cuda::paged_attention(p, nullptr); });
+  const double graph =
+      q_len == 1 ? graph_us([&](cudaStream_t s) { kernels::cuda::paged_attention(p, s); }) : 0.0;
   cuda_check(cudaDeviceSynchronize(), name);
   // KV bytes read once per (sequence, kv head); FLOPs: QKᵀ and PV, 2 each per MAC, causal keys.
   const double kv_bytes =
@@ -120,17 +163,31 @@ void bench(const char* name, int num_seqs, int q_len, int ctx_len,
   double keys = 0;  // Σ over query rows of visible keys
   for (int i = 0; i < q_len; ++i) keys += prefix + i + 1;
   const double flops = 4.0 * num_seqs * kHq * kD * keys;
-  std::printf(
-      "%s: %.1f us, KV read %.2f TB/s, %.1f TFLOP/s (splits %d)\n", name, us, kv_bytes / us * 1e-6,
-      flops / us * 1e-6,
-      q_len == 1 ? kernels::cuda::paged_attention_num_splits(num_seqs, kHq, kHkv, ctx_len) : 1);
+  if (q_len == 1) {
+    std::printf(
+        "%s (bound %d): eager %.1f us; in a graph %.2f us, KV read %.2f TB/s (%.0f%% of 4.3), "
+        "splits %d\n",
+        name, bound, us, graph, kv_bytes / graph * 1e-6, kv_bytes / graph * 1e-6 / 4.3 * 100,
+        kernels::cuda::paged_attention_num_splits(num_seqs, kHq, kHkv, bound));
+  } else {
+    std::printf("%s: %.1f us, %.1f TFLOP/s\n", name, us, flops / us * 1e-6);
+  }
 }
 
 TEST(CudaPagedAttentionBench, DISABLED_Qwen3Shape) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  // Before the short-context rework (ncu, eager): batch 1 ctx 56 7.2 us, batch 8 ctx 1024
+  // 24.4 us (0.69 TB/s), batch 64 ctx 4096 177.6 us (3.02 TB/s; must not get slower).
   bench("decode batch 64 ctx 4096", 64, 1, 4096);  // target ≥ 3.0 TB/s (70% of 4.3)
+  bench("decode batch 64 ctx 4096", 64, 1, 4096, DType::kBF16, 40960);
   bench("decode batch 8 ctx 1024", 8, 1, 1024);
+  bench("decode batch 8 ctx 1024", 8, 1, 1024, DType::kBF16, 40960);
+  bench("decode batch 1 ctx 56", 1, 1, 56);  // target ≈ 3 us
+  bench("decode batch 1 ctx 56", 1, 1, 56, DType::kBF16, 40960);
+  bench("decode batch 1 ctx 512", 1, 1, 512);
+  bench("decode batch 1 ctx 512", 1, 1, 512, DType::kBF16, 40960);
   bench("decode batch 1 ctx 4096", 1, 1, 4096);
+  bench("decode batch 1 ctx 4096", 1, 1, 4096, DType::kBF16, 40960);
   bench("prefill 8192 tokens", 1, 8192, 8192);  // target ≥ 395 TFLOP/s (50% of 790)
   bench("prefill 8 x 1024 tokens", 8, 1024, 1024);
 }
@@ -143,6 +200,8 @@ TEST(CudaPagedAttentionBench, DISABLED_Qwen3ShapeFp8) {
     std::printf("-- %s KV cache\n", fmt);
     bench("decode batch 64 ctx 4096", 64, 1, 4096, t);  // target ≥ 3.0 TB/s
     bench("decode batch 8 ctx 1024", 8, 1, 1024, t);
+    bench("decode batch 1 ctx 56", 1, 1, 56, t, 40960);
+    bench("decode batch 1 ctx 512", 1, 1, 512, t, 40960);
     bench("decode batch 1 ctx 4096", 1, 1, 4096, t);
     bench("prefill 8192 tokens", 1, 8192, 8192, t);
   }

@@ -163,6 +163,32 @@ TEST(CudaPagedAttentionFp8, DecodeManySplitsAndUnsplitBatch) {
   }
 }
 
+// Short and medium contexts at batch 1 and 3, exact and loose bounds (see the bf16 test of the
+// same name): one active split, one-tile splits merged by the last CTA, and multi-tile splits
+// whose block-table entries are re-read (ctx 1024 under the bound 1024: 8 splits of 128 keys).
+TEST(CudaPagedAttentionFp8, DecodeShortAndMediumContexts) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const std::vector<int> contexts = {1, 15, 16, 17, 56, 300, 1024};
+  const int n = int(contexts.size());
+  uint32_t seed = 900;
+  for (DType t : {DType::kF8E4M3, DType::kF8E5M2}) {
+    for (int bound : {0, 1024, 40960}) {
+      for (int batch : {1, 3}) {
+        for (int i = 0; i < n; ++i) {
+          Case c{std::vector<int>(batch, 1), {}, 32, 4, 128, t};
+          for (int b = 0; b < batch; ++b) c.ctx_lens.push_back(contexts[(i + 2 * b) % n]);
+          c.max_context_bound = bound;
+          EXPECT_LT(run_case(c, seed++), kTol)
+              << name(t) << " bound=" << bound << " batch=" << batch << " ctx0=" << c.ctx_lens[0];
+        }
+      }
+    }
+    Case d64{{1, 1, 1}, {17, 300, 1024}, 8, 2, 64, t};  // D 64, group 4
+    d64.max_context_bound = 40960;
+    EXPECT_LT(run_case(d64, seed++), kTol) << name(t) << " D64";
+  }
+}
+
 TEST(CudaPagedAttentionFp8, PrefillMatchesCpu) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   uint32_t seed = 800;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "base/math.h"
 #include "kernels/cpu/ops.h"
@@ -147,6 +148,110 @@ TEST(CudaPagedAttention, DecodeManySplitsAndUnsplitBatch) {
                 splits == 1 ? 0 : size_t(seqs) * 32 * splits * 129 * sizeof(float));
     }
   }
+}
+
+// Short and medium contexts at batch 1 and 3 (the Qwen3 shape and a D64 GQA-4 one), under the
+// exact bound and under loose ones (CUDA graphs bound by max_model_len): a single active split
+// (written directly, no merge), several one-tile splits merged by the last CTA (fast path of the
+// guessed block-table entries), and multi-tile splits (entries re-read once the context is
+// known, e.g. ctx 1024 under the bound 1024). Contexts end inside and at block boundaries.
+TEST(CudaPagedAttention, DecodeShortAndMediumContexts) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const std::vector<int> contexts = {1, 15, 16, 17, 56, 300, 1024};
+  const int n = int(contexts.size());
+  uint32_t seed = 1000;
+  for (const auto& [hq, hkv, d] : {std::tuple{32, 4, 128}, std::tuple{8, 2, 64}}) {
+    for (int bound : {0, 1024, 40960}) {
+      for (int batch : {1, 3}) {
+        for (int i = 0; i < n; ++i) {
+          Case c;
+          c.hq = hq;
+          c.hkv = hkv;
+          c.d = d;
+          c.q_lens.assign(batch, 1);
+          for (int b = 0; b < batch; ++b) c.ctx_lens.push_back(contexts[(i + 2 * b) % n]);
+          c.max_context_bound = bound;
+          EXPECT_LT(run_case(c, seed++), kTol) << "Hq=" << hq << " D=" << d << " bound=" << bound
+                                               << " batch=" << batch << " ctx0=" << c.ctx_lens[0];
+        }
+      }
+    }
+  }
+}
+
+// A CUDA-graph replay of the decode launch equals an eager launch bit for bit, also after the
+// context lengths change between replays (the split count comes from the host bound, the
+// partition and the merge from the device-side lengths), and two eager launches agree (the merge
+// order is fixed; the arrival counters are reset). The workspace is poisoned before every launch:
+// a partial read before it is written would show as NaN.
+TEST(CudaPagedAttention, DecodeGraphReplayEqualsEager) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const int S = 3, hq = 32, hkv = 4, D = 128, bs = 16, bound = 40960;
+  const std::vector<int> full = {1024, 1024, 1024};
+  const PagedLayout layout = make_paged_layout(std::vector<int>(S, 1), full, bs, 77);
+  const size_t cache_elems = size_t(layout.num_blocks) * bs * hkv * D;
+  DeviceBuffer<bf16> d_q(random_bf16(size_t(S) * hq * D, 78, -2.0f, 2.0f)),
+      d_k(random_bf16(cache_elems, 79)), d_v(random_bf16(cache_elems, 80)),
+      d_out(size_t(S) * hq * D);
+  DeviceBuffer<int32_t> d_qs(layout.query_start), d_ctx{size_t(S)}, d_tables(layout.tables);
+  const size_t ws_bytes = kernels::cuda::paged_attention_workspace_bytes(S, hq, hkv, D, 1, bound);
+  ASSERT_GT(ws_bytes, 0u) << "the loose bound must split";
+  DeviceBuffer<unsigned char> d_ws(ws_bytes);
+  kernels::cuda::PagedAttentionParams p{};
+  p.q = d_q.get();
+  p.out = d_out.get();
+  p.k_cache = d_k.get();
+  p.v_cache = d_v.get();
+  p.query_start = d_qs.get();
+  p.context_lens = d_ctx.get();
+  p.block_tables = d_tables.get();
+  p.num_tokens = p.num_seqs = S;
+  p.max_blocks_per_seq = layout.max_blocks;
+  p.block_size = bs;
+  p.num_q_heads = hq;
+  p.num_kv_heads = hkv;
+  p.head_dim = D;
+  p.max_query_len = 1;
+  p.max_context_len = bound;
+  p.scale = 1.0f / std::sqrt(float(D));
+  p.workspace = d_ws.get();
+  p.workspace_bytes = ws_bytes;
+
+  cudaStream_t stream;
+  cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  // Runs one launch (graph replay or eager) on poisoned out/workspace; returns out's bits.
+  auto run = [&](const std::vector<int32_t>& ctx, cudaGraphExec_t exec) {
+    d_ctx.upload(ctx);
+    d_out.poison();
+    d_ws.poison();
+    if (exec != nullptr) {
+      cuda_check(cudaGraphLaunch(exec, stream), "graph launch");
+    } else {
+      kernels::cuda::paged_attention(p, stream);
+    }
+    cuda_check(cudaStreamSynchronize(stream), "decode");
+    std::vector<uint16_t> bits;
+    for (const bf16& x : d_out.download()) bits.push_back(x.bits);
+    return bits;
+  };
+  const std::vector<std::vector<int32_t>> steps = {{56, 300, 1024}, {1, 1024, 17}, {1024, 15, 512}};
+  std::vector<std::vector<uint16_t>> eager;
+  for (const auto& ctx : steps) {
+    eager.push_back(run(ctx, nullptr));
+    for (uint16_t b : eager.back()) ASSERT_NE(b & 0x7F80u, 0x7F80u) << "NaN/inf output";
+    EXPECT_EQ(run(ctx, nullptr), eager.back()) << "two eager launches differ";
+  }
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  kernels::cuda::paged_attention(p, stream);
+  cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
+  cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (size_t i = 0; i < steps.size(); ++i)
+    EXPECT_EQ(run(steps[i], exec), eager[i]) << "replay " << i << " differs from eager";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 TEST(CudaPagedAttention, TinyHeadDims) {

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <string>
 
 #include "kernels/cpu/qk_norm_rope_kv.h"
 #include "kernels/cuda_test_util.h"
@@ -25,9 +27,11 @@ struct Shape {
   bool norm;
 };
 
-void check(const Shape& s) {
-  SCOPED_TRACE(s.name);
-  const int T = 37, block_size = 16, num_blocks = 16, D = s.d;
+// T tokens: 37 (a prefill-sized grid of 4-warp CTAs for the Qwen3 shape) or a decode-sized 1..3
+// (one warp per CTA).
+void check(const Shape& s, int T = 37) {
+  SCOPED_TRACE(std::string(s.name) + " T=" + std::to_string(T));
+  const int block_size = 16, num_blocks = 16, D = s.d;
   const int num_slots = num_blocks * block_size;
   const size_t row = size_t(s.hq + 2 * s.hkv) * D, kv_row = size_t(s.hkv) * D;
   auto qkv = random_bf16(size_t(T) * row, uint32_t(D + s.hq), -2.0f, 2.0f);
@@ -37,11 +41,13 @@ void check(const Shape& s) {
   std::mt19937 rng(9);
   std::vector<int32_t> positions(T), slots(num_slots);
   for (auto& p : positions) p = int32_t(rng() % 40000);
-  positions[0] = 0;
+  if (T > 1) positions[0] = 0;
   std::iota(slots.begin(), slots.end(), 0);
   std::shuffle(slots.begin(), slots.end(), rng);
   slots.resize(T);
-  slots[3] = slots[20] = -1;  // padding tokens: no cache write
+  // Padding tokens: no cache write.
+  for (int t : {1, 20})
+    if (t < T - 1) slots[t] = -1;
 
   std::vector<float> qkv_f = to_float(qkv), qn_f = to_float(q_norm), kn_f = to_float(k_norm);
   std::vector<float> want_q(size_t(T) * s.hq * D), want_k(num_slots * kv_row, NAN),
@@ -94,6 +100,17 @@ TEST(CudaQkNormRopeKv, Qwen3LikeWithNorm) {
   check({"qwen3 Hq32 Hkv4 D128 norm", 32, 4, 128, true});
 }
 
+// Decode-sized grids (a warp per CTA): one token at a random position, and three with one
+// padding token.
+TEST(CudaQkNormRopeKv, DecodeTokens) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int T : {1, 3}) {
+    check({"qwen3 Hq32 Hkv4 D128 norm", 32, 4, 128, true}, T);
+    check({"llama Hq32 Hkv8 D128", 32, 8, 128, false}, T);
+    check({"tiny Hq4 Hkv2 D16 norm", 4, 2, 16, true}, T);
+  }
+}
+
 TEST(CudaQkNormRopeKv, LlamaLikeWithoutNorm) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   check({"llama Hq32 Hkv8 D128", 32, 8, 128, false});
@@ -104,6 +121,63 @@ TEST(CudaQkNormRopeKv, TinyHeadDim) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   check({"tiny Hq4 Hkv2 D16 norm", 4, 2, 16, true});
   check({"tiny Hq4 Hkv4 D32", 4, 4, 32, false});
+}
+
+// DISABLED_ benchmark at the Qwen3-30B-A3B shape (Hq 32, Hkv 4, D 128, q/k norm, bf16 cache): µs
+// per launch of 200 launches captured in one CUDA graph (launch overhead hidden), the median of
+// 20 replays. Before the load-chain rework (ncu): 4.0 us for one token. Run with
+// kernels_gpu --gtest_also_run_disabled_tests --gtest_filter='*QkNormRopeKvBench*'
+TEST(CudaQkNormRopeKvBench, DISABLED_Qwen3Shape) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  constexpr int kHq = 32, kHkv = 4, kD = 128, kReps = 200;
+  for (int T : {1, 8, 64, 8192}) {
+    const size_t row = size_t(kHq + 2 * kHkv) * kD;
+    std::vector<int32_t> positions(T), slots(T);
+    for (int t = 0; t < T; ++t) positions[t] = slots[t] = 1000 + t;
+    std::vector<float> inv_freq(kD / 2);
+    for (int i = 0; i < kD / 2; ++i) inv_freq[i] = float(1.0 / std::pow(1e6, 2.0 * i / kD));
+    DeviceBuffer<bf16> qkv(random_bf16(size_t(T) * row, 5)), qn(random_bf16(kD, 6, 0.5f, 1.5f)),
+        kn(random_bf16(kD, 7, 0.5f, 1.5f)), q_out(size_t(T) * kHq * kD),
+        k_cache(size_t(T + 1000) * kHkv * kD), v_cache(size_t(T + 1000) * kHkv * kD);
+    DeviceBuffer<float> freq(inv_freq);
+    DeviceBuffer<int32_t> pos(positions), slot(slots);
+    const kernels::cuda::QkNormRopeKvParams p{
+        qkv.get(),     qn.get(),      kn.get(), pos.get(), freq.get(), slot.get(), q_out.get(),
+        k_cache.get(), v_cache.get(), T,        kHq,       kHkv,       kD,         1e-6f};
+    cudaStream_t s;
+    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    kernels::cuda::qk_norm_rope_kv(p, s);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < kReps; ++i) kernels::cuda::qk_norm_rope_kv(p, s);
+    cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
+    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int i = 0; i < 2; ++i) cuda_check(cudaGraphLaunch(exec, s), "replay");
+    std::vector<double> us;
+    for (int i = 0; i < 20; ++i) {
+      cudaEventRecord(a, s);
+      cuda_check(cudaGraphLaunch(exec, s), "replay");
+      cudaEventRecord(b, s);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      us.push_back(ms * 1e3 / kReps);
+    }
+    std::sort(us.begin(), us.end());
+    // Bytes: qkv read, q_out and the new K/V rows written.
+    const double bytes = double(T) * (row + size_t(kHq) * kD + 2 * size_t(kHkv) * kD) * 2;
+    std::printf("qk_norm_rope_kv %d tokens: %.2f us per launch in a graph (%.2f TB/s)\n", T,
+                us[us.size() / 2], bytes / us[us.size() / 2] * 1e-6);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  }
 }
 
 }  // namespace

@@ -4,17 +4,34 @@
 
 namespace serval::kernels::cuda {
 
-// Decode split-KV partition: keys per split for a sequence of `ctx` keys cut into `num_splits`
-// parts, rounded up to whole 64-key tiles (attn::kTileKeys); split i covers keys
-// [i·chunk, min(ctx, (i+1)·chunk)), so trailing splits may be empty.
-constexpr int kDecodeTileKeys = 64;
-__host__ __device__ constexpr int decode_chunk_keys(int ctx, int num_splits) {
-  return ((ctx + num_splits - 1) / num_splits + kDecodeTileKeys - 1) / kDecodeTileKeys *
-         kDecodeTileKeys;
+// Decode split-KV partition. The launch has `num_splits` CTAs per (sequence, head group), fixed by
+// the host bounds (paged_attention_num_splits); how many of them a sequence uses depends on its
+// own context length, read on the device, so graph replays and eager runs still agree.
+constexpr int kDecodeTileKeys = 64;  // keys per shared-memory tile of a decode CTA
+constexpr int kDecodeMaxSplits = 64;
+
+#ifdef __CUDACC__
+// A sequence of `ctx` keys (T64 = ⌈ctx / 64⌉ tiles) served by CTAs of `rows` q heads: each active
+// split streams `chunk_keys` = tiles_per_split · 64 keys, split i covering keys
+// [i·chunk_keys, min(ctx, (i+1)·chunk_keys)); splits ≥ `active` have no key and do nothing.
+// tiles_per_split = max(⌈T64 / num_splits⌉, ⌊√(T64 · rows / 64)⌋): the second term balances
+// streaming against the merge, whose last CTA reads rows·D fp32 per split (1/64 of a tile per
+// row): T + T64·rows/(64·T) is least at T = √(T64·rows/64). Short contexts (T64 ≤ num_splits
+// and T64·rows < 256) get one tile per split. ctx ≤ 0: no active split.
+struct DecodePartition {
+  int chunk_keys, active;
+};
+__device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_splits, int rows) {
+  if (ctx <= 0) return {kDecodeTileKeys, 0};
+  const int tiles = (ctx + kDecodeTileKeys - 1) / kDecodeTileKeys;
+  const int balanced = int(sqrtf(float(tiles) * float(rows) * (1.0f / kDecodeTileKeys)));
+  const int per_split = max(max((tiles + num_splits - 1) / num_splits, balanced), 1);
+  return {per_split * kDecodeTileKeys, (tiles + per_split - 1) / per_split};
 }
+#endif
 
 // Every query_len == 1. o_part/lse_part: [num_seqs, Hq, num_splits, D] / [num_seqs, Hq,
-// num_splits] fp32, used (and then merged) only when num_splits > 1.
+// num_splits] fp32, used (and then merged) only by sequences with more than one active split.
 void paged_attention_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
                             float* lse_part, cudaStream_t stream);
 

@@ -11,11 +11,11 @@
 namespace serval::kernels::cuda {
 namespace {
 
-constexpr int kMaxSplits = 64;
 // Decode CTAs resident per SM at head_dim 128 (paged_decode.cu sizes its shared memory for it).
 constexpr int kDecodeCtasPerSm = 3;
 // Split-choice cost model, in units of one 64-key tile streamed by one CTA: a CTA's fixed cost
-// (metadata, q, first-tile latency, epilogue) and the merge kernel's.
+// (metadata, q, first-tile latency, epilogue) and the merge's fixed cost (arrival, one L2 round
+// trip). The merge also reads rows·D fp32 per split, 1/64 of a tile per q-head row.
 constexpr int64_t kCtaFixedTiles = 2;
 constexpr int64_t kMergeTiles = 2;
 
@@ -23,23 +23,26 @@ constexpr int64_t kMergeTiles = 2;
 
 // Splits s = ceil(tiles / T) for T = 64-key tiles per split. The CTAs run in waves of
 // sm_count · kDecodeCtasPerSm; every CTA of a wave streams T tiles, so a step costs about
-// waves · (T + fixed) (+ the merge when s > 1). A partly filled last wave costs a full one: this
-// is what makes e.g. 2 splits of 256 CTAs (1.3 waves) slower than 3 (1.94 waves). Ties keep
-// fewer splits. Depends only on the arguments and the SM count, so graph replays agree.
+// waves · (T + fixed) (+ the merge when s > 1: fixed + s · rows / 64). A partly filled last wave
+// costs a full one: this is what makes e.g. 2 splits of 256 CTAs (1.3 waves) slower than 3 (1.94
+// waves). Ties keep fewer splits. Depends only on the arguments and the SM count, so graph
+// replays agree. (Sequences shorter than the bound use fewer of the splits: decode_partition.)
 int paged_attention_num_splits(int num_seqs, int num_q_heads, int num_kv_heads,
                                int max_context_len) {
   if (num_seqs <= 0 || num_kv_heads <= 0) return 1;
   const int group = std::max(1, num_q_heads / num_kv_heads);
+  const int64_t rows = std::min(group, 16);  // q heads per CTA
   const int64_t ctas = int64_t(num_seqs) * num_kv_heads * ceil_div(group, 16);
   const int64_t slots = int64_t(kDecodeCtasPerSm) * sm_count();
   const int64_t tiles = ceil_div<int64_t>(std::max(max_context_len, 1), kDecodeTileKeys);
-  int64_t best_splits = 1, best_cost = -1;
+  int64_t best_splits = 1, best_cost = -1;  // cost in 1/64 tile
   for (int64_t per_split = tiles; per_split >= 1; --per_split) {
     const int64_t splits = ceil_div(tiles, per_split);
-    if (splits > kMaxSplits) break;
+    if (splits > kDecodeMaxSplits) break;
     if (ceil_div(tiles, splits) != per_split) continue;  // same splits as a larger per_split
     const int64_t waves = ceil_div(ctas * splits, slots);
-    const int64_t cost = waves * (per_split + kCtaFixedTiles) + (splits > 1 ? kMergeTiles : 0);
+    const int64_t cost = waves * (per_split + kCtaFixedTiles) * kDecodeTileKeys +
+                         (splits > 1 ? kMergeTiles * kDecodeTileKeys + splits * rows : 0);
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best_splits = splits;
@@ -84,6 +87,8 @@ void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
     paged_attention_prefill(p, stream);
     return;
   }
+  if (p.max_blocks_per_seq < 1)
+    bad("decode needs max_blocks_per_seq ≥ 1, got " + std::to_string(p.max_blocks_per_seq));
   if (p.num_tokens != p.num_seqs)
     bad("decode (max_query_len 1) needs one token per sequence, got " +
         std::to_string(p.num_tokens) + " tokens for " + std::to_string(p.num_seqs) + " sequences");
@@ -97,6 +102,7 @@ void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
     if (p.workspace == nullptr || p.workspace_bytes < need)
       bad("workspace of " + std::to_string(p.workspace_bytes) + " bytes, decode needs " +
           std::to_string(need));
+    if (!is_aligned16(p.workspace)) bad("the decode workspace must be 16-byte aligned");
     o_part = static_cast<float*>(p.workspace);
     lse_part = o_part + size_t(p.num_seqs) * p.num_q_heads * splits * p.head_dim;
   }

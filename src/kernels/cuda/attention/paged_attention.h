@@ -37,13 +37,15 @@ struct PagedAttentionParams {
   float scale;                       // softmax scale · k_scale (the caller folds k_scale in)
   float v_scale = 1.0f;              // applied to the output (the stored v is v / v_scale)
   DType cache_dtype = DType::kBF16;  // kBF16, kF8E4M3 or kF8E5M2 (both caches)
-  void* workspace = nullptr;         // paged_attention_workspace_bytes(...) bytes, device
+  void* workspace = nullptr;         // paged_attention_workspace_bytes(...) bytes, device, 16-B
+                                     // aligned
   size_t workspace_bytes = 0;
 };
 
 // Decode split-KV partitions per (sequence, kv head), 1..64, chosen so the CTAs fill whole waves
 // of the GPU (paged_attention.cu). Depends only on its arguments (and the device's SM count),
-// never on the per-step context lengths, so graph replays agree.
+// never on the per-step context lengths, so graph replays agree. A sequence shorter than the
+// bound uses only some of them (its context length picks how many, on the device).
 int paged_attention_num_splits(int num_seqs, int num_q_heads, int num_kv_heads,
                                int max_context_len);
 

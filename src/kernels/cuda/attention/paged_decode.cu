@@ -1,13 +1,19 @@
 // Split-KV decode attention (one query row per sequence). One CTA per (split, kv head, sequence)
 // serves up to 16 q heads of the GQA group as the 16 mma rows, so each K/V tile is loaded once
 // for the whole group. The 4 warps take 16 keys each of every 64-key tile with their own online
-// softmax state and are merged through shared memory at the end. With several splits each CTA
-// writes a normalized partial (o, log2-sum-exp) and merge_kernel combines them; both kernels are
-// launched with programmatic dependent launch.
+// softmax state and are merged through shared memory at the end. A sequence uses the first
+// decode_partition(...).active splits of the grid (attention_launch.h); the others exit at once.
+// With one active split the CTA writes the output; with several each writes a normalized partial
+// (o, log2-sum-exp) and the last to finish merges them (decode_merge.cuh), or merge_kernel does
+// for very large grids. Both kernels are launched with programmatic dependent launch.
 //
-// Pipeline: kStages shared-memory stages of [K tile | V tile] filled by cp.async; the block-table
-// entries of the next tile to issue are fetched into registers one iteration early, so no issue
-// waits on a global load.
+// Latency at small batch is a chain of dependent loads, so the kernel starts three independent
+// ones together right after pdl_wait(): the context length, q (row = sequence: decode has one
+// query row per sequence) and the block-table entries of its first kStages tiles, guessed for a
+// split of one tile (exact whenever the context fits num_splits tiles; otherwise re-read once
+// the context is known). Then kStages shared-memory stages of [K tile | V tile] are filled by
+// cp.async; the block-table entries of the next tile to issue are fetched into registers one
+// iteration early, so no issue waits on a global load.
 //
 // fp8 caches never go through an f16 tile: the mma fragments are built in registers from the
 // staged fp8 bytes (rows padded to D + 16 bytes, conflict-free). K: one 4-byte shared load gives
@@ -21,6 +27,7 @@
 
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/attention/decode_merge.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 
@@ -51,8 +58,14 @@ struct DecodeShape {
   static constexpr int kRowsPerThread = kTileKeys / kRowStep;  // key rows each thread copies
   static_assert(kThreads % kChunks == 0 && kTileKeys % kRowStep == 0);
   static_assert(kRowBytes % 16 == 0, "cp.async and ldmatrix need 16-byte aligned rows");
-  static_assert(size_t(kWarps) * 16 * D * sizeof(float) <= size_t(kSmemBytes),
+  // Epilogue: the per-warp outputs [warp][16][kOStride] fp32 reuse the stages. The padding makes
+  // the fragment stores conflict-free (bf16: float2 stores, 8g + 2c spans 32 banks per half warp)
+  // or 2-way (fp8: scalar stores of dims 4c apart, g + 4c).
+  static constexpr int kOStride = kFp8 ? D + 1 : D + 8;
+  static_assert(size_t(kWarps) * 16 * kOStride * sizeof(float) <= size_t(kSmemBytes),
                 "the epilogue reuses the stages for the per-warp outputs");
+  static_assert(size_t(attn::kMergeScratchFloats) * sizeof(float) <= size_t(kSmemBytes),
+                "the fused merge reuses the stages for its weights");
 };
 
 // Two e4m3 / e5m2 values (element 0 in the low byte) as an f16 pair, element 0 in the low half.
@@ -180,6 +193,33 @@ __device__ __forceinline__ void issue_tile(unsigned char* stage, const unsigned 
   }
 }
 
+// Block-table entries of this thread's key rows of the tile starting at key0, unconditionally
+// (the index clamped into the table row): they can be loaded before the context length is known.
+template <int D, DType C>
+__device__ __forceinline__ void fetch_entries(int (&entry)[DecodeShape<D, C>::kRowsPerThread],
+                                              const int32_t* __restrict__ table, int block_size,
+                                              int max_blocks_per_seq, int key0, int first) {
+  using S = DecodeShape<D, C>;
+#pragma unroll
+  for (int i = 0; i < S::kRowsPerThread; ++i)
+    entry[i] = table[min((key0 + first + i * S::kRowStep) / block_size, max_blocks_per_seq - 1)];
+}
+
+// Cache slots of this thread's key rows of the tile starting at key0 from their block-table
+// entries (−1 past key_end).
+template <int D, DType C>
+__device__ __forceinline__ void entries_to_slots(
+    int (&slot)[DecodeShape<D, C>::kRowsPerThread],
+    const int (&entry)[DecodeShape<D, C>::kRowsPerThread], int block_size, int key0, int key_end,
+    int first) {
+  using S = DecodeShape<D, C>;
+#pragma unroll
+  for (int i = 0; i < S::kRowsPerThread; ++i) {
+    const int key = key0 + first + i * S::kRowStep;
+    slot[i] = key < key_end ? entry[i] * block_size + key % block_size : -1;
+  }
+}
+
 // Cache slots of this thread's key rows of the tile starting at key0 (−1 past key_end).
 template <int D, DType C>
 __device__ __forceinline__ void fetch_slots(int (&slot)[DecodeShape<D, C>::kRowsPerThread],
@@ -193,53 +233,33 @@ __device__ __forceinline__ void fetch_slots(int (&slot)[DecodeShape<D, C>::kRows
   }
 }
 
-// The merge without a second kernel (fused_merge): the last split CTA of each (sequence, head
-// group) to finish combines the group's partials exactly as merge_kernel does. Arrival counters
-// live in device memory that is zero at module load; that last CTA resets its counter, so they
-// are zero again for the next launch, which touches them only after pdl_wait (after this launch
-// completed). Grids with more (sequence, head group) pairs use merge_kernel.
+// The merge without a second kernel (fused_merge): the last active split CTA of each (sequence,
+// head group) to finish combines the group's partials. Arrival counters live in device memory
+// that is zero at module load; that last CTA resets its counter, so they are zero again for the
+// next launch, which touches them only after pdl_wait (after this launch completed). Grids with
+// more (sequence, head group) pairs use merge_kernel.
 constexpr int kMaxMergeCounters = 8192;
 __device__ unsigned int g_decode_arrivals[kMaxMergeCounters];
 
-// merge_kernel's arithmetic for heads head0 .. head0 + num_rows − 1 of `seq`, by one CTA.
-__device__ __forceinline__ void merge_heads(const float* o_part, const float* lse_part,
-                                            __nv_bfloat16* out, int token, int seq, int head0,
-                                            int num_rows, int num_q_heads, int num_splits, int D,
-                                            float v_scale) {
-  for (int i = threadIdx.x; i < num_rows * D; i += blockDim.x) {
-    const int r = i / D, d = i % D;
-    const int64_t row0 = (int64_t(seq) * num_q_heads + head0 + r) * num_splits;
-    float mx = -INFINITY;
-    for (int j = 0; j < num_splits; ++j) mx = fmaxf(mx, lse_part[row0 + j]);
-    float sum = 0.0f, acc = 0.0f;
-    for (int j = 0; j < num_splits; ++j) {
-      const float lse = lse_part[row0 + j];
-      const float w = lse == -INFINITY ? 0.0f : exp2f(lse - mx);  // empty split: 0
-      sum += w;
-      acc += w * o_part[(row0 + j) * D + d];
-    }
-    out[(int64_t(token) * num_q_heads + head0 + r) * D + d] = __float2bfloat16(acc / sum * v_scale);
-  }
-}
-
-// Counts this CTA's arrival; the last of its (sequence, head group) merges. Called by all threads
-// after the CTA's partials are written.
+// Counts this CTA's arrival among the `active` splits; the last of its (sequence, head group)
+// merges. Called by all threads after the CTA's partials are written. scratch: shared memory of
+// kMergeScratchFloats floats, free from here on.
+template <int D>
 __device__ __forceinline__ void arrive_and_merge(const float* o_part, const float* lse_part,
-                                                 __nv_bfloat16* out, int token, int seq, int head0,
+                                                 __nv_bfloat16* out, int seq, int head0,
                                                  int num_rows, int num_q_heads, int num_splits,
-                                                 int D, float v_scale) {
+                                                 int active, float v_scale, float* scratch) {
   __shared__ bool last;
   const int counter = blockIdx.z * gridDim.y + blockIdx.y;
   __threadfence();  // this CTA's partials are visible before its arrival is counted
   __syncthreads();
-  if (threadIdx.x == 0)
-    last = atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(num_splits - 1);
+  if (threadIdx.x == 0) last = atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(active - 1);
   __syncthreads();
   if (!last) return;
   __threadfence();  // see the other splits' partials
-  merge_heads(o_part, lse_part, out, token, seq, head0, num_rows, num_q_heads, num_splits, D,
-              v_scale);
   if (threadIdx.x == 0) g_decode_arrivals[counter] = 0;
+  merge_rows<D, kThreads>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
+                          active, v_scale, scratch);
 }
 
 template <int D, DType C>
@@ -247,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
     decode_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
                   const unsigned char* __restrict__ k_cache,
                   const unsigned char* __restrict__ v_cache,
-                  const int32_t* __restrict__ query_start, const int32_t* __restrict__ context_lens,
+                  const int32_t* __restrict__ context_lens,
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
                   int num_splits, bool fused_merge, float* __restrict__ o_part,
@@ -265,56 +285,23 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
   const int kv_head = blockIdx.y / sub_groups;
   const int head0 = kv_head * group + (blockIdx.y % sub_groups) * 16;  // q head of mma row 0
   const int num_rows = min(16, kv_head * group + group - head0);
-  const int token = query_start[seq];
-  const int ctx = context_lens[seq];
-  const int chunk_keys = decode_chunk_keys(ctx, num_splits);
-  const int key_begin = split * chunk_keys, key_end = min(ctx, key_begin + chunk_keys);
-  const int64_t part_row0 = (int64_t(seq) * num_q_heads + head0) * num_splits + split;
-
-  if (key_begin >= key_end) {     // empty partition (CTA-uniform): neutral partial
-    if (num_splits == 1) return;  // context_len 0: nothing to attend
-    for (int i = threadIdx.x; i < num_rows * D; i += kThreads) {
-      const int r = i / D;
-      o_part[(part_row0 + int64_t(r) * num_splits) * D + i % D] = 0.0f;
-      if (i % D == 0) lse_part[part_row0 + int64_t(r) * num_splits] = -INFINITY;
-    }
-    if (fused_merge)
-      arrive_and_merge(o_part, lse_part, out, token, seq, head0, num_rows, num_q_heads, num_splits,
-                       D, v_scale);
-    return;
-  }
-  const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
   const int32_t* table = block_tables + int64_t(seq) * max_blocks_per_seq;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int copy_row = threadIdx.x / S::kChunks, copy_chunk = threadIdx.x % S::kChunks;
 
-  // Prologue: the slots of tiles 0 .. kStages-1 fetched together (one table round trip), tiles
-  // 0 .. kStages-2 in flight.
-  int first_slots[S::kStages - 1][S::kRowsPerThread];
+  // Three independent loads in flight together: the context length, the table entries of the
+  // first kStages tiles if this split starts at one tile per split, and q.
+  const int ctx = context_lens[seq];
+  const int guess_begin = split * kTileKeys;
+  int entry[S::kStages][S::kRowsPerThread];
 #pragma unroll
-  for (int s = 0; s < S::kStages - 1; ++s)
-    fetch_slots<D, C>(first_slots[s], table, block_size, key_begin + s * kTileKeys, key_end,
-                      copy_row);
-  int slot[S::kRowsPerThread];
-  fetch_slots<D, C>(slot, table, block_size, key_begin + (S::kStages - 1) * kTileKeys, key_end,
-                    copy_row);
-#pragma unroll
-  for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < num_tiles)
-      issue_tile<D, C>(stage(s), k_cache, v_cache, first_slots[s], num_kv_heads, kv_head, copy_row,
-                       copy_chunk);
-    cp_async_commit();
-  }
-
-  // Every CTA of the grid is resident once the last wave starts: from here the next kernel (the
-  // merge, or the layer's next kernel) may be scheduled; its pdl_wait() still waits for this
-  // whole grid to finish.
-  pdl_launch_dependents();
-
+  for (int s = 0; s < S::kStages; ++s)
+    fetch_entries<D, C>(entry[s], table, block_size, max_blocks_per_seq,
+                        guess_begin + s * kTileKeys, copy_row);
   uint32_t qa[D / 16][4];
   {
     auto row_ptr = [&](int r) -> const __nv_bfloat16* {
-      return r < num_rows ? q + (int64_t(token) * num_q_heads + head0 + r) * D : nullptr;
+      return r < num_rows ? q + (int64_t(seq) * num_q_heads + head0 + r) * D : nullptr;
     };
     if constexpr (kFp8) {
       load_q_frags_fp8<D>(qa, row_ptr(g), row_ptr(g + 8), c);
@@ -322,6 +309,38 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
       load_q_frags<D, false>(qa, row_ptr(g), row_ptr(g + 8), c);
     }
   }
+
+  const DecodePartition part = decode_partition(ctx, num_splits, num_rows);
+  if (split >= part.active) return;  // no key for this split (CTA-uniform)
+  const int key_begin = split * part.chunk_keys, key_end = min(ctx, key_begin + part.chunk_keys);
+  if (key_begin != guess_begin) {  // longer context: re-read (CTA-uniform)
+#pragma unroll
+    for (int s = 0; s < S::kStages; ++s)
+      fetch_entries<D, C>(entry[s], table, block_size, max_blocks_per_seq,
+                          key_begin + s * kTileKeys, copy_row);
+  }
+  const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
+
+  // Prologue: tiles 0 .. kStages-2 in flight, the slots of tile kStages-1 ready.
+  int slot[S::kRowsPerThread];
+#pragma unroll
+  for (int s = 0; s < S::kStages - 1; ++s) {
+    if (s < num_tiles) {
+      entries_to_slots<D, C>(slot, entry[s], block_size, key_begin + s * kTileKeys, key_end,
+                             copy_row);
+      issue_tile<D, C>(stage(s), k_cache, v_cache, slot, num_kv_heads, kv_head, copy_row,
+                       copy_chunk);
+    }
+    cp_async_commit();
+  }
+  entries_to_slots<D, C>(slot, entry[S::kStages - 1], block_size,
+                         key_begin + (S::kStages - 1) * kTileKeys, key_end, copy_row);
+
+  // Every CTA of the grid is resident once the last wave starts: from here the next kernel (the
+  // merge, or the layer's next kernel) may be scheduled; its pdl_wait() still waits for this
+  // whole grid to finish.
+  pdl_launch_dependents();
+
   float o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -370,15 +389,23 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
   cp_async_wait<0>();
   reduce_row_sums(l);
 
-  // Merge the 4 warps: unnormalized o in the (now idle) KV shared memory, [warp][16][D] fp32.
-  // (All cp.async groups are complete and every warp passed the loop's last barrier.)
+  // Merge the 4 warps: unnormalized o in the (now idle) KV shared memory, [warp][16][kOStride]
+  // fp32, rows < num_rows only (the others are padding of the mma). (All cp.async groups are
+  // complete and every warp passed the loop's last barrier.)
   float* so = reinterpret_cast<float*>(smem_raw);
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
+  for (int h = 0; h < 2; ++h) {  // rows g, g + 8
+    if (g + 8 * h >= num_rows) continue;
+    float* row = so + (warp * 16 + g + 8 * h) * S::kOStride;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = warp * 16 + g + (e >> 1) * 8;
-      so[row * D + o_dim<kFp8>(n, e, c)] = o[n][e];
+    for (int n = 0; n < D / 8; ++n) {
+      if constexpr (kFp8) {
+        row[o_dim<true>(n, 2 * h, c)] = o[n][2 * h];
+        row[o_dim<true>(n, 2 * h + 1, c)] = o[n][2 * h + 1];
+      } else {  // dims 2c, 2c + 1 of n-tile n
+        *reinterpret_cast<float2*>(row + o_dim<false>(n, 0, c)) =
+            make_float2(o[n][2 * h], o[n][2 * h + 1]);
+      }
     }
   }
   if (c == 0) {
@@ -388,6 +415,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
     warp_l[warp][g + 8] = l[1];
   }
   __syncthreads();
+  const bool single = part.active == 1;
+  const int64_t part_row0 = (int64_t(seq) * num_q_heads + head0) * num_splits + split;
   for (int i = threadIdx.x; i < num_rows * D; i += kThreads) {
     const int r = i / D, d = i % D;
     float mx = -INFINITY;
@@ -399,67 +428,41 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
       if (warp_m[w][r] == -INFINITY) continue;  // warp saw no key of this partition
       const float f = exp2f(warp_m[w][r] - mx);
       sum += warp_l[w][r] * f;
-      acc += so[(w * 16 + r) * D + d] * f;
+      acc += so[(w * 16 + r) * S::kOStride + d] * f;
     }
-    if (num_splits == 1) {
-      out[(int64_t(token) * num_q_heads + head0 + r) * D + d] =
-          __float2bfloat16(acc / sum * v_scale);
+    if (single) {
+      out[(int64_t(seq) * num_q_heads + head0 + r) * D + d] = __float2bfloat16(acc / sum * v_scale);
     } else {
       o_part[(part_row0 + int64_t(r) * num_splits) * D + d] = acc / sum;
       if (d == 0) lse_part[part_row0 + int64_t(r) * num_splits] = mx + __log2f(sum);
     }
   }
-  if (num_splits > 1 && fused_merge)
-    arrive_and_merge(o_part, lse_part, out, token, seq, head0, num_rows, num_q_heads, num_splits, D,
-                     v_scale);
+  if (!single && fused_merge)  // (its barriers also end every read of `so` before the merge)
+    arrive_and_merge<D>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
+                        part.active, v_scale, reinterpret_cast<float*>(smem_raw));
 }
 
-// out[token(s), h] = Σ_i 2^(lse_i − max) · o_i / Σ_i 2^(lse_i − max), · v_scale. Block: D threads;
-// dynamic shared memory: num_splits floats (the weights, computed once per block). The partials
-// are read kMergeBatch at a time with all loads in flight together, the first batch before the
-// weights are known, so a merge of up to kMergeBatch splits costs about one memory round trip.
-constexpr int kMergeBatch = 32;
-
-__global__ void merge_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                             const int32_t* __restrict__ query_start, __nv_bfloat16* out,
-                             int num_q_heads, int num_splits, int head_dim, float v_scale) {
-  extern __shared__ float weight[];
+// The merge for grids beyond kMaxMergeCounters (sequence, head group) pairs: one CTA of kThreads
+// per pair, grid (Hkv · sub-groups, num_seqs) like decode_kernel's y and z. Sequences with at most
+// one active split were written by decode_kernel.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    merge_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                 const int32_t* __restrict__ context_lens, __nv_bfloat16* __restrict__ out,
+                 int num_q_heads, int num_kv_heads, int num_splits, float v_scale) {
+  __shared__ float scratch[kMergeScratchFloats];
   pdl_wait();  // the partials of decode_kernel
   pdl_launch_dependents();
-  const int seq = blockIdx.y, head = blockIdx.x, d = threadIdx.x;
-  const int64_t row0 = (int64_t(seq) * num_q_heads + head) * num_splits;
-  const float* o_row = o_part + row0 * head_dim + d;  // split i at + i·head_dim
-  float part[kMergeBatch];
-#pragma unroll
-  for (int j = 0; j < kMergeBatch; ++j)
-    part[j] = j < num_splits ? o_row[int64_t(j) * head_dim] : 0.0f;
-
-  for (int i = d; i < num_splits; i += blockDim.x) weight[i] = lse_part[row0 + i];
-  __syncthreads();
-  float mx = -INFINITY;
-  for (int i = 0; i < num_splits; ++i) mx = fmaxf(mx, weight[i]);
-  __syncthreads();
-  for (int i = d; i < num_splits; i += blockDim.x)
-    weight[i] = weight[i] == -INFINITY ? 0.0f : exp2f(weight[i] - mx);  // empty split: 0
-  __syncthreads();
-
-  float sum = 0.0f, acc = 0.0f;
-  for (int i0 = 0; i0 < num_splits; i0 += kMergeBatch) {
-    if (i0 > 0) {
-#pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j)
-        part[j] = i0 + j < num_splits ? o_row[int64_t(i0 + j) * head_dim] : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kMergeBatch; ++j) {
-      if (i0 + j < num_splits) {
-        sum += weight[i0 + j];
-        acc += weight[i0 + j] * part[j];
-      }
-    }
-  }
-  out[(int64_t(query_start[seq]) * num_q_heads + head) * head_dim + d] =
-      __float2bfloat16(acc / sum * v_scale);
+  const int seq = blockIdx.y;
+  const int group = num_q_heads / num_kv_heads;
+  const int sub_groups = (group + 15) / 16;
+  const int kv_head = blockIdx.x / sub_groups;
+  const int head0 = kv_head * group + (blockIdx.x % sub_groups) * 16;
+  const int num_rows = min(16, kv_head * group + group - head0);
+  const int active = decode_partition(context_lens[seq], num_splits, num_rows).active;
+  if (active <= 1) return;
+  merge_rows<D, kThreads>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
+                          active, v_scale, scratch);
 }
 
 template <int D, DType C>
@@ -490,14 +493,13 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
   launch_pdl("paged_attention_decode", kernel, grid, dim3(kThreads), kSmem, stream,
              reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
              static_cast<const unsigned char*>(p.k_cache),
-             static_cast<const unsigned char*>(p.v_cache), p.query_start, p.context_lens,
-             p.block_tables, p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads,
-             p.scale * kLog2e, p.v_scale, num_splits, fused_merge, o_part, lse_part);
+             static_cast<const unsigned char*>(p.v_cache), p.context_lens, p.block_tables,
+             p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads, p.scale * kLog2e,
+             p.v_scale, num_splits, fused_merge, o_part, lse_part);
   if (num_splits > 1 && !fused_merge) {
-    launch_pdl("paged_attention_merge", merge_kernel,
-               dim3(unsigned(p.num_q_heads), unsigned(p.num_seqs)), dim3(D),
-               size_t(num_splits) * sizeof(float), stream, o_part, lse_part, p.query_start,
-               reinterpret_cast<__nv_bfloat16*>(p.out), p.num_q_heads, num_splits, D, p.v_scale);
+    launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
+               stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
+               p.num_q_heads, p.num_kv_heads, num_splits, p.v_scale);
   }
 }
 

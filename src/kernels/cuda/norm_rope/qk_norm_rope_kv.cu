@@ -1,9 +1,15 @@
 // qk-norm + RoPE + KV append: one warp per (token, head); lane l owns the rotary pairs
 // (i, i + D/2) for i = l, l + 32, ... < D/2, so norm, rotation and stores stay in registers.
 // V heads use the same pairing (no norm, no rotation) so both caches are written by one helper.
+//
+// Latency (decode: a few dozen warps) is one chain of dependent loads, kept to a single round
+// trip: the weights (norm weights, inv_freq: constant during a step) are read before pdl_wait,
+// and the slot, position and head values are all in flight together after it.
 #include <cuda_fp8.h>
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
@@ -12,7 +18,9 @@
 namespace serval::kernels::cuda {
 namespace {
 
+// Warps per CTA: 4, or 1 when there are few items (decode), to spread them over more SMs.
 constexpr int kWarpsPerBlock = 4;
+constexpr int kSmallGridItems = 1024;
 
 // Stores a → row[i] and b → row[i + kHalf] in the cache type C (round to nearest even; fp8
 // saturates to the largest finite value: cvt.rn.satfinite).
@@ -45,20 +53,34 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   constexpr int kHalf = D / 2;
   constexpr int kPairs = (kHalf + 31) / 32;  // rotary pairs per lane
   constexpr int kElemBytes = C == DType::kBF16 ? 2 : 1;
-  pdl_wait();
-  pdl_launch_dependents();
   const int heads_per_token = num_q_heads + 2 * num_kv_heads;
-  const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (item >= int64_t(num_tokens) * heads_per_token) return;  // warp-uniform
+  const int64_t item = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const bool in_range = item < int64_t(num_tokens) * heads_per_token;  // warp-uniform
   const int lane = threadIdx.x & 31;
-  const int t = int(item / heads_per_token), h = int(item % heads_per_token);
-  const __nv_bfloat16* src = qkv + item * D;  // row t, head h (heads are contiguous)
-
+  // 32-bit division (the host keeps items < 2^31).
+  const int t = int(item) / heads_per_token, h = int(item) % heads_per_token;
   const int kv_h = h - num_q_heads;  // k heads: [0, Hkv); v heads: [Hkv, 2·Hkv)
   const bool is_q = kv_h < 0, is_v = kv_h >= num_kv_heads;
-  const int32_t slot = slot_mapping[t];
-  if (!is_q && slot < 0) return;
 
+  // Weights before pdl_wait (constant during a step, never written by an earlier kernel).
+  const __nv_bfloat16* norm_w = is_q ? q_norm : k_norm;
+  float w1[kPairs], w2[kPairs], freq[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const int i = lane + 32 * j;
+    const bool ok = in_range && !is_v && i < kHalf;
+    w1[j] = ok && norm_w != nullptr ? __bfloat162float(norm_w[i]) : 0.0f;
+    w2[j] = ok && norm_w != nullptr ? __bfloat162float(norm_w[i + kHalf]) : 0.0f;
+    freq[j] = ok ? inv_freq[i] : 0.0f;
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  if (!in_range) return;
+
+  // Metadata and the head's values in flight together.
+  const int32_t slot = slot_mapping[t];
+  const float pos = float(positions[t]);
+  const __nv_bfloat16* src = qkv + item * D;  // row t, head h (heads are contiguous)
   float x1[kPairs], x2[kPairs];
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
@@ -67,6 +89,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     x1[j] = ok ? __bfloat162float(src[i]) : 0.0f;
     x2[j] = ok ? __bfloat162float(src[i + kHalf]) : 0.0f;
   }
+  if (!is_q && slot < 0) return;
+
   if (is_v) {  // cast(v · (1/v_scale)); __fmul_rn: the same single rounding as the CPU
     const int v_h = kv_h - num_kv_heads;
     void* row = static_cast<unsigned char*>(v_cache) +
@@ -79,7 +103,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     return;
   }
-  const __nv_bfloat16* norm_w = is_q ? q_norm : k_norm;
   if (norm_w != nullptr) {
     float sum_sq = 0.0f;
 #pragma unroll
@@ -89,12 +112,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int j = 0; j < kPairs; ++j) {
       const int i = lane + 32 * j;
       if (i < kHalf) {
-        x1[j] *= inv * __bfloat162float(norm_w[i]);
-        x2[j] *= inv * __bfloat162float(norm_w[i + kHalf]);
+        x1[j] *= inv * w1[j];
+        x2[j] *= inv * w2[j];
       }
     }
   }
-  const float pos = float(positions[t]);
   __nv_bfloat16* q_row = q_out + (int64_t(t) * num_q_heads + h) * D;
   void* k_row = is_q ? nullptr
                      : static_cast<unsigned char*>(k_cache) +
@@ -104,7 +126,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const int i = lane + 32 * j;
     if (i < kHalf) {
       float s, c;
-      sincosf(pos * inv_freq[i], &s, &c);
+      sincosf(pos * freq[j], &s, &c);
       const float y1 = x1[j] * c - x2[j] * s, y2 = x2[j] * c + x1[j] * s;
       if (is_q) {
         q_row[i] = __float2bfloat16(y1);
@@ -117,7 +139,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 template <int D>
-void launch(const QkNormRopeKvParams& p, dim3 grid, cudaStream_t stream) {
+void launch(const QkNormRopeKvParams& p, int64_t items, cudaStream_t stream) {
+  const int warps = items <= kSmallGridItems ? 1 : kWarpsPerBlock;
+  const dim3 grid(unsigned((items + warps - 1) / warps));
   const auto* qkv = reinterpret_cast<const __nv_bfloat16*>(p.qkv);
   const auto* qn = reinterpret_cast<const __nv_bfloat16*>(p.q_norm);
   const auto* kn = reinterpret_cast<const __nv_bfloat16*>(p.k_norm);
@@ -125,7 +149,7 @@ void launch(const QkNormRopeKvParams& p, dim3 grid, cudaStream_t stream) {
   // The reciprocals in fp32 on the host: the CPU kv_append multiplies by the same values.
   const float inv_k = 1.0f / p.k_scale, inv_v = 1.0f / p.v_scale;
   auto run = [&](auto kernel) {
-    launch_pdl("qk_norm_rope_kv", kernel, grid, dim3(kWarpsPerBlock * 32), 0, stream, qkv, qn, kn,
+    launch_pdl("qk_norm_rope_kv", kernel, grid, dim3(warps * 32), 0, stream, qkv, qn, kn,
                p.positions, p.inv_freq, p.slot_mapping, q_out, p.k_cache, p.v_cache, p.num_tokens,
                p.num_q_heads, p.num_kv_heads, p.eps, inv_k, inv_v);
   };
@@ -157,19 +181,21 @@ void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream) {
   }
   const int64_t items = int64_t(p.num_tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
   if (items == 0) return;
-  const dim3 grid(unsigned((items + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  if (items > int64_t(INT32_MAX) - kWarpsPerBlock)
+    throw InvalidArgument("cuda qk_norm_rope_kv: " + std::to_string(items) +
+                          " (token, head) items exceed the 32-bit index range");
   switch (p.head_dim) {
     case 16:
-      launch<16>(p, grid, stream);
+      launch<16>(p, items, stream);
       break;
     case 32:
-      launch<32>(p, grid, stream);
+      launch<32>(p, items, stream);
       break;
     case 64:
-      launch<64>(p, grid, stream);
+      launch<64>(p, items, stream);
       break;
     case 128:
-      launch<128>(p, grid, stream);
+      launch<128>(p, items, stream);
       break;
     default:
       throw InvalidArgument("cuda qk_norm_rope_kv: head_dim " + std::to_string(p.head_dim) +

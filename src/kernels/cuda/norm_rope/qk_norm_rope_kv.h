@@ -19,7 +19,9 @@ namespace serval::kernels::cuda {
 // nearest even: bf16, or fp8 with saturation to the largest finite value (±448 e4m3,
 // ±57344 e5m2; ±inf saturates too), bit-identical to serval::float_to_e4m3 / float_to_e5m2 for
 // every non-NaN input (NaN stores a hardware NaN code, not necessarily 0x7F).
-// head_dim ∈ {16, 32, 64, 128}.
+// head_dim ∈ {16, 32, 64, 128}. q_norm, k_norm and inv_freq are weights: the kernel reads them
+// before waiting for the previous kernel of the stream (programmatic dependent launch), so they
+// must not be written by the kernel launched just before.
 struct QkNormRopeKvParams {
   const bf16* qkv;              // [num_tokens, (num_q_heads + 2·num_kv_heads)·head_dim]
   const bf16* q_norm;           // [head_dim] or null (no q/k norm)
