@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -359,6 +360,58 @@ TEST_F(MoeForwardGpu, BackToBackLayersMatchSynchronized) {
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
+}
+
+// moe_finalize alone vs the same fp32 arithmetic on the CPU: for each column, acc = fma(w_j, y,
+// acc) over the choices j = 0 … top_k − 1 in order, skipping −1 rows, then bf16 round to nearest
+// even (the kernel's `acc += w · y` compiles to that FMA chain). Bit-exact. About one choice in
+// five is −1; weights of either sign.
+void check_finalize(int T, int k, int hidden) {
+  SCOPED_TRACE(::testing::Message()
+               << "finalize tokens " << T << ", top_k " << k << ", hidden " << hidden);
+  Rng rng(uint64_t(T) * 1009 + k * 31 + hidden);
+  const int rows = T * k + 5;
+  const std::vector<bf16> y =
+      serval::testing::moe_util::random_bf16(size_t(rows) * hidden, 2.0f, rng);
+  std::vector<int32_t> e2p(size_t(T) * k);
+  std::vector<float> w(e2p.size());
+  for (size_t i = 0; i < e2p.size(); ++i) {
+    e2p[i] = rng.next() % 5 == 0 ? -1 : int32_t(rng.next() % uint32_t(rows));
+    w[i] = rng.uniform();
+  }
+  std::vector<uint16_t> ref(size_t(T) * hidden);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < hidden; ++h) {
+      float acc = 0.0f;
+      for (int j = 0; j < k; ++j) {
+        const int32_t row = e2p[size_t(t) * k + j];
+        if (row < 0) continue;
+        acc = std::fma(w[size_t(t) * k + j], bf16_to_float(y[size_t(row) * hidden + h]), acc);
+      }
+      ref[size_t(t) * hidden + h] = float_to_bf16(acc).bits;
+    }
+  DeviceBuffer d_y(y.size() * 2), d_e2p(e2p.size() * 4), d_w(w.size() * 4),
+      d_out(size_t(T) * hidden * 2);
+  d_y.upload(y);
+  d_e2p.upload(e2p);
+  d_w.upload(w);
+  d_out.poison();
+  kernels::cuda::moe_finalize(
+      {d_y.as<bf16>(), d_e2p.as<int32_t>(), d_w.as<float>(), d_out.as<bf16>(), T, k, hidden},
+      nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got = d_out.download<uint16_t>(size_t(T) * hidden);
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], ref[i]) << "token " << i / hidden << ", column " << i % hidden;
+}
+
+TEST_F(MoeForwardGpu, FinalizeBitExact) {
+  for (int T : {1, 2, 8, 33, 300}) check_finalize(T, 8, 2048);  // Qwen3-30B-A3B
+  check_finalize(3, 1, 256);    // one choice; 32 column chunks: half the threads idle
+  check_finalize(5, 3, 520);    // 65 chunks: a second slice with one chunk
+  check_finalize(4, 12, 1024);  // a second group of choices, partly filled
+  check_finalize(2, 32, 2048);  // four full groups
+  check_finalize(17, 2, 8);     // one chunk per token
 }
 
 // One Qwen3-30B-A3B layer with bf16 experts (moe_bench_util.h).

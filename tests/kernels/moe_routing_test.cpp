@@ -1,5 +1,7 @@
 // GPU MoE routing vs kernels::cpu::route (ids exact, weights within 1e-5) and the tile maps
-// checked against their definition.
+// checked against their definition; the few-token kernel (≤ 8 tokens) also against its exact
+// row assignment (ranks in pair order). Every kernel path: few-token (1–8 tokens), fused single
+// CTA (9–128, and moe_routing_single_cta for any count ≤ 128), top-k + maps (> 128).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,7 +29,13 @@ struct Case {
   bool zero_logits = false;  // all ties: every token picks experts 0..k-1
 };
 
-void run_case(const Case& c) {
+using Launch = void (*)(const MoeRoutingParams&, cudaStream_t);
+
+void run_case(const Case& c, Launch launch = moe_routing) {
+  SCOPED_TRACE(::testing::Message()
+               << "tokens " << c.tokens << ", E " << c.experts << ", k " << c.top_k << ", method "
+               << int(c.method) << ", local [" << c.local_offset << ", +" << c.num_local
+               << "), tile " << c.tile << (launch == moe_routing ? "" : ", single-CTA kernel"));
   const int T = c.tokens, E = c.experts, k = c.top_k;
   const int num_local = c.num_local < 0 ? E : c.num_local;
   Rng rng(1000 + T * 7 + E + k + int(c.method));
@@ -82,7 +90,7 @@ void run_case(const Case& c) {
   p.permuted_to_token = d_p2t.as<int32_t>();
   p.tile_expert = d_te.as<int32_t>();
   p.num_tiles = d_nt.as<int32_t>();
-  moe_routing(p, nullptr);
+  launch(p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   auto ids = d_ids.download<int32_t>(pairs);
@@ -126,6 +134,15 @@ void run_case(const Case& c) {
       ASSERT_EQ(p2t[r], -1) << "padding row " << r;
     }
     ASSERT_LE(used[r], 1) << "row " << r;
+  }
+  // The few-token kernel assigns each expert's rows in pair order.
+  if (launch == moe_routing && T <= 8) {
+    std::vector<int> next(num_local, 0);
+    for (int i = 0; i < pairs; ++i) {
+      const int local = ref_ids[i] - c.local_offset;
+      if (local < 0 || local >= num_local) continue;
+      ASSERT_EQ(e2p[i], tile_off[local] * c.tile + next[local]++) << "pair " << i;
+    }
   }
 }
 
@@ -171,6 +188,51 @@ TEST_F(MoeRoutingGpu, LocalExpertSlice) {
   }
   // Every token's experts are 0..1, outside the slice: no tiles at all.
   run_case({50, 8, 2, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 4, 4, 8, true});
+}
+
+// Decode batches (the few-token kernel) and the neighbouring paths, at the Qwen3-30B-A3B shape.
+TEST_F(MoeRoutingGpu, FewTokensQwenShape) {
+  for (int T : {1, 2, 3, 5, 8, 9, 33, 300})
+    run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true});
+  for (int T : {1, 2, 8}) {
+    run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 16});
+    run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 128});
+  }
+}
+
+TEST_F(MoeRoutingGpu, FewTokensAllMethodsAndShapes) {
+  for (int T : {1, 2, 8}) {
+    run_case({T, 8, 2, RoutingMethod::kSoftmaxTopK, false});
+    run_case({T, 60, 4, RoutingMethod::kSoftmaxTopK, false});  // E not a multiple of 32
+    run_case({T, 8, 2, RoutingMethod::kTopKSoftmax, false});
+    run_case({T, 128, 8, RoutingMethod::kTopKSoftmax, false, 1, 1, 1.0f, 0, -1, 16});
+    run_case({T, 256, 8, RoutingMethod::kSigmoidGroupedTopK, true, 8, 4, 2.5f});
+    run_case({T, 64, 6, RoutingMethod::kSigmoidGroupedTopK, false, 1, 1, 1.0f});
+    // top_k 32: 8 tokens fill all 256 threads of the few-token kernel with pairs.
+    run_case({T, 64, 32, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 8});
+    run_case({T, 256, 32, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 8});
+  }
+}
+
+TEST_F(MoeRoutingGpu, FewTokensTiesAndSlices) {
+  for (int T : {1, 2, 8}) {
+    run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 8, true});
+    run_case({T, 8, 2, RoutingMethod::kTopKSoftmax, false, 1, 1, 1.0f, 0, -1, 64, true});
+    run_case({T, 8, 2, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 2, 4, 8});
+    run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 64, 32, 16});
+    run_case({T, 256, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, 256, 8});
+    // Ties pick experts 0, 1: nothing in the slice, no tiles.
+    run_case({T, 8, 2, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 4, 4, 8, true});
+  }
+}
+
+// The fused single-CTA kernel the benchmark compares against, at few-token counts too.
+TEST_F(MoeRoutingGpu, SingleCtaKernel) {
+  for (int T : {1, 2, 8, 33, 128}) {
+    run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true}, moe_routing_single_cta);
+    run_case({T, 8, 2, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 2, 4, 8},
+             moe_routing_single_cta);
+  }
 }
 
 }  // namespace

@@ -395,9 +395,8 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(MoeFinalizeP
       uint4 v[kFinalizeGroup];
 #pragma unroll
       for (int u = 0; u < kFinalizeGroup; ++u)
-        v[u] = row[u] >= 0
-                   ? *reinterpret_cast<const uint4*>(Y + size_t(row[u]) * p.hidden + c * 8)
-                   : make_uint4(0, 0, 0, 0);
+        v[u] = row[u] >= 0 ? *reinterpret_cast<const uint4*>(Y + size_t(row[u]) * p.hidden + c * 8)
+                           : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int u = 0; u < kFinalizeGroup; ++u) {
         if (row[u] < 0) continue;
@@ -514,7 +513,7 @@ void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
 
 void moe_finalize(const MoeFinalizeParams& p, cudaStream_t stream) {
   if (p.hidden % 8 != 0) throw InvalidArgument("moe_finalize: hidden % 8 != 0");
-  if (p.num_tokens <= 0) return;
+  if (p.num_tokens <= 0 || p.hidden <= 0) return;
   const int chunks = p.hidden / 8;
   const int slices = (chunks + kFinalizeThreads - 1) / kFinalizeThreads;
   launch_pdl("moe_finalize", finalize_kernel, dim3(unsigned(p.num_tokens), unsigned(slices)),

@@ -24,7 +24,8 @@ constexpr int kFusedMaxTokens = 128;
 // pair and per local expert.
 constexpr int kSmallThreads = 256;
 constexpr int kSmallMaxTokens = kSmallThreads / 32;
-static_assert(kSmallThreads >= kMoeMaxExperts && kSmallMaxTokens * kMoeMaxTopK <= kSmallThreads * 32,
+static_assert(kSmallThreads >= kMoeMaxExperts &&
+                  kSmallMaxTokens * kMoeMaxTopK <= kSmallThreads * 32,
               "few_tokens_kernel: one thread per local expert");
 
 // Monotone map of a float onto uint32 (larger float → larger integer).
@@ -380,9 +381,7 @@ __global__ void __launch_bounds__(kSmallThreads) few_tokens_kernel(MoeRoutingPar
   }
 }
 
-}  // namespace
-
-void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
+void check_params(const MoeRoutingParams& p) {
   if (p.num_experts < 1 || p.num_experts > kMoeMaxExperts || p.top_k < 1 || p.top_k > kMoeMaxTopK ||
       p.top_k > p.num_experts || p.num_local < 0 || p.num_local > kMoeMaxExperts || p.tile < 1 ||
       p.num_tokens < 0)
@@ -395,6 +394,12 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
     throw InvalidArgument(
         "moe_routing: grouped top-k needs 1 ≤ topk_groups ≤ num_groups ≤ 32 "
         "and num_experts divisible by num_groups");
+}
+
+}  // namespace
+
+void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
+  check_params(p);
   if (p.num_tokens <= kSmallMaxTokens) {
     launch_pdl("moe_routing (few tokens)", few_tokens_kernel, dim3(1), dim3(kSmallThreads), 0,
                stream, p);
@@ -408,6 +413,14 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
   launch_pdl("moe_routing (top-k)", topk_kernel,
              dim3(unsigned((p.num_tokens + kWarps - 1) / kWarps)), dim3(kWarps * 32), 0, stream, p);
   launch_pdl("moe_routing (maps)", maps_kernel<false>, dim3(1), dim3(kMapThreads), 0, stream, p);
+}
+
+void moe_routing_single_cta(const MoeRoutingParams& p, cudaStream_t stream) {
+  check_params(p);
+  if (p.num_tokens > kFusedMaxTokens)
+    throw InvalidArgument("moe_routing_single_cta: at most " + std::to_string(kFusedMaxTokens) +
+                          " tokens (got " + std::to_string(p.num_tokens) + ")");
+  launch_pdl("moe_routing (fused)", maps_kernel<true>, dim3(1), dim3(kMapThreads), 0, stream, p);
 }
 
 }  // namespace serval::kernels::cuda
