@@ -1,4 +1,4 @@
-// Shared pieces of the decode-GEMM benchmarks (QuantGemmBench, SmallMGemmBench): the model
+// Shared pieces of the decode-GEMM benchmarks (QuantGemmBench, Bf16GemvBench): the model
 // shapes they time and a CUDA-event median timer.
 #pragma once
 #include <cuda_runtime_api.h>

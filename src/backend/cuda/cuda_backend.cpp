@@ -18,7 +18,8 @@
 #include "base/thread_pool.h"
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
-#include "kernels/cuda/gemm/small_m_gemm.h"
+#include "kernels/cuda/gemm/bf16_gemv.h"
+#include "kernels/cuda/init/dummy_init.h"
 #include "kernels/cuda/misc/elementwise.h"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
@@ -244,32 +245,18 @@ class CudaBackend final : public Backend {
     const int k = int(w.dim(1)), n = int(w.dim(0));
     const int m = int(x.numel() / k);
     if (m == 0) return;
-    // Decode-sized m on weights up to 64 MB: the streaming small-M kernel. Measured on the H200
-    // (SmallMGemmBench.DISABLED_VsCublasLt, bench/RESULTS.md): 1.2-2.2x faster than cuBLASLt
-    // for m <= 8 on Qwen3-sized weights; from m = 16, and on the 168 MB+ Llama-70B weights,
-    // cuBLASLt is as fast or faster.
-    constexpr int kSmallMLinearMaxM = 8;
-    constexpr int64_t kSmallMLinearMaxWeightBytes = int64_t(64) << 20;
-    if (m <= kSmallMLinearMaxM && int64_t(n) * k * 2 <= kSmallMLinearMaxWeightBytes &&
-        kernels::cuda::small_m_gemm_supported(x.data, w.data, m, k) &&
+    // The GEMV where it beats cuBLASLt (Bf16GemvBench.DISABLED_VsCublasLt on the H200, graph-timed
+    // over cold weights, bench/RESULTS.md): one token on up to 64 MB of weights, two tokens on
+    // up to 8 MB. Elsewhere cuBLASLt is as fast or faster.
+    const int64_t weight_bytes = int64_t(n) * k * 2;
+    const bool gemv_wins = (m == 1 && weight_bytes <= (int64_t(64) << 20)) ||
+                           (m == 2 && weight_bytes <= (int64_t(8) << 20));
+    if (gemv_wins && kernels::cuda::bf16_gemv_supported(x.data, w.data, m, k) &&
         (y.dtype == DType::kBF16 || y.dtype == DType::kF32) &&
         (!bias || bias->dtype == DType::kBF16)) {
-      kernels::cuda::SmallMGemmParams p{};
-      p.x = bf(x);
-      p.w = bf(w);
-      p.bias = bias ? bf(*bias) : nullptr;
-      p.y = y.data;
-      p.y_f32 = y.dtype == DType::kF32;
-      p.m = m;
-      p.n = n;
-      p.k = k;
-      p.workspace_bytes = kernels::cuda::small_m_gemm_workspace_bytes(m, n, k);
-      Tensor workspace;
-      if (p.workspace_bytes > 0) {
-        workspace = empty(DType::kU8, {int64_t(p.workspace_bytes)});
-        p.workspace = workspace.data;
-      }
-      kernels::cuda::small_m_gemm(p, stream_);
+      kernels::cuda::bf16_gemv(
+          {bf(x), bf(w), bias ? bf(*bias) : nullptr, y.data, y.dtype == DType::kF32, m, n, k},
+          stream_);
       return;
     }
     gemm().run(x.data, w.data, bias ? bias->data : nullptr, y.data, y.dtype, m, n, k, stream_);

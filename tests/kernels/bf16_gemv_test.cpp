@@ -1,11 +1,11 @@
-// CUDA bf16 small-M GEMM (kernels::cuda::small_m_gemm) against the CPU oracle kernels::cpu::linear
+// CUDA bf16 GEMV (kernels::cuda::bf16_gemv) against the CPU oracle kernels::cpu::linear
 // on the same bf16 inputs. Outputs are poisoned (0xFF → NaN) before every call, so an unwritten
 // element fails. Tolerances (rel L2 over the whole output):
 //   f32 output: 1e-4 (bf16 × bf16 products are exact in fp32; only the summation order differs);
 //   bf16 output: 1e-2 (each output rounded to bf16, ≤ 2^-9 relative).
-// SmallMGemmBench.DISABLED_VsCublasLt times the kernel and cuBLASLt on the decode shapes
-// (--gtest_also_run_disabled_tests --gtest_filter='SmallMGemmBench.*').
-#include "kernels/cuda/gemm/small_m_gemm.h"
+// Bf16GemvBench.DISABLED_VsCublasLt times the kernel and cuBLASLt on the decode shapes
+// (--gtest_also_run_disabled_tests --gtest_filter='Bf16GemvBench.*').
+#include "kernels/cuda/gemm/bf16_gemv.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,6 @@
 
 #include "backend/cuda/gemm_cublaslt.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/gemm/bf16_gemv.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gemm_bench_util.h"
 #include "kernels/gpu_test_support.h"
@@ -32,36 +31,26 @@ struct Problem {
   int n, k, max_m;  // max_m bounds the CPU oracle's cost
 };
 
-// Runs small_m_gemm on device buffers; returns the output as float.
+// Runs bf16_gemv on device buffers; returns the output as float.
 std::vector<float> run_gpu(const DeviceBuffer<bf16>& x, const DeviceBuffer<bf16>& w,
                            const bf16* bias, int m, int n, int k, bool f32) {
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(kc::small_m_gemm_workspace_bytes(m, n, k), 1));
   DeviceBuffer<float> yf(size_t(m) * n);
   DeviceBuffer<bf16> yb(size_t(m) * n);
   yf.poison();
   yb.poison();
-  kc::SmallMGemmParams p{};
-  p.x = x.get();
-  p.w = w.get();
-  p.bias = bias;
-  p.y = f32 ? static_cast<void*>(yf.get()) : static_cast<void*>(yb.get());
-  p.y_f32 = f32;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.workspace = ws.get();
-  p.workspace_bytes = ws.size();
-  kc::small_m_gemm(p, nullptr);
+  void* y = f32 ? static_cast<void*>(yf.get()) : static_cast<void*>(yb.get());
+  kc::bf16_gemv({x.get(), w.get(), bias, y, f32, m, n, k}, nullptr);
   return f32 ? yf.download() : to_float(yb.download());
 }
 
-TEST(SmallMGemm, MatchesCpuOracle) {
+TEST(Bf16Gemv, MatchesCpuOracle) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  // n not a multiple of 16 (200, 333), k not a multiple of 32 or 128 (72, 1000), split-K shapes
-  // (small n, large k) and single-split ones.
-  const Problem problems[] = {
-      {200, 72, 64}, {333, 1000, 64}, {2048, 1024, 64}, {1536, 4096, 64}, {4100, 264, 64}};
-  const int ms[] = {1, 2, 3, 7, 8, 9, 16, 17, 33, 64};
+  // Odd n (333: the last row pair has one row), k not a multiple of the 256-column slice or of
+  // the 1024-column stage (72, 1000, 264), k over several stages (4096, 8200), and n large enough
+  // (40000) that warps take several row pairs each through one register ring.
+  const Problem problems[] = {{200, 72, 4},   {333, 1000, 4},   {2048, 1024, 4}, {1536, 4096, 4},
+                              {4100, 264, 4}, {40000, 2048, 4}, {96, 8200, 4}};
+  const int ms[] = {1, 2, 3, 4};
   uint32_t seed = 11;
   int variant = 0;
   for (const Problem& s : problems) {
@@ -86,17 +75,15 @@ TEST(SmallMGemm, MatchesCpuOracle) {
           run_gpu(x, w, with_bias ? bias.get() : nullptr, m, s.n, s.k, f32);
       EXPECT_LT(rel_l2(got, ref), f32 ? 1e-4 : 1e-2)
           << "m=" << m << " n=" << s.n << " k=" << s.k << (with_bias ? " bias" : "")
-          << (f32 ? " f32" : " bf16") << " splits workspace "
-          << kc::small_m_gemm_workspace_bytes(m, s.n, s.k);
+          << (f32 ? " f32" : " bf16");
     }
   }
 }
 
-// The split-K reduction runs in a fixed order: two runs give identical bits.
-TEST(SmallMGemm, Deterministic) {
+// Each output is one warp's fixed-order sum: two runs give identical bits.
+TEST(Bf16Gemv, Deterministic) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  const int m = 5, n = 256, k = 8192;
-  ASSERT_GT(kc::small_m_gemm_workspace_bytes(m, n, k), 0u) << "shape chosen to split K";
+  const int m = 3, n = 40000, k = 2048;
   DeviceBuffer<bf16> x(random_bf16(size_t(m) * k, 31)), w(random_bf16(size_t(n) * k, 32));
   const std::vector<float> a = run_gpu(x, w, nullptr, m, n, k, true);
   const std::vector<float> b = run_gpu(x, w, nullptr, m, n, k, true);
@@ -104,24 +91,23 @@ TEST(SmallMGemm, Deterministic) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
-TEST(SmallMGemm, SupportedShapes) {
+TEST(Bf16Gemv, SupportedShapes) {
   alignas(16) static bf16 buf[16];
-  EXPECT_TRUE(kc::small_m_gemm_supported(buf, buf, 1, 8));
-  EXPECT_TRUE(kc::small_m_gemm_supported(buf, buf, kc::kSmallMGemmMaxM, 4096));
-  EXPECT_FALSE(kc::small_m_gemm_supported(buf, buf, 0, 8));
-  EXPECT_FALSE(kc::small_m_gemm_supported(buf, buf, kc::kSmallMGemmMaxM + 1, 8));
-  EXPECT_FALSE(kc::small_m_gemm_supported(buf, buf, 1, 12));     // k % 8 != 0
-  EXPECT_FALSE(kc::small_m_gemm_supported(buf + 1, buf, 1, 8));  // x not 16-byte aligned
-  EXPECT_FALSE(kc::small_m_gemm_supported(buf, buf + 1, 1, 8));  // w not 16-byte aligned
+  EXPECT_TRUE(kc::bf16_gemv_supported(buf, buf, 1, 8));
+  EXPECT_TRUE(kc::bf16_gemv_supported(buf, buf, kc::kBf16GemvMaxM, 4096));
+  EXPECT_FALSE(kc::bf16_gemv_supported(buf, buf, 0, 8));
+  EXPECT_FALSE(kc::bf16_gemv_supported(buf, buf, kc::kBf16GemvMaxM + 1, 8));
+  EXPECT_FALSE(kc::bf16_gemv_supported(buf, buf, 1, 12));     // k % 8 != 0
+  EXPECT_FALSE(kc::bf16_gemv_supported(buf + 1, buf, 1, 8));  // x not 16-byte aligned
+  EXPECT_FALSE(kc::bf16_gemv_supported(buf, buf + 1, 1, 8));  // w not 16-byte aligned
 }
 
-// Per shape and m: the kernel's µs, weight TB/s and fraction of the 4.3 TB/s floor, and
-// cuBLASLt's µs for the same problem, so the backend's crossover (kSmallMLinearMaxM in
-// cuda_backend.cpp) can be set from one run.
-TEST(SmallMGemmBench, DISABLED_VsCublasLt) {
+// Per shape and m: the GEMV's µs, weight TB/s and fraction of the 4.3 TB/s floor, and cuBLASLt's
+// µs for the same problem, so the backend's crossover (CudaBackend::linear) can be set from one
+// run. Graph-timed over weight copies larger than L2, as in a decode step.
+TEST(Bf16GemvBench, DISABLED_VsCublasLt) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   backend::cuda::CublasLtGemm lt;
-  std::printf("graph-timed, weights cycled over copies larger than L2 (cold weights)\n");
   for (const BenchShape& s : kDecodeGemmShapes) {
     const size_t bytes = size_t(s.n) * s.k * 2;
     if (bytes > (size_t(1) << 30)) continue;  // the LM head is cuBLASLt's either way
@@ -129,32 +115,23 @@ TEST(SmallMGemmBench, DISABLED_VsCublasLt) {
     std::vector<std::unique_ptr<DeviceBuffer<bf16>>> ws;
     for (int c = 0; c < copies; ++c)
       ws.push_back(std::make_unique<DeviceBuffer<bf16>>(random_bf16(size_t(s.n) * s.k, 5 + c)));
-    for (int m : {1, 2, 4, 8, 16, 64}) {
+    for (int m : {1, 2, 4}) {
       DeviceBuffer<bf16> x(random_bf16(size_t(m) * s.k, 7));
       DeviceBuffer<bf16> y(size_t(m) * s.n);
-      DeviceBuffer<uint8_t> scratch(
-          std::max<size_t>(kc::small_m_gemm_workspace_bytes(m, s.n, s.k), 1));
-      kc::SmallMGemmParams p{};
-      p.x = x.get();
-      p.y = y.get();
-      p.m = m;
-      p.n = s.n;
-      p.k = s.k;
-      p.workspace = scratch.get();
-      p.workspace_bytes = scratch.size();
+      kc::Bf16GemvParams p{x.get(), nullptr, nullptr, y.get(), false, m, s.n, s.k};
       const double us = graph_us(copies, [&](cudaStream_t st, int c) {
         p.w = ws[size_t(c)]->get();
-        kc::small_m_gemm(p, st);
+        kc::bf16_gemv(p, st);
       });
       const double lt_us = graph_us(copies, [&](cudaStream_t st, int c) {
         lt.run(x.get(), ws[size_t(c)]->get(), nullptr, y.get(), DType::kBF16, m, s.n, s.k, st);
       });
       const double tbs = double(bytes) / (us * 1e-6) / 1e12;
       std::printf(
-          "bf16 %-20s m=%3d n=%6d k=%6d  %s %8.1f us %6.3f TB/s (%5.1f%% of floor)  "
+          "bf16 %-20s m=%3d n=%6d k=%6d  gemv %8.1f us %6.3f TB/s (%5.1f%% of floor)  "
           "cublasLt %8.1f us %6.3f TB/s  speedup %.2fx\n",
-          s.name, m, s.n, s.k, m <= kc::kBf16GemvMaxM ? "gemv   " : "small_m", us, tbs,
-          100.0 * tbs / kCopyTbPerS, lt_us, double(bytes) / (lt_us * 1e-6) / 1e12, lt_us / us);
+          s.name, m, s.n, s.k, us, tbs, 100.0 * tbs / kCopyTbPerS, lt_us,
+          double(bytes) / (lt_us * 1e-6) / 1e12, lt_us / us);
     }
   }
 }
