@@ -101,6 +101,29 @@ struct MoeWeights {
   int padded_hidden = 0, padded_inter = 0;
 };
 
+// Dummy weights (--load-format dummy) made where they live, from a small description instead
+// of host values (Backend::dummy_dense / dummy_quantized). Random values come from
+// kernels::dummy_uniform(key, counter) (kernels/dummy_random.h).
+//
+// A run of rows of a dense dummy tensor: element (r, c) of the run (r < rows) takes
+// v = center + (2u − 1)·half_width with u = dummy_uniform(key, offset + r·row_stride + c), so a
+// run can reproduce any row/column slice of a whole tensor generated with offset 0.
+struct DummyBlock {
+  int64_t rows = 0;
+  uint64_t key = 0;
+  int64_t offset = 0, row_stride = 0;
+  float center = 0.0f, half_width = 0.0f;
+};
+// A dense dummy weight: shape `shape` viewed as [numel / cols, cols], filled by `blocks` in row
+// order (their rows sum to numel / cols). Values are rounded to `dtype` (the dtype the host
+// source produces: f32, bf16 or f16), then stored as upload_weight would store that tensor.
+struct DummyDense {
+  DType dtype = DType::kBF16;
+  Shape shape;
+  int64_t cols = 0;
+  std::vector<DummyBlock> blocks;
+};
+
 // Per-layer constants of the attention core.
 struct AttentionParams {
   int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
@@ -109,6 +132,23 @@ struct AttentionParams {
   const Tensor* q_norm = nullptr;  // [head_dim] or null
   const Tensor* k_norm = nullptr;
   const Tensor* inv_freq = nullptr;  // [head_dim / 2] f32
+};
+
+// A quantized dummy linear or expert stack. `meta` holds everything but the tensors (format,
+// experts, n, k, global_scale / input_scale per expert, block_n / block_k,
+// quantize_activations). The host equivalent, in checkpoint layout, is: data NVFP4 u8
+// [E?, n, k/2] = kernels::cpu::dummy_bits(data_key); FP8 e4m3 [E?, n, k] =
+// dummy_fp8(data_key, fp8_half_width); scales NVFP4 e4m3 [E?, n, k/16] =
+// dummy_codes(scale_key, sf_code_lo, sf_code_hi); FP8 per-channel f32 [E?, n] and block f32
+// [E?, ceil(n/block_n), ceil(k/block_k)] all fp8_scale; FP8 per-tensor none. Keys are per
+// tensor: a backend may lay the random values out in its own order (only their distribution
+// and the zero padding of its layout matter).
+struct DummyQuantized {
+  QuantizedWeight meta;
+  uint64_t data_key = 0, scale_key = 0;
+  uint8_t sf_code_lo = 0, sf_code_hi = 0;
+  float fp8_half_width = 448.0f;
+  float fp8_scale = 1.0f;
 };
 
 // A recorded sequence of device work (a CUDA graph) that can be replayed on the same buffers.
@@ -139,6 +179,16 @@ class Backend {
   // Moves a host quantized weight to the device in a layout this backend's quantized GEMMs read.
   // The default throws InvalidArgument: the backend has no kernels for quantized weights.
   virtual QuantizedWeight upload_quantized(const QuantizedWeight& host);
+  // Whether dummy_dense / dummy_quantized generate on the device (no host values, no copies of
+  // weight bytes). The loader uses them for dummy weights only when this is true.
+  virtual bool generates_dummy_weights() const { return false; }
+  // The weight upload_weight returns for a host tensor filled per `d`. The default fills host
+  // memory (kernels::cpu::dummy_dense) and calls upload_weight.
+  virtual Tensor dummy_dense(const DummyDense& d);
+  // What upload_quantized returns for a host weight with `d`'s values (see DummyQuantized; the
+  // device layout's padding stays zero). The default fills the host checkpoint layout and calls
+  // upload_quantized.
+  virtual QuantizedWeight dummy_quantized(const DummyQuantized& d);
   // Bytes free and total on the device.
   virtual void memory_info(int64_t* free_bytes, int64_t* total_bytes) = 0;
   // Copies a device tensor into host memory of the same byte size.

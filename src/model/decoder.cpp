@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include "base/error.h"
+#include "model/layers/dummy_load.h"
 #include "model/layers/shard.h"
 
 namespace serval::model {
@@ -32,15 +33,15 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
   local_kv_heads_ =
       int(dist::shard_attention(tp, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
               .kv_heads.size());
-  const Tensor embed_host = w.get("model.embed_tokens.weight", {V, H});
-  embed_ = b.upload_weight(embed_host);
-  final_norm_ = b.upload_weight(w.get("model.norm.weight", {H}));
+  const std::string embed_name = "model.embed_tokens.weight";
+  const std::string head_name = c.tie_word_embeddings ? embed_name : "lm_head.weight";
+  embed_ = load_dense(w, b, embed_name, {V, H});
+  final_norm_ = load_dense(w, b, "model.norm.weight", {H});
   vocab_ = tp.size > 1 ? dist::shard_vocab(tp, V).real : dist::Range{0, V};
   if (tp.size == 1) {
-    lm_head_ = c.tie_word_embeddings ? embed_ : b.upload_weight(w.get("lm_head.weight", {V, H}));
+    lm_head_ = c.tie_word_embeddings ? embed_ : load_dense(w, b, head_name, {V, H});
   } else if (vocab_.size() > 0) {
-    const Tensor head = c.tie_word_embeddings ? embed_host : w.get("lm_head.weight", {V, H});
-    lm_head_ = b.upload_weight(slice_rows(head, vocab_));
+    lm_head_ = load_dense_rows(w, b, {{head_name, {V, H}, vocab_}});  // tied: the same rows
   }
   inv_freq_ = b.upload(rope_inv_freq(c));
   std::optional<dist::MoeShard> moe_shard;
@@ -49,9 +50,8 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string prefix = "model.layers." + std::to_string(i);
     Layer layer;
-    layer.input_norm = b.upload_weight(w.get(prefix + ".input_layernorm.weight", {H}));
-    layer.post_attention_norm =
-        b.upload_weight(w.get(prefix + ".post_attention_layernorm.weight", {H}));
+    layer.input_norm = load_dense(w, b, prefix + ".input_layernorm.weight", {H});
+    layer.post_attention_norm = load_dense(w, b, prefix + ".post_attention_layernorm.weight", {H});
     layer.attn = std::make_unique<Attention>(c, w, b, prefix + ".self_attn", spec.qk_norm, tp);
     std::optional<MoeNames> moe = spec.moe_names ? spec.moe_names(i) : std::nullopt;
     if (moe) {

@@ -45,22 +45,6 @@ Tensor concat(const std::vector<Tensor>& parts) {
   return parts.size() == 1 ? parts[0] : concat_rows(parts);
 }
 
-WeightFormat format_of(Method m) {
-  switch (m) {
-    case Method::kNvfp4:
-      return WeightFormat::kNvfp4;
-    case Method::kFp8PerTensor:
-      return WeightFormat::kFp8PerTensor;
-    case Method::kFp8PerChannel:
-      return WeightFormat::kFp8PerChannel;
-    case Method::kFp8Block:
-      return WeightFormat::kFp8Block;
-    case Method::kNone:
-      break;
-  }
-  throw InvalidArgument("format_of: an unquantized config has no weight format");
-}
-
 // Storage bytes of one quantized [n, k] linear.
 int64_t quantized_bytes(const quant::QuantConfig& q, int64_t n, int64_t k) {
   switch (q.method) {
@@ -80,6 +64,22 @@ int64_t quantized_bytes(const quant::QuantConfig& q, int64_t n, int64_t k) {
 }
 
 }  // namespace
+
+kernels::WeightFormat weight_format(quant::QuantConfig::Method m) {
+  switch (m) {
+    case Method::kNvfp4:
+      return WeightFormat::kNvfp4;
+    case Method::kFp8PerTensor:
+      return WeightFormat::kFp8PerTensor;
+    case Method::kFp8PerChannel:
+      return WeightFormat::kFp8PerChannel;
+    case Method::kFp8Block:
+      return WeightFormat::kFp8Block;
+    case Method::kNone:
+      break;
+  }
+  throw InvalidArgument("weight_format: an unquantized config has no weight format");
+}
 
 backend::Weight read_linear(const WeightSource& w, const std::vector<LinearShard>& shards,
                             int64_t k) {
@@ -105,7 +105,7 @@ backend::Weight read_linear(const WeightSource& w, const std::vector<LinearShard
     n += s.rows;
   }
   backend::QuantizedWeight q;
-  q.format = format_of(c.method);
+  q.format = weight_format(c.method);
   q.n = int(n);
   q.k = int(k);
   std::vector<Tensor> data;

@@ -19,6 +19,9 @@ struct LinearShard {
   int64_t rows = 0;
 };
 
+// The weight format of a quantization method (InvalidArgument for Method::kNone).
+kernels::WeightFormat weight_format(quant::QuantConfig::Method m);
+
 // The host weight of the modules `shards` stacked along the output rows, with in_features
 // `k`: dense (the shards' ".weight" tensors concatenated, stored dtype) when the quantization
 // config leaves them unquantized, else quantized (experts == 0) with the shards fused per

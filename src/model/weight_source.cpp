@@ -6,17 +6,11 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/dummy_init.h"
 
 namespace serval::model {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
@@ -90,29 +84,59 @@ class DummyWeights final : public WeightSource {
   }
   bool has(const std::string&) const override { return true; }
 
+  bool is_dummy() const override { return true; }
+
   Tensor get(const std::string& name, const Shape& shape) const override {
     Tensor t = host_empty(dtype_, shape);
-    // Uniform values with the std of the usual init (0.02; norms 1 ± 0.05).
-    const bool is_norm = shape.size() == 1;
-    const float center = is_norm ? 1.0f : 0.0f;
-    const float half_width = (is_norm ? 0.05f : kDummyStd) * 1.7320508f;
-    fill(name, t.numel(), [&](int64_t i, float u) {
-      const float v = center + (2.0f * u - 1.0f) * half_width;
-      switch (dtype_) {
-        case DType::kF32:
-          t.as<float>()[i] = v;
-          break;
-        case DType::kBF16:
-          t.as<bf16>()[i] = float_to_bf16(v);
-          break;
-        case DType::kF16:
-          t.as<f16>()[i] = float_to_f16(v);
-          break;
-        default:
-          throw Error("dummy weights: unsupported dtype");
-      }
-    });
+    const backend::DummyDense d = dummy_dense(name, shape);
+    const backend::DummyBlock& b = d.blocks.at(0);
+    kernels::cpu::dummy_dense(t.data, dtype_, b.rows, d.cols, b.key, b.offset, b.row_stride,
+                              b.center, b.half_width);
     return t;
+  }
+
+  // Uniform values with the std of the usual init (0.02; norms 1 ± 0.05), counter i for flat
+  // element i.
+  backend::DummyDense dummy_dense(const std::string& name, const Shape& shape) const override {
+    const bool is_norm = shape.size() == 1;
+    backend::DummyDense d;
+    d.dtype = dtype_;
+    d.shape = shape;
+    d.cols = shape.empty() ? 1 : shape.back();
+    int64_t numel = 1;
+    for (int64_t s : shape) numel *= s;
+    backend::DummyBlock b;
+    b.rows = d.cols > 0 ? numel / d.cols : 0;
+    b.key = key_of(name);
+    b.row_stride = d.cols;
+    b.center = is_norm ? 1.0f : 0.0f;
+    b.half_width = (is_norm ? 0.05f : kDummyStd) * 1.7320508f;
+    d.blocks.push_back(b);
+    return d;
+  }
+
+  backend::DummyQuantized dummy_quantized(const std::string& name) const override {
+    backend::DummyQuantized d;
+    d.data_key = key_of(name + ".weight");
+    d.scale_key = key_of(name + ".weight_scale");
+    d.sf_code_lo = kSfCodeLo;
+    d.sf_code_hi = kSfCodeHi;
+    d.fp8_half_width = 448.0f;
+    d.fp8_scale = scale_value(name + ".weight_scale");
+    const bool nvfp4 = quant_.method == quant::QuantConfig::Method::kNvfp4;
+    const bool per_tensor = nvfp4 || quant_.method == quant::QuantConfig::Method::kFp8PerTensor;
+    // As read_linear converts the stored scalars (equal shards fuse to the same values).
+    auto multiplier = [&](float stored) {
+      return nvfp4 ? quant::nvfp4_scale_from_checkpoint(quant_, stored) : stored;
+    };
+    d.meta.global_scale = {
+        per_tensor ? multiplier(scale_value(name + (nvfp4 ? ".weight_scale_2" : ".weight_scale")))
+                   : 1.0f};
+    d.meta.input_scale = {quant_.static_activations &&
+                                  quant_.method != quant::QuantConfig::Method::kFp8Block
+                              ? multiplier(scale_value(name + ".input_scale"))
+                              : 1.0f};
+    return d;
   }
 
   Tensor get_expected(const quant::ExpectedTensor& e) const override {
@@ -121,25 +145,11 @@ class DummyWeights final : public WeightSource {
     Tensor t = host_empty(dtype, shape);
     const bool nvfp4 = quant_.method == quant::QuantConfig::Method::kNvfp4;
     if (dtype == DType::kU8) {  // packed NVFP4 codes: 16 codes per 64-bit hash, all equally likely
-      uint8_t* d = t.as<uint8_t>();
-      const int64_t n = t.numel(), words = (n + 7) / 8;
-      const uint64_t key = seed_ ^ std::hash<std::string>{}(e.name);
-      ThreadPool::global().parallel_for(words, 1 << 14, [&](int64_t begin, int64_t end) {
-        for (int64_t w = begin; w < end; ++w) {
-          const uint64_t bits = splitmix64(key + uint64_t(w));
-          const int64_t base = w * 8, count = std::min<int64_t>(8, n - base);
-          std::memcpy(d + base, &bits, size_t(count));
-        }
-      });
+      kernels::cpu::dummy_bits(t.as<uint8_t>(), t.numel(), key_of(e.name));
     } else if (dtype == DType::kF8E4M3 && nvfp4) {  // NVFP4 block scales in [256, 448]
-      fill(e.name, t.numel(), [&](int64_t i, float u) {
-        t.as<uint8_t>()[i] = uint8_t(
-            kSfCodeLo + std::min(int(u * (kSfCodeHi - kSfCodeLo + 1)), kSfCodeHi - kSfCodeLo));
-      });
+      kernels::cpu::dummy_codes(t.as<uint8_t>(), t.numel(), key_of(e.name), kSfCodeLo, kSfCodeHi);
     } else if (dtype == DType::kF8E4M3) {  // FP8 weights: uniform in ±448, std 448/sqrt(3)
-      fill(e.name, t.numel(), [&](int64_t i, float u) {
-        t.as<uint8_t>()[i] = float_to_e4m3((2.0f * u - 1.0f) * 448.0f);
-      });
+      kernels::cpu::dummy_fp8(t.as<uint8_t>(), t.numel(), key_of(e.name), 448.0f);
     } else if (dtype == DType::kF32) {
       const float v = scale_value(e.name);
       for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = v;
@@ -162,16 +172,8 @@ class DummyWeights final : public WeightSource {
     return kDummyStd * 1.7320508f / 448.0f;  // FP8 weights uniform in ±448 have std 448/sqrt(3)
   }
 
-  // Calls set(i, u) for i in [0, n) with u uniform in [0, 1), from a counter-based hash of
-  // (seed, name, i), in parallel.
-  template <typename Set>
-  void fill(const std::string& name, int64_t n, Set set) const {
-    const uint64_t key = seed_ ^ std::hash<std::string>{}(name);
-    ThreadPool::global().parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        set(i, float(splitmix64(key + uint64_t(i)) >> 40) * (1.0f / float(1 << 24)));
-    });
-  }
+  // The random stream of tensor `name`.
+  uint64_t key_of(const std::string& name) const { return seed_ ^ std::hash<std::string>{}(name); }
 
   DType dtype_;
   uint64_t seed_;
@@ -181,6 +183,14 @@ class DummyWeights final : public WeightSource {
 
 Tensor WeightSource::get_stored(const std::string& name) const {
   throw LoadError("dummy weights hold no stored tensor '" + name + "'");
+}
+
+backend::DummyDense WeightSource::dummy_dense(const std::string& name, const Shape&) const {
+  throw LoadError("dummy_dense: '" + name + "' comes from a checkpoint, not dummy weights");
+}
+
+backend::DummyQuantized WeightSource::dummy_quantized(const std::string& name) const {
+  throw LoadError("dummy_quantized: '" + name + "' comes from a checkpoint, not dummy weights");
 }
 
 void WeightSource::enable_nvfp4_activations() {

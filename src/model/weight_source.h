@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "io/model_config.h"
 #include "quant/quant_config.h"
 #include "quant/weight_names.h"
@@ -28,6 +29,18 @@ class WeightSource {
   virtual std::vector<std::string> names() const { return {}; }
   // The host tensor `name` as stored, any dtype and shape; LoadError if the source has none.
   virtual Tensor get_stored(const std::string& name) const;
+  // --load-format dummy: every tensor is random and made up on demand, so a backend that
+  // generates weights on its device (Backend::generates_dummy_weights) can be handed the
+  // descriptions below instead of host tensors.
+  virtual bool is_dummy() const { return false; }
+  // Dummy sources: the description of get(name, shape) (same dtype and values): shape viewed
+  // as [numel / last dim, last dim], one block at offset 0. LoadError for other sources.
+  virtual backend::DummyDense dummy_dense(const std::string& name, const Shape& shape) const;
+  // Dummy sources: the random codes and scales of the quantized linear (or expert stack)
+  // `name`, a name of the loaded weight (fused or stacked: keys derive from it), in the
+  // statistics get_expected gives a single linear; meta holds one global_scale and
+  // input_scale (multipliers) and nothing else. LoadError for other sources.
+  virtual backend::DummyQuantized dummy_quantized(const std::string& name) const;
   // How the linear weights are quantized (Method::kNone: all dense).
   const quant::QuantConfig& quant_config() const { return quant_; }
   // --nvfp4-activations: NVFP4 linears loaded from here quantize their inputs too (W4A4).

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/math.h"
+#include "model/layers/dummy_load.h"
 #include "model/quantized_weight.h"
 #include "quant/kv_scales.h"
 #include "quant/quant_config.h"
@@ -291,7 +292,9 @@ LoadedModel load_model(const EngineConfig& cfg) {
   options.moe_backend = out.moe_backend;
   const double weights_start = now_seconds();
   auto model = model::create_model(mc, *weights, *backend, options);
-  log::info("weights loaded in {:.1f} s", now_seconds() - weights_start);
+  log::info("weights {} in {:.1f} s",
+            model::device_dummy(*weights, *backend) ? "generated on the device (dummy)" : "loaded",
+            now_seconds() - weights_start);
   num_blocks_for(*backend, *model);
   const bool rebind = backend->device() == Device::kCuda && cfg.first_device != 0;
   const double runner_start = now_seconds();

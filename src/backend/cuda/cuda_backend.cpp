@@ -4,7 +4,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -326,23 +328,14 @@ class CudaBackend final : public Backend {
   // (experts > 0) are copied unchanged, checkpoint layout, for the MoE kernels.
   QuantizedWeight upload_quantized(const QuantizedWeight& host) override {
     QuantizedWeight dev = host;
-    if (host.quantize_activations) {
-      if (host.experts > 0)
-        throw InvalidArgument(
-            "cuda backend: --nvfp4-activations (W4A4) is not supported for MoE experts yet; "
-            "--device cpu runs it");
-      const float g = 1.0f / host.input_scale.at(0);
-      dev.activation_scale = upload(host_view(&g, DType::kF32, {1}, nullptr));
-    }
+    set_activation_scale(dev);
     if (host.experts > 0) {
       dev.data = upload(host.data);
       if (host.scales.data) dev.scales = upload(host.scales);
       return dev;
     }
     const int n = host.n, k = host.k;
-    if (n <= 0 || k <= 0 || k % 8 != 0 || (host.format == kernels::WeightFormat::kNvfp4 && k % 16))
-      throw InvalidArgument("cuda backend: quantized linear [" + std::to_string(n) + ", " +
-                            std::to_string(k) + "] needs k % 8 == 0 (NVFP4: k % 16 == 0)");
+    check_quantized_shape(host);
     const std::vector<uint8_t> data = kernels::cuda::quant_gemm_pack_data(
         host.format, static_cast<const uint8_t*>(host.data.data), n, k);
     dev.data = upload(host_view(data.data(), DType::kU8, {int64_t(data.size())}, nullptr));
@@ -367,6 +360,96 @@ class CudaBackend final : public Backend {
         expect(host.scales, DType::kF32, "FP8 per-channel scales");
         dev.scales = upload(host.scales);
         break;
+      case kernels::WeightFormat::kFp8PerTensor:
+        break;
+    }
+    return dev;
+  }
+
+  bool generates_dummy_weights() const override { return true; }
+
+  // One dummy_dense launch per block, straight into the bf16 weight.
+  Tensor dummy_dense(const DummyDense& d) override {
+    int64_t numel = 1, rows = 0;
+    for (int64_t s : d.shape) numel *= s;
+    for (const DummyBlock& b : d.blocks) rows += b.rows;
+    if (d.cols <= 0 || rows * d.cols != numel)
+      throw InvalidArgument("cuda backend: dummy_dense blocks of " + std::to_string(rows) +
+                            " rows × " + std::to_string(d.cols) + " columns do not cover " +
+                            shape_str(d.shape));
+    Tensor t = empty(DType::kBF16, d.shape);
+    int64_t row = 0;
+    for (const DummyBlock& b : d.blocks) {
+      kernels::cuda::dummy_dense({bf_mut(t) + row * d.cols, b.rows, d.cols, b.key, b.offset,
+                                  b.row_stride, b.center, b.half_width, d.dtype},
+                                 stream_);
+      row += b.rows;
+    }
+    return t;
+  }
+
+  // The layouts upload_quantized makes, generated in place: expert stacks (NVFP4) in checkpoint
+  // layout, single linears in the quant_gemm fragment layout with its padding zero (a mask
+  // packed from an all-ones checkpoint weight when the shape is padded). FP8 expert stacks,
+  // which prepare_moe refuses anyway, take the host path.
+  QuantizedWeight dummy_quantized(const DummyQuantized& d) override {
+    const QuantizedWeight& m = d.meta;
+    const bool nvfp4 = m.format == kernels::WeightFormat::kNvfp4;
+    if (m.experts > 0 && !nvfp4) return Backend::dummy_quantized(d);
+    const size_t copies = size_t(m.experts > 0 ? m.experts : 1);
+    if (m.global_scale.size() != copies || m.input_scale.size() != copies)
+      throw InvalidArgument(
+          "cuda backend: dummy_quantized needs one global and input scale per "
+          "expert");
+    QuantizedWeight dev = m;
+    set_activation_scale(dev);
+    const int64_t n = m.n, k = m.k;
+    if (m.experts > 0) {
+      if (n <= 0 || k <= 0 || k % 16 != 0)
+        throw InvalidArgument("cuda backend: NVFP4 expert stack [" + std::to_string(n) + ", " +
+                              std::to_string(k) + "] needs k % 16 == 0");
+      const int64_t rows = m.experts * n;
+      dev.data = empty(DType::kU8, {m.experts, n, k / 2});
+      kernels::cuda::dummy_bytes(
+          {dev.data.as<uint8_t>(), nullptr, rows * (k / 2), d.data_key, false, 0.0f}, stream_);
+      dev.scales = empty(DType::kF8E4M3, {m.experts, n, k / 16});
+      kernels::cuda::dummy_codes({static_cast<uint8_t*>(dev.scales.data), rows, k / 16, rows,
+                                  k / 16, d.scale_key, d.sf_code_lo, d.sf_code_hi},
+                                 stream_);
+      return dev;
+    }
+    check_quantized_shape(m);
+    const int64_t bytes = int64_t(kernels::cuda::quant_gemm_data_bytes(m.format, m.n, m.k));
+    const int64_t src_bytes = nvfp4 ? n * k / 2 : n * k;
+    dev.data = empty(DType::kU8, {bytes});
+    kernels::cuda::dummy_bytes(
+        {dev.data.as<uint8_t>(),
+         bytes == src_bytes ? nullptr : packing_mask(m.format, m.n, m.k).as<const uint8_t>(), bytes,
+         d.data_key, !nvfp4, d.fp8_half_width},
+        stream_);
+    switch (m.format) {
+      case kernels::WeightFormat::kNvfp4: {
+        const int64_t n_pad = kernels::cuda::quant_gemm_n_pad(m.n);
+        const int64_t cols_pad = kernels::cuda::quant_gemm_k_pad(m.k) / 16;
+        dev.scales = empty(DType::kF8E4M3, {n_pad, cols_pad});
+        kernels::cuda::dummy_codes({static_cast<uint8_t*>(dev.scales.data), n, k / 16, n_pad,
+                                    cols_pad, d.scale_key, d.sf_code_lo, d.sf_code_hi},
+                                   stream_);
+        break;
+      }
+      case kernels::WeightFormat::kFp8Block: {  // a few KB: packed on the host
+        const Shape shape{ceil_div<int64_t>(n, m.block_n), ceil_div<int64_t>(k, m.block_k)};
+        const std::vector<float> s(size_t(shape[0] * shape[1]), d.fp8_scale);
+        const std::vector<bf16> packed =
+            kernels::cuda::quant_gemm_pack_block_scales(s.data(), s.size());
+        dev.scales = upload(host_view(packed.data(), DType::kBF16, shape, nullptr));
+        break;
+      }
+      case kernels::WeightFormat::kFp8PerChannel: {
+        const std::vector<float> s(size_t(n), d.fp8_scale);
+        dev.scales = upload(host_view(s.data(), DType::kF32, {n}, nullptr));
+        break;
+      }
       case kernels::WeightFormat::kFp8PerTensor:
         break;
     }
@@ -567,6 +650,38 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // W4A4: the device copy of 1/input_scale the activation quantizer reads.
+  void set_activation_scale(QuantizedWeight& dev) {
+    if (!dev.quantize_activations) return;
+    if (dev.experts > 0)
+      throw InvalidArgument(
+          "cuda backend: --nvfp4-activations (W4A4) is not supported for MoE experts yet; "
+          "--device cpu runs it");
+    const float g = 1.0f / dev.input_scale.at(0);
+    dev.activation_scale = upload(host_view(&g, DType::kF32, {1}, nullptr));
+  }
+
+  static void check_quantized_shape(const QuantizedWeight& q) {
+    const int n = q.n, k = q.k;
+    if (n <= 0 || k <= 0 || k % 8 != 0 || (q.format == kernels::WeightFormat::kNvfp4 && k % 16))
+      throw InvalidArgument("cuda backend: quantized linear [" + std::to_string(n) + ", " +
+                            std::to_string(k) + "] needs k % 8 == 0 (NVFP4: k % 16 == 0)");
+  }
+
+  // The fragment layout (quant_gemm.h) of an all-ones [n, k] weight: 0xF nibbles (FP8: 0xFF
+  // bytes) where real codes go, zero in the padding. One per shape, kept for the backend's life.
+  const Tensor& packing_mask(kernels::WeightFormat format, int n, int k) {
+    Tensor& mask = packing_masks_[{int(format), n, k}];
+    if (!mask.data) {
+      const bool nvfp4 = format == kernels::WeightFormat::kNvfp4;
+      const std::vector<uint8_t> ones(nvfp4 ? size_t(n) * k / 2 : size_t(n) * k, 0xFF);
+      const std::vector<uint8_t> packed =
+          kernels::cuda::quant_gemm_pack_data(format, ones.data(), n, k);
+      mask = upload(host_view(packed.data(), DType::kU8, {int64_t(packed.size())}, nullptr));
+    }
+    return mask;
+  }
+
   cuda::CublasLtGemm& gemm() {
     if (!gemm_) gemm_ = std::make_unique<cuda::CublasLtGemm>();
     return *gemm_;
@@ -580,6 +695,7 @@ class CudaBackend final : public Backend {
   Tensor arena_;                   // step memory, see reserve_step_memory
   size_t arena_offset_ = 0;
   bool in_step_ = false, capturing_ = false, warned_arena_ = false;
+  std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask
 };
 
 }  // namespace

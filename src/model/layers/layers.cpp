@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "base/error.h"
+#include "model/layers/dummy_load.h"
 #include "model/layers/shard.h"
 #include "model/quantized_weight.h"
 
@@ -60,16 +61,6 @@ Tensor rope_inv_freq(const io::ModelConfig& c) {
   return t;
 }
 
-namespace {
-
-// A host weight onto the backend's device (the upload half of load_linear).
-backend::Weight read_and_upload(backend::Backend& b, const backend::Weight& host) {
-  if (host.q) return {Tensor{}, b.upload_quantized(*host.q)};
-  return {b.upload_weight(host.dense), std::nullopt};
-}
-
-}  // namespace
-
 Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
                      const std::string& prefix, bool qk_norm, const dist::TpLayout& tp)
     : b_(b), has_bias_(c.attention_bias) {
@@ -84,22 +75,21 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
   const int64_t full_q = int64_t(c.num_attention_heads) * c.head_dim;
   const int64_t kv_dim = int64_t(c.num_key_value_heads) * c.head_dim;
   q_dim_ = int(shard.q_rows.size());
-  wqkv_ = read_and_upload(b, read_linear_sharded(w,
-                                                 {{prefix + ".q_proj", full_q, shard.q_rows},
-                                                  {prefix + ".k_proj", kv_dim, shard.kv_rows},
-                                                  {prefix + ".v_proj", kv_dim, shard.kv_rows}},
-                                                 H, {0, H}));
-  wo_ = read_and_upload(
-      b, read_linear_sharded(w, {{prefix + ".o_proj", H, {0, H}}}, full_q, shard.o_cols));
+  wqkv_ = load_linear_sharded(w, b,
+                              {{prefix + ".q_proj", full_q, shard.q_rows},
+                               {prefix + ".k_proj", kv_dim, shard.kv_rows},
+                               {prefix + ".v_proj", kv_dim, shard.kv_rows}},
+                              H, {0, H});
+  wo_ = load_linear_sharded(w, b, {{prefix + ".o_proj", H, {0, H}}}, full_q, shard.o_cols);
   if (has_bias_) {
-    bqkv_ = b.upload_weight(
-        concat_rows({slice_rows(w.get(prefix + ".q_proj.bias", {full_q}), shard.q_rows),
-                     slice_rows(w.get(prefix + ".k_proj.bias", {kv_dim}), shard.kv_rows),
-                     slice_rows(w.get(prefix + ".v_proj.bias", {kv_dim}), shard.kv_rows)}));
+    bqkv_ = load_dense_rows(w, b,
+                            {{prefix + ".q_proj.bias", {full_q}, shard.q_rows},
+                             {prefix + ".k_proj.bias", {kv_dim}, shard.kv_rows},
+                             {prefix + ".v_proj.bias", {kv_dim}, shard.kv_rows}});
   }
   if (qk_norm) {
-    q_norm_ = b.upload_weight(w.get(prefix + ".q_norm.weight", {c.head_dim}));
-    k_norm_ = b.upload_weight(w.get(prefix + ".k_norm.weight", {c.head_dim}));
+    q_norm_ = load_dense(w, b, prefix + ".q_norm.weight", {c.head_dim});
+    k_norm_ = load_dense(w, b, prefix + ".k_norm.weight", {c.head_dim});
     params_.q_norm = &q_norm_;
     params_.k_norm = &k_norm_;
   }
@@ -124,11 +114,9 @@ Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Ba
     : b_(b), hidden_(c.hidden_size) {
   const dist::Range keep = dist::shard_intermediate(tp, inter);
   inter_ = int(keep.size());
-  gate_up_ = read_and_upload(
-      b, read_linear_sharded(w, {{module_of(gate), inter, keep}, {module_of(up), inter, keep}},
-                             hidden_, {0, hidden_}));
-  down_ = read_and_upload(
-      b, read_linear_sharded(w, {{module_of(down), hidden_, {0, hidden_}}}, inter, keep));
+  gate_up_ = load_linear_sharded(
+      w, b, {{module_of(gate), inter, keep}, {module_of(up), inter, keep}}, hidden_, {0, hidden_});
+  down_ = load_linear_sharded(w, b, {{module_of(down), hidden_, {0, hidden_}}}, inter, keep);
 }
 
 void Mlp::forward(const Tensor& x, Tensor& out) {
@@ -172,7 +160,16 @@ MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, b
     throw LoadError(w.quant_config().source + ": the MoE router '" + router +
                     "' is quantized; serval needs routers unquantized (add it to the exclude "
                     "list)");
-  w_.router = b.upload_weight(w.get(names.router, {E, H}));
+  w_.router = load_dense(w, b, names.router, {E, H});
+  w_.expert_backend = expert_backend;
+  if (device_dummy(w, b)) {
+    const std::string projs[3] = {names.gate, names.up, names.down};
+    load_dummy_experts(
+        w, b, [&](int e, int proj) { return module_of(expert_name(names, e, projs[proj])); },
+        experts, inter, keep, H, w_);
+    b.prepare_moe(w_);
+    return;
+  }
   std::vector<Tensor> gate_up, down;
   std::vector<backend::QuantizedWeight> gate_up_q, down_q;
   for (int e = int(experts.begin); e < int(experts.end); ++e) {
@@ -205,7 +202,6 @@ MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, b
     w_.gate_up = b.upload_weight(concat_rows(gate_up).reshape({L, 2 * int64_t(I), H}));
     w_.down = b.upload_weight(concat_rows(down).reshape({L, H, I}));
   }
-  w_.expert_backend = expert_backend;
   b.prepare_moe(w_);
 }
 
