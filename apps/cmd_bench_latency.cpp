@@ -68,6 +68,10 @@ void run_latency(LatencyOptions o) {
   const int blocks_per_seq = ceil_div(o.input_len + o.output_len, o.engine.block_size);
   o.engine.max_num_seqs = o.batch_size;
   if (o.engine.max_model_len == 0) o.engine.max_model_len = o.input_len + o.output_len;
+  // The largest step is the batch's prefill: size the activation reserve for it, not for the
+  // serving default (8192 tokens), so large models leave room for their KV cache.
+  if (o.engine.max_num_batched_tokens == 0)
+    o.engine.max_num_batched_tokens = o.batch_size * o.input_len;
   const auto load_start = std::chrono::steady_clock::now();
   runtime::LoadedModel m = runtime::load_model(o.engine);
   const double load_s =
@@ -115,6 +119,9 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--kv-cache-dtype", o->engine.kv_cache_dtype);
   cmd->add_option("--moe-backend", o->engine.moe_backend)->envname("SERVAL_MOE_BACKEND");
   cmd->add_option("--max-model-len", o->engine.max_model_len);
+  cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens,
+                  "tokens of the largest step (default: batch size × input length)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-memory-utilization", o->engine.gpu_memory_utilization);
   cmd->add_flag("--enforce-eager", o->engine.enforce_eager);
   cmd->add_option("--tensor-parallel-size", o->engine.tensor_parallel_size)

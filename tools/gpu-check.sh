@@ -156,8 +156,9 @@ fi
 
 if [[ -n $profile && -d $configs/$profile ]]; then
   # Kernels of two eager decode steps after warm-up, one line per launch with its GPU time.
-  ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 4000 \
-    --launch-count 1200 build-gpu/apps/serval bench latency --model "$configs/$profile" \
+  # The dummy weights' generation kernels (dummy_*) are not counted in the skip.
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --kernel-name regex:'^(?!dummy)' --launch-skip 4000 --launch-count 1200 build-gpu/apps/serval bench latency --model "$configs/$profile" \
     --load-format dummy --batch-size 1 --input-len 16 --output-len 40 --num-iters 1 \
     --num-iters-warmup 0 --enforce-eager >"$out/profile.csv" 2>"$out/profile.err"
   echo "profile: exit $? ($(grep -c gpu__time_duration "$out/profile.csv") kernels)" | tee -a "$out/gpu.txt"

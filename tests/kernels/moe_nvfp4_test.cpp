@@ -16,6 +16,7 @@
 #include "backend/moe/moe_cpu.h"
 #include "backend/moe/moe_cuda.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_bench_util.h"
@@ -204,7 +205,8 @@ void check(Layer& l, int T, MoeCudaBackend b) {
 }
 
 constexpr MoeCudaBackend kBoth[] = {MoeCudaBackend::kLatency, MoeCudaBackend::kThroughput};
-constexpr int kTokenCounts[] = {1, 2, 8, 17, 64, 255, 1024};
+// 1..4 tokens take the latency backend's GEMV kernels (moe_gemv_nvfp4.h), more the grouped GEMMs.
+constexpr int kTokenCounts[] = {1, 2, 3, 4, 8, 17, 64, 255, 1024};
 
 class MoeNvfp4Gpu : public ::testing::Test {
  protected:
@@ -232,10 +234,10 @@ TEST_F(MoeNvfp4Gpu, QwenShapeAllTokenCounts) {
 TEST_F(MoeNvfp4Gpu, LocalExpertSlice) {
   Layer mid(kSmall, 2, 4, 12);  // experts [2, 6) on this rank
   for (MoeCudaBackend b : kBoth)
-    for (int T : {1, 17, 255}) check(mid, T, b);
+    for (int T : {1, 2, 3, 4, 17, 255}) check(mid, T, b);
   Layer qslice(kQwen, 32, 32, 13);  // experts [32, 64) of the Qwen shape
   for (MoeCudaBackend b : kBoth)
-    for (int T : {8, 255}) check(qslice, T, b);
+    for (int T : {1, 2, 3, 4, 8, 255}) check(qslice, T, b);
 }
 
 TEST_F(MoeNvfp4Gpu, GraphReplayEqualsEager) {
@@ -243,8 +245,9 @@ TEST_F(MoeNvfp4Gpu, GraphReplayEqualsEager) {
     int tokens;
     MoeCudaBackend backend;
   };
-  for (Case k : {Case{1, MoeCudaBackend::kLatency}, Case{8, MoeCudaBackend::kLatency},
-                 Case{64, MoeCudaBackend::kLatency}, Case{17, MoeCudaBackend::kThroughput}}) {
+  for (Case k : {Case{1, MoeCudaBackend::kLatency}, Case{4, MoeCudaBackend::kLatency},
+                 Case{8, MoeCudaBackend::kLatency}, Case{64, MoeCudaBackend::kLatency},
+                 Case{17, MoeCudaBackend::kThroughput}}) {
     Call c(qwen(), k.tokens, 900 + k.tokens);
     const MoeCudaArgs a = c.args(qwen(), k.backend);
     c.run(a);  // eager (also sets the kernels' attributes outside the capture)
@@ -270,6 +273,87 @@ TEST_F(MoeNvfp4Gpu, GraphReplayEqualsEager) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
+  }
+}
+
+// The few-token GEMV kernels (what moe_forward_cuda runs at 1..4 tokens on the latency backend)
+// against the grouped GEMMs + finalize on the same routing: the maps the routing kernel left in
+// the workspace feed moe_grouped_gemm ×2 and moe_finalize into a second output. Both dequantize
+// to the same exact bf16 weights and round act, each expert's output and the output to bf16, so
+// only the fp32 summation order differs (MMA chains split over warps vs one chain): rare 1-ulp
+// flips of a rounded value. Tolerance: rel L2 < 2e-3 (10× below the CPU comparison) and at least
+// half of the outputs bit-identical (a missing or extra bf16 rounding perturbs most outputs by
+// ~1e-3 relative, ≈ a quarter of a bf16 ulp, and breaks bit equality on far more than half).
+TEST_F(MoeNvfp4Gpu, GemvMatchesGroupedGemm) {
+  Layer small(kSmall, 0, kSmall.experts, 14);
+  Layer mid(kSmall, 2, 4, 15);      // experts [2, 6): non-local choices, tokens with none
+  Layer qslice(kQwen, 32, 32, 16);  // experts [32, 64) of the Qwen shape
+  for (Layer* l : {&qwen(), &small, &mid, &qslice}) {
+    for (int T = 1; T <= 4; ++T) {
+      Call c(*l, T, 500 + T);
+      const MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency);
+      const std::vector<uint16_t> gemv = [&] {
+        c.run(a);
+        return c.d_out.download<uint16_t>(size_t(T) * a.hidden);
+      }();
+
+      const MoeWorkspaceView ws = moe_workspace_view(a);
+      namespace kc = serval::kernels::cuda;
+      kc::MoeGemmParams g1{};
+      g1.gemm1 = true;
+      g1.config = kc::MoeGemmConfig::kLatency;
+      g1.input = a.x;
+      g1.weights = a.gate_up_q.codes;
+      g1.format = kc::MoeWeightFormat::kNvfp4;
+      g1.weight_scales = a.gate_up_q.scales;
+      g1.global_scales = a.gate_up_q.global_scales;
+      g1.output = ws.act;
+      g1.permuted_to_token = ws.permuted_to_token;
+      g1.tile_expert = ws.tile_expert;
+      g1.num_tiles = ws.num_tiles;
+      g1.max_tiles = ws.max_tiles;
+      g1.tile = ws.tile;
+      g1.n_out = a.inter;
+      g1.k = a.hidden;
+      kc::MoeGemmParams g2 = g1;
+      g2.gemm1 = false;
+      g2.input = ws.act;
+      g2.weights = a.down_q.codes;
+      g2.weight_scales = a.down_q.scales;
+      g2.global_scales = a.down_q.global_scales;
+      g2.output = ws.y;
+      g2.permuted_to_token = nullptr;
+      g2.n_out = a.hidden;
+      g2.k = a.inter;
+      DeviceBuffer out2(size_t(T) * a.hidden * 2);
+      out2.poison();
+      mu::cuda_ok(cudaDeviceSynchronize(), "poison");
+      kc::moe_grouped_gemm(g1, nullptr);
+      kc::moe_grouped_gemm(g2, nullptr);
+      kc::moe_finalize(
+          {ws.y, ws.expanded_to_permuted, ws.topk_weights, out2.as<bf16>(), T, a.top_k, a.hidden},
+          nullptr);
+      mu::cuda_ok(cudaDeviceSynchronize(), "grouped GEMM path");
+      const std::vector<uint16_t> grouped = out2.download<uint16_t>(size_t(T) * a.hidden);
+
+      std::vector<float> fa(gemv.size()), fb(grouped.size());
+      size_t identical = 0;
+      for (size_t i = 0; i < gemv.size(); ++i) {
+        fa[i] = bf16_to_float(bf16{gemv[i]});
+        fb[i] = bf16_to_float(bf16{grouped[i]});
+        ASSERT_TRUE(std::isfinite(fa[i]) && std::isfinite(fb[i]))
+            << "layer " << l->local_offset << "+" << l->num_local << " tokens " << T << " " << i;
+        identical += gemv[i] == grouped[i];
+      }
+      const double err = mu::rel_l2(fa, fb);
+      const double frac = double(identical) / double(gemv.size());
+      std::printf("experts %d+%d/%d tokens %d: rel L2 %.2e, %.1f%% bit-identical\n",
+                  l->local_offset, l->num_local, l->s.experts, T, err, 100.0 * frac);
+      EXPECT_LT(err, 2e-3) << "experts " << l->local_offset << "+" << l->num_local << " tokens "
+                           << T;
+      EXPECT_GE(frac, 0.5) << "experts " << l->local_offset << "+" << l->num_local << " tokens "
+                           << T;
+    }
   }
 }
 

@@ -31,6 +31,10 @@ struct GoldenPrompt {
   std::vector<std::vector<float>> logits;  // [len][vocab]
   std::vector<int32_t> greedy;
   std::vector<double> margins;  // reference top-1 minus top-2 logit at each greedy step
+  // W4A4 only: positions from here on depend on fp32 noise (a quantized input element within
+  // FRAGILE_MARGIN · row RMS of a bf16 rounding midpoint whose other side changes its NVFP4 value;
+  // tools/make_quant_fixtures.py). ids.size() when the golden has no such field.
+  size_t fragile_from = 0;
 };
 
 std::string fixture_dir(const std::string& name) {
@@ -46,6 +50,7 @@ std::vector<GoldenPrompt> load_golden(const std::string& dir,
     out.push_back(
         {p["ids"].get<std::vector<int32_t>>(), p["logits"].get<std::vector<std::vector<float>>>(),
          p["greedy"].get<std::vector<int32_t>>(), p["greedy_margins"].get<std::vector<double>>()});
+    out.back().fragile_from = p.value("fragile_from", out.back().ids.size());
   }
   return out;
 }
@@ -178,7 +183,10 @@ INSTANTIATE_TEST_SUITE_P(Quantized, Golden,
                                            "llama_fp8_modelopt", "qwen3_moe_fp8_block"));
 
 // W4A4: the NVFP4 ModelOpt fixture run with --nvfp4-activations against transformers with every
-// quantized linear's input rounded through NVFP4 (tools/make_quant_fixtures.py, SPEC 2.2).
+// quantized linear's input rounded through NVFP4 (tools/make_quant_fixtures.py, SPEC 2.2). Each
+// prompt is compared up to its fragile_from position: from there the reference hinges on an input
+// element within fp32 noise of a bf16 rounding midpoint, which either side may legitimately round
+// the other way (the W4A4 analogue of the greedy near-ties above).
 TEST(GoldenW4A4, Nvfp4ActivationsMatchTheReference) {
   const std::string dir = fixture_dir("llama_nvfp4_modelopt");
   if (!std::filesystem::exists(dir + "/golden_w4a4.json"))
@@ -189,6 +197,7 @@ TEST(GoldenW4A4, Nvfp4ActivationsMatchTheReference) {
   const auto w4a16 = load_golden(dir);
   int next_block = 0;
   double max_w4a16_gap = 0;
+  size_t checked = 0, total = 0;
   for (size_t g = 0; g < golden.size(); ++g) {
     const GoldenPrompt& p = golden[g];
     std::vector<int32_t> blocks;
@@ -196,12 +205,22 @@ TEST(GoldenW4A4, Nvfp4ActivationsMatchTheReference) {
       blocks.push_back(next_block++);
     runtime::SeqChunk chunk{p.ids, 0, int(p.ids.size()), blocks, runtime::SeqChunk::Logits::kAll};
     std::vector<float> logits = runner->execute({&chunk, 1});
-    for (size_t t = 0; t < p.ids.size(); ++t) {
-      EXPECT_LT(rel_l2({&logits[t * vocab], size_t(vocab)}, p.logits[t]), 1e-3) << "position " << t;
+    // A flip at a fragile position reaches every later one through attention: compare before it.
+    const size_t n = std::min(p.fragile_from, p.ids.size());
+    if (n < p.ids.size())
+      GTEST_LOG_(INFO) << "prompt " << g << ": reference fragile from position " << n << " of "
+                       << p.ids.size();
+    for (size_t t = 0; t < n; ++t) {
+      EXPECT_LT(rel_l2({&logits[t * vocab], size_t(vocab)}, p.logits[t]), 1e-3)
+          << "prompt " << g << " position " << t;
       max_w4a16_gap = std::max(max_w4a16_gap, rel_l2(p.logits[t], w4a16[g].logits[t]));
     }
+    checked += n;
+    total += p.ids.size();
   }
-  // The activation quantization must matter, or this test could not tell the paths apart.
+  // Most positions must be comparable, and the activation quantization must matter on them, or
+  // this test could not tell the paths apart.
+  EXPECT_GE(2 * checked, total) << "only " << checked << " of " << total << " positions compared";
   EXPECT_GT(max_w4a16_gap, 1e-2);
 }
 

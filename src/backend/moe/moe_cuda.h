@@ -14,9 +14,9 @@
 namespace serval::backend::moe {
 
 // `latency` (default): token tile 8..64 from tokens·top_k/num_local, 128×tile swap-AB tiles,
-// 4 warps; with bf16 experts and at most kMoeGemvMaxTokens tokens, the GEMV kernels of
-// kernels/cuda/moe/moe_gemv.h instead. `throughput`: token tile 128, 128×128 tiles, 8 warps, top-k
-// in its own kernel.
+// 4 warps; with NVFP4 experts and at most 4 tokens, the GEMV kernels of
+// kernels/cuda/moe/moe_gemv_nvfp4.h instead. `throughput`: token tile 128, 128×128 tiles, 8 warps,
+// top-k in its own kernel.
 enum class MoeCudaBackend : uint8_t { kLatency, kThroughput };
 
 // Expert weight storage of a layer on CUDA.

@@ -1,0 +1,451 @@
+// NVFP4 MoE expert GEMVs for a few tokens (see moe_gemv_nvfp4.h) on mma.sync m16n8k16.
+//
+// The repacked layout stores each 16-row strip of a weight as K/64 consecutive tiles of 512 code
+// bytes + 64 scale bytes (moe_nvfp4_repack.h); one 16-byte load gives a lane its A fragments of a
+// tile's four k16 MMAs and one 8-byte load their block scales. A warp streams a contiguous run of
+// tiles of one strip through a register ring (kDepth tiles in flight), dequantizes them exactly as
+// the grouped GEMM does (dequant_nvfp4 below: bf16 e2m1·scale·2⁻⁶²) and multiplies them with the
+// token's activations as the MMA's B side: every B column holds the same activation vector, so
+// column 0 of the accumulator (lanes t4 = 0) is the result and the other columns are ignored.
+// The K range of a strip is split over the warps of a CTA (partial sums in shared memory, added
+// in warp order), so that at one token the whole layer's weights are in flight at once.
+//   gate_up: CTA = (pair, 16 channels): the gate strip and the matching up strip (rows
+//            inter + 16·mt ...) share the activation fragments; SwiGLU in the epilogue.
+//   down:    CTA = (token, 16 hidden rows): the tiles of the token's local choices (in choice
+//            order) are one sequence split over the warps; per choice the partial sums are
+//            unscaled and rounded to bf16, then combined with the routing weights.
+// Activations are staged in shared memory with each 64-column chunk permuted so that lane t4
+// reads its B fragments of the chunk's four k16 steps as two 16-byte loads.
+#include "kernels/cuda/moe/moe_gemv_nvfp4.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
+
+namespace serval::kernels::cuda {
+
+namespace {
+
+constexpr int kDepth = 4;            // tiles in flight per warp (per strip)
+constexpr int kMaxTopK = 8;          // choices per token the down kernel stages
+constexpr int kMaxHidden = 16384;    // gate_up stages one x row: 32 KB
+constexpr int kMaxActElems = 12288;  // down stages top_k · inter activations: 24 KB
+// 2⁶² · global scale restores the dequantized weights' 2⁻⁶² (as moe_gemm.cu).
+constexpr float kNvfp4Unscale = 0x1p62f;
+
+__device__ __forceinline__ uint4 ld_nc16(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_nc8(const uint8_t* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// D(16×8) += A(16×16, row-major) · B(16×8, col-major).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d = a · b on bf16x2 (fma with −0 so that signed zeros and exact products are kept).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+// e4m3fn byte → float (0x7F / 0xFF NaN), as moe_gemm.cu.
+__device__ __forceinline__ float e4m3_value(uint32_t b) {
+  const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+  float v;
+  if (e == 15u && m == 7u) {
+    v = __int_as_float(0x7fc00000);
+  } else if (e == 0u) {
+    v = float(m) * 0x1p-9f;
+  } else {
+    v = ldexpf(1.0f + float(m) * 0.125f, int(e) - 7);
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// Shared table e4m3 byte → bf16x2 copies of 2⁶⁴·scale (moe_gemm.cu's table). Depends on nothing:
+// built before the PDL wait; visible after the CTA's first barrier.
+__device__ __forceinline__ void build_scale_table(uint32_t* lut) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(e4m3_value(uint32_t(i)) * 0x1p64f);
+    const uint32_t bits = __bfloat16_as_ushort(h);
+    lut[i] = bits | (bits << 16);
+  }
+}
+
+// NVFP4 word → bf16 A fragment, bit-identical to moe_gemm.cu's dequant_nvfp4: register j takes
+// nibbles 3−j (low half) and 7−j (high half); sign to bit 15, e1e0m to bits 8..6 (the bf16
+// e2m1·2⁻¹²⁶), times the bf16x2 2⁶⁴·scale of rows g (s_lo) and g + 8 (s_hi): e2m1·scale·2⁻⁶².
+__device__ __forceinline__ void dequant_nvfp4(uint32_t (&a)[4], uint32_t w, uint32_t s_lo,
+                                              uint32_t s_hi) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t q = w << (4 * j);
+    const uint32_t v = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+    a[j] = bf16x2_mul(v, (j & 1) ? s_hi : s_lo);
+  }
+}
+
+// One 16×64 tile into acc (16 rows × 8 identical columns): codes `w` (this lane's 16 bytes),
+// scales `s` (bytes 8g .. 8g+7 of the tile's 64: byte 2·kk + h is row g + 8h, k16 step kk),
+// activation fragments b01 (steps 0, 1: b0, b1 each) and b23 (steps 2, 3).
+__device__ __forceinline__ void mma_tile(float (&acc)[4], const uint4& w, const uint2& s,
+                                         const uint4& b01, const uint4& b23, const uint32_t* lut) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t b[8] = {b01.x, b01.y, b01.z, b01.w, b23.x, b23.y, b23.z, b23.w};
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t sb = ((kk < 2 ? s.x : s.y) >> (16 * (kk & 1))) & 0xffffu;
+    uint32_t a[4];
+    dequant_nvfp4(a, words[kk], lut[sb & 0xffu], lut[sb >> 8]);
+    mma_bf16(acc, a, b[2 * kk], b[2 * kk + 1]);
+  }
+}
+
+// Copies `cols` bf16 (cols % 64 == 0, 16-byte aligned) from global `src` into shared `dst` with
+// every 64-column chunk permuted: word (bf16 pair) i of 16-byte piece m of chunk kb goes to word
+// 32·kb + 8·i + m % 8, so lane t4 finds its MMA B words (columns 16·kk + 2·t4 (+1) and
+// 16·kk + 8 + 2·t4 (+1), kk = 0..3) at words 32·kb + 8·t4 + [0, 8) in (kk, b0/b1) order.
+__device__ __forceinline__ void stage_permuted(uint32_t* dst, const __nv_bfloat16* src, int cols,
+                                               int first, int stride) {
+  for (int m = first; m < cols / 8; m += stride) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src + 8 * m);
+    uint32_t* d = dst + 32 * (m / 8) + (m % 8);
+    d[0] = v.x;
+    d[8] = v.y;
+    d[16] = v.z;
+    d[24] = v.w;
+  }
+}
+
+// Activation fragments of chunk kb for lane t4 (see stage_permuted).
+__device__ __forceinline__ void load_b(const uint32_t* staged, int kb, int t4, uint4& b01,
+                                       uint4& b23) {
+  const uint4* p = reinterpret_cast<const uint4*>(staged + 32 * kb + 8 * t4);
+  b01 = p[0];
+  b23 = p[1];
+}
+
+// Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row.
+constexpr size_t gate_up_smem(int warps, int hidden) {
+  return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2;
+}
+
+// CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params p) {
+  extern __shared__ uint4 smem_u4[];
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
+  float* part = reinterpret_cast<float*>(lut + 256);
+  uint32_t* xs = reinterpret_cast<uint32_t*>(part + kWarps * 2 * 16);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  build_scale_table(lut);
+  const int strips = p.inter / 16;
+  const int pair = blockIdx.x / strips, mt = blockIdx.x % strips;
+  pdl_wait();  // the expert ids come from the routing kernel
+  pdl_launch_dependents();
+  const int e = p.topk_ids[pair] - p.local_offset;
+  if (e < 0 || e >= p.num_local) return;  // whole CTA, before any barrier
+
+  const int KT = p.hidden / 64;
+  const int kb0 = warp * KT / kWarps, n = (warp + 1) * KT / kWarps - kb0;
+  const size_t strip_codes = size_t(KT) * 512, strip_scales = size_t(KT) * 64;
+  // Gate and up strip of the same channels (the up strip is `strips` strips further), advanced
+  // one tile per load: tiles are loaded in order.
+  const uint8_t* gate_codes = p.gate_up_codes + size_t(e) * 2 * strips * strip_codes +
+                              size_t(mt) * strip_codes + size_t(kb0) * 512 + 16 * lane;
+  const uint8_t* gate_scales = p.gate_up_scales + size_t(e) * 2 * strips * strip_scales +
+                               size_t(mt) * strip_scales + size_t(kb0) * 64 + 8 * g;
+  const uint8_t* up_codes = gate_codes + size_t(strips) * strip_codes;
+  const uint8_t* up_scales = gate_scales + size_t(strips) * strip_scales;
+
+  uint4 wq[kDepth][2];
+  uint2 sq[kDepth][2];
+  auto load = [&](int i, int slot) {
+    if (i < n) {
+      wq[slot][0] = ld_nc16(gate_codes);
+      wq[slot][1] = ld_nc16(up_codes);
+      sq[slot][0] = ld_nc8(gate_scales);
+      sq[slot][1] = ld_nc8(up_scales);
+      gate_codes += 512;
+      up_codes += 512;
+      gate_scales += 64;
+      up_scales += 64;
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kDepth; ++s) load(s, s);
+
+  const int t = pair / p.top_k;
+  stage_permuted(xs, reinterpret_cast<const __nv_bfloat16*>(p.x) + size_t(t) * p.hidden, p.hidden,
+                 tid, kWarps * 32);
+  __syncthreads();  // x staged, scale table built
+
+  float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  for (int i0 = 0; i0 < n; i0 += kDepth) {
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s) {
+      const int i = i0 + s;
+      if (i >= n) break;
+      uint4 b01, b23;
+      load_b(xs, kb0 + i, t4, b01, b23);
+      mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
+      mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
+      load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
+    }
+  }
+  // Column 0: acc[.][0] is row g, acc[.][2] row g + 8.
+  if (t4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      part[(warp * 2 + h) * 16 + g] = acc[h][0];
+      part[(warp * 2 + h) * 16 + g + 8] = acc[h][2];
+    }
+  }
+  __syncthreads();
+  if (tid < 16) {
+    float gs = 0.0f, us = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      gs += part[(w * 2) * 16 + tid];
+      us += part[(w * 2 + 1) * 16 + tid];
+    }
+    const float unscale = p.gate_up_global[e] * kNvfp4Unscale;
+    const float gv = gs * unscale, uv = us * unscale;
+    reinterpret_cast<__nv_bfloat16*>(p.act)[size_t(pair) * p.inter + mt * 16 + tid] =
+        __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+  }
+}
+
+// Shared memory of the down kernel: scale table, choice list, partial sums
+// [kMaxTopK][warps][16], per-choice outputs [kMaxTopK][16], staged activations [top_k][inter].
+constexpr size_t kDownChoiceBytes = 2 * kMaxTopK * 4 + 16;
+constexpr size_t down_smem(int warps, int top_k, int inter) {
+  return 1024 + kDownChoiceBytes + size_t(kMaxTopK) * warps * 16 * 4 + kMaxTopK * 16 * 4 +
+         size_t(top_k) * inter * 2;
+}
+
+// CTA = (token t, strip hs of 16 hidden rows). The token's local choices c = 0 .. n_local − 1
+// (choice order) give the tile sequence q = c·KT + kb (KT = inter/64); warp w takes
+// [w·N/W, (w+1)·N/W) of the N = n_local·KT tiles and writes one partial per choice it touches.
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p) {
+  extern __shared__ uint4 smem_u4[];
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
+  int* c_expert = reinterpret_cast<int*>(lut + 256);  // local expert of choice c
+  int* c_j = c_expert + kMaxTopK;                     // its index j in the token's top-k
+  int* c_count = c_j + kMaxTopK;
+  float* part = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(lut) + 1024 +
+                                         kDownChoiceBytes);  // [c][w][16]
+  float* ys = part + kMaxTopK * kWarps * 16;                 // [c][16]
+  uint32_t* acts = reinterpret_cast<uint32_t*>(ys + kMaxTopK * 16);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  build_scale_table(lut);
+  const int strips = p.hidden / 16;
+  const int t = blockIdx.x / strips, hs = blockIdx.x % strips;
+  // The ids before the PDL wait: this grid starts only after every gate_up CTA has passed its
+  // wait, so the routing grid has completed; L2 loads (ld.global.cg) cannot meet a stale L1 line
+  // (the argument of GEMM2 in moe_gemm.cu).
+  if (tid == 0) {
+    int ids[kMaxTopK];
+#pragma unroll
+    for (int j = 0; j < kMaxTopK; ++j)
+      ids[j] = j < p.top_k ? __ldcg(p.topk_ids + t * p.top_k + j) - p.local_offset : -1;
+    int count = 0;
+#pragma unroll
+    for (int j = 0; j < kMaxTopK; ++j)
+      if (ids[j] >= 0 && ids[j] < p.num_local) {
+        c_expert[count] = ids[j];
+        c_j[count] = j;
+        ++count;
+      }
+    *c_count = count;
+  }
+  __syncthreads();
+  const int n_local = *c_count;
+  const int KT = p.inter / 64, N = n_local * KT;
+  const int q0 = warp * N / kWarps, n = (warp + 1) * N / kWarps - q0;
+  const size_t strip_codes = size_t(KT) * 512, strip_scales = size_t(KT) * 64;
+  const size_t expert_codes = size_t(strips) * strip_codes,
+               expert_scales = size_t(strips) * strip_scales;
+  const uint8_t* codes = p.down_codes + size_t(hs) * strip_codes + 16 * lane;
+  const uint8_t* scales = p.down_scales + size_t(hs) * strip_scales + 8 * g;
+
+  uint4 wq[kDepth];
+  uint2 sq[kDepth];
+  int lc = KT > 0 ? q0 / KT : 0, lkb = KT > 0 ? q0 % KT : 0;  // next tile to load
+  auto load = [&](int i, int slot) {
+    if (i < n) {
+      const int ex = c_expert[lc];
+      wq[slot] = ld_nc16(codes + size_t(ex) * expert_codes + size_t(lkb) * 512);
+      sq[slot] = ld_nc8(scales + size_t(ex) * expert_scales + size_t(lkb) * 64);
+      if (++lkb == KT) {
+        lkb = 0;
+        ++lc;
+      }
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kDepth; ++s) load(s, s);
+
+  pdl_wait();  // act from the gate_up kernel
+  pdl_launch_dependents();
+  const __nv_bfloat16* act = reinterpret_cast<const __nv_bfloat16*>(p.act);
+  for (int c = 0; c < n_local; ++c)
+    stage_permuted(acts + size_t(c) * (p.inter / 2), act + size_t(t * p.top_k + c_j[c]) * p.inter,
+                   p.inter, tid, kWarps * 32);
+  __syncthreads();  // activations staged
+
+  float acc[4] = {0, 0, 0, 0};
+  int vc = KT > 0 ? q0 / KT : 0, vkb = KT > 0 ? q0 % KT : 0;  // tile being multiplied
+  for (int i0 = 0; i0 < n; i0 += kDepth) {
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s) {
+      const int i = i0 + s;
+      if (i >= n) break;
+      uint4 b01, b23;
+      load_b(acts + size_t(vc) * (p.inter / 2), vkb, t4, b01, b23);
+      mma_tile(acc, wq[s], sq[s], b01, b23, lut);
+      const bool choice_done = vkb + 1 == KT;
+      if (choice_done || i + 1 == n) {  // this warp's last tile of choice vc
+        if (t4 == 0) {
+          part[(vc * kWarps + warp) * 16 + g] = acc[0];
+          part[(vc * kWarps + warp) * 16 + g + 8] = acc[2];
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[r] = 0.0f;
+      }
+      if (choice_done) {
+        vkb = 0;
+        ++vc;
+      } else {
+        ++vkb;
+      }
+      load(i + kDepth, s);
+    }
+  }
+  __syncthreads();
+  // Per choice: the partials of the warps whose range meets it, in warp order, → bf16 as the
+  // grouped GEMM2 stores y.
+  if (tid < 16 * n_local) {
+    const int c = tid / 16, r = tid % 16;
+    float sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const int ws = w * N / kWarps, we = (w + 1) * N / kWarps;
+      if (we > ws && ws < (c + 1) * KT && we > c * KT) sum += part[(c * kWarps + w) * 16 + r];
+    }
+    const float unscale = p.down_global[c_expert[c]] * kNvfp4Unscale;
+    ys[c * 16 + r] = __bfloat162float(__float2bfloat16_rn(sum * unscale));
+  }
+  __syncthreads();
+  if (tid < 16) {  // the finalize: choice order, fp32
+    float total = 0.0f;
+    for (int c = 0; c < n_local; ++c)
+      total = fmaf(p.topk_weights[t * p.top_k + c_j[c]], ys[c * 16 + tid], total);
+    reinterpret_cast<__nv_bfloat16*>(p.out)[size_t(t) * p.hidden + hs * 16 + tid] =
+        __float2bfloat16_rn(total);
+  }
+}
+
+// Resident CTAs per SM of `kernel` at `threads` and `smem`, cached per kernel and smem size
+// (the query costs host time every eager step otherwise).
+template <typename Kernel>
+int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& cache) {
+  const uint64_t key = uint64_t(smem + 1) << 32;
+  const uint64_t cached = cache.load(std::memory_order_relaxed);
+  if ((cached & ~0xffffffffull) == key) return int(cached & 0xffffffffu);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  per_sm = per_sm > 0 ? per_sm : 1;
+  cache.store(key | uint64_t(per_sm), std::memory_order_relaxed);
+  return per_sm;
+}
+
+// run<W>: launches kernel<W> and returns true when `force` or when all `ctas` CTAs are resident at
+// once (and, gate_up, every warp has a K tile); false (nothing launched) otherwise.
+struct GateUpLaunch {
+  template <int W>
+  static bool run(const MoeGemvNvfp4Params& p, long ctas, bool force, cudaStream_t stream) {
+    static std::atomic<uint64_t> cache{0};
+    const size_t smem = gate_up_smem(W, p.hidden);
+    if (!force && (p.hidden / 64 < W ||
+                   long(ctas_per_sm(gate_up_kernel<W>, W * 32, smem, cache)) * sm_count() < ctas))
+      return false;
+    launch_pdl("moe_gemv_nvfp4_gate_up", gate_up_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32),
+               smem, stream, p);
+    return true;
+  }
+};
+
+struct DownLaunch {
+  template <int W>
+  static bool run(const MoeGemvNvfp4Params& p, long ctas, bool force, cudaStream_t stream) {
+    static std::atomic<uint64_t> cache{0};
+    const size_t smem = down_smem(W, p.top_k, p.inter);
+    if (!force && long(ctas_per_sm(down_kernel<W>, W * 32, smem, cache)) * sm_count() < ctas)
+      return false;
+    launch_pdl("moe_gemv_nvfp4_down", down_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32), smem,
+               stream, p);
+    return true;
+  }
+};
+
+}  // namespace
+
+bool moe_gemv_nvfp4_supported(int num_tokens, int top_k, int hidden, int inter) {
+  return num_tokens >= 1 && num_tokens <= kMoeGemvMaxTokens && top_k >= 1 && top_k <= kMaxTopK &&
+         hidden > 0 && hidden % 64 == 0 && hidden <= kMaxHidden && inter > 0 && inter % 64 == 0 &&
+         long(top_k) * inter <= kMaxActElems;
+}
+
+void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream) {
+  const bool pointers = p.x && p.gate_up_codes && p.gate_up_scales && p.gate_up_global &&
+                        p.down_codes && p.down_scales && p.down_global && p.topk_ids &&
+                        p.topk_weights && p.act && p.out;
+  if (!moe_gemv_nvfp4_supported(p.num_tokens, p.top_k, p.hidden, p.inter) || !pointers ||
+      !is_aligned16(p.x) || !is_aligned16(p.gate_up_codes) || !is_aligned16(p.gate_up_scales) ||
+      !is_aligned16(p.down_codes) || !is_aligned16(p.down_scales) || !is_aligned16(p.act))
+    throw InvalidArgument(
+        "moe_gemv_nvfp4: need 1 <= tokens <= " + std::to_string(kMoeGemvMaxTokens) +
+        ", 1 <= top_k <= " + std::to_string(kMaxTopK) +
+        ", hidden and inter multiples of 64, hidden <= 16384, top_k·inter <= "
+        "12288, non-null 16-byte aligned buffers; got " +
+        std::to_string(p.num_tokens) + " tokens, top_k " + std::to_string(p.top_k) + ", hidden " +
+        std::to_string(p.hidden) + ", inter " + std::to_string(p.inter));
+  // Split K over as many warps as keep every CTA resident at once (one token: the whole layer's
+  // weights in flight), fewer when more CTAs are needed.
+  const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
+  if (!GateUpLaunch::run<8>(p, gate_up_ctas, false, stream) &&
+      !GateUpLaunch::run<4>(p, gate_up_ctas, false, stream))
+    GateUpLaunch::run<2>(p, gate_up_ctas, true, stream);
+  const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
+  if (!DownLaunch::run<32>(p, down_ctas, false, stream) &&
+      !DownLaunch::run<16>(p, down_ctas, false, stream))
+    DownLaunch::run<8>(p, down_ctas, true, stream);
+}
+
+}  // namespace serval::kernels::cuda
