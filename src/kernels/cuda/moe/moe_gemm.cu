@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
 namespace serval::kernels::cuda {
 
@@ -63,45 +64,6 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * kBK + ((chunk ^ (row & 7)) << 3);
 }
 
-// d = a · b on bf16x2 (fma with −0 so that signed zeros and exact products are kept).
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-}
-
-// e4m3fn byte → float (0x7F / 0xFF NaN).
-__device__ __forceinline__ float e4m3_value(uint32_t b) {
-  const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-  float v;
-  if (e == 15u && m == 7u) {
-    v = __int_as_float(0x7fc00000);
-  } else if (e == 0u) {
-    v = float(m) * 0x1p-9f;
-  } else {
-    v = ldexpf(1.0f + float(m) * 0.125f, int(e) - 7);
-  }
-  return (b & 0x80u) ? -v : v;
-}
-
-// NVFP4 → bf16 fragment. `w` is one word of the repacked layout (moe_nvfp4_repack.h); s_lo and
-// s_hi are bf16x2 copies of 2⁶⁴·scale of rows g and g+8. Register j takes nibbles 3−j (low half)
-// and 7−j (high half): sign to bit 15, e1e0m to bits 8..6 gives the bf16 e2m1·2⁻¹²⁶ (subnormal
-// for codes ±0.5, ±0, which bf16 fma handles exactly); times 2⁶⁴·scale is e2m1·scale·2⁻⁶², an
-// exact bf16 (≤ 6 significant bits, normal range).
-__device__ __forceinline__ void dequant_nvfp4(uint32_t (&a)[4], uint32_t w, uint32_t s_lo,
-                                              uint32_t s_hi) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t q = w << (4 * j);
-    const uint32_t v = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
-    a[j] = bf16x2_mul(v, (j & 1) ? s_hi : s_lo);
-  }
-}
-
-// 2⁶² · global scale restores the dequantized weights' 2⁻⁶² (see dequant_nvfp4).
-constexpr float kNvfp4Unscale = 0x1p62f;
-
 // Block tile: BM = 32·WARPS_M weight rows × BN = 8·NI·WARPS_N tokens. Warp (wm, wn) owns
 // tile rows [32·wm, 32·wm + 32) as two m16 fragments and NI n8 fragments of tokens.
 // GEMM1 row mapping: fragment 0 of warp wm = gate rows of channels ch0 + 16·wm + [0, 16),
@@ -130,11 +92,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if constexpr (kFp4) {
     // Depends on nothing: built while the previous kernel drains (PDL).
-    for (int i = tid; i < 256; i += kThreads) {
-      const __nv_bfloat16 h = __float2bfloat16_rn(e4m3_value(uint32_t(i)) * 0x1p64f);
-      const uint32_t bits = __bfloat16_as_ushort(h);
-      lut[i] = bits | (bits << 16);  // visible after the first barrier of the main loop
-    }
+    build_nvfp4_scale_table(lut);  // visible after the first barrier of the main loop
   }
 
   // PDL. GEMM1 follows the routing kernel: it waits before reading the maps, then lets GEMM2

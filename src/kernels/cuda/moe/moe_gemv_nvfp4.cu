@@ -4,11 +4,11 @@
 // bytes + 64 scale bytes (moe_nvfp4_repack.h); one 16-byte load gives a lane its A fragments of a
 // tile's four k16 MMAs and one 8-byte load their block scales. A warp streams a contiguous run of
 // tiles of one strip through a register ring (kDepth tiles in flight), dequantizes them exactly as
-// the grouped GEMM does (dequant_nvfp4 below: bf16 e2m1·scale·2⁻⁶²) and multiplies them with the
-// token's activations as the MMA's B side: every B column holds the same activation vector, so
-// column 0 of the accumulator (lanes t4 = 0) is the result and the other columns are ignored.
-// The K range of a strip is split over the warps of a CTA (partial sums in shared memory, added
-// in warp order), so that at one token the whole layer's weights are in flight at once.
+// the grouped GEMM does (dequant_nvfp4 of nvfp4_fragment.cuh: bf16 e2m1·scale·2⁻⁶²) and multiplies
+// them with the token's activations as the MMA's B side: every B column holds the same activation
+// vector, so column 0 of the accumulator (lanes t4 = 0) is the result and the other columns are
+// ignored. The K range of a strip is split over the warps of a CTA (partial sums in shared memory,
+// added in warp order), so that at one token the whole layer's weights are in flight at once.
 //   gate_up: CTA = (pair, 16 channels): the gate strip and the matching up strip (rows
 //            inter + 16·mt ...) share the activation fragments; SwiGLU in the epilogue.
 //   down:    CTA = (token, 16 hidden rows): the tiles of the token's local choices (in choice
@@ -28,6 +28,7 @@
 #include "base/error.h"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
 namespace serval::kernels::cuda {
 
@@ -37,8 +38,6 @@ constexpr int kDepth = 4;            // tiles in flight per warp (per strip)
 constexpr int kMaxTopK = 8;          // choices per token the down kernel stages
 constexpr int kMaxHidden = 16384;    // gate_up stages one x row: 32 KB
 constexpr int kMaxActElems = 12288;  // down stages top_k · inter activations: 24 KB
-// 2⁶² · global scale restores the dequantized weights' 2⁻⁶² (as moe_gemm.cu).
-constexpr float kNvfp4Unscale = 0x1p62f;
 
 __device__ __forceinline__ uint4 ld_nc16(const uint8_t* p) {
   uint4 v;
@@ -60,50 +59,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// d = a · b on bf16x2 (fma with −0 so that signed zeros and exact products are kept).
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-}
-
-// e4m3fn byte → float (0x7F / 0xFF NaN), as moe_gemm.cu.
-__device__ __forceinline__ float e4m3_value(uint32_t b) {
-  const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-  float v;
-  if (e == 15u && m == 7u) {
-    v = __int_as_float(0x7fc00000);
-  } else if (e == 0u) {
-    v = float(m) * 0x1p-9f;
-  } else {
-    v = ldexpf(1.0f + float(m) * 0.125f, int(e) - 7);
-  }
-  return (b & 0x80u) ? -v : v;
-}
-
-// Shared table e4m3 byte → bf16x2 copies of 2⁶⁴·scale (moe_gemm.cu's table). Depends on nothing:
-// built before the PDL wait; visible after the CTA's first barrier.
-__device__ __forceinline__ void build_scale_table(uint32_t* lut) {
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(e4m3_value(uint32_t(i)) * 0x1p64f);
-    const uint32_t bits = __bfloat16_as_ushort(h);
-    lut[i] = bits | (bits << 16);
-  }
-}
-
-// NVFP4 word → bf16 A fragment, bit-identical to moe_gemm.cu's dequant_nvfp4: register j takes
-// nibbles 3−j (low half) and 7−j (high half); sign to bit 15, e1e0m to bits 8..6 (the bf16
-// e2m1·2⁻¹²⁶), times the bf16x2 2⁶⁴·scale of rows g (s_lo) and g + 8 (s_hi): e2m1·scale·2⁻⁶².
-__device__ __forceinline__ void dequant_nvfp4(uint32_t (&a)[4], uint32_t w, uint32_t s_lo,
-                                              uint32_t s_hi) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t q = w << (4 * j);
-    const uint32_t v = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
-    a[j] = bf16x2_mul(v, (j & 1) ? s_hi : s_lo);
-  }
 }
 
 // One 16×64 tile into acc (16 rows × 8 identical columns): codes `w` (this lane's 16 bytes),
@@ -159,7 +114,7 @@ __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params
   float* part = reinterpret_cast<float*>(lut + 256);
   uint32_t* xs = reinterpret_cast<uint32_t*>(part + kWarps * 2 * 16);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-  build_scale_table(lut);
+  build_nvfp4_scale_table(lut);
   const int strips = p.inter / 16;
   const int pair = blockIdx.x / strips, mt = blockIdx.x % strips;
   pdl_wait();  // the expert ids come from the routing kernel
@@ -260,7 +215,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p)
   float* ys = part + kMaxTopK * kWarps * 16;                 // [c][16]
   uint32_t* acts = reinterpret_cast<uint32_t*>(ys + kMaxTopK * 16);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-  build_scale_table(lut);
+  build_nvfp4_scale_table(lut);
   const int strips = p.hidden / 16;
   const int t = blockIdx.x / strips, hs = blockIdx.x % strips;
   // The ids before the PDL wait: this grid starts only after every gate_up CTA has passed its

@@ -1,0 +1,64 @@
+// NVFP4 → bf16 MMA A-fragment decoding shared by the expert kernels that read the repacked
+// layout of moe_nvfp4_repack.h (moe_gemm.cu, moe_gemv_nvfp4.cu). Included only by .cu files.
+//
+// Scheme: block scales go through a 256-entry table (e4m3 byte → bf16x2 copies of 2⁶⁴·scale);
+// dequant_nvfp4 turns a code word into e2m1·scale·2⁻⁶², exact in bf16; the kernels multiply
+// their fp32 accumulators by global scale · kNvfp4Unscale (2⁶²) in the epilogue.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace serval::kernels::cuda {
+
+// 2⁶² · global scale restores the dequantized weights' 2⁻⁶² (see dequant_nvfp4).
+constexpr float kNvfp4Unscale = 0x1p62f;
+
+// d = a · b on bf16x2 (fma with −0 so that signed zeros and exact products are kept).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+// e4m3fn byte → float (0x7F / 0xFF NaN).
+__device__ __forceinline__ float e4m3_value(uint32_t b) {
+  const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+  float v;
+  if (e == 15u && m == 7u) {
+    v = __int_as_float(0x7fc00000);
+  } else if (e == 0u) {
+    v = float(m) * 0x1p-9f;
+  } else {
+    v = ldexpf(1.0f + float(m) * 0.125f, int(e) - 7);
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// Fills the 256-entry table e4m3 byte → bf16x2 copies of 2⁶⁴·scale, threads of the CTA striding
+// over it. Depends on nothing (may run before the PDL wait); visible after the next barrier.
+__device__ __forceinline__ void build_nvfp4_scale_table(uint32_t* lut) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(e4m3_value(uint32_t(i)) * 0x1p64f);
+    const uint32_t bits = __bfloat16_as_ushort(h);
+    lut[i] = bits | (bits << 16);
+  }
+}
+
+// NVFP4 → bf16 fragment. `w` is one word of the repacked layout (moe_nvfp4_repack.h); s_lo and
+// s_hi are bf16x2 copies of 2⁶⁴·scale of rows g and g+8. Register j takes nibbles 3−j (low half)
+// and 7−j (high half): sign to bit 15, e1e0m to bits 8..6 gives the bf16 e2m1·2⁻¹²⁶ (subnormal
+// for codes ±0.5, ±0, which bf16 fma handles exactly); times 2⁶⁴·scale is e2m1·scale·2⁻⁶², an
+// exact bf16 (≤ 6 significant bits, normal range).
+__device__ __forceinline__ void dequant_nvfp4(uint32_t (&a)[4], uint32_t w, uint32_t s_lo,
+                                              uint32_t s_hi) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t q = w << (4 * j);
+    const uint32_t v = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+    a[j] = bf16x2_mul(v, (j & 1) ? s_hi : s_lo);
+  }
+}
+
+}  // namespace serval::kernels::cuda
