@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "runtime/data_parallel_engine.h"
 #include "runtime/engine_loader.h"
+#include "runtime/output_queue.h"
 #include "runtime/sampler.h"
 #include "sched/scheduler.h"
 #include "tokenizer/chat_template.h"
@@ -28,7 +29,7 @@ namespace {
 struct EngineRequest {
   sched::Request req;
   SamplingParams params;
-  OutputCallback on_output;
+  std::shared_ptr<const OutputCallback> on_output;  // shared with queued updates
   SamplerState sampler;
 };
 
@@ -50,6 +51,12 @@ class EngineImpl final : public Engine {
     sc.block_size = cfg.block_size;
     sc.enable_prefix_caching = cfg.enable_prefix_caching;
     scheduler_ = std::make_unique<sched::Scheduler>(sc);
+    if (cfg.async_scheduling) {
+      outputs_ = std::make_unique<OutputQueue>();
+      log::info(
+          "async scheduling: outputs are delivered on their own thread while the next step is "
+          "scheduled and run");
+    }
     thread_ = std::thread([this] { loop(); });
   }
 
@@ -68,7 +75,7 @@ class EngineImpl final : public Engine {
     r->req.max_tokens = params.max_tokens;
     r->req.arrival_time = now_seconds();
     r->params = params;
-    r->on_output = std::move(on_output);
+    r->on_output = std::make_shared<const OutputCallback>(std::move(on_output));
     r->sampler.rng.seed(params.seed ? *params.seed : std::random_device{}());
     std::lock_guard lock(mu_);
     if (!alive_) throw Error("the engine is not running");
@@ -174,6 +181,7 @@ class EngineImpl final : public Engine {
       fail_all(e.what());
     }
     abort_everything();
+    if (outputs_) outputs_->drain();  // every update is out before the engine counts as stopped
   }
 
   // Moves submitted requests and aborts into the scheduler; waits when idle. False on shutdown.
@@ -297,8 +305,9 @@ class EngineImpl final : public Engine {
       o.finish = FinishReason::kLength;
     }
     const uint64_t id = r.req.id;
-    r.on_output(o);
-    if (o.finish) {
+    const bool finished = o.finish.has_value();
+    deliver(r.on_output, std::move(o));
+    if (finished) {
       scheduler_->finish_request(id);
       requests_.erase(id);
     }
@@ -316,7 +325,17 @@ class EngineImpl final : public Engine {
     o.num_prompt_tokens = it->second->req.num_prompt_tokens;
     auto cb = std::move(it->second->on_output);
     requests_.erase(it);
-    cb(o);
+    deliver(cb, std::move(o));
+  }
+
+  // Hands an update to the request's callback: inline, or through the output thread with
+  // --async-scheduling (in order either way).
+  void deliver(const std::shared_ptr<const OutputCallback>& cb, RequestOutput o) {
+    if (outputs_) {
+      outputs_->push(cb, std::move(o));
+    } else {
+      (*cb)(o);
+    }
   }
 
   // Nothing could be scheduled: a waiting request larger than the whole KV cache can never run.
@@ -345,7 +364,7 @@ class EngineImpl final : public Engine {
       RequestOutput o;
       o.request_id = r->req.id;
       o.finish = FinishReason::kAbort;
-      r->on_output(o);
+      deliver(r->on_output, std::move(o));
     }
     std::vector<uint64_t> ids;
     for (const auto& [id, r] : requests_) ids.push_back(id);
@@ -373,6 +392,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<sched::Scheduler> scheduler_;
+  std::unique_ptr<OutputQueue> outputs_;  // --async-scheduling only
   std::unordered_map<uint64_t, std::unique_ptr<EngineRequest>> requests_;  // engine thread only
 
   mutable std::mutex mu_;  // guards the fields below

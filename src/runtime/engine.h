@@ -97,7 +97,7 @@ struct EngineConfig {
   double dist_timeout_s = 300;  // how long node 0 waits for the others (and they for it)
   bool enforce_eager = false;
   bool nvfp4_activations = false;  // W4A4: quantize NVFP4 linears' inputs (SPEC 2.2)
-  bool async_scheduling = false;
+  bool async_scheduling = false;   // deliver outputs on their own thread (runtime/output_queue.h)
   std::string cudagraph_mode = "FULL_DECODE_ONLY";
 };
 

@@ -220,10 +220,6 @@ LoadedModel load_model(const EngineConfig& cfg) {
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
   const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend, mc.head_dim);
   out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
-  if (cfg.async_scheduling)
-    log::warn(
-        "--async-scheduling: not implemented yet; each step is scheduled after the "
-        "previous one completes");
   RunnerOptions runner;
   runner.kv_cache_dtype = kv_dtype;
   quant::KvScales scales = load_kv_scales(*weights, mc);
