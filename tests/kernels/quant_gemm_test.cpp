@@ -11,6 +11,7 @@
 // times the GEMM and the dequantize kernel (--gtest_also_run_disabled_tests
 // --gtest_filter='QuantGemmBench.*').
 #include "kernels/cuda/gemm/quant_gemm.h"
+#include "kernels/cuda/gemm/quant_gemv.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -254,6 +256,189 @@ TEST(QuantGemm, MatchesCpuOracle) {
   }
 }
 
+// Runs one of the GEMM entry points on device inputs into a fresh poisoned output of m + 1 rows
+// (plus one element): the row past m and the guard element must stay 0xFF (tokens ≥ m never
+// written). Returns the first m·n outputs as float.
+enum class Path { kDispatch, kGemv, kMma };
+
+std::vector<float> run_path(Path path, const kc::QuantGemmWeight& w, const bf16* x,
+                            const bf16* bias, int m, bool f32) {
+  const size_t out = size_t(m) * w.n, total = out + w.n + 1;
+  DeviceBuffer<uint8_t> y(total * (f32 ? 4 : 2));
+  y.poison();
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(kc::quant_gemm_workspace_bytes(m, w.n, w.k), 1));
+  kc::QuantGemmParams p{};
+  p.x = x;
+  p.w = w;
+  p.bias = bias;
+  p.y = y.get();
+  p.y_f32 = f32;
+  p.m = m;
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.size();
+  switch (path) {
+    case Path::kDispatch:
+      kc::quant_gemm(p, nullptr);
+      break;
+    case Path::kGemv:
+      kc::quant_gemv(p, nullptr);
+      break;
+    case Path::kMma:
+      kc::quant_gemm_mma(p, nullptr);
+      break;
+  }
+  const std::vector<uint8_t> bytes = y.download();
+  const size_t esize = f32 ? 4 : 2;
+  size_t written_past = 0;
+  for (size_t i = out * esize; i < bytes.size(); ++i) written_past += bytes[i] != 0xFF;
+  EXPECT_EQ(written_past, 0u) << "bytes written past token m - 1 (m = " << m << ")";
+  std::vector<float> v(out);
+  for (size_t i = 0; i < out; ++i) {
+    if (f32) {
+      std::memcpy(&v[i], bytes.data() + 4 * i, 4);
+    } else {
+      bf16 b;
+      std::memcpy(&b.bits, bytes.data() + 2 * i, 2);
+      v[i] = bf16_to_float(b);
+    }
+  }
+  return v;
+}
+
+// The decode path (quant_gemv, 1 ≤ m ≤ 4) against the CPU oracle for every format, through both
+// quant_gemm's dispatch and quant_gemv itself, on padded shapes (n % 32 != 0, k % 64 != 0), a
+// large n and a large k; both output dtypes, with and without bias, 16-byte and 4-byte aligned x.
+// Tolerances as MatchesCpuOracle.
+TEST(QuantGemv, MatchesCpuOracle) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const Shape2 shapes[] = {{200, 80, 4},    {33, 16, 4},   {1000, 1088, 4},
+                           {40010, 256, 4}, {72, 8240, 4}, {5120, 2048, 4}};
+  uint32_t seed = 300;
+  int variant = 0;
+  for (WeightFormat format : kFormats) {
+    for (const Shape2& s : shapes) {
+      const TestWeight tw = make_weight(format, s.n, s.k, seed++);
+      DeviceWeight dw(tw);
+      // Two spare leading elements: x + 2 is 4-byte but not 16-byte aligned.
+      const std::vector<bf16> xb = random_bf16(size_t(s.max_m) * s.k + 2, seed++);
+      const std::vector<float> xall = to_float(xb);
+      const std::vector<bf16> bias_b = random_bf16(s.n, seed++, -0.5f, 0.5f);
+      const std::vector<float> bias_f = to_float(bias_b);
+      DeviceBuffer<bf16> x(xb), bias(bias_b);
+      for (int m = 1; m <= kc::kQuantGemvMaxM; ++m) {
+        const bool with_bias = variant % 2 == 0, f32 = variant % 3 != 1, shifted = variant % 5 == 2;
+        ++variant;
+        const size_t x0 = shifted ? 2 : 0;
+        const std::vector<float> xf(xall.begin() + x0, xall.begin() + x0 + size_t(m) * s.k);
+        std::vector<float> ref(size_t(m) * s.n);
+        kernels::QuantLinearParams cp = cpu_params(tw);
+        cp.x = xf.data();
+        cp.y = ref.data();
+        cp.m = m;
+        kernels::cpu::quant_linear(cp);
+        if (with_bias)
+          for (int r = 0; r < m; ++r)
+            for (int c = 0; c < s.n; ++c) ref[size_t(r) * s.n + c] += bias_f[c];
+        kc::QuantGemmParams probe{};
+        probe.w = dw.w;
+        probe.m = m;
+        ASSERT_TRUE(kc::quant_gemv_supported(probe))
+            << format_name(format) << " m=" << m << " n=" << s.n << " k=" << s.k;
+        const double tol = (!f32 || format == WeightFormat::kFp8Block) ? 1e-2 : 1e-4;
+        for (Path path : {Path::kDispatch, Path::kGemv}) {
+          const std::vector<float> got =
+              run_path(path, dw.w, x.get() + x0, with_bias ? bias.get() : nullptr, m, f32);
+          EXPECT_LT(rel_l2(got, ref), tol)
+              << format_name(format) << (path == Path::kGemv ? " gemv" : " dispatch") << " m=" << m
+              << " n=" << s.n << " k=" << s.k << (with_bias ? " bias" : "")
+              << (f32 ? " f32" : " bf16") << (shifted ? " x+4B" : "");
+        }
+      }
+    }
+  }
+}
+
+// Same dequantized values, fp32 accumulation in another order: the decode path and the mma
+// kernel agree to fp32 summation noise (f32 output, rel L2 < 3e-5: ~2^-24·sqrt(k) for k = 16384
+// plus tensor-core accumulation truncation; a wrong scale, row or column mapping gives O(1)).
+TEST(QuantGemv, MatchesMmaKernel) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const Shape2 shapes[] = {{300, 208, 4}, {2048, 4096, 4}, {57, 16384, 4}};
+  uint32_t seed = 400;
+  for (WeightFormat format : kFormats) {
+    for (const Shape2& s : shapes) {
+      const TestWeight tw = make_weight(format, s.n, s.k, seed++);
+      DeviceWeight dw(tw);
+      DeviceBuffer<bf16> x(random_bf16(size_t(s.max_m) * s.k, seed++));
+      DeviceBuffer<bf16> bias(random_bf16(s.n, seed++, -0.5f, 0.5f));
+      for (int m = 1; m <= kc::kQuantGemvMaxM; ++m) {
+        const std::vector<float> a = run_path(Path::kGemv, dw.w, x.get(), bias.get(), m, true);
+        const std::vector<float> b = run_path(Path::kMma, dw.w, x.get(), bias.get(), m, true);
+        EXPECT_LT(rel_l2(a, b), 3e-5)
+            << format_name(format) << " m=" << m << " n=" << s.n << " k=" << s.k;
+      }
+    }
+  }
+}
+
+// Fixed split order in the shared-memory reduction: two runs give identical bits.
+TEST(QuantGemv, Deterministic) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel}) {
+    const int n = 5000, k = 4096;
+    const TestWeight tw = make_weight(format, n, k, 500);
+    DeviceWeight dw(tw);
+    DeviceBuffer<bf16> x(random_bf16(size_t(4) * k, 501));
+    for (int m : {1, 4}) {
+      const std::vector<float> a = run_path(Path::kGemv, dw.w, x.get(), nullptr, m, true);
+      const std::vector<float> b = run_path(Path::kGemv, dw.w, x.get(), nullptr, m, true);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << format_name(format) << " m=" << m;
+    }
+  }
+}
+
+// Host-side routing rules (no GPU needed).
+TEST(QuantGemv, SupportedShapes) {
+  alignas(16) static uint8_t scales[16];
+  kc::QuantGemmParams p{};
+  p.w = kc::QuantGemmWeight{WeightFormat::kNvfp4, 4096, 4096, nullptr, scales, 1.0f, 0, 0};
+  for (int m = 1; m <= 4; ++m) {
+    p.m = m;
+    EXPECT_TRUE(kc::quant_gemv_supported(p)) << m;
+  }
+  p.m = 0;
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.m = 5;
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.m = 1;
+  p.w.k = 65536;  // 128 KB of staged activations: the limit
+  EXPECT_TRUE(kc::quant_gemv_supported(p));
+  p.w.k = 65536 + 16;
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.m = 4;
+  p.w.k = 16384;
+  EXPECT_TRUE(kc::quant_gemv_supported(p));
+  p.w.k = 28672;  // Llama-70B down at 4 tokens stays on the mma kernel
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.w.k = 4096;
+  p.w.scales = scales + 1;  // scales not 4-byte aligned
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.w.scales = scales;
+  p.w.format = WeightFormat::kFp8Block;
+  p.w.block_n = p.w.block_k = 128;
+  EXPECT_TRUE(kc::quant_gemv_supported(p));
+  p.w.block_k = 32;  // several multipliers per 64-column block
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.w.block_k = 128;
+  p.w.block_n = 16;
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.w.format = WeightFormat::kFp8PerTensor;
+  p.w.scales = nullptr;
+  EXPECT_TRUE(kc::quant_gemv_supported(p));
+}
+
 TEST(QuantGemm, DequantMatchesCpu) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   const Shape2 shapes[] = {{200, 80, 0}, {300, 208, 0}, {2048, 4096, 0}};
@@ -377,30 +562,50 @@ struct BenchWeight {
   }
 };
 
-// Weight bytes streamed per call (data + scales) / time, and the fraction of the 4.3 TB/s floor.
+// Weight bytes streamed per call (data + scales) / time and the fraction of the 4.3 TB/s floor,
+// for the decode path (quant_gemv, m ≤ 4 where supported) and the mma kernel side by side.
+// Graph-timed over weight copies larger than L2, as in a decode step.
 TEST(QuantGemmBench, DISABLED_Bandwidth) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel}) {
     for (const BenchShape& s : kDecodeGemmShapes) {
-      const BenchWeight bw(format, s.n, s.k);
-      for (int m : kDecodeGemmMs) {
+      const size_t bytes =
+          kc::quant_gemm_data_bytes(format, s.n, s.k) + BenchWeight::scale_bytes(format, s.n, s.k);
+      const int copies = cold_copies(bytes);
+      std::vector<std::unique_ptr<BenchWeight>> bws;
+      for (int c = 0; c < copies; ++c)
+        bws.push_back(std::make_unique<BenchWeight>(format, s.n, s.k));
+      for (int m : {1, 2, 4, 8}) {
         DeviceBuffer<bf16> x(random_bf16(size_t(m) * s.k, 7));
         DeviceBuffer<bf16> y(size_t(m) * s.n);
         DeviceBuffer<uint8_t> ws(std::max<size_t>(kc::quant_gemm_workspace_bytes(m, s.n, s.k), 1));
         kc::QuantGemmParams p{};
         p.x = x.get();
-        p.w = bw.w;
+        p.w = bws[0]->w;
         p.y = y.get();
         p.m = m;
         p.workspace = ws.get();
         p.workspace_bytes = ws.size();
-        const double us = median_us([&] { kc::quant_gemm(p, nullptr); });
-        const double tbs = double(bw.bytes) / (us * 1e-6) / 1e12;
-        std::printf(
-            "%-11s %-20s m=%3d n=%6d k=%6d  %8.1f us  %6.3f TB/s (%5.1f%% of floor, "
-            "weights %.1f MB)\n",
-            format_name(format), s.name, m, s.n, s.k, us, tbs, 100.0 * tbs / kCopyTbPerS,
-            double(bw.bytes) / 1e6);
+        const double old_us = graph_us(copies, [&](cudaStream_t st, int c) {
+          p.w = bws[size_t(c)]->w;
+          kc::quant_gemm_mma(p, st);
+        });
+        const auto tbs = [&](double us) { return double(bytes) / (us * 1e-6) / 1e12; };
+        std::printf("%-11s %-20s m=%2d n=%6d k=%6d (%7.1f MB) ", format_name(format), s.name, m,
+                    s.n, s.k, double(bytes) / 1e6);
+        if (kc::quant_gemv_supported(p)) {
+          const double new_us = graph_us(copies, [&](cudaStream_t st, int c) {
+            p.w = bws[size_t(c)]->w;
+            kc::quant_gemv(p, st);
+          });
+          std::printf("gemv %7.1f us %5.2f TB/s (%5.1f%%)  ", new_us, tbs(new_us),
+                      100.0 * tbs(new_us) / kCopyTbPerS);
+          std::printf("mma %7.1f us %5.2f TB/s  speedup %.2fx\n", old_us, tbs(old_us),
+                      old_us / new_us);
+        } else {
+          std::printf("gemv      -                          mma %7.1f us %5.2f TB/s (%5.1f%%)\n",
+                      old_us, tbs(old_us), 100.0 * tbs(old_us) / kCopyTbPerS);
+        }
       }
     }
   }

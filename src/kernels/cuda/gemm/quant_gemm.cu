@@ -7,6 +7,7 @@
 // PDL wait for the first ones). Split-K over grid.y writes fp32 partials that a second kernel sums
 // in a fixed order (deterministic).
 #include "kernels/cuda/gemm/quant_gemm.h"
+#include "kernels/cuda/gemm/quant_gemv.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -487,7 +488,17 @@ size_t quant_gemm_workspace_bytes(int m, int n, int k) {
   return s > 1 ? size_t(s) * m * n * sizeof(float) : 0;
 }
 
+// 1 ≤ m ≤ 4: the decode GEMV (quant_gemv.cu) where it supports the weight, else the mma kernel.
 void quant_gemm(const QuantGemmParams& p, cudaStream_t stream) {
+  validate(p.w, "quant_gemm");
+  if (p.m >= 1 && quant_gemv_supported(p)) {
+    quant_gemv(p, stream);
+    return;
+  }
+  quant_gemm_mma(p, stream);
+}
+
+void quant_gemm_mma(const QuantGemmParams& p, cudaStream_t stream) {
   validate(p.w, "quant_gemm");
   if (p.m <= 0) return;
   if (!is_aligned16(p.w.data) || (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)

@@ -67,12 +67,15 @@ std::vector<uint8_t> quant_gemm_pack_nvfp4_scales(const uint8_t* src, int n, int
 // negative, not finite, or ≥ 2^8 (s·2^120 would overflow bf16).
 std::vector<bf16> quant_gemm_pack_block_scales(const float* src, size_t count);
 
-// Fp32 partial-sum workspace for split-K (0 when one split suffices).
+// Fp32 partial-sum workspace for split-K (0 when one split suffices); an upper bound for every m
+// (the decode GEMV at m ≤ 4 uses none).
 size_t quant_gemm_workspace_bytes(int m, int n, int k);
 
 // y = x · dequant(W)ᵀ (+ bias) for any m ≥ 0 (efficient for m ≤ kQuantGemmMaxM: tokens are the
 // MMA N side in one tile of 8/16/32/64, so the weight streams once; larger m repeat per 64-token
-// tile). Launched with programmatic dependent launch. Deterministic.
+// tile). 1 ≤ m ≤ 4 runs the decode GEMV of quant_gemv.h where it supports the weight (no
+// workspace; the mma kernel stays reachable as quant_gemm_mma). Launched with programmatic
+// dependent launch. Deterministic.
 void quant_gemm(const QuantGemmParams& p, cudaStream_t stream);
 
 // out[n, k] (bf16, row-major, 16-byte aligned) = dequant(W), each element rounded once from fp32

@@ -1,0 +1,465 @@
+// Decode GEMV of quant_gemm (1 ≤ m ≤ 4, see quant_gemv.h) on mma.sync m16n8k16, swap-AB: the
+// weights are the MMA's A side in their fragment layout, the m tokens columns 0..m−1 of B.
+//
+// CTA = T row tiles (32 rows) × S K splits, one warp per (tile, split): warp (tl, s) streams the
+// k blocks [s·KB/S, (s+1)·KB/S) of tile blockIdx.x·T + tl, a contiguous 1 KB (NVFP4) / 2 KB (FP8)
+// per k block, through a register ring of kDepth k blocks (the first ones requested before the
+// PDL wait). Per k block and lane: 2 (NVFP4) / 4 (FP8) 16-byte code loads, NVFP4 4 scale words
+// (rows g, g+8, 16+g, 24+g) and 2 16-byte shared loads of the activation B fragments (x staged
+// once per CTA in shared memory, each 64-column chunk permuted as moe_gemv_nvfp4.cu does, zero
+// padded to k_pad; one row per token, padded by 16 bytes so lanes of different tokens hit
+// different banks). Dequantization is quant_gemm.cu's (decode_step, nvfp4_mult through a shared
+// 256-entry table, FP8 multiplier 2^120 or the bf16 block multiplier), so dequantized values are
+// bit-identical to the mma kernel's. The S partial sums of a row are added in split order through
+// shared memory (deterministic), then quant_gemm's epilogue.
+// S and T are chosen on the host: the largest S (16 .. 1) with ≥ 2 k blocks per warp for which
+// every CTA of the grid is resident at once (small weights: all bytes in flight in one wave),
+// T = max(1, 4 / S) so CTAs keep ≥ 4 warps to share the activation staging.
+#include "kernels/cuda/gemm/quant_gemv.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <initializer_list>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
+
+namespace serval::kernels::cuda {
+
+namespace {
+
+enum Kind { kNvfp4Kind = 0, kFp8Kind = 1, kFp8BlockKind = 2 };
+
+constexpr int kMaxWarps = 16;
+constexpr uint32_t kFp8Mult = 0x7B807B80u;  // bf16x2 {2^120, 2^120}
+constexpr size_t kMaxStageBytes = size_t(128) << 10;
+
+struct GemvArgs {
+  const uint8_t* data;
+  const uint8_t* nvfp4_scales;  // [n_pad, k_pad/16] e4m3
+  const uint16_t* block;        // FP8 block multipliers (bf16 bits)
+  const float* row_scale;       // FP8 per-channel [n]
+  const __nv_bfloat16* x;       // [m, k]
+  const __nv_bfloat16* bias;    // [n] or null
+  void* y;
+  bool y_f32;
+  bool x_aligned16;
+  int m, n, k;
+  int k_blocks, n_tiles;
+  float alpha;
+  int splits, tiles;  // S, T
+  int xs_stride;      // u32 words per staged token row: k_pad/2 + 4
+  int block_cols;     // FP8 block: ceil(k / block_k)
+  int block_n;
+  int kb_per_block;  // FP8 block: block_k / 64
+};
+
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// quant_gemm.cu's nvfp4_mult: bf16x2 {v, v}, v = e4m3(byte)·2^119 (exact).
+__device__ __forceinline__ uint32_t nvfp4_mult(uint32_t byte) {
+  const uint32_t mag = byte & 0x7Fu;
+  uint32_t h;
+  if (mag & 0x78u) {
+    h = (mag << 4) + (239u << 7);
+  } else {
+    h = __float_as_uint(float(mag) * 0x1p110f) >> 16;  // ≤ 3 significant bits: exact
+  }
+  return h | (h << 16);
+}
+
+// quant_gemm.cu's decode_step: the four A registers of k16 step s of one 16-row group
+// (NVFP4: e2m1·sf·2^-7; FP8: e4m3·multiplier·2^-120), m_lo / m_hi the multipliers of rows g / g+8.
+template <bool kFp4>
+__device__ __forceinline__ void decode_step(const uint32_t* words, int s, uint32_t m_lo,
+                                            uint32_t m_hi, uint32_t (&a)[4]) {
+  if constexpr (kFp4) {
+    const uint32_t q = words[s];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t t = q << (4 * i);
+      const uint32_t v = (t & 0x80008000u) | ((t & 0x70007000u) >> 6);
+      a[i] = bmul2(v, (i & 1) ? m_hi : m_lo);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t q = words[2 * s + j];
+      const uint32_t q2 = q << 8;
+      const uint32_t v0 = (q & 0x80008000u) | ((q & 0x7F007F00u) >> 4);
+      const uint32_t v1 = (q2 & 0x80008000u) | ((q2 & 0x7F007F00u) >> 4);
+      a[2 * j] = bmul2(v0, m_lo);
+      a[2 * j + 1] = bmul2(v1, m_hi);
+    }
+  }
+}
+
+// One k block of a lane's ring: codes of groups h = 0, 1 and the multiplier data.
+template <int kKind>
+struct Slot {
+  static constexpr int kWords = kKind == kNvfp4Kind ? 4 : 8;
+  uint32_t w[2][kWords];
+  uint32_t sf[kKind == kNvfp4Kind ? 4 : 1];  // NVFP4: rows g, g+8, 16+g, 24+g; block: bf16 bits
+};
+
+// Final value of output (tok, row) from its fp32 sum (quant_gemm.cu's store_out).
+__device__ __forceinline__ void store_out(const GemvArgs& a, int tok, int row, float v) {
+  v *= a.alpha;
+  if (a.row_scale) v *= a.row_scale[row];
+  if (a.bias) v += __bfloat162float(a.bias[row]);
+  const size_t i = size_t(tok) * a.n + row;
+  if (a.y_f32) {
+    static_cast<float*>(a.y)[i] = v;
+  } else {
+    static_cast<__nv_bfloat16*>(a.y)[i] = __float2bfloat16_rn(v);
+  }
+}
+
+// x [m, k] → shared [m][xs_stride] words, each 64-column chunk permuted: source word w of the
+// chunk goes to 8·(w % 4) + w / 4, so lane t finds its B words of k16 step kk (b0 = word
+// 8kk + t, b1 = word 8kk + 4 + t) at 8t + 2kk (+1); columns k .. k_pad − 1 are zero.
+__device__ __forceinline__ void stage_x(const GemvArgs& a, uint32_t* xs) {
+  const int chunks = a.k_blocks;
+  if (a.x_aligned16) {
+    const int pieces = chunks * 8;  // 16-byte pieces per token row (8 per chunk)
+    for (int i = threadIdx.x; i < a.m * pieces; i += blockDim.x) {
+      const int tok = i / pieces, pc = i % pieces;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (pc * 8 < a.k) v = *reinterpret_cast<const uint4*>(a.x + size_t(tok) * a.k + 8 * pc);
+      uint32_t* d = xs + tok * a.xs_stride + 32 * (pc / 8) + (pc % 8);
+      d[0] = v.x;
+      d[8] = v.y;
+      d[16] = v.z;
+      d[24] = v.w;
+    }
+  } else {
+    const int words = chunks * 32;
+    for (int i = threadIdx.x; i < a.m * words; i += blockDim.x) {
+      const int tok = i / words, w = i % words;
+      const uint32_t v =
+          2 * w < a.k ? *reinterpret_cast<const uint32_t*>(a.x + size_t(tok) * a.k + 2 * w) : 0u;
+      xs[tok * a.xs_stride + 32 * (w / 32) + 8 * (w % 4) + (w % 32) / 4] = v;
+    }
+  }
+}
+
+template <int kKind>
+__global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) {
+  constexpr bool kFp4 = kKind == kNvfp4Kind;
+  constexpr int kLaneBytes = kFp4 ? 16 : 32;
+  constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
+  constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB of codes in flight per warp
+  extern __shared__ uint4 smem_u4[];
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);  // [256] nvfp4_mult
+  float* part = reinterpret_cast<float*>(lut + 256);     // [warps][4 tokens][32 rows]
+  uint32_t* xs = reinterpret_cast<uint32_t*>(part + (blockDim.x / 32) * 128);  // staged x
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int S = a.splits, tl = warp / S, split = warp % S;
+  const int rt = blockIdx.x * a.tiles + tl;
+  const bool active = rt < a.n_tiles;
+  const int KB = a.k_blocks;
+  const int kb0 = int(int64_t(split) * KB / S);
+  const int n = active ? int(int64_t(split + 1) * KB / S) - kb0 : 0;
+  if constexpr (kFp4)
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = nvfp4_mult(uint32_t(i));
+
+  // Stream pointers (valid only when active; advanced by kDepth k blocks per ring round).
+  const int rt_c = active ? rt : 0;
+  const uint8_t* codes = a.data + (size_t(rt_c) * KB + kb0) * kKbBytes + lane * kLaneBytes;
+  // NVFP4 scales: row stride 4·KB bytes; word kb of rows rt·32 + {g, g+8, 16+g, 24+g}.
+  const uint8_t* sc = nullptr;
+  size_t sc8 = 0;
+  // FP8 block: multiplier (row block of the tile, column block kb / kb_per_block).
+  const uint16_t* bp = nullptr;
+  int bc = 0, br = 0;  // column block and k block within it of the next load
+  if constexpr (kFp4) {
+    sc = a.nvfp4_scales + (size_t(rt_c) * 32 + g) * (4 * size_t(KB)) + 4 * size_t(kb0);
+    sc8 = 8 * 4 * size_t(KB);
+  }
+  if constexpr (kKind == kFp8BlockKind) {
+    bp = a.block + size_t(rt_c * 32 / a.block_n) * a.block_cols;
+    bc = kb0 / a.kb_per_block;
+    br = kb0 % a.kb_per_block;
+  }
+
+  Slot<kKind> ring[kDepth];
+  // Loads k block (round base) + j into `slot` from the current pointers.
+  auto load = [&](Slot<kKind>& slot, int j) {
+    const uint8_t* c = codes + j * kKbBytes;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int q = 0; q < Slot<kKind>::kWords / 4; ++q) {
+        const uint4 v = ld_stream(c + h * 32 * kLaneBytes + 16 * q);
+        slot.w[h][4 * q] = v.x;
+        slot.w[h][4 * q + 1] = v.y;
+        slot.w[h][4 * q + 2] = v.z;
+        slot.w[h][4 * q + 3] = v.w;
+      }
+    if constexpr (kFp4) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        slot.sf[r] = __ldg(reinterpret_cast<const uint32_t*>(sc + r * sc8 + 4 * j));
+    }
+    if constexpr (kKind == kFp8BlockKind) {
+      const uint32_t hb = __ldg(bp + bc);
+      slot.sf[0] = hb | (hb << 16);
+      if (++br == a.kb_per_block) {
+        br = 0;
+        ++bc;
+      }
+    }
+  };
+  auto advance = [&]() {
+    codes += kDepth * kKbBytes;
+    if constexpr (kFp4) sc += 4 * kDepth;
+  };
+
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j)
+    if (j < n) load(ring[j], j);
+  advance();
+
+  pdl_wait();  // x comes from the previous kernel
+  pdl_launch_dependents();
+  stage_x(a, xs);
+  __syncthreads();  // x staged, scale table built
+
+  // Lane t of token column g (clamped: MMA columns are independent, tokens ≥ m never stored).
+  const uint32_t* xl = xs + min(g, a.m - 1) * a.xs_stride + 8 * t + 32 * kb0;
+  float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  auto compute = [&](const Slot<kKind>& slot, int i) {
+    const uint4* bq = reinterpret_cast<const uint4*>(xl + 32 * i);
+    const uint4 b01 = bq[0], b23 = bq[1];
+    const uint32_t b[8] = {b01.x, b01.y, b01.z, b01.w, b23.x, b23.y, b23.z, b23.w};
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t m_lo, m_hi;
+        if constexpr (kFp4) {
+          m_lo = lut[(slot.sf[2 * h] >> (8 * s)) & 0xFFu];
+          m_hi = lut[(slot.sf[2 * h + 1] >> (8 * s)) & 0xFFu];
+        } else if constexpr (kKind == kFp8BlockKind) {
+          m_lo = m_hi = slot.sf[0];
+        } else {
+          m_lo = m_hi = kFp8Mult;
+        }
+        uint32_t av[4];
+        decode_step<kFp4>(slot.w[h], s, m_lo, m_hi, av);
+        mma_bf16(acc[h], av, b[2 * s], b[2 * s + 1]);
+      }
+  };
+
+  int i = 0;
+  // Steady state: every refill is in range (tiles i + kDepth + j < n).
+  for (; i + 2 * kDepth <= n; i += kDepth) {
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j) {
+      compute(ring[j], i + j);
+      load(ring[j], j);
+    }
+    advance();
+  }
+  // Tail: fewer than 2·kDepth k blocks left.
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j) {
+    if (i + j < n) {
+      compute(ring[j], i + j);
+      if (i + kDepth + j < n) load(ring[j], j);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j)
+    if (i + kDepth + j < n) compute(ring[j], i + kDepth + j);
+
+  // Accumulator q of group h: row 16h + g + 8·(q / 2), token 2t + q % 2.
+  if (S == 1) {
+    if (active && t < 2) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 2 * t + (q & 1);
+          if (row < a.n && tok < a.m) store_out(a, tok, row, acc[h][q]);
+        }
+    }
+    return;
+  }
+  if (t < 2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        part[(warp * 4 + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] = acc[h][q];
+  }
+  __syncthreads();
+  const int per_tile = a.m * 32;
+  for (int idx = threadIdx.x; idx < a.tiles * per_tile; idx += blockDim.x) {
+    const int ti = idx / per_tile, tok = (idx % per_tile) / 32, r = idx % 32;
+    const int row = (blockIdx.x * a.tiles + ti) * 32 + r;
+    if (row >= a.n) continue;
+    float v = 0.0f;
+    for (int s = 0; s < S; ++s) v += part[((ti * S + s) * 4 + tok) * 32 + r];
+    store_out(a, tok, row, v);
+  }
+}
+
+size_t smem_bytes(int warps, int m, int xs_stride) {
+  return 1024 + size_t(warps) * 128 * 4 + size_t(m) * xs_stride * 4;
+}
+
+constexpr size_t kSmemCap =
+    1024 + size_t(kMaxWarps) * 128 * 4 + kMaxStageBytes + kQuantGemvMaxM * 16;
+
+int kind_of(const QuantGemmWeight& w) {
+  return w.format == WeightFormat::kNvfp4      ? kNvfp4Kind
+         : w.format == WeightFormat::kFp8Block ? kFp8BlockKind
+                                               : kFp8Kind;
+}
+
+// Resident CTAs per SM of kernel<kKind> at `warps` warps and `smem` bytes, cached per (kind,
+// warps) and smem size (the query costs host time every eager step otherwise).
+template <int kKind>
+int ctas_per_sm(int warps, size_t smem) {
+  static std::atomic<uint64_t> cache[kMaxWarps + 1];
+  // The shared-memory opt-in is per device (tensor parallel: one process, several GPUs).
+  static std::atomic<uint64_t> attr_set{0};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    device = 0;
+  }
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (!(attr_set.load(std::memory_order_acquire) & bit)) {
+    if (cudaFuncSetAttribute(quant_gemv_kernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(kSmemCap)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error("quant_gemv: cannot allow " + std::to_string(kSmemCap) +
+                  " bytes of dynamic shared memory");
+    }
+    attr_set.fetch_or(bit, std::memory_order_release);
+  }
+  const uint64_t key = uint64_t(smem + 1) << 32;
+  const uint64_t cached = cache[warps].load(std::memory_order_relaxed);
+  if ((cached & ~0xffffffffull) == key) return int(cached & 0xffffffffu);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quant_gemv_kernel<kKind>, warps * 32,
+                                                    smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  per_sm = std::max(per_sm, 1);
+  cache[warps].store(key | uint64_t(per_sm), std::memory_order_relaxed);
+  return per_sm;
+}
+
+template <int kKind>
+void launch(GemvArgs a, cudaStream_t stream) {
+  // Largest split with ≥ 2 k blocks per warp whose whole grid is resident; else one split.
+  for (int S : {16, 8, 4, 2, 1}) {
+    if (S > 1 && a.k_blocks < 2 * S) continue;
+    const int T = std::max(1, 4 / S), warps = S * T;
+    const long ctas = (a.n_tiles + T - 1) / T;
+    const size_t smem = smem_bytes(warps, a.m, a.xs_stride);
+    if (S > 1 && long(ctas_per_sm<kKind>(warps, smem)) * sm_count() < ctas) continue;
+    if (S == 1) (void)ctas_per_sm<kKind>(warps, smem);  // sets the shared-memory attribute
+    a.splits = S;
+    a.tiles = T;
+    launch_pdl("quant_gemv", quant_gemv_kernel<kKind>, dim3(unsigned(ctas)), dim3(warps * 32), smem,
+               stream, a);
+    return;
+  }
+}
+
+}  // namespace
+
+bool quant_gemv_supported(const QuantGemmParams& p) {
+  const QuantGemmWeight& w = p.w;
+  if (p.m < 1 || p.m > kQuantGemvMaxM || w.n <= 0 || w.k <= 0) return false;
+  if (size_t(p.m) * quant_gemm_k_pad(w.k) * 2 > kMaxStageBytes) return false;
+  if (w.format != WeightFormat::kFp8PerTensor && (reinterpret_cast<uintptr_t>(w.scales) & 3u))
+    return false;
+  if (w.format == WeightFormat::kFp8Block &&
+      (w.block_n <= 0 || w.block_n % 32 != 0 || w.block_k <= 0 || w.block_k % 64 != 0))
+    return false;
+  return true;
+}
+
+void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
+  const QuantGemmWeight& w = p.w;
+  if (!quant_gemv_supported(p) || w.data == nullptr || p.x == nullptr || p.y == nullptr ||
+      (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data) ||
+      (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
+    throw InvalidArgument(
+        "quant_gemv: need 1 <= m <= 4, m * k_pad * 2 <= 128 KB, 16-byte aligned weight data, "
+        "4-byte aligned x and scales, FP8 blocks of 32k x 64k; got m = " +
+        std::to_string(p.m) + ", n = " + std::to_string(w.n) + ", k = " + std::to_string(w.k));
+  GemvArgs a{};
+  a.data = w.data;
+  a.nvfp4_scales =
+      w.format == WeightFormat::kNvfp4 ? static_cast<const uint8_t*>(w.scales) : nullptr;
+  a.block = w.format == WeightFormat::kFp8Block ? static_cast<const uint16_t*>(w.scales) : nullptr;
+  a.row_scale =
+      w.format == WeightFormat::kFp8PerChannel ? static_cast<const float*>(w.scales) : nullptr;
+  a.x = reinterpret_cast<const __nv_bfloat16*>(p.x);
+  a.bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
+  a.y = p.y;
+  a.y_f32 = p.y_f32;
+  a.x_aligned16 = is_aligned16(p.x);
+  a.m = p.m;
+  a.n = w.n;
+  a.k = w.k;
+  a.k_blocks = quant_gemm_k_pad(w.k) / 64;
+  a.n_tiles = quant_gemm_n_pad(w.n) / 32;
+  // As quant_gemm.cu's device_args: NVFP4 values carry 2^-7, FP8 per-tensor its scale.
+  a.alpha = w.format == WeightFormat::kNvfp4          ? w.global_scale * 128.0f
+            : w.format == WeightFormat::kFp8PerTensor ? w.global_scale
+                                                      : 1.0f;
+  a.xs_stride = a.k_blocks * 32 + 4;
+  if (w.format == WeightFormat::kFp8Block) {
+    a.block_cols = (w.k + w.block_k - 1) / w.block_k;
+    a.block_n = w.block_n;
+    a.kb_per_block = w.block_k / 64;
+  }
+  switch (kind_of(w)) {
+    case kNvfp4Kind:
+      launch<kNvfp4Kind>(a, stream);
+      break;
+    case kFp8Kind:
+      launch<kFp8Kind>(a, stream);
+      break;
+    default:
+      launch<kFp8BlockKind>(a, stream);
+      break;
+  }
+  check_launch("quant_gemv");
+}
+
+}  // namespace serval::kernels::cuda

@@ -1,0 +1,29 @@
+// Decode path of quant_gemm (quant_gemm.h) for 1 ≤ m ≤ kQuantGemvMaxM tokens: the same weights
+// (fragment layout), the same dequantization (bit-identical dequantized values) and the same
+// epilogue (alpha, FP8 row scale, bias, bf16 or f32 out); results differ from the mma kernel only
+// in fp32 summation order. quant_gemm() dispatches here when quant_gemv_supported(); the mma
+// kernel stays callable as quant_gemm_mma for tests and benchmarks.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/gemm/quant_gemm.h"
+
+namespace serval::kernels::cuda {
+
+constexpr int kQuantGemvMaxM = 4;
+
+// 1 ≤ m ≤ kQuantGemvMaxM, m·k_pad bf16 activations fit the shared-memory stage (128 KB: NVFP4/FP8
+// m = 1 up to k = 65536, m = 4 up to k = 16384), scales 4-byte aligned, and for FP8 block
+// block_n % 32 == 0 and block_k % 64 == 0 (one multiplier per 32 × 64 tile). Other formats and
+// shapes stay on the mma kernel. Assumes p.w passed quant_gemm's validation.
+bool quant_gemv_supported(const QuantGemmParams& p);
+
+// y = x · dequant(W)ᵀ (+ bias); needs no workspace. Throws InvalidArgument unless supported and
+// w.data 16-byte / x 4-byte aligned. Programmatic dependent launch; deterministic.
+void quant_gemv(const QuantGemmParams& p, cudaStream_t stream);
+
+// quant_gemm's mma kernel for any m ≥ 0 (defined in quant_gemm.cu): the reference the tests
+// compare the decode path with, and the "old" column of the benchmark.
+void quant_gemm_mma(const QuantGemmParams& p, cudaStream_t stream);
+
+}  // namespace serval::kernels::cuda
