@@ -17,6 +17,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/gemm/quant_fragment.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 
@@ -24,9 +25,7 @@ namespace serval::kernels::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;                   // warps (row tiles) per CTA
-constexpr uint32_t kFp8Mult = 0x7B807B80u;  // bf16x2 {2^120, 2^120}
-constexpr uint32_t kNegZero2 = 0x80008000u;
+constexpr int kWarps = 4;  // warps (row tiles) per CTA
 
 struct DeviceArgs {
   QuantGemmParams p;
@@ -40,21 +39,6 @@ struct DeviceArgs {
   bool fused_reduce;  // the last CTA of each grid column reduces (g_quant_split_arrivals)
 };
 
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-// bf16x2 product (round to nearest even; subnormal inputs are honoured by bf16 arithmetic).
-__device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(kNegZero2));
-  return d;
-}
-
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
   asm volatile(
@@ -62,49 +46,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// bf16x2 {v, v} with v = e4m3(byte) · 2^119 (exact). Normal e4m3 (exponent e ≥ 1): bf16 exponent
-// e + 239, mantissa mmm; subnormal (m/8 · 2^-6): m · 2^110; zero → 0.
-__device__ __forceinline__ uint32_t nvfp4_mult(uint32_t byte) {
-  const uint32_t mag = byte & 0x7Fu;
-  uint32_t h;
-  if (mag & 0x78u) {
-    h = (mag << 4) + (239u << 7);
-  } else {
-    h = __float_as_uint(float(mag) * 0x1p110f) >> 16;  // ≤ 3 significant bits: exact
-  }
-  return h | (h << 16);
-}
-
-// The four A registers of k16 step s for one 16-row group, dequantized and multiplied:
-// NVFP4 values become e2m1·sf·2^-7, FP8 values e4m3·(block scale or 1).
-// `words`: the lane's 4 (NVFP4) or 8 (FP8) words; m_lo / m_hi: multipliers of rows g / g+8.
-template <bool kFp4>
-__device__ __forceinline__ void decode_step(const uint32_t* words, int s, uint32_t m_lo,
-                                            uint32_t m_hi, uint32_t (&a)[4]) {
-  if constexpr (kFp4) {
-    const uint32_t q = words[s];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t t = q << (4 * i);  // nibbles 3−i and 7−i now at 3 and 7
-      // e2m1 (s e1 e0 m) → bf16 sign, exponent low bits e1e0, mantissa msb m: value e2m1·2^-126
-      const uint32_t v = (t & 0x80008000u) | ((t & 0x70007000u) >> 6);
-      a[i] = bmul2(v, (i & 1) ? m_hi : m_lo);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const uint32_t q = words[2 * s + j];
-      const uint32_t q2 = q << 8;
-      // e4m3 in the high byte of each half → bf16 sign, exponent low 4 bits, mantissa top 3
-      // bits: value e4m3·2^-120 (subnormals included); the multiplier carries the 2^120.
-      const uint32_t v0 = (q & 0x80008000u) | ((q & 0x7F007F00u) >> 4);
-      const uint32_t v1 = (q2 & 0x80008000u) | ((q2 & 0x7F007F00u) >> 4);
-      a[2 * j] = bmul2(v0, m_lo);
-      a[2 * j + 1] = bmul2(v1, m_hi);
-    }
-  }
 }
 
 // FP8 multiplier of rows (row, row+8) at column col: block table entry or the constant 2^120.

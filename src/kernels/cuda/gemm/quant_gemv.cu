@@ -26,6 +26,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/gemm/quant_fragment.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 
@@ -36,7 +37,6 @@ namespace {
 enum Kind { kNvfp4Kind = 0, kFp8Kind = 1, kFp8BlockKind = 2 };
 
 constexpr int kMaxWarps = 16;
-constexpr uint32_t kFp8Mult = 0x7B807B80u;  // bf16x2 {2^120, 2^120}
 constexpr size_t kMaxStageBytes = size_t(128) << 10;
 
 struct GemvArgs {
@@ -59,64 +59,12 @@ struct GemvArgs {
   int kb_per_block;  // FP8 block: block_k / 64
 };
 
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-}
-
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// quant_gemm.cu's nvfp4_mult: bf16x2 {v, v}, v = e4m3(byte)·2^119 (exact).
-__device__ __forceinline__ uint32_t nvfp4_mult(uint32_t byte) {
-  const uint32_t mag = byte & 0x7Fu;
-  uint32_t h;
-  if (mag & 0x78u) {
-    h = (mag << 4) + (239u << 7);
-  } else {
-    h = __float_as_uint(float(mag) * 0x1p110f) >> 16;  // ≤ 3 significant bits: exact
-  }
-  return h | (h << 16);
-}
-
-// quant_gemm.cu's decode_step: the four A registers of k16 step s of one 16-row group
-// (NVFP4: e2m1·sf·2^-7; FP8: e4m3·multiplier·2^-120), m_lo / m_hi the multipliers of rows g / g+8.
-template <bool kFp4>
-__device__ __forceinline__ void decode_step(const uint32_t* words, int s, uint32_t m_lo,
-                                            uint32_t m_hi, uint32_t (&a)[4]) {
-  if constexpr (kFp4) {
-    const uint32_t q = words[s];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t t = q << (4 * i);
-      const uint32_t v = (t & 0x80008000u) | ((t & 0x70007000u) >> 6);
-      a[i] = bmul2(v, (i & 1) ? m_hi : m_lo);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const uint32_t q = words[2 * s + j];
-      const uint32_t q2 = q << 8;
-      const uint32_t v0 = (q & 0x80008000u) | ((q & 0x7F007F00u) >> 4);
-      const uint32_t v1 = (q2 & 0x80008000u) | ((q2 & 0x7F007F00u) >> 4);
-      a[2 * j] = bmul2(v0, m_lo);
-      a[2 * j + 1] = bmul2(v1, m_hi);
-    }
-  }
 }
 
 // One k block of a lane's ring: codes of groups h = 0, 1 and the multiplier data.
