@@ -17,6 +17,8 @@
 # --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
 # fixture folders in $OUT/quant-fixtures.tgz, so the tests below already use them.
 #
+# With unfinished edits in the working tree, tools/clean-snapshot.sh makes .clean/ (HEAD only) to
+# carry and run this script from.
 # The GPU machine lacks the PCRE2 and utf8proc headers: carry .device-deps made by
 # ../shared/tools/pack-device-deps.sh. Bench configs come from --configs (default
 # .device-data/bench-configs, a carried copy of ../shared/bench-configs).
@@ -58,7 +60,7 @@ if [[ -d $deps ]]; then
 fi
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "commit $commit" | tee -a "$out/gpu.txt"
 
 if [[ $quant_fixtures -eq 1 ]]; then
