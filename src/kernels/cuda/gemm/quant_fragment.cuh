@@ -7,17 +7,11 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/misc/device_utils.cuh"
+
 namespace serval::kernels::cuda {
 
 constexpr uint32_t kFp8Mult = 0x7B807B80u;  // bf16x2 {2^120, 2^120}
-
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // bf16x2 product (round to nearest even; subnormal inputs are honoured by bf16 arithmetic).
 __device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {

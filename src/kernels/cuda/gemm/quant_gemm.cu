@@ -103,7 +103,7 @@ __device__ __forceinline__ void load_raw(const DeviceArgs& d, int rt, int kb, in
     const uint8_t* src = lane_ptr<kFp4>(w.data, d.k_blocks, rt, kb, h, lane);
 #pragma unroll
     for (int c = 0; c < Raw<kFp4>::kWords / 4; ++c) {
-      const uint4 v = ld_stream(src + 16 * c);
+      const uint4 v = ld_stream16(src + 16 * c);
       r.w[h][4 * c] = v.x;
       r.w[h][4 * c + 1] = v.y;
       r.w[h][4 * c + 2] = v.z;

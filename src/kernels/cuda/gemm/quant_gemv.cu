@@ -59,14 +59,6 @@ struct GemvArgs {
   int kb_per_block;  // FP8 block: block_k / 64
 };
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // One k block of a lane's ring: codes of groups h = 0, 1 and the multiplier data.
 template <int kKind>
 struct Slot {
@@ -164,7 +156,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int q = 0; q < Slot<kKind>::kWords / 4; ++q) {
-        const uint4 v = ld_stream(c + h * 32 * kLaneBytes + 16 * q);
+        const uint4 v = ld_stream16(c + h * 32 * kLaneBytes + 16 * q);
         slot.w[h][4 * q] = v.x;
         slot.w[h][4 * q + 1] = v.y;
         slot.w[h][4 * q + 2] = v.z;
@@ -221,7 +213,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
         }
         uint32_t av[4];
         decode_step<kFp4>(slot.w[h], s, m_lo, m_hi, av);
-        mma_bf16(acc[h], av, b[2 * s], b[2 * s + 1]);
+        mma_bf16_m16n8k16(acc[h], av, b[2 * s], b[2 * s + 1]);
       }
   };
 

@@ -20,14 +20,6 @@ namespace serval::kernels::cuda {
 
 constexpr int kRowSliceCols = 256;
 
-__device__ __forceinline__ uint4 ld_stream_row(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // acc + Σ_i w[i]·x[i] over the eight bf16 of `w` (raw words: a bf16's fp32 value is its bits
 // shifted up 16), in index order.
 __device__ __forceinline__ float dot8_bf16(const uint4& w, const float (&x)[8], float acc) {
@@ -64,7 +56,7 @@ struct RowStream {
       const int col = (s0 + u) * kRowSliceCols + 8 * lane;
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        ring[slot][u][r] = col < k ? ld_stream_row(rows[r] + col) : make_uint4(0, 0, 0, 0);
+        ring[slot][u][r] = col < k ? ld_stream16(rows[r] + col) : make_uint4(0, 0, 0, 0);
     }
   }
 

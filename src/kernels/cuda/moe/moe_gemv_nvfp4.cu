@@ -39,26 +39,10 @@ constexpr int kMaxTopK = 8;          // choices per token the down kernel stages
 constexpr int kMaxHidden = 16384;    // gate_up stages one x row: 32 KB
 constexpr int kMaxActElems = 12288;  // down stages top_k · inter activations: 24 KB
 
-__device__ __forceinline__ uint4 ld_nc16(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 __device__ __forceinline__ uint2 ld_nc8(const uint8_t* p) {
   uint2 v;
   asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
-}
-
-// D(16×8) += A(16×16, row-major) · B(16×8, col-major).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // One 16×64 tile into acc (16 rows × 8 identical columns): codes `w` (this lane's 16 bytes),
@@ -73,7 +57,7 @@ __device__ __forceinline__ void mma_tile(float (&acc)[4], const uint4& w, const 
     const uint32_t sb = ((kk < 2 ? s.x : s.y) >> (16 * (kk & 1))) & 0xffffu;
     uint32_t a[4];
     dequant_nvfp4(a, words[kk], lut[sb & 0xffu], lut[sb >> 8]);
-    mma_bf16(acc, a, b[2 * kk], b[2 * kk + 1]);
+    mma_bf16_m16n8k16(acc, a, b[2 * kk], b[2 * kk + 1]);
   }
 }
 
@@ -138,8 +122,8 @@ __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params
   uint2 sq[kDepth][2];
   auto load = [&](int i, int slot) {
     if (i < n) {
-      wq[slot][0] = ld_nc16(gate_codes);
-      wq[slot][1] = ld_nc16(up_codes);
+      wq[slot][0] = ld_stream16(gate_codes);
+      wq[slot][1] = ld_stream16(up_codes);
       sq[slot][0] = ld_nc8(gate_scales);
       sq[slot][1] = ld_nc8(up_scales);
       gate_codes += 512;
@@ -252,7 +236,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p)
   auto load = [&](int i, int slot) {
     if (i < n) {
       const int ex = c_expert[lc];
-      wq[slot] = ld_nc16(codes + size_t(ex) * expert_codes + size_t(lkb) * 512);
+      wq[slot] = ld_stream16(codes + size_t(ex) * expert_codes + size_t(lkb) * 512);
       sq[slot] = ld_nc8(scales + size_t(ex) * expert_scales + size_t(lkb) * 64);
       if (++lkb == KT) {
         lkb = 0;
