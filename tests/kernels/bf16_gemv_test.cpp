@@ -119,11 +119,11 @@ TEST(Bf16GemvBench, DISABLED_VsCublasLt) {
       DeviceBuffer<bf16> x(random_bf16(size_t(m) * s.k, 7));
       DeviceBuffer<bf16> y(size_t(m) * s.n);
       kc::Bf16GemvParams p{x.get(), nullptr, nullptr, y.get(), false, m, s.n, s.k};
-      const double us = graph_us(copies, [&](cudaStream_t st, int c) {
+      const double us = cold_graph_us(copies, [&](cudaStream_t st, int c) {
         p.w = ws[size_t(c)]->get();
         kc::bf16_gemv(p, st);
       });
-      const double lt_us = graph_us(copies, [&](cudaStream_t st, int c) {
+      const double lt_us = cold_graph_us(copies, [&](cudaStream_t st, int c) {
         lt.run(x.get(), ws[size_t(c)]->get(), nullptr, y.get(), DType::kBF16, m, s.n, s.k, st);
       });
       const double tbs = double(bytes) / (us * 1e-6) / 1e12;

@@ -1,11 +1,13 @@
 // Shared pieces of the decode-GEMM benchmarks (QuantGemmBench, Bf16GemvBench): the model
-// shapes they time and a CUDA-event median timer.
+// shapes they time and a graph timer over weight copies larger than L2.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <vector>
+
+#include "kernels/bench_timing.h"
 
 namespace serval::testing {
 
@@ -27,29 +29,6 @@ inline constexpr BenchShape kDecodeGemmShapes[] = {
 
 inline constexpr int kDecodeGemmMs[] = {1, 8, 16, 64};
 
-// Median µs of `run` on the legacy stream after 5 warm-up calls (20 timed calls).
-template <typename F>
-double median_us(F&& run) {
-  for (int i = 0; i < 5; ++i) run();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> times;
-  for (int i = 0; i < 20; ++i) {
-    cudaEventRecord(a);
-    run();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    times.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2] * 1e3;
-}
-
 // Weight copies for graph_us: enough that one pass over them (~256 MB) cannot stay in the 50 MB
 // L2, as in a decode step where every layer reads different weights.
 inline int cold_copies(size_t weight_bytes) {
@@ -57,42 +36,14 @@ inline int cold_copies(size_t weight_bytes) {
 }
 
 // Median µs per call of run(stream, copy) when `calls` calls, cycling over copy = 0..copies-1,
-// are captured in one CUDA graph and replayed (5 timed replays after one warm-up): no launch gaps,
-// as in a graph-captured decode step.
+// are captured in one CUDA graph and replayed (5 timed replays).
 template <typename F>
-double graph_us(int copies, F&& run, int calls = 48) {
-  cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  for (int i = 0; i < copies; ++i) run(s, i);  // lazy initialisation outside the capture
-  cudaStreamSynchronize(s);
-  cudaGraph_t graph;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  for (int i = 0; i < calls; ++i) run(s, i % copies);
-  cudaStreamEndCapture(s, &graph);
-  cudaGraphExec_t exec;
-  cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphLaunch(exec, s);
-  cudaStreamSynchronize(s);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> times;
-  for (int i = 0; i < 5; ++i) {
-    cudaEventRecord(a, s);
-    cudaGraphLaunch(exec, s);
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    times.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2] * 1e3 / calls;
+double cold_graph_us(int copies, F&& run, int calls = 48) {
+  return graph_us(
+      [&](cudaStream_t s) {
+        for (int i = 0; i < calls; ++i) run(s, i % copies);
+      },
+      calls, 5);
 }
 
 }  // namespace serval::testing

@@ -12,32 +12,11 @@
 #include <vector>
 
 #include "backend/moe/moe_cuda.h"
+#include "kernels/bench_timing.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/moe_test_util.h"
 
 namespace serval::testing::moe_util {
-
-// One layer's time with CUDA events (median of 50 after 5 warm-ups), eager launches.
-inline float eager_time_us(const backend::moe::MoeCudaArgs& a) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 5; ++i) backend::moe::moe_forward_cuda(a, nullptr);
-  std::vector<float> ts;
-  for (int i = 0; i < 50; ++i) {
-    cudaEventRecord(e0);
-    backend::moe::moe_forward_cuda(a, nullptr);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    ts.push_back(ms * 1000.0f);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
 
 // Distinct experts that `tokens` rows of router logits [tokens, experts] select (softmax top-k).
 inline int distinct_experts(const std::vector<float>& logits, int tokens, int experts, int top_k) {
@@ -77,16 +56,16 @@ void benchmark_moe_layer(const char* title, double expert_bytes, int hidden, int
     }
     const double bytes = distinct * expert_bytes + 2.0 * T * hidden * 2;
     const double floor_us = bytes / 4.3e12 * 1e6;
-    float eager[2], graph[2];
+    double eager[2], graph[2];
     for (int b = 0; b < 2; ++b) {
       std::vector<MoeCudaArgs> args;
       for (auto& c : calls) args.push_back(args_of(*c, kBackends[b]));
-      eager[b] = eager_time_us(args[0]);
-      graph[b] = graph_time_us(
+      eager[b] = median_us([&] { backend::moe::moe_forward_cuda(args[0], nullptr); }, 50);
+      graph[b] = graph_us(
           [&](cudaStream_t s) {
             for (const MoeCudaArgs& a : args) backend::moe::moe_forward_cuda(a, s);
           },
-          layers);
+          layers, 30);
     }
     if (crossover < 0 && graph[1] < graph[0]) crossover = T;
     std::printf("%6d  %8.1f  %8.2f | %15.2f %9.2f %6.0f %5.0f%% | %16.2f %9.2f %6.0f %5.0f%%\n", T,

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/bench_timing.h"
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_routing.h"
 #include "kernels/cuda/sampling/argmax.h"
@@ -20,9 +21,9 @@
 namespace serval::kernels::cuda {
 namespace {
 
+using serval::testing::graph_us;
 using serval::testing::moe_util::cuda_ok;
 using serval::testing::moe_util::DeviceBuffer;
-using serval::testing::moe_util::graph_time_us;
 using serval::testing::moe_util::Rng;
 
 constexpr int kExperts = 128, kTopK = 8, kHidden = 2048, kVocab = 151936, kTile = 8;
@@ -66,12 +67,12 @@ struct Routing {
 };
 
 template <typename Launch>
-float per_launch_us(Launch&& launch) {
-  return graph_time_us(
+double per_launch_us(Launch&& launch) {
+  return graph_us(
       [&](cudaStream_t s) {
         for (int i = 0; i < kLaunches; ++i) launch(i, s);
       },
-      kLaunches);
+      kLaunches, 30);
 }
 
 TEST(MoeSmallKernelsBench, DISABLED_Latency) {

@@ -93,40 +93,4 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / (den > 0 ? den : 1e-30));
 }
 
-// Median time in µs of one replay of a CUDA graph holding whatever `enqueue(stream)` enqueues
-// (captured once, 3 warm-up replays, median of `reps`), divided by `per_replay` (layers inside).
-// This is how a decode step runs the layers: inside a graph, kernels chained by PDL.
-template <typename Enqueue>
-float graph_time_us(Enqueue&& enqueue, int per_replay, int reps = 30) {
-  cudaStream_t stream;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  cudaGraph_t graph;
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  enqueue(stream);
-  cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 3; ++i) cuda_ok(cudaGraphLaunch(exec, stream), "warm-up replay");
-  std::vector<float> ts;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(e0, stream);
-    cudaGraphLaunch(exec, stream);
-    cudaEventRecord(e1, stream);
-    cuda_ok(cudaEventSynchronize(e1), "replay");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    ts.push_back(ms * 1000.0f / float(per_replay));
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
-
 }  // namespace serval::testing::moe_util

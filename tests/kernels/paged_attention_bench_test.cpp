@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "base/math.h"
+#include "kernels/bench_timing.h"
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/fp8_test_util.h"
@@ -19,67 +20,6 @@ namespace serval::testing {
 namespace {
 
 constexpr int kHq = 32, kHkv = 4, kD = 128, kBs = 16;
-
-// Median µs of `iters` launches after warm-up, timed with CUDA events.
-template <typename F>
-double median_us(F&& launch, int iters = 30) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(a);
-    launch();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    us.push_back(ms * 1e3);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
-// Per-launch µs of `reps` launches captured back to back in one CUDA graph (launch overhead
-// hidden, each launch still waits for the previous one: programmatic dependent launch), the
-// median of `iters` timed replays. One eager launch first (sets the kernel attributes).
-template <typename F>
-double graph_us(F&& launch, int reps = 200, int iters = 20) {
-  cudaStream_t s;
-  cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-  launch(s);
-  cuda_check(cudaStreamSynchronize(s), "warm-up");
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < reps; ++i) launch(s);
-  cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
-  cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 2; ++i) cuda_check(cudaGraphLaunch(exec, s), "replay");
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(a, s);
-    cuda_check(cudaGraphLaunch(exec, s), "replay");
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    us.push_back(ms * 1e3 / reps);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 struct Problem {
   std::vector<int32_t> query_start, ctx, tables;
@@ -152,9 +92,15 @@ void bench(const char* name, int num_seqs, int q_len, int ctx_len, DType cache_d
   p.cache_dtype = cache_dtype;
   p.workspace = work.get();
   p.workspace_bytes = ws;
-  const double us = median_us([&] { kernels::cuda::paged_attention(p, nullptr); });
-  const double graph =
-      q_len == 1 ? graph_us([&](cudaStream_t s) { kernels::cuda::paged_attention(p, s); }) : 0.0;
+  const double us = median_us([&] { kernels::cuda::paged_attention(p, nullptr); }, 30);
+  constexpr int kLaunches = 200;  // back to back in one graph
+  const double graph = q_len == 1 ? graph_us(
+                                        [&](cudaStream_t s) {
+                                          for (int i = 0; i < kLaunches; ++i)
+                                            kernels::cuda::paged_attention(p, s);
+                                        },
+                                        kLaunches)
+                                  : 0.0;
   cuda_check(cudaDeviceSynchronize(), name);
   // KV bytes read once per (sequence, kv head); FLOPs: QKᵀ and PV, 2 each per MAC, causal keys.
   const double kv_bytes =

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "base/math.h"
+#include "kernels/bench_timing.h"
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/fp8_test_util.h"
@@ -60,25 +61,8 @@ double run(const char* name, int num_seqs, int q_len, int ctx_len, DType dtype) 
   p.scale = 1.0f / std::sqrt(float(kD));
   p.cache_dtype = dtype;
 
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) kernels::cuda::paged_attention(p, nullptr);
-  std::vector<double> us;
-  for (int i = 0; i < 20; ++i) {
-    cudaEventRecord(a);
-    kernels::cuda::paged_attention(p, nullptr);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    us.push_back(ms * 1e3);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const double med = median_us([&] { kernels::cuda::paged_attention(p, nullptr); });
   cuda_check(cudaDeviceSynchronize(), name);
-  std::sort(us.begin(), us.end());
-  const double med = us[us.size() / 2];
   // QKᵀ and PV: 2 FLOPs per MAC each, over the causally visible keys of every query row.
   double keys = 0;
   for (int i = 0; i < q_len; ++i) keys += ctx_len - q_len + i + 1;

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <string>
 
+#include "kernels/bench_timing.h"
 #include "kernels/cpu/qk_norm_rope_kv.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
@@ -144,39 +145,15 @@ TEST(CudaQkNormRopeKvBench, DISABLED_Qwen3Shape) {
     const kernels::cuda::QkNormRopeKvParams p{
         qkv.get(),     qn.get(),      kn.get(), pos.get(), freq.get(), slot.get(), q_out.get(),
         k_cache.get(), v_cache.get(), T,        kHq,       kHkv,       kD,         1e-6f};
-    cudaStream_t s;
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-    kernels::cuda::qk_norm_rope_kv(p, s);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int i = 0; i < kReps; ++i) kernels::cuda::qk_norm_rope_kv(p, s);
-    cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
-    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    for (int i = 0; i < 2; ++i) cuda_check(cudaGraphLaunch(exec, s), "replay");
-    std::vector<double> us;
-    for (int i = 0; i < 20; ++i) {
-      cudaEventRecord(a, s);
-      cuda_check(cudaGraphLaunch(exec, s), "replay");
-      cudaEventRecord(b, s);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      us.push_back(ms * 1e3 / kReps);
-    }
-    std::sort(us.begin(), us.end());
+    const double us = graph_us(
+        [&](cudaStream_t s) {
+          for (int i = 0; i < kReps; ++i) kernels::cuda::qk_norm_rope_kv(p, s);
+        },
+        kReps);
     // Bytes: qkv read, q_out and the new K/V rows written.
     const double bytes = double(T) * (row + size_t(kHq) * kD + 2 * size_t(kHkv) * kD) * 2;
-    std::printf("qk_norm_rope_kv %d tokens: %.2f us per launch in a graph (%.2f TB/s)\n", T,
-                us[us.size() / 2], bytes / us[us.size() / 2] * 1e-6);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(s);
+    std::printf("qk_norm_rope_kv %d tokens: %.2f us per launch in a graph (%.2f TB/s)\n", T, us,
+                bytes / us * 1e-6);
   }
 }
 

@@ -586,7 +586,7 @@ TEST(QuantGemmBench, DISABLED_Bandwidth) {
         p.m = m;
         p.workspace = ws.get();
         p.workspace_bytes = ws.size();
-        const double old_us = graph_us(copies, [&](cudaStream_t st, int c) {
+        const double old_us = cold_graph_us(copies, [&](cudaStream_t st, int c) {
           p.w = bws[size_t(c)]->w;
           kc::quant_gemm_mma(p, st);
         });
@@ -594,7 +594,7 @@ TEST(QuantGemmBench, DISABLED_Bandwidth) {
         std::printf("%-11s %-20s m=%2d n=%6d k=%6d (%7.1f MB) ", format_name(format), s.name, m,
                     s.n, s.k, double(bytes) / 1e6);
         if (kc::quant_gemv_supported(p)) {
-          const double new_us = graph_us(copies, [&](cudaStream_t st, int c) {
+          const double new_us = cold_graph_us(copies, [&](cudaStream_t st, int c) {
             p.w = bws[size_t(c)]->w;
             kc::quant_gemv(p, st);
           });
