@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -13,11 +12,10 @@
 
 #include "runtime/engine.h"
 #include "runtime/output_queue.h"
+#include "support/engine_batch.h"
 
 namespace serval::runtime {
 namespace {
-
-namespace fs = std::filesystem;
 
 RequestOutput update(uint64_t id, int32_t token) {
   RequestOutput o;
@@ -64,59 +62,19 @@ TEST(OutputQueue, AThrowingCallbackLosesOnlyItsOwnUpdate) {
 }
 
 EngineConfig fixture_config(bool async) {
-  EngineConfig cfg;
-  cfg.model_dir = (fs::path(SERVAL_SOURCE_DIR) / "tests/fixtures/qwen3_moe").string();
-  cfg.device = "cpu";
-  cfg.max_model_len = 128;
-  cfg.max_num_seqs = 8;
-  cfg.cpu_kv_cache_bytes = 16 << 20;
+  EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();
   cfg.async_scheduling = async;
   return cfg;
 }
 
-struct Collected {
-  std::vector<std::vector<int32_t>> tokens;
-  bool finish_was_last = true;
-};
-
-// 12 concurrent greedy requests (distinct prompts); each one's tokens, in delivery order.
-Collected run_batch(Engine& engine) {
-  constexpr int kRequests = 12;
-  std::mutex mu;
-  std::condition_variable cv;
-  Collected c;
-  c.tokens.resize(kRequests);
-  std::vector<bool> finished(kRequests, false);
-  int done = 0;
-  for (int i = 0; i < kRequests; ++i) {
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = 5 + i % 4;
-    sp.ignore_eos = true;
-    const std::vector<int32_t> prompt = {3, 14, 15, 92, int32_t(10 + i), int32_t(40 + 3 * i)};
-    engine.submit(prompt, sp, [&, i](const RequestOutput& o) {
-      std::lock_guard lock(mu);
-      if (finished[size_t(i)]) c.finish_was_last = false;  // an update after the final one
-      auto& t = c.tokens[size_t(i)];
-      t.insert(t.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      if (o.finish) {
-        finished[size_t(i)] = true;
-        ++done;
-      }
-      cv.notify_all();
-    });
-  }
-  std::unique_lock lock(mu);
-  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == kRequests; }));
-  return c;
-}
-
 TEST(AsyncScheduling, SameTokensAsWithout) {
   auto sync_engine = Engine::create(fixture_config(false));
-  const Collected ref = run_batch(*sync_engine);
+  const serval::testing::GreedyBatch ref =
+      serval::testing::run_greedy_batch(*sync_engine, 12, 5, 4);
   sync_engine->shutdown();
   auto async_engine = Engine::create(fixture_config(true));
-  const Collected got = run_batch(*async_engine);
+  const serval::testing::GreedyBatch got =
+      serval::testing::run_greedy_batch(*async_engine, 12, 5, 4);
   async_engine->shutdown();
   EXPECT_TRUE(ref.finish_was_last);
   EXPECT_TRUE(got.finish_was_last);

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -12,11 +11,10 @@
 #include "base/error.h"
 #include "runtime/data_parallel_engine.h"
 #include "runtime/engine.h"
+#include "support/engine_batch.h"
 
 namespace serval::runtime {
 namespace {
-
-namespace fs = std::filesystem;
 
 // A replica that records submits and aborts; the test drives its outputs by hand.
 class FakeEngine final : public Engine {
@@ -131,43 +129,14 @@ TEST(DataParallel, ExpertParallelWithReplicasIsRefused) {
 }
 
 EngineConfig fixture_config(int dp) {
-  EngineConfig cfg;
-  cfg.model_dir = (fs::path(SERVAL_SOURCE_DIR) / "tests/fixtures/qwen3_moe").string();
-  cfg.device = "cpu";
+  EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();
   cfg.data_parallel_size = dp;
-  cfg.max_model_len = 128;
-  cfg.max_num_seqs = 8;
-  cfg.cpu_kv_cache_bytes = 16 << 20;
   return cfg;
 }
 
-// Runs 20 concurrent greedy requests (distinct prompts) and returns each one's tokens.
+// 20 concurrent greedy requests (distinct prompts); each one's tokens.
 std::vector<std::vector<int32_t>> run_batch(Engine& engine) {
-  constexpr int kRequests = 20;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::vector<int32_t>> tokens(kRequests);
-  int done = 0;
-  for (int i = 0; i < kRequests; ++i) {
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = 6 + i % 5;
-    sp.ignore_eos = true;
-    std::vector<int32_t> prompt = {3, 14, 15, 92, int32_t(10 + i), int32_t(40 + 3 * i)};
-    engine.submit(prompt, sp, [&, i](const RequestOutput& o) {
-      std::lock_guard lock(mu);
-      tokens[size_t(i)].insert(tokens[size_t(i)].end(), o.new_token_ids.begin(),
-                               o.new_token_ids.end());
-      if (o.finish) {
-        EXPECT_EQ(*o.finish, FinishReason::kLength);
-        ++done;
-      }
-      cv.notify_all();
-    });
-  }
-  std::unique_lock lock(mu);
-  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == kRequests; }));
-  return tokens;
+  return serval::testing::run_greedy_batch(engine, 20, 6, 5).tokens;
 }
 
 TEST(DataParallel, TwoCpuReplicasMatchOneEngine) {
