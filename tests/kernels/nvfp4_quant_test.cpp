@@ -1,7 +1,8 @@
 // CUDA NVFP4 activation quantization against the CPU twin, bit for bit: outputs poisoned (0xFF)
 // before every call, every real byte compared, every scale-factor padding byte checked zero, and
 // guard bytes after each output checked untouched. Nvfp4QuantBench.DISABLED_Bandwidth times the
-// kernel (run with --gtest_also_run_disabled_tests --gtest_filter='Nvfp4QuantBench.*').
+// kernel against the previous one (run with --gtest_also_run_disabled_tests
+// --gtest_filter='Nvfp4QuantBench.*').
 #include "kernels/cuda/quant/nvfp4_quant.h"
 
 #include <cuda_runtime_api.h>
@@ -11,12 +12,14 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "base/error.h"
 #include "kernels/cpu/nvfp4_quant.h"
 #include "kernels/cuda_test_util.h"
+#include "kernels/gemm_bench_util.h"
 #include "kernels/gpu_test_support.h"
 
 namespace serval::testing {
@@ -153,8 +156,9 @@ TEST(CudaNvfp4Quant, Bf16MatchesCpuBitExact) {
 
 TEST(CudaNvfp4Quant, Float16MatchesCpuBitExact) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  // m = 256 with n = 64: whole 128x64 tiles, the kernel variant without bounds checks.
-  for (int m : {1, 129, 256, 1000}) {
+  // m = 256 with n = 64: whole 128x64 tiles, the kernel variant without bounds checks; m = 2048:
+  // more tiles than the persistent grid has CTAs (<= 4 per SM), so CTAs loop over several tiles.
+  for (int m : {1, 129, 256, 1000, 2048}) {
     for (int n : {16, 48, 64, 4112}) {
       const Input in =
           random_input(m, n, DType::kF16, uint32_t(m * 31 + n), m == 129 ? 8.0f : 1.0f);
@@ -276,52 +280,74 @@ TEST(CudaNvfp4Quant, RejectsBadArguments) {
   EXPECT_THROW(kernels::cuda::nvfp4_quant(misaligned_sf, nullptr), InvalidArgument);
 }
 
-// Bandwidth: bytes = m·n·2 (read) + m·n/2 + SF bytes (write), over 100 launches after warm-up,
-// next to a device-to-device copy measured the same way (read + write bytes).
+// Bandwidth and latency, old (detail::nvfp4_quant_v1) and new kernel side by side in the same
+// run: 50 launches captured in one CUDA graph (graph_us), cycling over enough input copies that
+// the inputs of the bandwidth shapes cannot stay in L2; the decode shapes (m = 1, 8, 64) use one
+// hot copy, as after the kernel that produced the activations, and are reported in µs. Bytes =
+// m·n·2 (read) + m·n/2 + SF bytes (written), compared with a device-to-device copy timed the same
+// way (read + write bytes).
 TEST(Nvfp4QuantBench, DISABLED_Bandwidth) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  constexpr int kWarmup = 10, kIters = 100;
-  cudaEvent_t start, stop;
-  cuda_check(cudaEventCreate(&start), "event");
-  cuda_check(cudaEventCreate(&stop), "event");
-  auto time_us = [&](auto&& fn) {
-    for (int i = 0; i < kWarmup; ++i) fn();
-    cuda_check(cudaEventRecord(start), "record");
-    for (int i = 0; i < kIters; ++i) fn();
-    cuda_check(cudaEventRecord(stop), "record");
-    cuda_check(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    cuda_check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    return double(ms) * 1e3 / kIters;
-  };
-
+  constexpr int kCalls = 50;
   const size_t copy_bytes = size_t(256) << 20;
   DeviceBuffer<uint8_t> src(copy_bytes), dst(copy_bytes);
-  const double copy_us = time_us([&] {
-    cuda_check(cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice), "copy");
-  });
+  const double copy_us = graph_us(
+      1,
+      [&](cudaStream_t s, int) {
+        cuda_check(cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, s),
+                   "copy");
+      },
+      kCalls);
   const double copy_tbps = 2.0 * double(copy_bytes) / (copy_us * 1e-6) / 1e12;
-  std::printf("device copy 256 MiB: %.1f us, %.3f TB/s (read + write)\n", copy_us, copy_tbps);
+  std::printf("device copy 256 MiB (graph): %.1f us, %.3f TB/s (read + write)\n", copy_us,
+              copy_tbps);
 
-  for (auto [m, n] : {std::pair{8192, 8192}, std::pair{1000, 4112}}) {
+  struct Shape {
+    int m, n;
+    bool bandwidth;  // cold inputs and a TB/s figure; else one hot copy, µs only
+  };
+  const Shape shapes[] = {{8192, 8192, true}, {1000, 4112, true}, {1, 2048, false},
+                          {1, 8192, false},   {8, 2048, false},   {8, 8192, false},
+                          {64, 2048, false},  {64, 8192, false}};
+  for (const Shape& sh : shapes) {
+    const int m = sh.m, n = sh.n;
+    const size_t x_elems = size_t(m) * n;
+    const int copies = sh.bandwidth ? cold_copies(x_elems * 2) : 1;
+    const auto x = random_bf16(x_elems, 1234, -4.0f, 4.0f);
+    std::vector<std::unique_ptr<DeviceBuffer<bf16>>> d_x;
+    for (int i = 0; i < copies; ++i) d_x.push_back(std::make_unique<DeviceBuffer<bf16>>(x));
+    DeviceBuffer<float> d_g(std::vector<float>{448.0f * 6.0f / 4.0f});
     for (Nvfp4SfLayout layout : {Nvfp4SfLayout::kSwizzled128x4, Nvfp4SfLayout::kLinear}) {
-      const auto x = random_bf16(size_t(m) * n, 1234, -4.0f, 4.0f);
-      DeviceBuffer<bf16> d_x(x);
-      DeviceBuffer<float> d_g(std::vector<float>{448.0f * 6.0f / 4.0f});
-      DeviceBuffer<uint8_t> d_q(size_t(m) * n / 2), d_sf(size_t(nvfp4_sf_bytes(m, n, layout)));
-      const kernels::cuda::Nvfp4QuantParams p{d_x.get(),  DType::kBF16, d_g.get(), d_q.get(),
-                                              d_sf.get(), layout,       m,         n};
-      const double us = time_us([&] { kernels::cuda::nvfp4_quant(p, nullptr); });
+      if (!sh.bandwidth && layout == Nvfp4SfLayout::kLinear) continue;  // the GEMMs read swizzled
+      const size_t sf_bytes = size_t(nvfp4_sf_bytes(m, n, layout));
+      DeviceBuffer<uint8_t> d_q(x_elems / 2), d_sf(sf_bytes);
+      auto time = [&](auto quant) {
+        return graph_us(
+            copies,
+            [&](cudaStream_t s, int i) {
+              quant({d_x[size_t(i)]->get(), DType::kBF16, d_g.get(), d_q.get(), d_sf.get(), layout,
+                     m, n},
+                    s);
+            },
+            kCalls);
+      };
+      const double old_us = time(kernels::cuda::detail::nvfp4_quant_v1);
+      const double new_us = time(kernels::cuda::nvfp4_quant);
       cuda_check(cudaDeviceSynchronize(), "nvfp4_quant");
-      const double bytes = double(m) * n * 2 + double(m) * n / 2 + double(d_sf.size());
-      const double tbps = bytes / (us * 1e-6) / 1e12;
-      std::printf("nvfp4_quant m=%d n=%d %s: %.2f us, %.3f TB/s = %.0f%% of copy\n", m, n,
-                  layout == Nvfp4SfLayout::kLinear ? "linear" : "swizzled", us, tbps,
-                  100.0 * tbps / copy_tbps);
+      const char* name = layout == Nvfp4SfLayout::kLinear ? "linear" : "swizzled";
+      if (!sh.bandwidth) {
+        std::printf("nvfp4_quant m=%d n=%d %s: old %.2f us, new %.2f us\n", m, n, name, old_us,
+                    new_us);
+        continue;
+      }
+      const double bytes = double(x_elems) * 2 + double(x_elems) / 2 + double(sf_bytes);
+      auto pct = [&](double us) { return 100.0 * bytes / (us * 1e-6) / 1e12 / copy_tbps; };
+      std::printf(
+          "nvfp4_quant m=%d n=%d %s (%d input copies): old %.2f us = %.0f%% of copy, new %.2f us "
+          "= %.0f%% of copy\n",
+          m, n, name, copies, old_us, pct(old_us), new_us, pct(new_us));
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 }  // namespace

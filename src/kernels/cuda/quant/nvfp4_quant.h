@@ -14,7 +14,8 @@ namespace serval::kernels::cuda {
 // CPU header for the per-block formula and the inf/NaN rules). In the swizzled layout the kernel
 // itself writes 0 to every padding SF byte (rows >= m, SF columns >= n/16) in the same launch, so
 // `sf` may be uninitialized; when m % 128 == 0 and (n/16) % 4 == 0 it runs a variant with no
-// padding work. No allocation, no host synchronization (CUDA-graph safe).
+// padding work. The grid is persistent (at most 4 CTAs per SM, each looping over 128x64 tiles
+// with the next tile's loads in flight). No allocation, no host synchronization (CUDA-graph safe).
 struct Nvfp4QuantParams {
   const void* x;  // [m, n] row-major, contiguous, x_dtype (kBF16 or kF16); 16-B aligned
   DType x_dtype;
@@ -26,5 +27,11 @@ struct Nvfp4QuantParams {
 };
 
 void nvfp4_quant(const Nvfp4QuantParams& p, cudaStream_t stream);
+
+namespace detail {
+// The previous kernel (one 128x64 tile per CTA, no prefetch), kept only so that
+// Nvfp4QuantBench can time old and new side by side. Same contract and outputs as nvfp4_quant.
+void nvfp4_quant_v1(const Nvfp4QuantParams& p, cudaStream_t stream);
+}  // namespace detail
 
 }  // namespace serval::kernels::cuda
