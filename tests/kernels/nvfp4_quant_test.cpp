@@ -291,7 +291,7 @@ TEST(Nvfp4QuantBench, DISABLED_Bandwidth) {
   constexpr int kCalls = 50;
   const size_t copy_bytes = size_t(256) << 20;
   DeviceBuffer<uint8_t> src(copy_bytes), dst(copy_bytes);
-  const double copy_us = graph_us(
+  const double copy_us = cold_graph_us(
       1,
       [&](cudaStream_t s, int) {
         cuda_check(cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, s),
@@ -322,7 +322,7 @@ TEST(Nvfp4QuantBench, DISABLED_Bandwidth) {
       const size_t sf_bytes = size_t(nvfp4_sf_bytes(m, n, layout));
       DeviceBuffer<uint8_t> d_q(x_elems / 2), d_sf(sf_bytes);
       auto time = [&](auto quant) {
-        return graph_us(
+        return cold_graph_us(
             copies,
             [&](cudaStream_t s, int i) {
               quant({d_x[size_t(i)]->get(), DType::kBF16, d_g.get(), d_q.get(), d_sf.get(), layout,
