@@ -280,12 +280,11 @@ TEST(CudaNvfp4Quant, RejectsBadArguments) {
   EXPECT_THROW(kernels::cuda::nvfp4_quant(misaligned_sf, nullptr), InvalidArgument);
 }
 
-// Bandwidth and latency, old (detail::nvfp4_quant_v1) and new kernel side by side in the same
-// run: 50 launches captured in one CUDA graph (graph_us), cycling over enough input copies that
-// the inputs of the bandwidth shapes cannot stay in L2; the decode shapes (m = 1, 8, 64) use one
-// hot copy, as after the kernel that produced the activations, and are reported in µs. Bytes =
-// m·n·2 (read) + m·n/2 + SF bytes (written), compared with a device-to-device copy timed the same
-// way (read + write bytes).
+// Bandwidth and latency: 50 launches captured in one CUDA graph (graph_us), cycling over enough
+// input copies that the inputs of the bandwidth shapes cannot stay in L2; the decode shapes (m = 1,
+// 8, 64) use one hot copy, as after the kernel that produced the activations, and are reported in
+// µs. Bytes = m·n·2 (read) + m·n/2 + SF bytes (written), compared with a device-to-device copy
+// timed the same way (read + write bytes).
 TEST(Nvfp4QuantBench, DISABLED_Bandwidth) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   constexpr int kCalls = 50;
@@ -321,31 +320,23 @@ TEST(Nvfp4QuantBench, DISABLED_Bandwidth) {
       if (!sh.bandwidth && layout == Nvfp4SfLayout::kLinear) continue;  // the GEMMs read swizzled
       const size_t sf_bytes = size_t(nvfp4_sf_bytes(m, n, layout));
       DeviceBuffer<uint8_t> d_q(x_elems / 2), d_sf(sf_bytes);
-      auto time = [&](auto quant) {
-        return cold_graph_us(
-            copies,
-            [&](cudaStream_t s, int i) {
-              quant({d_x[size_t(i)]->get(), DType::kBF16, d_g.get(), d_q.get(), d_sf.get(), layout,
-                     m, n},
-                    s);
-            },
-            kCalls);
-      };
-      const double old_us = time(kernels::cuda::detail::nvfp4_quant_v1);
-      const double new_us = time(kernels::cuda::nvfp4_quant);
+      const double us = cold_graph_us(
+          copies,
+          [&](cudaStream_t s, int i) {
+            kernels::cuda::nvfp4_quant({d_x[size_t(i)]->get(), DType::kBF16, d_g.get(), d_q.get(),
+                                        d_sf.get(), layout, m, n},
+                                       s);
+          },
+          kCalls);
       cuda_check(cudaDeviceSynchronize(), "nvfp4_quant");
       const char* name = layout == Nvfp4SfLayout::kLinear ? "linear" : "swizzled";
       if (!sh.bandwidth) {
-        std::printf("nvfp4_quant m=%d n=%d %s: old %.2f us, new %.2f us\n", m, n, name, old_us,
-                    new_us);
+        std::printf("nvfp4_quant m=%d n=%d %s: %.2f us\n", m, n, name, us);
         continue;
       }
       const double bytes = double(x_elems) * 2 + double(x_elems) / 2 + double(sf_bytes);
-      auto pct = [&](double us) { return 100.0 * bytes / (us * 1e-6) / 1e12 / copy_tbps; };
-      std::printf(
-          "nvfp4_quant m=%d n=%d %s (%d input copies): old %.2f us = %.0f%% of copy, new %.2f us "
-          "= %.0f%% of copy\n",
-          m, n, name, copies, old_us, pct(old_us), new_us, pct(new_us));
+      std::printf("nvfp4_quant m=%d n=%d %s (%d input copies): %.2f us = %.0f%% of copy\n", m, n,
+                  name, copies, us, 100.0 * bytes / (us * 1e-6) / 1e12 / copy_tbps);
     }
   }
 }

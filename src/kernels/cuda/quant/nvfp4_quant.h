@@ -28,10 +28,4 @@ struct Nvfp4QuantParams {
 
 void nvfp4_quant(const Nvfp4QuantParams& p, cudaStream_t stream);
 
-namespace detail {
-// The previous kernel (one 128x64 tile per CTA, no prefetch), kept only so that
-// Nvfp4QuantBench can time old and new side by side. Same contract and outputs as nvfp4_quant.
-void nvfp4_quant_v1(const Nvfp4QuantParams& p, cudaStream_t stream);
-}  // namespace detail
-
 }  // namespace serval::kernels::cuda
