@@ -305,14 +305,15 @@ std::vector<float> run_path(Path path, const kc::QuantGemmWeight& w, const bf16*
   return v;
 }
 
-// The decode path (quant_gemv, 1 ≤ m ≤ 4) against the CPU oracle for every format, through both
+// The decode path (quant_gemv, 1 ≤ m ≤ 8) against the CPU oracle for every format, through both
 // quant_gemm's dispatch and quant_gemv itself, on padded shapes (n % 32 != 0, k % 64 != 0), a
 // large n and a large k; both output dtypes, with and without bias, 16-byte and 4-byte aligned x.
 // Tolerances as MatchesCpuOracle.
 TEST(QuantGemv, MatchesCpuOracle) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  const Shape2 shapes[] = {{200, 80, 4},    {33, 16, 4},   {1000, 1088, 4},
-                           {40010, 256, 4}, {72, 8240, 4}, {5120, 2048, 4}};
+  constexpr int M = kc::kQuantGemvMaxM;
+  const Shape2 shapes[] = {{200, 80, M},    {33, 16, M},   {1000, 1088, M},
+                           {40010, 256, M}, {72, 8240, M}, {5120, 2048, M}};
   uint32_t seed = 300;
   int variant = 0;
   for (WeightFormat format : kFormats) {
@@ -363,7 +364,8 @@ TEST(QuantGemv, MatchesCpuOracle) {
 // plus tensor-core accumulation truncation; a wrong scale, row or column mapping gives O(1)).
 TEST(QuantGemv, MatchesMmaKernel) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  const Shape2 shapes[] = {{300, 208, 4}, {2048, 4096, 4}, {57, 16384, 4}};
+  constexpr int M = kc::kQuantGemvMaxM;
+  const Shape2 shapes[] = {{300, 208, M}, {2048, 4096, M}, {57, 28672, M}};
   uint32_t seed = 400;
   for (WeightFormat format : kFormats) {
     for (const Shape2& s : shapes) {
@@ -388,8 +390,8 @@ TEST(QuantGemv, Deterministic) {
     const int n = 5000, k = 4096;
     const TestWeight tw = make_weight(format, n, k, 500);
     DeviceWeight dw(tw);
-    DeviceBuffer<bf16> x(random_bf16(size_t(4) * k, 501));
-    for (int m : {1, 4}) {
+    DeviceBuffer<bf16> x(random_bf16(size_t(8) * k, 501));
+    for (int m : {1, 8}) {
       const std::vector<float> a = run_path(Path::kGemv, dw.w, x.get(), nullptr, m, true);
       const std::vector<float> b = run_path(Path::kGemv, dw.w, x.get(), nullptr, m, true);
       ASSERT_EQ(a.size(), b.size());
@@ -404,24 +406,22 @@ TEST(QuantGemv, SupportedShapes) {
   alignas(16) static uint8_t scales[16];
   kc::QuantGemmParams p{};
   p.w = kc::QuantGemmWeight{WeightFormat::kNvfp4, 4096, 4096, nullptr, scales, 1.0f, 0, 0};
-  for (int m = 1; m <= 4; ++m) {
+  for (int m = 1; m <= 8; ++m) {
     p.m = m;
     EXPECT_TRUE(kc::quant_gemv_supported(p)) << m;
   }
   p.m = 0;
   EXPECT_FALSE(kc::quant_gemv_supported(p));
-  p.m = 5;
+  p.m = 9;
   EXPECT_FALSE(kc::quant_gemv_supported(p));
-  p.m = 1;
-  p.w.k = 65536;  // 128 KB of staged activations: the limit
+  p.m = 8;
+  p.w.k = 28672;  // Llama-70B down: activations are read from global memory, any k
   EXPECT_TRUE(kc::quant_gemv_supported(p));
-  p.w.k = 65536 + 16;
+  p.w.format = WeightFormat::kFp8PerChannel;
+  p.w.k = 4095;  // token rows must be whole bf16 pairs
   EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.w.format = WeightFormat::kNvfp4;
   p.m = 4;
-  p.w.k = 16384;
-  EXPECT_TRUE(kc::quant_gemv_supported(p));
-  p.w.k = 28672;  // Llama-70B down at 4 tokens stays on the mma kernel
-  EXPECT_FALSE(kc::quant_gemv_supported(p));
   p.w.k = 4096;
   p.w.scales = scales + 1;  // scales not 4-byte aligned
   EXPECT_FALSE(kc::quant_gemv_supported(p));

@@ -429,7 +429,7 @@ size_t quant_gemm_workspace_bytes(int m, int n, int k) {
   return s > 1 ? size_t(s) * m * n * sizeof(float) : 0;
 }
 
-// 1 ≤ m ≤ 4: the decode GEMV (quant_gemv.cu) where it supports the weight, else the mma kernel.
+// 1 ≤ m ≤ 8: the decode GEMV (quant_gemv.cu) where it supports the weight, else the mma kernel.
 void quant_gemm(const QuantGemmParams& p, cudaStream_t stream) {
   validate(p.w, "quant_gemm");
   if (p.m >= 1 && quant_gemv_supported(p)) {

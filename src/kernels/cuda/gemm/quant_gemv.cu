@@ -1,20 +1,21 @@
-// Decode GEMV of quant_gemm (1 ≤ m ≤ 4, see quant_gemv.h) on mma.sync m16n8k16, swap-AB: the
-// weights are the MMA's A side in their fragment layout, the m tokens columns 0..m−1 of B.
+// Decode GEMV of quant_gemm (1 ≤ m ≤ 8, see quant_gemv.h) on mma.sync m16n8k16, swap-AB: the
+// weights are the MMA's A side in their fragment layout, the m tokens columns 0..m−1 of B (the
+// MMA computes all eight columns whatever m is, so 8 tokens cost what 1 does).
 //
 // CTA = T row tiles (32 rows) × S K splits, one warp per (tile, split): warp (tl, s) streams the
 // k blocks [s·KB/S, (s+1)·KB/S) of tile blockIdx.x·T + tl, a contiguous 1 KB (NVFP4) / 2 KB (FP8)
 // per k block, through a register ring of kDepth k blocks (the first ones requested before the
 // PDL wait). Per k block and lane: 2 (NVFP4) / 4 (FP8) 16-byte code loads, NVFP4 4 scale words
-// (rows g, g+8, 16+g, 24+g) and 2 16-byte shared loads of the activation B fragments (x staged
-// once per CTA in shared memory, each 64-column chunk permuted as moe_gemv_nvfp4.cu does, zero
-// padded to k_pad; one row per token, padded by 16 bytes so lanes of different tokens hit
-// different banks). Dequantization is quant_gemm.cu's (decode_step, nvfp4_mult through a shared
-// 256-entry table, FP8 multiplier 2^120 or the bf16 block multiplier), so dequantized values are
-// bit-identical to the mma kernel's. The S partial sums of a row are added in split order through
-// shared memory (deterministic), then quant_gemm's epilogue.
+// (rows g, g+8, 16+g, 24+g) and the 8 activation words of its B fragments, read from global
+// memory (L1/L2-resident: every warp of the grid reads the same m·k·2 bytes) one k block ahead;
+// columns ≥ k read as zero. Nothing is staged in shared memory, so m and k do not limit occupancy
+// (at 8 tokens the staged activations of k = 8192 filled 128 KB). Dequantization is quant_gemm.cu's
+// (decode_step, nvfp4_mult through a shared 256-entry table, FP8 multiplier 2^120 or the bf16 block
+// multiplier), so dequantized values are bit-identical to the mma kernel's. The S partial sums of a
+// row are added in split order through shared memory (deterministic), then quant_gemm's epilogue.
 // S and T are chosen on the host: the largest S (16 .. 1) with ≥ 2 k blocks per warp for which
 // every CTA of the grid is resident at once (small weights: all bytes in flight in one wave),
-// T = max(1, 4 / S) so CTAs keep ≥ 4 warps to share the activation staging.
+// T = max(1, 4 / S) so CTAs keep ≥ 4 warps to share the scale table.
 #include "kernels/cuda/gemm/quant_gemv.h"
 
 #include <cuda_bf16.h>
@@ -37,23 +38,20 @@ namespace {
 enum Kind { kNvfp4Kind = 0, kFp8Kind = 1, kFp8BlockKind = 2 };
 
 constexpr int kMaxWarps = 16;
-constexpr size_t kMaxStageBytes = size_t(128) << 10;
 
 struct GemvArgs {
   const uint8_t* data;
   const uint8_t* nvfp4_scales;  // [n_pad, k_pad/16] e4m3
   const uint16_t* block;        // FP8 block multipliers (bf16 bits)
   const float* row_scale;       // FP8 per-channel [n]
-  const __nv_bfloat16* x;       // [m, k]
+  const uint32_t* x;            // [m, k] bf16 pairs (k even)
   const __nv_bfloat16* bias;    // [n] or null
   void* y;
   bool y_f32;
-  bool x_aligned16;
   int m, n, k;
   int k_blocks, n_tiles;
   float alpha;
   int splits, tiles;  // S, T
-  int xs_stride;      // u32 words per staged token row: k_pad/2 + 4
   int block_cols;     // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
@@ -80,44 +78,15 @@ __device__ __forceinline__ void store_out(const GemvArgs& a, int tok, int row, f
   }
 }
 
-// x [m, k] → shared [m][xs_stride] words, each 64-column chunk permuted: source word w of the
-// chunk goes to 8·(w % 4) + w / 4, so lane t finds its B words of k16 step kk (b0 = word
-// 8kk + t, b1 = word 8kk + 4 + t) at 8t + 2kk (+1); columns k .. k_pad − 1 are zero.
-__device__ __forceinline__ void stage_x(const GemvArgs& a, uint32_t* xs) {
-  const int chunks = a.k_blocks;
-  if (a.x_aligned16) {
-    const int pieces = chunks * 8;  // 16-byte pieces per token row (8 per chunk)
-    for (int i = threadIdx.x; i < a.m * pieces; i += blockDim.x) {
-      const int tok = i / pieces, pc = i % pieces;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (pc * 8 < a.k) v = *reinterpret_cast<const uint4*>(a.x + size_t(tok) * a.k + 8 * pc);
-      uint32_t* d = xs + tok * a.xs_stride + 32 * (pc / 8) + (pc % 8);
-      d[0] = v.x;
-      d[8] = v.y;
-      d[16] = v.z;
-      d[24] = v.w;
-    }
-  } else {
-    const int words = chunks * 32;
-    for (int i = threadIdx.x; i < a.m * words; i += blockDim.x) {
-      const int tok = i / words, w = i % words;
-      const uint32_t v =
-          2 * w < a.k ? *reinterpret_cast<const uint32_t*>(a.x + size_t(tok) * a.k + 2 * w) : 0u;
-      xs[tok * a.xs_stride + 32 * (w / 32) + 8 * (w % 4) + (w % 32) / 4] = v;
-    }
-  }
-}
-
 template <int kKind>
 __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) {
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
   constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
-  constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB of codes in flight per warp
+  constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB of codes in flight per warp (even)
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);  // [256] nvfp4_mult
-  float* part = reinterpret_cast<float*>(lut + 256);     // [warps][4 tokens][32 rows]
-  uint32_t* xs = reinterpret_cast<uint32_t*>(part + (blockDim.x / 32) * 128);  // staged x
+  float* part = reinterpret_cast<float*>(lut + 256);     // [warps][8 tokens][32 rows]
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int S = a.splits, tl = warp / S, split = warp % S;
@@ -186,18 +155,34 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
     if (j < n) load(ring[j], j);
   advance();
 
+  __syncthreads();  // scale table built
+
+  // B fragments of lane (g, t): token g (clamped: MMA columns are independent, tokens ≥ m never
+  // stored); k16 step s takes words 8s + t and 8s + 4 + t of the k block's 32 words.
+  const uint32_t* xl = a.x + size_t(min(g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + t;
+  const int words = a.k / 2;  // valid words of a token row
+  auto load_b = [&](int i, uint32_t(&b)[8]) {
+    const uint32_t* p = xl + 32 * i;
+    if (32 * (kb0 + i + 1) <= words) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) b[j] = __ldg(p + 4 * j);
+    } else {  // the last, partial k block
+      const int left = words - 32 * (kb0 + i) - t;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) b[j] = 4 * j < left ? __ldg(p + 4 * j) : 0u;
+    }
+  };
   pdl_wait();  // x comes from the previous kernel
   pdl_launch_dependents();
-  stage_x(a, xs);
-  __syncthreads();  // x staged, scale table built
+  uint32_t bq[2][8];  // B of k blocks i and i + 1, in bq[i % 2] and bq[(i + 1) % 2]
+  if (n > 0) load_b(0, bq[0]);
 
-  // Lane t of token column g (clamped: MMA columns are independent, tokens ≥ m never stored).
-  const uint32_t* xl = xs + min(g, a.m - 1) * a.xs_stride + 8 * t + 32 * kb0;
   float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  auto compute = [&](const Slot<kKind>& slot, int i) {
-    const uint4* bq = reinterpret_cast<const uint4*>(xl + 32 * i);
-    const uint4 b01 = bq[0], b23 = bq[1];
-    const uint32_t b[8] = {b01.x, b01.y, b01.z, b01.w, b23.x, b23.y, b23.z, b23.w};
+  // k block i (parity par = i % 2, a constant once the callers' loops are unrolled: i is an
+  // unrolled j plus a multiple of the even kDepth): B of i + 1 requested first, then the MMAs.
+  auto compute = [&](const Slot<kKind>& slot, int i, int par) {
+    if (i + 1 < n) load_b(i + 1, bq[par ^ 1]);
+    const uint32_t(&b)[8] = bq[par];
 #pragma unroll
     for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -222,7 +207,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   for (; i + 2 * kDepth <= n; i += kDepth) {
 #pragma unroll
     for (int j = 0; j < kDepth; ++j) {
-      compute(ring[j], i + j);
+      compute(ring[j], i + j, j & 1);
       load(ring[j], j);
     }
     advance();
@@ -231,17 +216,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
 #pragma unroll
   for (int j = 0; j < kDepth; ++j) {
     if (i + j < n) {
-      compute(ring[j], i + j);
+      compute(ring[j], i + j, j & 1);
       if (i + kDepth + j < n) load(ring[j], j);
     }
   }
 #pragma unroll
   for (int j = 0; j < kDepth; ++j)
-    if (i + kDepth + j < n) compute(ring[j], i + kDepth + j);
+    if (i + kDepth + j < n) compute(ring[j], i + kDepth + j, j & 1);
 
   // Accumulator q of group h: row 16h + g + 8·(q / 2), token 2t + q % 2.
   if (S == 1) {
-    if (active && t < 2) {
+    if (active && 2 * t < a.m) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -252,12 +237,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
     }
     return;
   }
-  if (t < 2) {
+  if (2 * t < a.m) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int q = 0; q < 4; ++q)
-        part[(warp * 4 + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] = acc[h][q];
+        part[(warp * 8 + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] = acc[h][q];
   }
   __syncthreads();
   const int per_tile = a.m * 32;
@@ -266,17 +251,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
     const int row = (blockIdx.x * a.tiles + ti) * 32 + r;
     if (row >= a.n) continue;
     float v = 0.0f;
-    for (int s = 0; s < S; ++s) v += part[((ti * S + s) * 4 + tok) * 32 + r];
+    for (int s = 0; s < S; ++s) v += part[((ti * S + s) * 8 + tok) * 32 + r];
     store_out(a, tok, row, v);
   }
 }
 
-size_t smem_bytes(int warps, int m, int xs_stride) {
-  return 1024 + size_t(warps) * 128 * 4 + size_t(m) * xs_stride * 4;
+// Scale table and the partial sums of 8 tokens × 32 rows per warp.
+size_t smem_bytes(int warps) {
+  return 1024 + size_t(warps) * 256 * 4;
 }
 
-constexpr size_t kSmemCap =
-    1024 + size_t(kMaxWarps) * 128 * 4 + kMaxStageBytes + kQuantGemvMaxM * 16;
+constexpr size_t kSmemCap = 1024 + size_t(kMaxWarps) * 256 * 4;
 
 int kind_of(const QuantGemmWeight& w) {
   return w.format == WeightFormat::kNvfp4      ? kNvfp4Kind
@@ -327,7 +312,7 @@ void launch(GemvArgs a, cudaStream_t stream) {
     if (S > 1 && a.k_blocks < 2 * S) continue;
     const int T = std::max(1, 4 / S), warps = S * T;
     const long ctas = (a.n_tiles + T - 1) / T;
-    const size_t smem = smem_bytes(warps, a.m, a.xs_stride);
+    const size_t smem = smem_bytes(warps);
     if (S > 1 && long(ctas_per_sm<kKind>(warps, smem)) * sm_count() < ctas) continue;
     if (S == 1) (void)ctas_per_sm<kKind>(warps, smem);  // sets the shared-memory attribute
     a.splits = S;
@@ -343,7 +328,7 @@ void launch(GemvArgs a, cudaStream_t stream) {
 bool quant_gemv_supported(const QuantGemmParams& p) {
   const QuantGemmWeight& w = p.w;
   if (p.m < 1 || p.m > kQuantGemvMaxM || w.n <= 0 || w.k <= 0) return false;
-  if (size_t(p.m) * quant_gemm_k_pad(w.k) * 2 > kMaxStageBytes) return false;
+  if (w.k % 2 != 0) return false;  // token rows of whole bf16 pairs
   if (w.format != WeightFormat::kFp8PerTensor && (reinterpret_cast<uintptr_t>(w.scales) & 3u))
     return false;
   if (w.format == WeightFormat::kFp8Block &&
@@ -357,10 +342,11 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   if (!quant_gemv_supported(p) || w.data == nullptr || p.x == nullptr || p.y == nullptr ||
       (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data) ||
       (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
-    throw InvalidArgument(
-        "quant_gemv: need 1 <= m <= 4, m * k_pad * 2 <= 128 KB, 16-byte aligned weight data, "
-        "4-byte aligned x and scales, FP8 blocks of 32k x 64k; got m = " +
-        std::to_string(p.m) + ", n = " + std::to_string(w.n) + ", k = " + std::to_string(w.k));
+    throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
+                          ", even k, 16-byte aligned weight data, 4-byte aligned x and scales, "
+                          "FP8 blocks of 32k x 64k; got m = " +
+                          std::to_string(p.m) + ", n = " + std::to_string(w.n) +
+                          ", k = " + std::to_string(w.k));
   GemvArgs a{};
   a.data = w.data;
   a.nvfp4_scales =
@@ -368,11 +354,10 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.block = w.format == WeightFormat::kFp8Block ? static_cast<const uint16_t*>(w.scales) : nullptr;
   a.row_scale =
       w.format == WeightFormat::kFp8PerChannel ? static_cast<const float*>(w.scales) : nullptr;
-  a.x = reinterpret_cast<const __nv_bfloat16*>(p.x);
+  a.x = reinterpret_cast<const uint32_t*>(p.x);
   a.bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
   a.y = p.y;
   a.y_f32 = p.y_f32;
-  a.x_aligned16 = is_aligned16(p.x);
   a.m = p.m;
   a.n = w.n;
   a.k = w.k;
@@ -382,7 +367,6 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.alpha = w.format == WeightFormat::kNvfp4          ? w.global_scale * 128.0f
             : w.format == WeightFormat::kFp8PerTensor ? w.global_scale
                                                       : 1.0f;
-  a.xs_stride = a.k_blocks * 32 + 4;
   if (w.format == WeightFormat::kFp8Block) {
     a.block_cols = (w.k + w.block_k - 1) / w.block_k;
     a.block_n = w.block_n;

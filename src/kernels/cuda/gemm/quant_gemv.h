@@ -10,10 +10,9 @@
 
 namespace serval::kernels::cuda {
 
-constexpr int kQuantGemvMaxM = 4;
+constexpr int kQuantGemvMaxM = 8;  // the eight columns of the MMA B side
 
-// 1 ≤ m ≤ kQuantGemvMaxM, m·k_pad bf16 activations fit the shared-memory stage (128 KB: NVFP4/FP8
-// m = 1 up to k = 65536, m = 4 up to k = 16384), scales 4-byte aligned, and for FP8 block
+// 1 ≤ m ≤ kQuantGemvMaxM, k even, scales 4-byte aligned, and for FP8 block
 // block_n % 32 == 0 and block_k % 64 == 0 (one multiplier per 32 × 64 tile). Other formats and
 // shapes stay on the mma kernel. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);
