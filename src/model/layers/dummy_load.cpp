@@ -31,14 +31,6 @@ backend::DummyBlock block_of(const WeightSource& w, const std::string& name, con
   return b;
 }
 
-LoadError sliced_quantized(const WeightSource& w, const std::string& module) {
-  const quant::QuantConfig& c = w.quant_config();
-  return LoadError(c.source + ": '" + module + "' is quantized (" +
-                   std::string(backend::weight_format_name(weight_format(c.method))) +
-                   "); tensor parallel does not slice quantized weights yet (use "
-                   "--tensor-parallel-size 1, or --enable-expert-parallel for MoE experts)");
-}
-
 // The description of a quantized linear (experts == 0) or stack of `experts` linears [n, k]
 // fused from `modules` (rows `rows` each), keyed by `name`.
 backend::DummyQuantized quantized_meta(const WeightSource& w, const std::string& name,
@@ -141,10 +133,15 @@ backend::Weight load_linear_sharded(const WeightSource& w, backend::Backend& b,
     d.shape = {n, cols.size()};
     return {b.dummy_dense(d), std::nullopt};
   }
-  for (const ShardedLinearPart& p : parts)
-    if (p.keep != dist::Range{0, p.rows} || cols != dist::Range{0, k})
-      throw sliced_quantized(w, p.module);
-  return {Tensor{}, b.dummy_quantized(quantized_meta(w, joined(modules), modules, rows, k, 0))};
+  // A tensor-parallel shard is a dummy weight of the kept shape of its own (named with its
+  // slice, so ranks differ); dummy values are not slices of one whole weight.
+  std::vector<int64_t> kept;
+  for (const ShardedLinearPart& p : parts) kept.push_back(p.keep.size());
+  std::string name = joined(modules);
+  if (kept != rows || cols != dist::Range{0, k})
+    name += fmt::format(" rows [{}, {}) cols [{}, {})", parts[0].keep.begin, parts[0].keep.end,
+                        cols.begin, cols.end);
+  return {Tensor{}, b.dummy_quantized(quantized_meta(w, name, modules, kept, cols.size(), 0))};
 }
 
 void load_dummy_experts(const WeightSource& w, backend::Backend& b,
@@ -179,12 +176,12 @@ void load_dummy_experts(const WeightSource& w, backend::Backend& b,
     out.down = b.dummy_dense(down);
     return;
   }
-  if (keep != dist::Range{0, inter}) throw sliced_quantized(w, module(first, 0));
-  const std::string stack = fmt::format(" experts [{}, {})", experts.begin, experts.end);
+  // Tensor parallel keeps intermediate rows `keep` of gate/up and the same columns of down.
+  std::string stack = fmt::format(" experts [{}, {})", experts.begin, experts.end);
+  if (keep != dist::Range{0, inter}) stack += fmt::format(" inter [{}, {})", keep.begin, keep.end);
   const std::vector<std::string> gu{module(first, 0), module(first, 1)}, dn{module(first, 2)};
-  out.gate_up_q =
-      b.dummy_quantized(quantized_meta(w, joined(gu) + stack, gu, {inter, inter}, H, L));
-  out.down_q = b.dummy_quantized(quantized_meta(w, joined(dn) + stack, dn, {H}, inter, L));
+  out.gate_up_q = b.dummy_quantized(quantized_meta(w, joined(gu) + stack, gu, {I, I}, H, L));
+  out.down_q = b.dummy_quantized(quantized_meta(w, joined(dn) + stack, dn, {H}, I, L));
 }
 
 }  // namespace serval::model

@@ -1,4 +1,4 @@
-// Host-side slicing of dense weights for tensor-parallel shards (before upload).
+// Host-side slicing of dense and quantized weights for tensor-parallel shards (before upload).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,10 +23,19 @@ struct ShardedLinearPart {
   dist::Range keep;
 };
 
+// Rows `rows` (ranges of q's rows, kept in this order) and input columns `cols` of the quantized
+// linear q [n, k] (experts == 0): data, scales and the scale grid sliced alike; global and input
+// scales kept. Boundaries must fall on scale boundaries: NVFP4 columns on 16-column groups, FP8
+// block rows / columns on block_n / block_k (a range may end at n or k); else a LoadError naming
+// `what`.
+backend::QuantizedWeight slice_quantized(const backend::QuantizedWeight& q,
+                                         const std::vector<dist::Range>& rows, dist::Range cols,
+                                         const std::string& what);
+
 // The linear of `parts` stacked along the output rows, each keeping its `keep` rows, with input
 // columns `cols` of the full in_features `k`. When nothing is sliced this is read_linear. A
-// quantized weight that would be sliced is a LoadError (tensor parallel does not slice packed
-// NVFP4 / FP8 blocks yet) naming the module.
+// quantized linear is read and fused whole (read_linear: the same fused global scales on every
+// rank as on one GPU), then sliced with slice_quantized.
 backend::Weight read_linear_sharded(const WeightSource& w,
                                     const std::vector<ShardedLinearPart>& parts, int64_t k,
                                     dist::Range cols);

@@ -1,6 +1,7 @@
 // Tensor and expert parallel on the CPU backend: every fixture run as TP=2, TP=4 (KV heads
 // replicated), TP=2+EP and EP alone (2 ranks) gives the prompt logits of TP=1 up to the
-// summation order of the all-reduce (fp32) and the same greedy tokens; and an engine with
+// summation order of the all-reduce (fp32) and the same greedy tokens, the NVFP4 and FP8
+// fixtures too (sliced packed weights); and an engine with
 // tensor_parallel_size = 2 generates what the single-rank engine generates.
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "backend/communicator.h"
+#include "base/error.h"
 #include "io/model_config.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -83,12 +85,12 @@ RunResult run(StepRunner& runner, int vocab) {
 struct Case {
   const char* name;
   dist::ParallelConfig parallel;
+  const char* load_error = nullptr;  // expected LoadError text: a slice off the scale grid
 };
 
-class ParallelFixtureTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ParallelFixtureTest, MatchesSingleRank) {
-  const std::string name = GetParam();
+// Each case of fixture `name` against TP=1: the same logits up to fp32 summation order and the
+// same greedy tokens, or the expected LoadError.
+void expect_cases_match(const std::string& name, const std::vector<Case>& cases) {
   const io::ModelConfig config = io::load_model_config(fixture(name).string());
   auto weights = model::open_checkpoint_weights(fixture(name).string());
   const int vocab = config.vocab_size;
@@ -96,16 +98,17 @@ TEST_P(ParallelFixtureTest, MatchesSingleRank) {
   float ref_max = 0;
   for (float v : ref.prompt_logits) ref_max = std::max(ref_max, std::fabs(v));
   ASSERT_GT(ref_max, 0.0f);
-
-  const Case cases[] = {
-      {"tp2", {2, 1, false}},
-      {"tp4 (kv heads replicated)", {4, 1, false}},
-      {"tp2+ep", {2, 1, true}},
-      {"tp4+ep", {4, 1, true}},
-      {"ep over 2 ranks (tp1)", {1, 2, true}},
-  };
   for (const Case& c : cases) {
     SCOPED_TRACE(name + " " + c.name);
+    if (c.load_error) {
+      try {
+        make_runner(name, c.parallel, weights, config);
+        ADD_FAILURE() << "expected a LoadError containing '" << c.load_error << "'";
+      } catch (const LoadError& e) {
+        EXPECT_NE(std::string(e.what()).find(c.load_error), std::string::npos) << e.what();
+      }
+      continue;
+    }
     auto runner = make_runner(name, c.parallel, weights, config);
     const RunResult got = run(*runner, vocab);
     ASSERT_EQ(got.prompt_logits.size(), ref.prompt_logits.size());
@@ -118,8 +121,40 @@ TEST_P(ParallelFixtureTest, MatchesSingleRank) {
   }
 }
 
+class ParallelFixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ParallelFixtureTest, MatchesSingleRank) {
+  expect_cases_match(GetParam(), {
+                                     {"tp2", {2, 1, false}},
+                                     {"tp4 (kv heads replicated)", {4, 1, false}},
+                                     {"tp2+ep", {2, 1, true}},
+                                     {"tp4+ep", {4, 1, true}},
+                                     {"ep over 2 ranks (tp1)", {1, 2, true}},
+                                 });
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelFixtureTest,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral"));
+
+// Quantized checkpoints: tensor parallel slices the packed codes and their scales (the CPU
+// backend dequantizes them exactly, so TP=1 is the oracle). A slice that would cut an NVFP4
+// 16-column group or share an FP8 block between two fused parts is refused by name.
+TEST(ParallelQuantized, DenseModelsMatchSingleRank) {
+  for (const char* name : {"llama_nvfp4_modelopt", "llama_fp8_modelopt"})
+    expect_cases_match(name,
+                       {{"tp2", {2, 1, false}}, {"tp4 (kv heads replicated)", {4, 1, false}}});
+}
+
+TEST(ParallelQuantized, MoeModelsMatchSingleRank) {
+  // moe_intermediate_size 32: 16 columns of down per rank at TP=2 (one NVFP4 group), 8 at TP=4.
+  expect_cases_match("qwen3_moe_nvfp4_ct", {{"tp2", {2, 1, false}},
+                                            {"tp2+ep", {2, 1, true}},
+                                            {"ep over 2 ranks (tp1)", {1, 2, true}},
+                                            {"tp4", {4, 1, false}, "16-column scale boundaries"}});
+  // 32 x 32 blocks: at TP=2 the 16 k rows and 16 v rows of a rank would share one block row.
+  expect_cases_match("qwen3_moe_fp8_block", {{"ep over 2 ranks (tp1)", {1, 2, true}},
+                                             {"tp2", {2, 1, false}, "scale boundaries"}});
+}
 
 TEST(ParallelRunner, ShardsHaveLocalKvHeadsAndExperts) {
   const io::ModelConfig config = io::load_model_config(fixture("qwen3_moe").string());
