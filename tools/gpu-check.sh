@@ -82,9 +82,16 @@ if [[ $status -ne 0 ]]; then
 fi
 
 if [[ $run_tests -eq 1 ]]; then
-  ctest --test-dir build-gpu -L gpu ${test_filter:+-R "$test_filter"} --output-on-failure -j4 \
-    >"$out/gpu-tests.log" 2>&1
+  # Tests that use every GPU of the machine (ParallelGpu, NCCL) run one at a time after the
+  # others; a per-test timeout keeps a hang from eating the whole device call.
+  ctest --test-dir build-gpu -L gpu ${test_filter:+-R "$test_filter"} -E ParallelGpu \
+    --output-on-failure --timeout 300 -j4 >"$out/gpu-tests.log" 2>&1
   echo "gpu tests: exit $?" | tee -a "$out/gpu.txt"
+  if [[ -z $test_filter || ParallelGpu =~ $test_filter ]]; then
+    ctest --test-dir build-gpu -L gpu -R ParallelGpu --output-on-failure --timeout 180 -j1 \
+      >>"$out/gpu-tests.log" 2>&1
+    echo "gpu tests using all GPUs: exit $?" | tee -a "$out/gpu.txt"
+  fi
   tail -n 25 "$out/gpu-tests.log"
 fi
 
