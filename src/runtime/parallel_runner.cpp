@@ -51,11 +51,16 @@ void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
       if (bind_) bind_(r);
       fn(r);
     } catch (...) {
+      bool first = false;
       {
         std::lock_guard lock(mu_);
-        if (!first_error_) first_error_ = std::current_exception();
+        first = !first_error_;
+        if (first) first_error_ = std::current_exception();
       }
-      comms_[size_t(r)]->abort();  // release the ranks waiting on this one
+      // Release the ranks waiting on this one: NCCL aborts only the communicator it is given,
+      // and a peer blocked in a collective waits on its own, so every rank's is aborted.
+      if (first)
+        for (auto& comm : comms_) comm->abort();
     }
   };
   {

@@ -1,8 +1,9 @@
 // NCCL collectives for tensor parallel over the GPUs of one process (one rank per GPU, each
-// rank driven by its own thread). Compiled in CUDA builds; not yet run on a multi-GPU machine.
+// rank driven by its own thread). Compiled in CUDA builds; run on the two-H200 machine.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -37,13 +38,16 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size, cudaStream_t stream)
       : comm_(comm), rank_(rank), size_(size), stream_(stream) {}
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  // An aborted communicator was already freed by ncclCommAbort.
+  ~NcclCommunicator() override {
+    if (ncclComm_t c = comm_.load()) ncclCommDestroy(c);
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   void all_reduce_sum(Tensor& t) override {
     if (size_ == 1 || t.numel() == 0) return;
-    nccl_check(ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, comm_,
+    nccl_check(ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, live(),
                              stream_),
                "ncclAllReduce");
   }
@@ -66,10 +70,21 @@ class NcclCommunicator final : public Communicator {
     all_reduce_sum(out);
   }
 
-  void abort() override { ncclCommAbort(comm_); }
+  // Stops this rank's in-flight collectives (their kernels poll NCCL's abort flag) and frees the
+  // communicator; once only, from any thread. Later collectives throw.
+  void abort() override {
+    if (ncclComm_t c = comm_.exchange(nullptr)) ncclCommAbort(c);
+  }
 
  private:
-  ncclComm_t comm_;
+  ncclComm_t live() const {
+    ncclComm_t c = comm_.load();
+    if (c == nullptr)
+      throw Error("NCCL communicator of rank " + std::to_string(rank_) + " was aborted");
+    return c;
+  }
+
+  std::atomic<ncclComm_t> comm_;
   int rank_, size_;
   cudaStream_t stream_;
 };
