@@ -249,12 +249,18 @@ TEST(CudaDummyInit, Nvfp4LinearPaddingZeroAndStd) {
     const double per_code = double(n) * k / 16;  // >= 63k: ±5 % is > 10 sigma
     for (int c = 0; c < 16; ++c) EXPECT_NEAR(count[c], per_code, 0.05 * per_code) << "code " << c;
 
-    // Block scales: codes 0x78..0x7E in [n, k/16], zero in the padding.
+    // Block scales: the host packer's tiles of the CPU twin's codes [n, k/16], so codes
+    // 0x78..0x7E in place and zero in the padding.
     const std::vector<uint8_t> sf = download<uint8_t>(*gpu, q.scales);
+    std::vector<uint8_t> logical(size_t(n) * (k / 16));
+    kernels::cpu::dummy_codes(logical.data(), int64_t(logical.size()), d.scale_key, d.sf_code_lo,
+                              d.sf_code_hi);
+    EXPECT_EQ(sf, kernels::cuda::quant_gemm_pack_nvfp4_scales(logical.data(), n, k));
     int64_t bad = 0, seen[7] = {};
     for (int r = 0; r < n_pad; ++r)
       for (int c = 0; c < cols_pad; ++c) {
-        const uint8_t s = sf[size_t(r) * cols_pad + c];
+        const uint8_t s =
+            sf[size_t(kernels::cuda::quant_gemm_nvfp4_scale_offset(r, c, cols_pad / 4))];
         if (r < n && c < k / 16) {
           if (s < 0x78 || s > 0x7E)
             ++bad;

@@ -201,6 +201,31 @@ TEST(QuantGemmPack, MatchesTheFragmentLayout) {
   }
 }
 
+// NVFP4 scales in their 128-byte tiles (quant_gemm.h), from the reader's side: lane g's 16 bytes
+// at (rt·k_blocks + kb)·128 + 16g hold, word w and byte s, the scale of row rt·32 + g + 8w and
+// 16-column group 4kb + s (0 in the padding).
+TEST(QuantGemmPack, Nvfp4ScalesInTiles) {
+  std::mt19937 rng(6);
+  for (auto [n, k] : {std::pair{32, 64}, {33, 80}, {300, 208}, {1, 16}, {77, 1024}}) {
+    const int cols = k / 16, k_blocks = kc::quant_gemm_k_pad(k) / 64;
+    std::vector<uint8_t> src(size_t(n) * cols);
+    for (uint8_t& b : src) b = uint8_t(1 + rng() % 255);
+    const std::vector<uint8_t> got = kc::quant_gemm_pack_nvfp4_scales(src.data(), n, k);
+    std::vector<uint8_t> want(size_t(kc::quant_gemm_n_pad(n)) * k_blocks * 4, 0);
+    for (int rt = 0; rt < kc::quant_gemm_n_pad(n) / 32; ++rt)
+      for (int kb = 0; kb < k_blocks; ++kb)
+        for (int g = 0; g < 8; ++g)
+          for (int w = 0; w < 4; ++w)
+            for (int s = 0; s < 4; ++s) {
+              const int row = rt * 32 + g + 8 * w, col = 4 * kb + s;
+              if (row < n && col < cols)
+                want[(size_t(rt) * k_blocks + kb) * 128 + 16 * g + 4 * w + s] =
+                    src[size_t(row) * cols + col];
+            }
+    EXPECT_EQ(got, want) << "n " << n << " k " << k;
+  }
+}
+
 TEST(QuantGemm, MatchesCpuOracle) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   const Shape2 shapes[] = {{256, 128, 256},  {200, 80, 256},    {300, 208, 64},

@@ -322,8 +322,8 @@ class CudaBackend final : public Backend {
 
   // Single linears (experts == 0) are repacked into the quant_gemm fragment layout
   // (kernels/cuda/gemm/quant_gemm.h): data u8 [quant_gemm_data_bytes], NVFP4 scales e4m3
-  // [n_pad, k_pad/16], FP8 block scales bf16 s·2^120, per-channel f32 [n] as is. Expert stacks
-  // (experts > 0) are copied unchanged, checkpoint layout, for the MoE kernels.
+  // in 128-byte tiles (quant_gemm.h), FP8 block scales bf16 s·2^120, per-channel f32 [n] as is.
+  // Expert stacks (experts > 0) are copied unchanged, checkpoint layout, for the MoE kernels.
   QuantizedWeight upload_quantized(const QuantizedWeight& host) override {
     QuantizedWeight dev = host;
     set_activation_scale(dev);
@@ -429,9 +429,9 @@ class CudaBackend final : public Backend {
       case kernels::WeightFormat::kNvfp4: {
         const int64_t n_pad = kernels::cuda::quant_gemm_n_pad(m.n);
         const int64_t cols_pad = kernels::cuda::quant_gemm_k_pad(m.k) / 16;
-        dev.scales = empty(DType::kF8E4M3, {n_pad, cols_pad});
+        dev.scales = empty(DType::kF8E4M3, {n_pad, cols_pad});  // tiled (quant_gemm.h)
         kernels::cuda::dummy_codes({static_cast<uint8_t*>(dev.scales.data), n, k / 16, n_pad,
-                                    cols_pad, d.scale_key, d.sf_code_lo, d.sf_code_hi},
+                                    cols_pad, d.scale_key, d.sf_code_lo, d.sf_code_hi, true},
                                    stream_);
         break;
       }

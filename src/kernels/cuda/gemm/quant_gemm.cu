@@ -109,13 +109,16 @@ __device__ __forceinline__ void load_raw(const DeviceArgs& d, int rt, int kb, in
       r.w[h][4 * c + 2] = v.z;
       r.w[h][4 * c + 3] = v.w;
     }
-    if constexpr (kFp4) {
-      const int row = rt * 32 + h * 16 + (lane >> 2);
-      const uint32_t* sf = static_cast<const uint32_t*>(w.scales);
-      const size_t stride = size_t(d.k_blocks);  // u32 words per row: k_pad / 64
-      r.sf[h][0] = __ldg(sf + size_t(row) * stride + kb);
-      r.sf[h][1] = __ldg(sf + size_t(row + 8) * stride + kb);
-    }
+  }
+  if constexpr (kFp4) {
+    // Words of rows g, g+8, 16+g, 24+g of the tile's 128-byte scale tile (quant_gemm.h).
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.scales) +
+                                                         (size_t(rt) * d.k_blocks + kb) * 128) +
+                          (lane >> 2));
+    r.sf[0][0] = v.x;
+    r.sf[0][1] = v.y;
+    r.sf[1][0] = v.z;
+    r.sf[1][1] = v.w;
   }
 }
 
@@ -376,6 +379,8 @@ void validate(const QuantGemmWeight& w, const char* who) {
                           std::to_string(w.block_n) + " x " + std::to_string(w.block_k));
   if (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr)
     throw InvalidArgument(name + ": missing scales");
+  if (w.format == WeightFormat::kNvfp4 && reinterpret_cast<uintptr_t>(w.scales) % 16 != 0)
+    throw InvalidArgument(name + ": NVFP4 scale tiles must be 16-byte aligned");
 }
 
 DeviceArgs device_args(const QuantGemmParams& p) {

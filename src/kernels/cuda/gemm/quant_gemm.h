@@ -14,10 +14,13 @@
 // (rows relative to the group's first row rt·32 + 16h, columns to kb·64 + 16s).
 //   NVFP4: 32-bit word s; register a_i takes nibble 3−i (low half) and nibble 7−i (high half).
 //   FP8:   32-bit word 2s + i/2; even i takes bytes 1 (low) and 3 (high), odd i bytes 0 and 2.
-// Scales: NVFP4 e4m3 [n_pad, k_pad/16] (the checkpoint layout, zero padded); FP8 per-channel f32
-// [n]; FP8 block: bf16 multipliers s·2^120 [ceil(n/block_n), ceil(k/block_k)] (the fp32 block
-// scale rounded to bf16: results match the fp32 reference to ~2^-9 relative, not exactly);
-// FP8 per-tensor: none (global_scale).
+// Scales: NVFP4 e4m3, n_pad · k_pad/16 bytes in 128-byte tiles, one per (row tile rt, k block
+// kb) at (rt · k_pad/64 + kb) · 128; inside, 32-bit word 4 · (row % 8) + (row % 32) / 8 holds the
+// row's four 16-column groups (byte = group % 4), so lane g of a warp reads the scales of rows g,
+// g+8, g+16 and g+24 with one 16-byte load from one 128-byte line (zero padded; see
+// quant_gemm_nvfp4_scale_offset). FP8 per-channel f32 [n]; FP8 block: bf16 multipliers s·2^120
+// [ceil(n/block_n), ceil(k/block_k)] (the fp32 block scale rounded to bf16: results match the fp32
+// reference to ~2^-9 relative, not exactly); FP8 per-tensor: none (global_scale).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "kernels/nvfp4_layout.h"  // SERVAL_HOST_DEVICE
 #include "kernels/params.h"
 
 namespace serval::kernels::cuda {
@@ -59,9 +63,17 @@ int quant_gemm_n_pad(int n);
 int quant_gemm_k_pad(int k);
 size_t quant_gemm_data_bytes(WeightFormat format, int n, int k);
 
+// Byte offset of the NVFP4 scale of row `row`, 16-column group `group` in the tiled scale layout
+// above; k_blocks = k_pad / 64.
+SERVAL_HOST_DEVICE constexpr int64_t quant_gemm_nvfp4_scale_offset(int64_t row, int64_t group,
+                                                                   int64_t k_blocks) {
+  return ((row / 32) * k_blocks + group / 4) * 128 + ((row % 8) * 4 + (row % 32) / 8) * 4 +
+         group % 4;
+}
+
 // Host repacking (load time). `src`: checkpoint layout, NVFP4 u8 [n, k/2] or FP8 e4m3 [n, k].
 std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* src, int n, int k);
-// NVFP4 block scales e4m3 [n, k/16] → [n_pad, k_pad/16], zero padded.
+// NVFP4 block scales e4m3 [n, k/16] → the tiled scale layout (n_pad · k_pad/16 bytes), zero padded.
 std::vector<uint8_t> quant_gemm_pack_nvfp4_scales(const uint8_t* src, int n, int k);
 // FP8 block scales f32 [rows, cols] → bf16 s·2^120. Throws InvalidArgument if a scale is
 // negative, not finite, or ≥ 2^8 (s·2^120 would overflow bf16).

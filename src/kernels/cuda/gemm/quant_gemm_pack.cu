@@ -75,11 +75,11 @@ std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* sr
 }
 
 std::vector<uint8_t> quant_gemm_pack_nvfp4_scales(const uint8_t* src, int n, int k) {
-  const int cols = k / 16, cols_pad = quant_gemm_k_pad(k) / 16;
-  std::vector<uint8_t> out(size_t(quant_gemm_n_pad(n)) * cols_pad, 0);
+  const int cols = k / 16, k_blocks = quant_gemm_k_pad(k) / 64;
+  std::vector<uint8_t> out(size_t(quant_gemm_n_pad(n)) * k_blocks * 4, 0);
   for (int r = 0; r < n; ++r)
-    std::copy(src + size_t(r) * cols, src + size_t(r + 1) * cols,
-              out.data() + size_t(r) * cols_pad);
+    for (int c = 0; c < cols; ++c)
+      out[size_t(quant_gemm_nvfp4_scale_offset(r, c, k_blocks))] = src[size_t(r) * cols + c];
   return out;
 }
 

@@ -41,7 +41,7 @@ constexpr int kMaxWarps = 16;
 
 struct GemvArgs {
   const uint8_t* data;
-  const uint8_t* nvfp4_scales;  // [n_pad, k_pad/16] e4m3
+  const uint8_t* nvfp4_scales;  // tiled e4m3 (quant_gemm.h), 16-byte aligned
   const uint16_t* block;        // FP8 block multipliers (bf16 bits)
   const float* row_scale;       // FP8 per-channel [n]
   const uint32_t* x;            // [m, k] bf16 pairs (k even)
@@ -101,15 +101,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   // Stream pointers (valid only when active; advanced by kDepth k blocks per ring round).
   const int rt_c = active ? rt : 0;
   const uint8_t* codes = a.data + (size_t(rt_c) * KB + kb0) * kKbBytes + lane * kLaneBytes;
-  // NVFP4 scales: row stride 4·KB bytes; word kb of rows rt·32 + {g, g+8, 16+g, 24+g}.
+  // NVFP4 scales: the k block's 128-byte tile, 16 bytes (rows g, g+8, 16+g, 24+g) per lane g.
   const uint8_t* sc = nullptr;
-  size_t sc8 = 0;
   // FP8 block: multiplier (row block of the tile, column block kb / kb_per_block).
   const uint16_t* bp = nullptr;
   int bc = 0, br = 0;  // column block and k block within it of the next load
   if constexpr (kFp4) {
-    sc = a.nvfp4_scales + (size_t(rt_c) * 32 + g) * (4 * size_t(KB)) + 4 * size_t(kb0);
-    sc8 = 8 * 4 * size_t(KB);
+    sc = a.nvfp4_scales + (size_t(rt_c) * KB + kb0) * 128 + 16 * g;
   }
   if constexpr (kKind == kFp8BlockKind) {
     bp = a.block + size_t(rt_c * 32 / a.block_n) * a.block_cols;
@@ -132,9 +130,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
         slot.w[h][4 * q + 3] = v.w;
       }
     if constexpr (kFp4) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        slot.sf[r] = __ldg(reinterpret_cast<const uint32_t*>(sc + r * sc8 + 4 * j));
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(sc + 128 * j));
+      slot.sf[0] = v.x;
+      slot.sf[1] = v.y;
+      slot.sf[2] = v.z;
+      slot.sf[3] = v.w;
     }
     if constexpr (kKind == kFp8BlockKind) {
       const uint32_t hb = __ldg(bp + bc);
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   };
   auto advance = [&]() {
     codes += kDepth * kKbBytes;
-    if constexpr (kFp4) sc += 4 * kDepth;
+    if constexpr (kFp4) sc += 128 * kDepth;
   };
 
 #pragma unroll
@@ -331,6 +331,8 @@ bool quant_gemv_supported(const QuantGemmParams& p) {
   if (w.k % 2 != 0) return false;  // token rows of whole bf16 pairs
   if (w.format != WeightFormat::kFp8PerTensor && (reinterpret_cast<uintptr_t>(w.scales) & 3u))
     return false;
+  if (w.format == WeightFormat::kNvfp4 && (reinterpret_cast<uintptr_t>(w.scales) & 15u))
+    return false;  // one 16-byte scale load per lane and k block
   if (w.format == WeightFormat::kFp8Block &&
       (w.block_n <= 0 || w.block_n % 32 != 0 || w.block_k <= 0 || w.block_k % 64 != 0))
     return false;

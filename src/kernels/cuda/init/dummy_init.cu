@@ -77,12 +77,17 @@ __global__ void dummy_bytes_kernel(uint8_t* __restrict__ out, const uint8_t* __r
 
 __global__ void dummy_codes_kernel(uint8_t* __restrict__ out, int64_t rows, int64_t cols,
                                    int64_t out_rows, int64_t out_cols, uint64_t key, uint8_t lo,
-                                   uint8_t hi) {
+                                   uint8_t hi, bool gemm_tiles) {
   pdl_wait();
   const int64_t total = out_rows * out_cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / out_cols, c = i - r * out_cols;
+    int64_t r = i / out_cols, c = i - r * out_cols;
+    if (gemm_tiles) {  // inverse of quant_gemm_nvfp4_scale_offset (k blocks = out_cols / 4)
+      const int64_t tile = i / 128, word = (i % 128) / 4, k_blocks = out_cols / 4;
+      r = (tile / k_blocks) * 32 + (word % 4) * 8 + word / 4;
+      c = (tile % k_blocks) * 4 + i % 4;
+    }
     out[i] = r < rows && c < cols ? dummy_code(dummy_uniform(key, uint64_t(r * cols + c)), lo, hi)
                                   : uint8_t(0);
   }
@@ -114,10 +119,13 @@ void dummy_bytes(const DummyBytesParams& p, cudaStream_t stream) {
 
 void dummy_codes(const DummyCodesParams& p, cudaStream_t stream) {
   if (p.out_rows <= 0 || p.out_cols <= 0) return;
-  if (p.rows > p.out_rows || p.cols > p.out_cols || p.lo > p.hi)
-    throw Error("dummy_codes: the logical shape must fit the padded one and lo <= hi");
+  if (p.rows > p.out_rows || p.cols > p.out_cols || p.lo > p.hi ||
+      (p.gemm_tiles && (p.out_rows % 32 != 0 || p.out_cols % 4 != 0)))
+    throw Error(
+        "dummy_codes: the logical shape must fit the padded one (tiles: 32 x 4) and lo <= hi");
   launch_pdl("dummy_codes", dummy_codes_kernel, grid_for(p.out_rows * p.out_cols), kThreads, 0,
-             stream, p.out, p.rows, p.cols, p.out_rows, p.out_cols, p.key, p.lo, p.hi);
+             stream, p.out, p.rows, p.cols, p.out_rows, p.out_cols, p.key, p.lo, p.hi,
+             p.gemm_tiles);
 }
 
 }  // namespace serval::kernels::cuda

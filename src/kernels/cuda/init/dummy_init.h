@@ -40,14 +40,16 @@ struct DummyBytesParams {
 };
 void dummy_bytes(const DummyBytesParams& p, cudaStream_t stream);
 
-// out[r, c] (out_rows × out_cols, row-major) = dummy_code(dummy_uniform(key, r·cols + c), lo, hi)
-// for r < rows, c < cols, and 0 in the padding (r ≥ rows or c ≥ cols): random NVFP4 block-scale
-// codes in the checkpoint layout [rows, cols] embedded in a zero-padded one.
+// out[r, c] (out_rows × out_cols) = dummy_code(dummy_uniform(key, r·cols + c), lo, hi) for
+// r < rows, c < cols, and 0 in the padding (r ≥ rows or c ≥ cols): random NVFP4 block-scale codes
+// of the checkpoint layout [rows, cols] embedded in a zero-padded one, row-major or, with
+// gemm_tiles, in quant_gemm's tiled scale layout (out_rows % 32 == 0, out_cols % 4 == 0).
 struct DummyCodesParams {
-  uint8_t* out;  // [out_rows, out_cols], device
+  uint8_t* out;  // out_rows · out_cols bytes, device
   int64_t rows, cols, out_rows, out_cols;
   uint64_t key;
   uint8_t lo, hi;
+  bool gemm_tiles = false;
 };
 void dummy_codes(const DummyCodesParams& p, cudaStream_t stream);
 
