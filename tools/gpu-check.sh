@@ -6,7 +6,8 @@
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
 #                      [--startup] [--profile CONFIG] [--no-kernel-bench] [--quant-fixtures]
 #
-# Steps: build; `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
+# Steps: build (the serval binary and the kernels_gpu tests only: CI runs the CPU suites);
+# `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
 # the demo model; the npm-based parts skip there); kernel micro-benchmarks and `bench latency`
 # on dummy configs; with --serving-bench, the reference serving benchmark (Llama-3.3-70B NVFP4
 # dummy, fp8 KV, 40 prompts of 1024 in / 600 out at concurrency 8). --tp N runs the latency
@@ -73,7 +74,7 @@ fi
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DSERVAL_CUDA=ON >"$out/build.log" 2>&1 &&
-  ninja -C build-gpu -k 0 -j"$(nproc)" >>"$out/build.log" 2>&1
+  ninja -C build-gpu -k 0 -j"$(nproc)" apps/serval tests/kernels_gpu >>"$out/build.log" 2>&1
 status=$?
 echo "build: exit $status in $(($(date +%s) - start)) s" | tee -a "$out/gpu.txt"
 if [[ $status -ne 0 ]]; then
