@@ -8,8 +8,8 @@
 // PDL wait). Per k block and lane: 2 (NVFP4) / 4 (FP8) 16-byte code loads, NVFP4 4 scale words
 // (rows g, g+8, 16+g, 24+g) and the 8 activation words of its B fragments, read from global
 // memory (L1/L2-resident: every warp of the grid reads the same m·k·2 bytes) one k block ahead;
-// columns ≥ k read as zero. Nothing is staged in shared memory, so m and k do not limit occupancy
-// (at 8 tokens the staged activations of k = 8192 filled 128 KB). Dequantization is quant_gemm.cu's
+// columns ≥ k read as zero. Nothing is staged in shared memory, so m and k do not limit
+// occupancy. Dequantization is quant_gemm.cu's
 // (decode_step, nvfp4_mult through a shared 256-entry table, FP8 multiplier 2^120 or the bf16 block
 // multiplier), so dequantized values are bit-identical to the mma kernel's. The S partial sums of a
 // row are added in split order through shared memory (deterministic), then quant_gemm's epilogue.

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "kernels/cuda/gemm/quant_gemm.h"
 #include "kernels/cuda/init/dummy_init.h"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/dummy_random.h"
@@ -82,14 +83,11 @@ __global__ void dummy_codes_kernel(uint8_t* __restrict__ out, int64_t rows, int6
   const int64_t total = out_rows * out_cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t r = i / out_cols, c = i - r * out_cols;
-    if (gemm_tiles) {  // inverse of quant_gemm_nvfp4_scale_offset (k blocks = out_cols / 4)
-      const int64_t tile = i / 128, word = (i % 128) / 4, k_blocks = out_cols / 4;
-      r = (tile / k_blocks) * 32 + (word % 4) * 8 + word / 4;
-      c = (tile % k_blocks) * 4 + i % 4;
-    }
-    out[i] = r < rows && c < cols ? dummy_code(dummy_uniform(key, uint64_t(r * cols + c)), lo, hi)
-                                  : uint8_t(0);
+    const int64_t r = i / out_cols, c = i - r * out_cols;
+    // The tiled layout is a permutation of the padded [out_rows, out_cols] bytes.
+    const int64_t at = gemm_tiles ? quant_gemm_nvfp4_scale_offset(r, c, out_cols / 4) : i;
+    out[at] = r < rows && c < cols ? dummy_code(dummy_uniform(key, uint64_t(r * cols + c)), lo, hi)
+                                   : uint8_t(0);
   }
   pdl_launch_dependents();
 }
