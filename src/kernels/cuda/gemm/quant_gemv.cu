@@ -361,7 +361,7 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
       (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data) ||
       (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
     throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
-                          ", even k, 16-byte aligned weight data, 4-byte aligned x and scales, "
+                          ", k % 8 == 0, 16-byte aligned weight data, 4-byte aligned x and scales, "
                           "FP8 blocks of 32k x 64k; got m = " +
                           std::to_string(p.m) + ", n = " + std::to_string(w.n) +
                           ", k = " + std::to_string(w.k));
