@@ -337,14 +337,21 @@ __global__ void __launch_bounds__(kDequantWarps * 32)
       for (int s = 0; s < 4; ++s) {
         uint32_t a[4];
         decode_step<kFp4>(r.w[h], s, m_lo, m_hi, a);
+        uint32_t v[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           // Same rounding as the CPU reference: fp32 (value · alpha · row scale) → bf16 once.
           const float lo = __uint_as_float(a[i] << 16) * d.alpha * rs[i & 1];
           const float hi = __uint_as_float(a[i] & 0xFFFF0000u) * d.alpha * rs[i & 1];
-          const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-          const int row = h * 16 + g + 8 * (i & 1), col = 16 * t + 4 * s + 2 * (i >> 1);
-          tile[(row * kTileStride + col) / 2] = *reinterpret_cast<const uint32_t*>(&v);
+          const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+          v[i] = *reinterpret_cast<const uint32_t*>(&b);
+        }
+        // a_i and a_i+2 are columns c .. c+3 of one row (c = 16t + 4s): one 8-byte store each.
+#pragma unroll
+        for (int rp = 0; rp < 2; ++rp) {
+          const int row = h * 16 + g + 8 * rp, col = 16 * t + 4 * s;
+          *reinterpret_cast<uint2*>(tile + (row * kTileStride + col) / 2) =
+              make_uint2(v[rp], v[rp + 2]);
         }
       }
     }
