@@ -5,8 +5,11 @@
 #include "kernels/cuda/comm/p2p_all_reduce.h"
 
 #include <gtest/gtest.h>
+#include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -234,6 +237,72 @@ TEST(P2pAllReduce, RejectsSizesOutsideTheContract) {
   p.dtype = DType::kBF16;
   p.ranks = 1;
   EXPECT_THROW(kc::p2p_all_reduce(p, nullptr), InvalidArgument);
+}
+
+// Per-call latency of the P2P all-reduce and of ncclAllReduce for decode-sized bf16 tensors: 100
+// calls captured in one CUDA graph per rank, replayed 5 times (µs per call of the median replay).
+TEST(P2pAllReduceBench, DISABLED_LatencyVsNccl) {
+  const int n = gpu_count();
+  if (n < 2 || !peers_ok(n)) GTEST_SKIP() << "needs two peer-accessible CUDA GPUs: skipped";
+  Group g(n);
+  std::vector<ncclComm_t> comms(static_cast<size_t>(n));
+  std::vector<int> devs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) devs[size_t(r)] = r;
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs.data()), ncclSuccess);
+  constexpr int kCalls = 100;
+  for (int64_t count : {int64_t(8192), int64_t(65536), int64_t(524288)}) {
+    for (bool nccl : {false, true}) {
+      std::vector<double> us(static_cast<size_t>(n));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+          cuda_check(cudaSetDevice(r), "set device");
+          cudaStream_t s;
+          cuda_check(cudaStreamCreate(&s), "stream");
+          DeviceBuffer<bf16> x(random_bf16(size_t(count), uint32_t(r)));
+          cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+          for (int i = 0; i < kCalls; ++i) {
+            if (nccl) {
+              ncclAllReduce(x.get(), x.get(), size_t(count), ncclBfloat16, ncclSum,
+                            comms[size_t(r)], s);
+            } else {
+              kc::p2p_all_reduce(
+                  {x.get(), count, DType::kBF16, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted},
+                  s);
+            }
+          }
+          cudaGraph_t graph;
+          cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
+          cudaGraphExec_t exec;
+          cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+          cudaEvent_t a, b;
+          cuda_check(cudaEventCreate(&a), "event");
+          cuda_check(cudaEventCreate(&b), "event");
+          std::vector<float> ms;
+          for (int rep = 0; rep < 6; ++rep) {
+            cuda_check(cudaEventRecord(a, s), "record");
+            cuda_check(cudaGraphLaunch(exec, s), "launch");
+            cuda_check(cudaEventRecord(b, s), "record");
+            cuda_check(cudaEventSynchronize(b), "sync");
+            float t = 0;
+            cuda_check(cudaEventElapsedTime(&t, a, b), "elapsed");
+            if (rep > 0) ms.push_back(t);
+          }
+          std::sort(ms.begin(), ms.end());
+          us[size_t(r)] = 1000.0 * ms[ms.size() / 2] / kCalls;
+          cudaEventDestroy(a);
+          cudaEventDestroy(b);
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(graph);
+          cudaStreamDestroy(s);
+        });
+      for (std::thread& t : threads) t.join();
+      std::printf("all-reduce %7lld bf16 (%4lld KB) over %d GPUs, %s: %.2f us per call (rank 0)\n",
+                  static_cast<long long>(count), static_cast<long long>(count * 2 / 1024), n,
+                  nccl ? "NCCL" : "P2P ", us[0]);
+    }
+  }
+  for (ncclComm_t c : comms) ncclCommDestroy(c);
 }
 
 }  // namespace

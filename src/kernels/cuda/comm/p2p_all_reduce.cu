@@ -99,8 +99,9 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_kernel(P2pAllReducePa
     uint32_t* peer_flags = reinterpret_cast<uint32_t*>(s_base[tid] + 2 * p.max_bytes);
     st_release_sys(peer_flags + b * kP2pMaxRanks + p.rank, call);
     const uint32_t* from_peer = my_flags + b * kP2pMaxRanks + tid;
-    while (int32_t(ld_acquire_sys(from_peer) - call) < 0)
-      if (*p.aborted) break;
+    // The abort word is host memory (a PCIe round trip): read it once per 1024 polls.
+    for (uint32_t spin = 1; int32_t(ld_acquire_sys(from_peer) - call) < 0; ++spin)
+      if (spin % 1024 == 0 && *p.aborted) break;
   }
   __syncthreads();
 
