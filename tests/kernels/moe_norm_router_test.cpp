@@ -21,6 +21,7 @@
 
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/moe/moe_cuda.h"
+#include "kernels/bench_timing.h"
 #include "kernels/cuda/gemm/bf16_gemv.h"
 #include "kernels/cuda/moe/moe_routing.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
@@ -30,9 +31,9 @@
 namespace serval::kernels::cuda {
 namespace {
 
+using serval::testing::graph_us;
 using serval::testing::moe_util::cuda_ok;
 using serval::testing::moe_util::DeviceBuffer;
-using serval::testing::moe_util::graph_time_us;
 using serval::testing::moe_util::Rng;
 
 constexpr float kEps = 1e-6f;
@@ -416,7 +417,7 @@ TEST(MoeNormRouterBench, DISABLED_FusedVsUnfused) {
     };
     router_linear(nullptr);  // plans cuBLASLt outside the capture
     cuda_ok(cudaDeviceSynchronize(), "warm-up");
-    const float unfused = graph_time_us(
+    const float unfused = graph_us(
         [&](cudaStream_t st) {
           for (int i = 0; i < kLaunches; ++i) {
             rms_norm({p.h, p.residual, p.norm_weight, p.x, s.tokens, s.hidden, kEps}, st);
@@ -425,7 +426,7 @@ TEST(MoeNormRouterBench, DISABLED_FusedVsUnfused) {
           }
         },
         kLaunches);
-    const float fused = graph_time_us(
+    const float fused = graph_us(
         [&](cudaStream_t st) {
           for (int i = 0; i < kLaunches; ++i) moe_norm_router_topk(p, st);
         },
