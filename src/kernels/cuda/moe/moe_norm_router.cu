@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeNormRouterPara
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int vec = tid + i * kThreads, row = row0 + r;
-      wr[r][i] = vec < num_vecs && row < E ? ld_stream_row(router + size_t(row) * H + vec * 8)
+      wr[r][i] = vec < num_vecs && row < E ? ld_stream16(router + size_t(row) * H + vec * 8)
                                            : make_uint4(0, 0, 0, 0);
     }
   float nw[V][8];
