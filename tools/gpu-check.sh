@@ -5,6 +5,7 @@
 #   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
 #                      [--startup] [--profile CONFIG] [--no-kernel-bench] [--quant-fixtures]
+#                      [--kernel-filter GTEST_FILTER]
 #
 # Steps: build (the serval binary and the kernels_gpu tests only: CI runs the CPU suites);
 # `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
@@ -15,6 +16,7 @@
 # expert parallel. --startup times `serve` of Qwen3-30B-A3B NVFP4 dummy from start to /health.
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu) and the
 # GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events).
+# --kernel-filter picks the kernel micro-benchmarks (a gtest filter; default all DISABLED_ ones).
 # --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
 # fixture folders in $OUT/quant-fixtures.tgz, so the tests below already use them.
 #
@@ -30,7 +32,7 @@ cd "$root"
 out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
-startup=0 profile='' kernel_bench=1 quant_fixtures=0
+startup=0 profile='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*'
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -43,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --tp) tp=$2; shift ;;
     --startup) startup=1 ;;
     --no-kernel-bench) kernel_bench=0 ;;
+    --kernel-filter) kernel_filter=$2; shift ;;
     --quant-fixtures) quant_fixtures=1 ;;
     --profile) profile=$2; shift ;;
     --configs) configs=$2; shift ;;
@@ -108,7 +111,7 @@ if [[ $run_bench -eq 1 ]]; then
   # Kernel micro-benchmarks are DISABLED_ gtests, run here only.
   if [[ $kernel_bench -eq 1 ]]; then
     build-gpu/tests/kernels_gpu --gtest_also_run_disabled_tests \
-      --gtest_filter="*DISABLED_*" 2>&1 | grep -vE "^\[ *(RUN|-+|=+) *\]" | tee -a "$bench"
+      --gtest_filter="$kernel_filter" 2>&1 | grep -vE "^\[ *(RUN|-+|=+) *\]" | tee -a "$bench"
   fi
   serval=build-gpu/apps/serval
   latency() {  # config batch input output [extra flags]
