@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -254,49 +255,57 @@ TEST(P2pAllReduceBench, DISABLED_LatencyVsNccl) {
     for (bool nccl : {false, true}) {
       std::vector<double> us(static_cast<size_t>(n));
       std::vector<std::thread> threads;
+      std::vector<std::string> errors(static_cast<size_t>(n));
       for (int r = 0; r < n; ++r)
         threads.emplace_back([&, r] {
-          cuda_check(cudaSetDevice(r), "set device");
-          cudaStream_t s;
-          cuda_check(cudaStreamCreate(&s), "stream");
-          DeviceBuffer<bf16> x(random_bf16(size_t(count), uint32_t(r)));
-          cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-          for (int i = 0; i < kCalls; ++i) {
-            if (nccl) {
-              ncclAllReduce(x.get(), x.get(), size_t(count), ncclBfloat16, ncclSum,
-                            comms[size_t(r)], s);
-            } else {
-              kc::p2p_all_reduce(
-                  {x.get(), count, DType::kBF16, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted},
-                  s);
+          try {
+            cuda_check(cudaSetDevice(r), "set device");
+            cudaStream_t s;
+            cuda_check(cudaStreamCreate(&s), "stream");
+            DeviceBuffer<bf16> x(random_bf16(size_t(count), uint32_t(r)));
+            cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+            for (int i = 0; i < kCalls; ++i) {
+              if (nccl) {
+                ncclAllReduce(x.get(), x.get(), size_t(count), ncclBfloat16, ncclSum,
+                              comms[size_t(r)], s);
+              } else {
+                kc::p2p_all_reduce(
+                    {x.get(), count, DType::kBF16, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted},
+                    s);
+              }
             }
+            cudaGraph_t graph;
+            cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
+            cudaGraphExec_t exec;
+            cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+            cudaEvent_t a, b;
+            cuda_check(cudaEventCreate(&a), "event");
+            cuda_check(cudaEventCreate(&b), "event");
+            std::vector<float> ms;
+            for (int rep = 0; rep < 6; ++rep) {
+              cuda_check(cudaEventRecord(a, s), "record");
+              cuda_check(cudaGraphLaunch(exec, s), "launch");
+              cuda_check(cudaEventRecord(b, s), "record");
+              cuda_check(cudaEventSynchronize(b), "sync");
+              float t = 0;
+              cuda_check(cudaEventElapsedTime(&t, a, b), "elapsed");
+              if (rep > 0) ms.push_back(t);
+            }
+            std::sort(ms.begin(), ms.end());
+            us[size_t(r)] = 1000.0 * ms[ms.size() / 2] / kCalls;
+            cudaEventDestroy(a);
+            cudaEventDestroy(b);
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
+            cudaStreamDestroy(s);
+          } catch (const std::exception& e) {
+            errors[size_t(r)] = e.what();  // a throw out of a thread would terminate the run
           }
-          cudaGraph_t graph;
-          cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
-          cudaGraphExec_t exec;
-          cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-          cudaEvent_t a, b;
-          cuda_check(cudaEventCreate(&a), "event");
-          cuda_check(cudaEventCreate(&b), "event");
-          std::vector<float> ms;
-          for (int rep = 0; rep < 6; ++rep) {
-            cuda_check(cudaEventRecord(a, s), "record");
-            cuda_check(cudaGraphLaunch(exec, s), "launch");
-            cuda_check(cudaEventRecord(b, s), "record");
-            cuda_check(cudaEventSynchronize(b), "sync");
-            float t = 0;
-            cuda_check(cudaEventElapsedTime(&t, a, b), "elapsed");
-            if (rep > 0) ms.push_back(t);
-          }
-          std::sort(ms.begin(), ms.end());
-          us[size_t(r)] = 1000.0 * ms[ms.size() / 2] / kCalls;
-          cudaEventDestroy(a);
-          cudaEventDestroy(b);
-          cudaGraphExecDestroy(exec);
-          cudaGraphDestroy(graph);
-          cudaStreamDestroy(s);
         });
       for (std::thread& t : threads) t.join();
+      for (int r = 0; r < n; ++r)
+        ASSERT_TRUE(errors[size_t(r)].empty())
+            << "rank " << r << (nccl ? " NCCL" : " P2P") << ": " << errors[size_t(r)];
       std::printf("all-reduce %7lld bf16 (%4lld KB) over %d GPUs, %s: %.2f us per call (rank 0)\n",
                   static_cast<long long>(count), static_cast<long long>(count * 2 / 1024), n,
                   nccl ? "NCCL" : "P2P ", us[0]);

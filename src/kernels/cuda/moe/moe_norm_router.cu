@@ -266,7 +266,8 @@ void moe_norm_router_topk(const MoeNormRouterParams& p, cudaStream_t stream) {
   const int r = rows_per_cta(p.routing.num_experts), v = vecs_per_thread(p.hidden);
   const Kernel kernel = pick(r, v);
   const size_t smem = size_t(4) * p.routing.num_tokens * p.hidden;
-  if (smem > size_t(kSmemDefault)) allow_large_smem(kernel, r, v);
+  // Static shared memory counts too: opt in whenever the dynamic part is not small.
+  if (smem + 8 * 1024 > size_t(kSmemDefault)) allow_large_smem(kernel, r, v);
   const unsigned grid = unsigned((p.routing.num_experts + r - 1) / r);
   launch_pdl("moe_norm_router_topk", kernel, dim3(grid), dim3(kThreads), smem, stream, p);
 }
