@@ -30,6 +30,7 @@
 #include "kernels/cuda/gemm/quant_fragment.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
 
 namespace serval::kernels::cuda {
 
@@ -290,23 +291,7 @@ int kind_of(const QuantGemmWeight& w) {
 template <int kKind>
 int ctas_per_sm(int warps, size_t smem) {
   static std::atomic<uint64_t> cache[kMaxWarps + 1];
-  // The shared-memory opt-in is per device (tensor parallel: one process, several GPUs).
-  static std::atomic<uint64_t> attr_set{0};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    device = 0;
-  }
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (!(attr_set.load(std::memory_order_acquire) & bit)) {
-    if (cudaFuncSetAttribute(quant_gemv_kernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(kSmemCap)) != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error("quant_gemv: cannot allow " + std::to_string(kSmemCap) +
-                  " bytes of dynamic shared memory");
-    }
-    attr_set.fetch_or(bit, std::memory_order_release);
-  }
+  allow_dynamic_smem(quant_gemv_kernel<kKind>, kSmemCap, "quant_gemv");
   const uint64_t key = uint64_t(smem + 1) << 32;
   const uint64_t cached = cache[warps].load(std::memory_order_relaxed);
   if ((cached & ~0xffffffffull) == key) return int(cached & 0xffffffffu);

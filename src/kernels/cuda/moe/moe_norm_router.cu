@@ -19,13 +19,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <string>
 
 #include "base/error.h"
 #include "kernels/cuda/gemm/row_stream.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/moe/moe_routing_device.cuh"
 
 namespace serval::kernels::cuda {
@@ -35,10 +35,9 @@ namespace {
 constexpr int kThreads = routing::kSmallThreads;  // few_tokens_routing needs exactly this CTA
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxTokens = kMoeNormRouterMaxTokens;
-constexpr int kMaxVecs = 4;              // 16-byte chunks per thread and row: hidden ≤ 8192
-constexpr int kMaxRows = 4;              // router rows per CTA
-constexpr int kMaxSmem = 128 * 1024;     // dynamic shared memory: 4·T·H bytes
-constexpr int kSmemDefault = 48 * 1024;  // above this the kernel needs the opt-in attribute
+constexpr int kMaxVecs = 4;           // 16-byte chunks per thread and row: hidden ≤ 8192
+constexpr int kMaxRows = 4;           // router rows per CTA
+constexpr int kMaxSmem = 128 * 1024;  // dynamic shared memory: 4·T·H bytes
 static_assert(kMaxTokens <= routing::kSmallMaxTokens, "one routing warp per token");
 
 // Arrival counter: zero at module load; the last CTA of a launch resets it. The next launch
@@ -222,25 +221,6 @@ Kernel pick(int r, int v) {
   return r == 1 ? pick_v<1>(v) : r == 2 ? pick_v<2>(v) : pick_v<kMaxRows>(v);
 }
 
-// The opt-in for more than 48 KB of dynamic shared memory, once per device and kernel.
-void allow_large_smem(Kernel kernel, int r, int v) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> done[kMaxDevices][3][3] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) device = 0;
-  const int ri = r == 1 ? 0 : r == 2 ? 1 : 2, vi = v == 1 ? 0 : v == 2 ? 1 : 2;
-  std::atomic<bool>* flag = device >= 0 && device < kMaxDevices ? &done[device][ri][vi] : nullptr;
-  if (flag && flag->load(std::memory_order_relaxed)) return;
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw Error(std::string("moe_norm_router_topk: cudaFuncSetAttribute failed: ") +
-                cudaGetErrorString(e));
-  }
-  if (flag) flag->store(true, std::memory_order_relaxed);
-}
-
 }  // namespace
 
 bool moe_norm_router_supported(const MoeNormRouterParams& p) {
@@ -266,8 +246,8 @@ void moe_norm_router_topk(const MoeNormRouterParams& p, cudaStream_t stream) {
   const int r = rows_per_cta(p.routing.num_experts), v = vecs_per_thread(p.hidden);
   const Kernel kernel = pick(r, v);
   const size_t smem = size_t(4) * p.routing.num_tokens * p.hidden;
-  // Static shared memory counts too: opt in whenever the dynamic part is not small.
-  if (smem + 8 * 1024 > size_t(kSmemDefault)) allow_large_smem(kernel, r, v);
+  // Always opted in: the static shared memory counts towards the 48 KB default as well.
+  allow_dynamic_smem(kernel, size_t(kMaxSmem), "moe_norm_router_topk");
   const unsigned grid = unsigned((p.routing.num_experts + r - 1) / r);
   launch_pdl("moe_norm_router_topk", kernel, dim3(grid), dim3(kThreads), smem, stream, p);
 }
