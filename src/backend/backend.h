@@ -248,6 +248,15 @@ class Backend {
   virtual void prepare_moe(MoeWeights& w) = 0;
   // out[T, hidden] = Σ_k weight_k · expert_k(x) over the routed experts held locally.
   virtual void moe(const Tensor& x, const MoeWeights& w, Tensor& out) = 0;
+  // An MoE block with the norm before it: residual += delta, x = rms_norm(residual) · norm_w (as
+  // rms_norm with a residual), then out = moe(x, w). x is left holding the experts' input.
+  // out may alias delta. The default runs the two ops; a backend may fuse the norm, the router
+  // linear and the routing (the CUDA backend does for a few tokens).
+  virtual void add_rms_norm_moe(const Tensor& delta, Tensor& residual, const Tensor& norm_w,
+                                float eps, Tensor& x, const MoeWeights& w, Tensor& out) {
+    rms_norm(delta, &residual, norm_w, eps, x);
+    moe(x, w, out);
+  }
   // out[r] = argmax over logits[r, :] (ties: lowest index); logits [R, V] f32, out [R] i32.
   virtual void argmax(const Tensor& logits, Tensor& out) = 0;
   // out[i] = x[rows[i]]

@@ -92,11 +92,14 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     }
     layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
     if (shard_.parallel.tp_size > 1) shard_.comm->all_reduce_sum(delta);  // row-parallel o_proj
-    b_.rms_norm(delta, &residual, layer.post_attention_norm, c_.rms_norm_eps, x);
     if (layer.moe) {
-      layer.moe->forward(x, delta);
+      // Post-attention norm and MoE block in one backend op (the CUDA backend fuses the norm,
+      // the router and the routing for a few tokens).
+      layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm, c_.rms_norm_eps, x,
+                                  delta);
       if (shard_.moe_all_reduce()) shard_.comm->all_reduce_sum(delta);
     } else {
+      b_.rms_norm(delta, &residual, layer.post_attention_norm, c_.rms_norm_eps, x);
       layer.mlp->forward(x, delta);
       if (shard_.parallel.tp_size > 1) shard_.comm->all_reduce_sum(delta);  // row-parallel down
     }

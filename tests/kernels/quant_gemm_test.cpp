@@ -159,8 +159,8 @@ struct Shape2 {
 // The load-time repacking (host code: runs without a GPU) against the fragment layout of
 // quant_gemm.h, evaluated here one element at a time: lane bytes at
 // (((rt·k_blocks + kb)·2 + h)·32 + lane)·B; register a_i holds rows g + 8(i & 1), columns
-// 2t + 8(i >> 1) (+1) of k16 step s; NVFP4 nibbles 3 − i / 7 − i of word s, FP8 bytes 1/3 (even
-// i) or 0/2 (odd i) of word 2s + i/2; padding is code 0.
+// 16t + 4s + 2(i >> 1) (+1) of k16 step s; NVFP4 nibbles 3 − i / 7 − i of word s, FP8 bytes 1/3
+// (even i) or 0/2 (odd i) of word 2s + i/2; padding is code 0.
 TEST(QuantGemmPack, MatchesTheFragmentLayout) {
   std::mt19937 rng(5);
   for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerTensor}) {
@@ -183,7 +183,7 @@ TEST(QuantGemmPack, MatchesTheFragmentLayout) {
                 for (int i = 0; i < 4; ++i)
                   for (int half = 0; half < 2; ++half) {
                     const int row = rt * 32 + h * 16 + g + 8 * (i & 1);
-                    const int col = kb * 64 + s * 16 + 2 * t + 8 * (i >> 1) + half;
+                    const int col = kb * 64 + 16 * t + 4 * s + 2 * (i >> 1) + half;
                     if (row >= n || col >= k) continue;
                     if (fp4) {
                       const uint8_t byte = src[size_t(row) * (k / 2) + col / 2];

@@ -6,11 +6,15 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/communicator.h"
 #include "backend/cuda/cuda_check.h"
 #include "base/error.h"
+#include "base/log.h"
+#include "kernels/cuda/comm/p2p_all_reduce.h"
 
 namespace serval::backend {
 
@@ -34,10 +38,98 @@ ncclDataType_t nccl_type(DType t) {
   }
 }
 
+// Staging blocks of kernels::cuda::p2p_all_reduce on every GPU of a single-process group, and the
+// group's host-mapped abort word. Made only when every pair of the GPUs has peer access.
+class P2pGroup {
+ public:
+  static constexpr size_t kMaxBytes = size_t(2) << 20;  // batch 64 × hidden 8192 × bf16 = 1 MB
+
+  // Null (NCCL alone) when SERVAL_P2P_ALL_REDUCE=0, for one GPU, more than kP2pMaxRanks, or a
+  // pair of GPUs without peer access.
+  static std::shared_ptr<P2pGroup> make(const std::vector<int>& devices) {
+    const char* env = std::getenv("SERVAL_P2P_ALL_REDUCE");
+    const int n = int(devices.size());
+    if ((env && std::string(env) == "0") || n < 2 || n > kernels::cuda::kP2pMaxRanks)
+      return nullptr;
+    for (int a : devices)
+      for (int b : devices) {
+        int ok = 0;
+        if (a != b && (cudaDeviceCanAccessPeer(&ok, a, b) != cudaSuccess || !ok)) {
+          (void)cudaGetLastError();
+          log::info("GPUs {} and {} have no peer access: all-reduces go through NCCL only", a, b);
+          return nullptr;
+        }
+      }
+    int current = 0;
+    cuda::cuda_check(cudaGetDevice(&current), "cudaGetDevice");
+    auto group = std::shared_ptr<P2pGroup>(new P2pGroup(devices));
+    for (int i = 0; i < n; ++i) {
+      cuda::cuda_check(cudaSetDevice(devices[size_t(i)]), "cudaSetDevice");
+      for (int j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const cudaError_t e = cudaDeviceEnablePeerAccess(devices[size_t(j)], 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+          cuda::cuda_check(e, "cudaDeviceEnablePeerAccess");
+        (void)cudaGetLastError();  // "already enabled" is fine
+      }
+      void* block = nullptr;
+      cuda::cuda_check(cudaMalloc(&block, kernels::cuda::p2p_rank_bytes(kMaxBytes)),
+                       "cudaMalloc (all-reduce staging)");
+      group->blocks_[size_t(i)] = static_cast<uint8_t*>(block);
+    }
+    for (int i = 0; i < n; ++i) {
+      cuda::cuda_check(cudaSetDevice(devices[size_t(i)]), "cudaSetDevice");
+      kernels::cuda::p2p_init_rank(group->blocks_[size_t(i)], kMaxBytes, group->blocks_.data(), n);
+    }
+    void* word = nullptr;
+    cuda::cuda_check(
+        cudaHostAlloc(&word, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable),
+        "cudaHostAlloc (abort word)");
+    group->aborted_ = static_cast<volatile uint32_t*>(word);
+    *group->aborted_ = 0;
+    cuda::cuda_check(cudaSetDevice(current), "cudaSetDevice");
+    return group;
+  }
+
+  ~P2pGroup() {
+    for (size_t i = 0; i < blocks_.size(); ++i)
+      if (blocks_[i]) {
+        (void)cudaSetDevice(devices_[i]);
+        (void)cudaFree(blocks_[i]);
+      }
+    if (aborted_) (void)cudaFreeHost(const_cast<uint32_t*>(aborted_));
+  }
+
+  // Sum of t over the ranks on `stream` (rank `rank`'s), or false when t does not fit the staging
+  // contract (then NCCL does it).
+  bool all_reduce(Tensor& t, int rank, cudaStream_t stream) {
+    const size_t bytes = t.nbytes();
+    if ((t.dtype != DType::kBF16 && t.dtype != DType::kF32) || bytes > kMaxBytes ||
+        bytes % 16 != 0 || reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+      return false;
+    if (*aborted_) throw Error("all-reduce after a rank failed");
+    kernels::cuda::p2p_all_reduce({t.data, t.numel(), t.dtype, rank, int(blocks_.size()), kMaxBytes,
+                                   blocks_[size_t(rank)], aborted_},
+                                  stream);
+    return true;
+  }
+
+  void abort() { *aborted_ = 1; }
+
+ private:
+  explicit P2pGroup(std::vector<int> devices)
+      : devices_(std::move(devices)), blocks_(devices_.size(), nullptr) {}
+
+  std::vector<int> devices_;
+  std::vector<uint8_t*> blocks_;
+  volatile uint32_t* aborted_ = nullptr;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, cudaStream_t stream)
-      : comm_(comm), rank_(rank), size_(size), stream_(stream) {}
+  NcclCommunicator(ncclComm_t comm, int rank, int size, cudaStream_t stream,
+                   std::shared_ptr<P2pGroup> p2p = nullptr)
+      : comm_(comm), rank_(rank), size_(size), stream_(stream), p2p_(std::move(p2p)) {}
   // An aborted communicator was already freed by ncclCommAbort.
   ~NcclCommunicator() override {
     if (ncclComm_t c = comm_.load()) ncclCommDestroy(c);
@@ -47,6 +139,7 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce_sum(Tensor& t) override {
     if (size_ == 1 || t.numel() == 0) return;
+    if (p2p_ && p2p_->all_reduce(t, rank_, stream_)) return;
     nccl_check(ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, live(),
                              stream_),
                "ncclAllReduce");
@@ -73,6 +166,7 @@ class NcclCommunicator final : public Communicator {
   // Stops this rank's in-flight collectives (their kernels poll NCCL's abort flag) and frees the
   // communicator; once only, from any thread. Later collectives throw.
   void abort() override {
+    if (p2p_) p2p_->abort();
     if (ncclComm_t c = comm_.exchange(nullptr)) ncclCommAbort(c);
   }
 
@@ -87,6 +181,7 @@ class NcclCommunicator final : public Communicator {
   std::atomic<ncclComm_t> comm_;
   int rank_, size_;
   cudaStream_t stream_;
+  std::shared_ptr<P2pGroup> p2p_;  // small all-reduces of a single-process group, or null
 };
 
 }  // namespace
@@ -105,10 +200,15 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
   std::vector<int> devices(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) devices[size_t(r)] = first_device + r;
   nccl_check(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
+  std::shared_ptr<P2pGroup> p2p = P2pGroup::make(devices);
+  if (p2p)
+    log::info("all-reduces up to {} KB go peer-to-peer (one kernel), larger through NCCL",
+              P2pGroup::kMaxBytes >> 10);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r)
     out.push_back(std::make_unique<NcclCommunicator>(
-        comms[size_t(r)], r, n, static_cast<cudaStream_t>(backends[size_t(r)]->native_stream())));
+        comms[size_t(r)], r, n, static_cast<cudaStream_t>(backends[size_t(r)]->native_stream()),
+        p2p));
   return out;
 }
 

@@ -137,7 +137,7 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   rp.permuted_to_token = ws.permuted_to_token;
   rp.tile_expert = ws.tile_expert;
   rp.num_tiles = ws.num_tiles;
-  kc::moe_routing(rp, stream);
+  if (!a.routed) kc::moe_routing(rp, stream);
 
   // A few tokens with NVFP4 experts: two GEMV-style kernels (gate_up + SwiGLU; down with the
   // weighted combine, so no finalize) on the repacked stacks, dequantized as the grouped GEMM

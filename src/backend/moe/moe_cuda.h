@@ -51,6 +51,10 @@ struct MoeCudaArgs {
   MoeCudaBackend backend = MoeCudaBackend::kLatency;
   void* workspace = nullptr;  // device, 256-byte aligned, moe_workspace_bytes(...) bytes
   size_t workspace_bytes = 0;
+  // True: an earlier kernel on `stream` (kernels/cuda/moe/moe_norm_router.h) already wrote this
+  // call's routing into the workspace (topk ids/weights and maps at moe_workspace_view(*this),
+  // with its tile), so moe_forward_cuda skips the routing kernel; router_logits is not read.
+  bool routed = false;
 };
 
 // Token tile of the latency backend: nextPow2(ceil(tokens·top_k / num_local)) in [8, 64].

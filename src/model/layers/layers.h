@@ -72,6 +72,10 @@ class MoeBlock {
            const MoeNames& names, const std::string& expert_backend,
            const std::optional<dist::MoeShard>& shard = std::nullopt);
   void forward(const Tensor& x, Tensor& out);
+  // With the norm before the block (Backend::add_rms_norm_moe): residual += delta,
+  // x = rms_norm(residual) · norm_w, out = the block on x. out may alias delta.
+  void forward_add_norm(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
+                        Tensor& x, Tensor& out);
 
  private:
   backend::Backend& b_;

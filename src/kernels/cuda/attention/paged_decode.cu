@@ -23,13 +23,13 @@
 // (2c, 2c+1) of dims (2g, 2g+1); one byte permute per dim makes an e4m3x2 key pair, i.e. a B
 // register of an n-tile holding the even (or odd) dims of a 16-dim block. The accumulator
 // columns are therefore permuted, which the epilogue undoes (o_dim()).
-#include <atomic>
 
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/decode_merge.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
 
 namespace serval::kernels::cuda {
 namespace {
@@ -470,21 +470,7 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
                    cudaStream_t stream) {
   constexpr size_t kSmem = DecodeShape<D, C>::kSmemBytes;
   auto kernel = decode_kernel<D, C>;
-  // The shared-memory opt-in is per device; done once per device and instantiation (host cost).
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> smem_set[kMaxDevices] = {};
-  int device = -1;
-  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
-  const bool cached = device >= 0 && device < kMaxDevices && smem_set[device].load();
-  if (!cached) {
-    cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
-    if (e != cudaSuccess) {
-      throw Error(std::string("paged_attention_decode: cannot set shared memory size: ") +
-                  cudaGetErrorString(e));
-    }
-    if (device >= 0 && device < kMaxDevices) smem_set[device].store(true);
-  }
+  allow_dynamic_smem(kernel, kSmem, "paged_attention_decode");
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(unsigned(num_splits), unsigned(p.num_kv_heads * ((group + 15) / 16)),
                   unsigned(p.num_seqs));

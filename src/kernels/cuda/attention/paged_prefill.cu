@@ -19,6 +19,7 @@
 #include "kernels/cuda/attention/mma_fragments.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
 
 namespace serval::kernels::cuda {
 namespace {
@@ -310,12 +311,7 @@ template <int D, DType C>
 void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = Shape<D, C>::kSmemBytes;
   auto kernel = prefill_kernel<D, C>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
-  if (e != cudaSuccess) {
-    throw Error(std::string("paged_attention_prefill: cannot set shared memory size: ") +
-                cudaGetErrorString(e));
-  }
+  allow_dynamic_smem(kernel, kSmem, "paged_attention_prefill");
   // q heads per CTA: the largest power of two ≤ 8 dividing the GQA group.
   const int group = p.num_q_heads / p.num_kv_heads;
   int log_hpc = 0;

@@ -163,32 +163,38 @@ __device__ __forceinline__ void quant_gemm_tile(const DeviceArgs& d, const uint3
       if (kb >= kb1) break;
       const Raw<kFp4> cur = ring[j];
       if (kb + kDepth < kb1) load_raw<kFp4>(d, rt, kb + kDepth, lane, ring[j]);
+      // Lane t's columns are 16t .. 16t+15 of the block in every step (quant_gemm.h): one NVFP4
+      // scale group / FP8 block, so one multiplier pair per group h and k block.
+      uint32_t m_lo[2], m_hi[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (kFp4) {
+          m_lo[h] = sf_table[(cur.sf[h][0] >> (8 * t)) & 0xFFu];
+          m_hi[h] = sf_table[(cur.sf[h][1] >> (8 * t)) & 0xFFu];
+        } else {
+          fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + 16 * t, m_lo[h], m_hi[h]);
+        }
+      }
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        const int c0 = kb * 64 + s * 16 + 2 * t;  // k % 8 == 0: a pair never straddles k
+        // Physical columns c0 .. c0+3 (k % 8 == 0: wholly inside k or wholly past it).
+        const int c0 = kb * 64 + 16 * t + 4 * s;
         uint32_t b[NI][2];
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
           // Plain loads: an invariant (__ldg) load could be hoisted above pdl_wait.
           if constexpr (kFullK) {
             b[ni][0] = *reinterpret_cast<const unsigned int*>(xrow[ni] + c0);
-            b[ni][1] = *reinterpret_cast<const unsigned int*>(xrow[ni] + c0 + 8);
+            b[ni][1] = *reinterpret_cast<const unsigned int*>(xrow[ni] + c0 + 2);
           } else {
             b[ni][0] = c0 < k ? *reinterpret_cast<const unsigned int*>(xrow[ni] + c0) : 0u;
-            b[ni][1] = c0 + 8 < k ? *reinterpret_cast<const unsigned int*>(xrow[ni] + c0 + 8) : 0u;
+            b[ni][1] = c0 < k ? *reinterpret_cast<const unsigned int*>(xrow[ni] + c0 + 2) : 0u;
           }
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          uint32_t m_lo, m_hi;
-          if constexpr (kFp4) {
-            m_lo = sf_table[(cur.sf[h][0] >> (8 * s)) & 0xFFu];
-            m_hi = sf_table[(cur.sf[h][1] >> (8 * s)) & 0xFFu];
-          } else {
-            fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + s * 16, m_lo, m_hi);
-          }
           uint32_t a[4];
-          decode_step<kFp4>(cur.w[h], s, m_lo, m_hi, a);
+          decode_step<kFp4>(cur.w[h], s, m_lo[h], m_hi[h], a);
 #pragma unroll
           for (int ni = 0; ni < NI; ++ni) mma_bf16(acc[h][ni], a, b[ni][0], b[ni][1]);
         }
@@ -288,7 +294,7 @@ __global__ void __launch_bounds__(256) quant_gemm_reduce(DeviceArgs d) {
 }
 
 constexpr int kDequantWarps = 8;
-constexpr int kTileStride = 72;  // bf16 per staged row: 64 + 8 pad (conflict-free u32 writes)
+constexpr int kTileStride = 72;  // bf16 per staged row: 64 + 8 pad (16-byte aligned rows)
 
 // Each warp dequantizes whole (row tile, k block) tiles of 32 rows × 64 columns: the GEMM's
 // register decode, u32 writes into a per-warp shared tile, then 16-byte coalesced stores of
@@ -320,25 +326,32 @@ __global__ void __launch_bounds__(kDequantWarps * 32)
         rs[0] = d.row_scale[min(rt * 32 + h * 16 + g, w.n - 1)];
         rs[1] = d.row_scale[min(rt * 32 + h * 16 + g + 8, w.n - 1)];
       }
+      uint32_t m_lo, m_hi;  // lane t's columns: scale group / FP8 block of column 16t
+      if constexpr (kFp4) {
+        m_lo = nvfp4_mult((r.sf[h][0] >> (8 * t)) & 0xFFu);
+        m_hi = nvfp4_mult((r.sf[h][1] >> (8 * t)) & 0xFFu);
+      } else {
+        fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + 16 * t, m_lo, m_hi);
+      }
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        uint32_t m_lo, m_hi;
-        if constexpr (kFp4) {
-          m_lo = nvfp4_mult((r.sf[h][0] >> (8 * s)) & 0xFFu);
-          m_hi = nvfp4_mult((r.sf[h][1] >> (8 * s)) & 0xFFu);
-        } else {
-          fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + s * 16, m_lo, m_hi);
-        }
         uint32_t a[4];
         decode_step<kFp4>(r.w[h], s, m_lo, m_hi, a);
+        uint32_t v[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           // Same rounding as the CPU reference: fp32 (value · alpha · row scale) → bf16 once.
           const float lo = __uint_as_float(a[i] << 16) * d.alpha * rs[i & 1];
           const float hi = __uint_as_float(a[i] & 0xFFFF0000u) * d.alpha * rs[i & 1];
-          const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-          const int row = h * 16 + g + 8 * (i & 1), col = s * 16 + 2 * t + 8 * (i >> 1);
-          tile[(row * kTileStride + col) / 2] = *reinterpret_cast<const uint32_t*>(&v);
+          const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+          v[i] = *reinterpret_cast<const uint32_t*>(&b);
+        }
+        // a_i and a_i+2 are columns c .. c+3 of one row (c = 16t + 4s): one 8-byte store each.
+#pragma unroll
+        for (int rp = 0; rp < 2; ++rp) {
+          const int row = h * 16 + g + 8 * rp, col = 16 * t + 4 * s;
+          *reinterpret_cast<uint2*>(tile + (row * kTileStride + col) / 2) =
+              make_uint2(v[rp], v[rp + 2]);
         }
       }
     }

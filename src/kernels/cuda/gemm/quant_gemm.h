@@ -9,9 +9,14 @@
 // "k block" 64 columns. For row tile rt, k block kb, group h, lane l (g = l / 4, t = l % 4) the
 // lane's bytes start at (((rt · k_pad/64 + kb) · 2 + h) · 32 + l) · B, B = 16 (NVFP4) or 32 (FP8).
 // They hold, for each k16 step s in 0..3, the four bf16x2 A-fragment registers a0..a3:
-//   a0 = row g,   columns 2t, 2t+1;  a1 = row g+8, columns 2t, 2t+1;
-//   a2 = row g,   columns 2t+8, 2t+9; a3 = row g+8, columns 2t+8, 2t+9
-// (rows relative to the group's first row rt·32 + 16h, columns to kb·64 + 16s).
+//   a0 = row g,   columns c, c+1;   a1 = row g+8, columns c, c+1;
+//   a2 = row g,   columns c+2, c+3; a3 = row g+8, columns c+2, c+3;   c = 16t + 4s
+// (rows relative to the group's first row rt·32 + 16h, columns to kb·64). The MMA's k index
+// 2t (+1) of step s is physical column c (+1) and 2t+8 (+1) is c+2 (+1): the 64 columns are
+// permuted inside the block so that lane t's columns are 16t .. 16t+15 in every step. Its B
+// fragments are then the 8 consecutive activation words 8t .. 8t+7 (two 16-byte loads), and its
+// columns lie in one NVFP4 scale group (4kb + t) / FP8 block, so it needs one multiplier pair
+// per k block instead of one per step.
 //   NVFP4: 32-bit word s; register a_i takes nibble 3−i (low half) and nibble 7−i (high half).
 //   FP8:   32-bit word 2s + i/2; even i takes bytes 1 (low) and 3 (high), odd i bytes 0 and 2.
 // Scales: NVFP4 e4m3, n_pad · k_pad/16 bytes in 128-byte tiles, one per (row tile rt, k block

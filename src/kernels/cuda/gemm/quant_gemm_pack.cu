@@ -50,10 +50,10 @@ std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* sr
             const int g = lane / 4, t = lane % 4;
             const int row_lo = rt * 32 + h * 16 + g, row_hi = row_lo + 8;
             for (int s = 0; s < 4; ++s) {
-              const int c = kb * 64 + s * 16 + 2 * t;
-              // Register a_i: rows (g, g+8, g, g+8), columns (c, c, c+8, c+8) for i = 0..3.
-              const uint32_t a[4] = {pair(row_lo, c), pair(row_hi, c), pair(row_lo, c + 8),
-                                     pair(row_hi, c + 8)};
+              const int c = kb * 64 + 16 * t + 4 * s;
+              // Register a_i: rows (g, g+8, g, g+8), columns (c, c, c+2, c+2) for i = 0..3.
+              const uint32_t a[4] = {pair(row_lo, c), pair(row_hi, c), pair(row_lo, c + 2),
+                                     pair(row_hi, c + 2)};
               if (fp4) {
                 // a_i: low nibble (even column) at nibble 3 − i, high nibble at nibble 7 − i.
                 uint32_t w = 0;

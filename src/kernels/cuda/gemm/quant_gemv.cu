@@ -30,6 +30,7 @@
 #include "kernels/cuda/gemm/quant_fragment.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
 
 namespace serval::kernels::cuda {
 
@@ -44,10 +45,11 @@ struct GemvArgs {
   const uint8_t* nvfp4_scales;  // tiled e4m3 (quant_gemm.h), 16-byte aligned
   const uint16_t* block;        // FP8 block multipliers (bf16 bits)
   const float* row_scale;       // FP8 per-channel [n]
-  const uint32_t* x;            // [m, k] bf16 pairs (k even)
+  const uint32_t* x;            // [m, k] bf16 pairs (k % 8 == 0)
   const __nv_bfloat16* bias;    // [n] or null
   void* y;
   bool y_f32;
+  bool x_aligned16;
   int m, n, k;
   int k_blocks, n_tiles;
   float alpha;
@@ -158,18 +160,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   __syncthreads();  // scale table built
 
   // B fragments of lane (g, t): token g (clamped: MMA columns are independent, tokens ≥ m never
-  // stored); k16 step s takes words 8s + t and 8s + 4 + t of the k block's 32 words.
-  const uint32_t* xl = a.x + size_t(min(g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + t;
+  // stored); k16 step s takes words 8t + 2s and 8t + 2s + 1 of the k block's 32 (the permuted
+  // columns of quant_gemm.h): 32 consecutive bytes, two 16-byte loads when x is 16-byte aligned.
+  // k % 8 == 0, so each 4-word quarter is wholly inside the row or wholly past it.
+  const uint32_t* xl = a.x + size_t(min(g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
   const int words = a.k / 2;  // valid words of a token row
   auto load_b = [&](int i, uint32_t(&b)[8]) {
     const uint32_t* p = xl + 32 * i;
-    if (32 * (kb0 + i + 1) <= words) {
+    const int left = words - 32 * (kb0 + i) - 8 * t;  // valid words from p on
 #pragma unroll
-      for (int j = 0; j < 8; ++j) b[j] = __ldg(p + 4 * j);
-    } else {  // the last, partial k block
-      const int left = words - 32 * (kb0 + i) - t;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) b[j] = 4 * j < left ? __ldg(p + 4 * j) : 0u;
+    for (int q = 0; q < 2; ++q) {
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (4 * q < left) {
+        if (a.x_aligned16) {
+          v = __ldg(reinterpret_cast<const uint4*>(p) + q);
+        } else {
+          v = make_uint4(__ldg(p + 4 * q), __ldg(p + 4 * q + 1), __ldg(p + 4 * q + 2),
+                         __ldg(p + 4 * q + 3));
+        }
+      }
+      b[4 * q] = v.x;
+      b[4 * q + 1] = v.y;
+      b[4 * q + 2] = v.z;
+      b[4 * q + 3] = v.w;
     }
   };
   pdl_wait();  // x comes from the previous kernel
@@ -183,21 +196,25 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   auto compute = [&](const Slot<kKind>& slot, int i, int par) {
     if (i + 1 < n) load_b(i + 1, bq[par ^ 1]);
     const uint32_t(&b)[8] = bq[par];
+    // Lane t's columns lie in scale group 4kb + t in every step: one multiplier pair per h.
+    uint32_t m_lo[2], m_hi[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (kFp4) {
+        m_lo[h] = lut[(slot.sf[2 * h] >> (8 * t)) & 0xFFu];
+        m_hi[h] = lut[(slot.sf[2 * h + 1] >> (8 * t)) & 0xFFu];
+      } else if constexpr (kKind == kFp8BlockKind) {
+        m_lo[h] = m_hi[h] = slot.sf[0];
+      } else {
+        m_lo[h] = m_hi[h] = kFp8Mult;
+      }
+    }
 #pragma unroll
     for (int s = 0; s < 4; ++s)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        uint32_t m_lo, m_hi;
-        if constexpr (kFp4) {
-          m_lo = lut[(slot.sf[2 * h] >> (8 * s)) & 0xFFu];
-          m_hi = lut[(slot.sf[2 * h + 1] >> (8 * s)) & 0xFFu];
-        } else if constexpr (kKind == kFp8BlockKind) {
-          m_lo = m_hi = slot.sf[0];
-        } else {
-          m_lo = m_hi = kFp8Mult;
-        }
         uint32_t av[4];
-        decode_step<kFp4>(slot.w[h], s, m_lo, m_hi, av);
+        decode_step<kFp4>(slot.w[h], s, m_lo[h], m_hi[h], av);
         mma_bf16_m16n8k16(acc[h], av, b[2 * s], b[2 * s + 1]);
       }
   };
@@ -274,23 +291,7 @@ int kind_of(const QuantGemmWeight& w) {
 template <int kKind>
 int ctas_per_sm(int warps, size_t smem) {
   static std::atomic<uint64_t> cache[kMaxWarps + 1];
-  // The shared-memory opt-in is per device (tensor parallel: one process, several GPUs).
-  static std::atomic<uint64_t> attr_set{0};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    device = 0;
-  }
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (!(attr_set.load(std::memory_order_acquire) & bit)) {
-    if (cudaFuncSetAttribute(quant_gemv_kernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(kSmemCap)) != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error("quant_gemv: cannot allow " + std::to_string(kSmemCap) +
-                  " bytes of dynamic shared memory");
-    }
-    attr_set.fetch_or(bit, std::memory_order_release);
-  }
+  allow_dynamic_smem(quant_gemv_kernel<kKind>, kSmemCap, "quant_gemv");
   const uint64_t key = uint64_t(smem + 1) << 32;
   const uint64_t cached = cache[warps].load(std::memory_order_relaxed);
   if ((cached & ~0xffffffffull) == key) return int(cached & 0xffffffffu);
@@ -328,7 +329,7 @@ void launch(GemvArgs a, cudaStream_t stream) {
 bool quant_gemv_supported(const QuantGemmParams& p) {
   const QuantGemmWeight& w = p.w;
   if (p.m < 1 || p.m > kQuantGemvMaxM || w.n <= 0 || w.k <= 0) return false;
-  if (w.k % 2 != 0) return false;  // token rows of whole bf16 pairs
+  if (w.k % 8 != 0) return false;  // 16-byte quarters of B wholly inside or past k
   if (w.format != WeightFormat::kFp8PerTensor && (reinterpret_cast<uintptr_t>(w.scales) & 3u))
     return false;
   if (w.format == WeightFormat::kNvfp4 && (reinterpret_cast<uintptr_t>(w.scales) & 15u))
@@ -345,7 +346,7 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
       (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data) ||
       (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
     throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
-                          ", even k, 16-byte aligned weight data, 4-byte aligned x and scales, "
+                          ", k % 8 == 0, 16-byte aligned weight data, 4-byte aligned x and scales, "
                           "FP8 blocks of 32k x 64k; got m = " +
                           std::to_string(p.m) + ", n = " + std::to_string(w.n) +
                           ", k = " + std::to_string(w.k));
@@ -360,6 +361,7 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
   a.y = p.y;
   a.y_f32 = p.y_f32;
+  a.x_aligned16 = is_aligned16(p.x);
   a.m = p.m;
   a.n = w.n;
   a.k = w.k;

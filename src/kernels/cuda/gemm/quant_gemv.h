@@ -12,7 +12,7 @@ namespace serval::kernels::cuda {
 
 constexpr int kQuantGemvMaxM = 8;  // the eight columns of the MMA B side
 
-// 1 ≤ m ≤ kQuantGemvMaxM, k even, scales 4-byte aligned, and for FP8 block
+// 1 ≤ m ≤ kQuantGemvMaxM, k % 8 == 0, scales 4-byte aligned, and for FP8 block
 // block_n % 32 == 0 and block_k % 64 == 0 (one multiplier per 32 × 64 tile). Other formats and
 // shapes stay on the mma kernel. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);

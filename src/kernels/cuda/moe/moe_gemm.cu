@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
 namespace serval::kernels::cuda {
@@ -383,15 +384,7 @@ void launch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = size_t(STAGES) * (kAStageBytes + BN * kBK * 2) + (kFp4 ? 1024 : 0);
   auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4>
                         : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4>;
-  // Once per instantiation (not a stream operation, so also safe before graph capture).
-  static const bool configured = [] {
-    cudaFuncSetAttribute(moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
-    cudaFuncSetAttribute(moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
-    return true;
-  }();
-  (void)configured;
+  allow_dynamic_smem(kernel, kSmem, "moe_gemm");
   const int m_blocks = p.gemm1 ? p.n_out / (BM / 2) : p.n_out / BM;
   launch_pdl(p.gemm1 ? "moe_gemm1" : "moe_gemm2", kernel, dim3(m_blocks, p.max_tiles),
              dim3(WARPS_M * WARPS_N * 32), kSmem, stream, p);

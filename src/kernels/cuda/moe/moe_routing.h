@@ -48,6 +48,10 @@ struct MoeRoutingParams {
 // one fused 1024-thread CTA, above that a top-k kernel and a single-CTA map kernel.
 void moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
 
+// Throws InvalidArgument unless moe_routing takes p's sizes and routing method (pointers are
+// not checked).
+void moe_routing_check(const MoeRoutingParams& p);
+
 // The fused 1024-thread single-CTA kernel alone, for any num_tokens ≤ 128 (what moe_routing ran
 // for 1–8 tokens before the few-token kernel): kept for the side-by-side benchmark and as a
 // second device implementation in the tests. Same output contract as moe_routing.
