@@ -32,6 +32,7 @@ RunnerOptions runner_options(bool graphs) {
   ro.max_model_len = kMaxModelLen;  // the fixed decode layout, with or without graphs
   ro.max_decode_batch = kSeqs;
   ro.cuda_graphs = graphs;
+  ro.step_memory_bytes = 64 << 20;  // captures allocate from the step arena only
   return ro;
 }
 

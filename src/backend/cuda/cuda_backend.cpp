@@ -119,13 +119,18 @@ class CudaBackend final : public Backend {
         arena_offset_ += bytes;
         return t;
       }
-      if (capturing_) throw OutOfResources("step arena too small for CUDA graph capture");
-      if (!warned_arena_) {
+      if (!warned_arena_ && !capturing_) {
         log::warn("step arena ({} MiB) too small for a step; using the allocator",
                   arena_.nbytes() >> 20);
         warned_arena_ = true;
       }
     }
+    // Allocations inside a capture would become graph memory nodes that the graph never frees
+    // (the tensors outlive it), so its second launch would fail: captures use the arena only.
+    if (capturing_)
+      throw OutOfResources(arena_.data ? "step arena too small for CUDA graph capture"
+                                       : "CUDA graph capture needs a step arena "
+                                         "(Backend::reserve_step_memory)");
     void* p = nullptr;
     cudaError_t e = cudaMallocAsync(&p, bytes, stream_);
     if (e != cudaSuccess) {
