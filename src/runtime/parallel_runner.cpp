@@ -1,6 +1,5 @@
 #include "runtime/parallel_runner.h"
 
-#include <cstdlib>
 #include <exception>
 
 #include "base/error.h"
@@ -158,12 +157,8 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
   }
   const int num_blocks = options.num_blocks(*backends[0], *models[0]);
   RunnerOptions ro = options.runner;
-  // Decode graphs with NCCL collectives inside hung on the two-H200 machine (2026-11-30, cause
-  // not found yet; ParallelGpu.DISABLED_GraphsEqualEagerWithCollectives reproduces it), so
-  // parallel ranks run every step eagerly unless SERVAL_PARALLEL_CUDA_GRAPHS=1 (experimental,
-  // for that investigation). Ranks capture together when this is lifted.
-  const char* graphs_env = std::getenv("SERVAL_PARALLEL_CUDA_GRAPHS");
-  if (graphs_env == nullptr || std::string(graphs_env) != "1") ro.cuda_graphs = false;
+  // The ranks capture their decode graphs together, after all of them are built, so that the
+  // collectives of one rank's capture meet the other ranks' (capture_decode_graphs below).
   ro.defer_graph_capture = true;
   std::vector<std::unique_ptr<ModelRunner>> ranks;
   for (int r = 0; r < local; ++r) {

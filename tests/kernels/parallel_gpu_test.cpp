@@ -1,9 +1,14 @@
 // Tensor and expert parallel over NCCL on two GPUs: for every fixture, TP=2, TP=2+EP and EP over
 // two ranks give prompt logits within bf16 tolerance of one GPU, and the same greedy tokens
 // wherever one GPU's top-1/top-2 margin exceeds twice the row's largest difference (below that a
-// flip is a bf16 near-tie: partial sums are rounded to bf16 before the all-reduce). With CUDA
-// graphs (the all-reduces captured) TP=2 decode logits should equal the eager TP=2 run bit for
-// bit (disabled: see below).
+// flip is a bf16 near-tie: partial sums are rounded to bf16 before the all-reduce). MoE
+// fixtures may also meet a router near-tie in decode: the all-reduced hidden state is rounded
+// differently from one GPU's, the router picks another expert and that step's logits move far
+// beyond bf16 noise (Mixtral TP=2, seq 2 step 11: rel L2 0.13 with NCCL and with the P2P
+// all-reduce alike). From the first such step the sequence is compared as vLLM's
+// check_logprobs_close does: each run's greedy token must be among the other's top 5, then the
+// texts may part. With CUDA graphs (the all-reduces captured) TP=2 decode logits equal the eager
+// TP=2 run bit for bit.
 // Skipped with fewer than two GPUs.
 #include <gtest/gtest.h>
 
@@ -98,17 +103,31 @@ RunResult run(StepRunner& runner, int vocab) {
   return r;
 }
 
+// True when `token` is among the `k` largest entries of `row`.
+bool in_top_k(const std::vector<float>& row, int32_t token, int k) {
+  const float v = row[size_t(token)];
+  return std::count_if(row.begin(), row.end(), [&](float x) { return x > v; }) < k;
+}
+
 // Compares `got` with the single-GPU reference as the header describes.
-void expect_matches(const RunResult& got, const RunResult& ref) {
+void expect_matches(const RunResult& got, const RunResult& ref, bool moe) {
   ASSERT_EQ(got.prompt_rows.size(), ref.prompt_rows.size());
   for (size_t i = 0; i < ref.prompt_rows.size(); ++i)
     EXPECT_LT(testing::rel_l2(got.prompt_rows[i], ref.prompt_rows[i]), kLogitsRelTol)
         << "prompt row " << i;
+  constexpr int kTopK = 5;
   for (int s = 0; s < kSeqs; ++s) {
     for (int t = 0; t < kSteps; ++t) {
       const std::vector<float>&want = ref.step_rows[s][t], &have = got.step_rows[s][t];
-      EXPECT_LT(testing::rel_l2(have, want), kLogitsRelTol) << "seq " << s << " step " << t;
       const size_t pos = size_t(ref.prompt_len(s) + t);
+      if (moe && testing::rel_l2(have, want) >= kLogitsRelTol) {  // a router near-tie
+        EXPECT_TRUE(in_top_k(want, got.tokens[s][pos], kTopK) &&
+                    in_top_k(have, ref.tokens[s][pos], kTopK))
+            << "seq " << s << " step " << t << ": " << got.tokens[s][pos] << " vs "
+            << ref.tokens[s][pos] << " not in each other's top " << kTopK;
+        break;
+      }
+      EXPECT_LT(testing::rel_l2(have, want), kLogitsRelTol) << "seq " << s << " step " << t;
       if (got.tokens[s][pos] == ref.tokens[s][pos]) continue;
       EXPECT_LE(testing::top_margin(want), 2 * testing::max_abs_diff(have, want))
           << "seq " << s << " step " << t << ": " << got.tokens[s][pos] << " vs "
@@ -133,16 +152,13 @@ TEST_P(ParallelGpu, MatchesOneGpu) {
   for (const Case& c : {Case{"tp2", {2, 1, false}}, Case{"tp2+ep", {2, 1, true}},
                         Case{"ep over 2 ranks", {1, 2, true}}}) {
     SCOPED_TRACE(GetParam() + " " + c.name);
-    expect_matches(run(*make_runner(c.parallel, false, *weights, config), config.vocab_size), ref);
+    expect_matches(run(*make_runner(c.parallel, false, *weights, config), config.vocab_size), ref,
+                   config.num_experts > 0);
   }
 }
 
-// Hung on the two-H200 machine (2026-11-30): graph capture or replay with the NCCL all-reduces
-// inside; load_parallel_runner keeps parallel ranks eager unless SERVAL_PARALLEL_CUDA_GRAPHS=1,
-// which this test sets (run it with --gtest_also_run_disabled_tests and a timeout).
-TEST_P(ParallelGpu, DISABLED_GraphsEqualEagerWithCollectives) {
+TEST_P(ParallelGpu, GraphsEqualEagerWithCollectives) {
   if (testing::gpu_count() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
-  setenv("SERVAL_PARALLEL_CUDA_GRAPHS", "1", 1);
   const io::ModelConfig config = io::load_model_config(fixture(GetParam()));
   auto weights = model::open_checkpoint_weights(fixture(GetParam()));
   const RunResult eager =
