@@ -12,7 +12,12 @@
 //   issue of the busiest SM   warps_sm · (kb + kWarpOverheadKb) + ctas_sm · kCtaOverheadKb
 //   latency of one warp chain kLatencyWarps · waves · (kb + kWarpOverheadKb)
 //   cross-CTA merge           kCrossCtaMergeCost when a tile's splits are not all in one CTA
-//                             (fence, arrival atomic and partial loads through L2: ≈ 1 µs)
+//                             (fence, arrival atomic and partial loads through L2: ≈ 2 µs; 80
+//                             fits the H200: Qwen3-30B o, 64 tiles, ran 6.5 µs cross-CTA on 128
+//                             CTAs vs 5.6 µs in 64 CTAs, where 40 had tied the two)
+//   idle SMs                  kIdleSmCost × the fraction of SMs without a CTA (small grids:
+//                             Qwen3-30B qkv, 160 tiles, ran 6.1 µs in 80 CTAs of 16 warps vs
+//                             5.6 µs in 160 CTAs of 8, which the issue terms tie)
 // with kb = ceil(KB / S). The issue term makes the per-SM bytes even (the busiest SM sets the
 // time), the latency term favours short per-warp chains (more warps per SM), the merge term keeps
 // the shared-memory reduction when it costs nearly as little (W a multiple of S).
@@ -34,7 +39,8 @@ inline constexpr int kGemvMaxSplitTiles = kGemvMaxSplitItems / 2;  // arrival co
 inline constexpr double kGemvWarpOverheadKb = 1.0;  // prologue, ring fill, epilogue stores
 inline constexpr double kGemvCtaOverheadKb = 0.5;   // NVFP4 scale table, CTA launch
 inline constexpr double kGemvLatencyWarps = 16.0;
-inline constexpr double kGemvCrossCtaMergeCost = 40.0;
+inline constexpr double kGemvCrossCtaMergeCost = 80.0;
+inline constexpr double kGemvIdleSmCost = 10.0;  // times the fraction of SMs given no CTA
 
 struct GemvSplit {
   int splits = 1;      // S: K splits per tile
@@ -72,6 +78,7 @@ inline double gemv_split_cost(int n_tiles, int k_blocks, int sm_count, int warps
   double cost = double(warps_sm) * kb + double(ctas_sm) * kGemvCtaOverheadKb +
                 kGemvLatencyWarps * double(waves) * kb;
   if (S > 1 && !in_cta) cost += kGemvCrossCtaMergeCost;
+  if (ctas < sm_count) cost += kGemvIdleSmCost * double(sm_count - ctas) / double(sm_count);
   return cost;
 }
 
