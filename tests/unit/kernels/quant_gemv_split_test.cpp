@@ -86,8 +86,8 @@ TEST(QuantGemvSplit, CostByHand) {
   EXPECT_DOUBLE_EQ(gemv_split_cost(4008, 128, kSms, 16, 1, 1), 31 * 129 + 31 * 0.5 + 16 * 2 * 129);
   // Not allowed: < 2 k blocks per split, S > kGemvMaxSplits, a grid larger than one wave,
   // W above the resident warps, a cross-CTA merge beyond the workspace.
-  EXPECT_LT(gemv_split_cost(320, 7, kSms, 16, 4, 4), 0.0);
-  EXPECT_GE(gemv_split_cost(320, 8, kSms, 16, 4, 4), 0.0);
+  EXPECT_LT(gemv_split_cost(320, 4 * kGemvMinSplitKb - 1, kSms, 16, 4, 4), 0.0);
+  EXPECT_GE(gemv_split_cost(320, 4 * kGemvMinSplitKb, kSms, 16, 4, 4), 0.0);
   EXPECT_LT(gemv_split_cost(320, 128, kSms, 16, 17, 17), 0.0);
   EXPECT_LT(gemv_split_cost(320, 128, kSms, 16, 7, 1), 0.0);  // 2240 warps > 2112 resident
   EXPECT_LT(gemv_split_cost(320, 128, kSms, 8, 2, 16), 0.0);
