@@ -1,9 +1,9 @@
 // The decode GEMV's split choice (kernels/cuda/gemm/quant_gemv_split.h), host only: hand-computed
-// costs and per-SM loads, the invariants the kernel relies on (≥ 2 k blocks per warp, resident
-// grids for S > 1, workspace bounds), minimality against a brute-force search, and the balance it
-// reaches on real decode shapes (Llama-70B, its tensor-parallel halves, Qwen3-30B, tiny n) on an
-// H200 (132 SMs; 16 resident warps per SM for NVFP4 at 128 registers, 25 for FP8 at 80, 19 for
-// FP8 block at 101).
+// costs and per-SM loads, the invariants the kernel relies on (≥ kGemvMinSplitKb k blocks per warp,
+// resident grids for S > 1, workspace bounds), minimality against a brute-force search, and the
+// balance it reaches on real decode shapes (Llama-70B, its tensor-parallel halves, Qwen3-30B, tiny
+// n) on an H200 (132 SMs; 16 resident warps per SM for NVFP4 at 128 registers, 25 for FP8 at 80, 19
+// for FP8 block at 101).
 #include "kernels/cuda/gemm/quant_gemv_split.h"
 
 #include <gtest/gtest.h>
@@ -60,7 +60,8 @@ void expect_valid(const GemvSplit& c, int n_tiles, int k_blocks, int sms, int wa
   const int64_t items = int64_t(n_tiles) * c.splits;
   EXPECT_EQ(c.ctas, (items + c.cta_warps - 1) / c.cta_warps);
   if (c.splits > 1) {
-    // Every split has ≥ 2 k blocks: the smallest of floor / ceil ranges is floor(KB / S).
+    // Every split has ≥ kGemvMinSplitKb k blocks: the smallest of floor / ceil ranges is floor(KB /
+    // S).
     EXPECT_GE(k_blocks / c.splits, kGemvMinSplitKb);
     EXPECT_LE(int64_t(c.ctas), int64_t(sms) * std::min(warps / c.cta_warps, 32));
     if (!c.in_cta) {
@@ -84,8 +85,8 @@ TEST(QuantGemvSplit, CostByHand) {
                    15 * 23 + 15 * 0.5 + 16 * 23 + kGemvCrossCtaMergeCost);
   // S = 1, several waves: LM head 4008 tiles in 1-warp CTAs → 31 per SM, 2 waves of 16.
   EXPECT_DOUBLE_EQ(gemv_split_cost(4008, 128, kSms, 16, 1, 1), 31 * 129 + 31 * 0.5 + 16 * 2 * 129);
-  // Not allowed: < 2 k blocks per split, S > kGemvMaxSplits, a grid larger than one wave,
-  // W above the resident warps, a cross-CTA merge beyond the workspace.
+  // Not allowed: < kGemvMinSplitKb k blocks per split, S > kGemvMaxSplits, a grid larger than one
+  // wave, W above the resident warps, a cross-CTA merge beyond the workspace.
   EXPECT_LT(gemv_split_cost(320, 4 * kGemvMinSplitKb - 1, kSms, 16, 4, 4), 0.0);
   EXPECT_GE(gemv_split_cost(320, 4 * kGemvMinSplitKb, kSms, 16, 4, 4), 0.0);
   EXPECT_LT(gemv_split_cost(320, 128, kSms, 16, 17, 17), 0.0);

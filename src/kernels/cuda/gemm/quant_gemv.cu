@@ -14,7 +14,7 @@
 // bit-identical to the mma kernel's.
 //
 // Balance (why items, not CTAs): the kernel is issue-bound at ~16 resident warps per SM (NVFP4:
-// 128 registers), so the time is set by the SM holding the most weight bytes. S (any 1..16, ≥ 2
+// 128 registers), so the time is set by the SM holding the most weight bytes. S (any 1..16, ≥ 4
 // k blocks per warp) and W (1..16 warps per CTA) are chosen on the host by the cost model of
 // quant_gemv_split.h so that the grid is resident in one wave with even bytes per SM (e.g.
 // Llama-70B qkv, 320 tiles: S = 6, 1920 warps, 15 on the busiest SM; power-of-two splits in
