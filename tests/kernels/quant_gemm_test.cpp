@@ -408,7 +408,7 @@ TEST(QuantGemv, MatchesMmaKernel) {
   }
 }
 
-// Fixed split order in the shared-memory reduction: two runs give identical bits.
+// Fixed split order in the reductions (shared memory or cross-CTA): two runs give identical bits.
 TEST(QuantGemv, Deterministic) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel}) {
@@ -424,6 +424,125 @@ TEST(QuantGemv, Deterministic) {
           << format_name(format) << " m=" << m;
     }
   }
+}
+
+// Shapes whose K splits of one tile run in different CTAs and merge through the device-global
+// workspace (quant_gemv_split.h's choice on a 132-SM H200 for 16 / 25 / 19 resident warps per SM:
+// NVFP4 / FP8 / FP8 block): 133 and 265 tiles (just above multiples of 132) and 40 tiles of a
+// padded k. Every m in 1..8, the three kernel kinds, against the CPU oracle (tolerances as
+// MatchesCpuOracle) and the mma kernel (f32 outputs: 3e-5 as MatchesMmaKernel).
+constexpr Shape2 kCrossCtaShapes[] = {{4250, 2048, 8}, {8460, 2048, 8}, {1250, 8256, 8}};
+constexpr WeightFormat kKernelKinds[] = {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel,
+                                         WeightFormat::kFp8Block};
+
+TEST(QuantGemv, CrossCtaSplitsMatchCpuOracle) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  uint32_t seed = 600;
+  int variant = 0;
+  for (WeightFormat format : kKernelKinds) {
+    for (const Shape2& s : kCrossCtaShapes) {
+      const TestWeight tw = make_weight(format, s.n, s.k, seed++);
+      DeviceWeight dw(tw);
+      const std::vector<bf16> xb = random_bf16(size_t(s.max_m) * s.k, seed++);
+      const std::vector<float> xf = to_float(xb);
+      const std::vector<bf16> bias_b = random_bf16(s.n, seed++, -0.5f, 0.5f);
+      const std::vector<float> bias_f = to_float(bias_b);
+      // One oracle run at max_m (with bias); smaller m use the leading rows.
+      std::vector<float> want(size_t(s.max_m) * s.n);
+      kernels::QuantLinearParams cp = cpu_params(tw);
+      cp.x = xf.data();
+      cp.y = want.data();
+      cp.m = s.max_m;
+      kernels::cpu::quant_linear(cp);
+      for (int r = 0; r < s.max_m; ++r)
+        for (int c = 0; c < s.n; ++c) want[size_t(r) * s.n + c] += bias_f[c];
+      DeviceBuffer<bf16> x(xb), bias(bias_b);
+      for (int m = 1; m <= s.max_m; ++m) {
+        const bool f32 = variant++ % 2 == 0;
+        const std::vector<float> ref(want.begin(), want.begin() + size_t(m) * s.n);
+        const std::vector<float> got = run_path(Path::kGemv, dw.w, x.get(), bias.get(), m, f32);
+        const double tol = (!f32 || format == WeightFormat::kFp8Block) ? 1e-2 : 1e-4;
+        EXPECT_LT(rel_l2(got, ref), tol) << format_name(format) << " m=" << m << " n=" << s.n
+                                         << " k=" << s.k << (f32 ? " f32" : " bf16");
+        if (f32) {
+          const std::vector<float> mma = run_path(Path::kMma, dw.w, x.get(), bias.get(), m, true);
+          EXPECT_LT(rel_l2(got, mma), 3e-5)
+              << format_name(format) << " vs mma m=" << m << " n=" << s.n << " k=" << s.k;
+        }
+      }
+    }
+  }
+}
+
+// The arrival counters reset themselves: back-to-back launches in one stream (no sync between
+// them, other shapes interleaved so a stale count would make the wrong warp merge early) and
+// replays of a captured graph give the first eager call's bits exactly.
+TEST(QuantGemv, BackToBackAndGraphReplayBitExact) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  uint32_t seed = 700;
+  for (WeightFormat format : kKernelKinds) {
+    const TestWeight ta = make_weight(format, 8460, 2048, seed++);  // 265 tiles: cross-CTA
+    const TestWeight tb = make_weight(format, 1250, 8256, seed++);  // 40 tiles: cross-CTA
+    const TestWeight tc = make_weight(format, 1000, 1088, seed++);  // in-CTA splits
+    DeviceWeight wa(ta), wb(tb), wc(tc);
+    const DeviceWeight* ws[] = {&wa, &wb, &wc};
+    DeviceBuffer<bf16> x(random_bf16(size_t(8) * 8256, seed++));
+    for (int m : {1, 5, 8}) {
+      // Reference: one eager call per weight, synchronized.
+      std::vector<std::vector<float>> ref;
+      for (const DeviceWeight* w : ws)
+        ref.push_back(run_path(Path::kGemv, w->w, x.get(), nullptr, m, true));
+      std::vector<std::unique_ptr<DeviceBuffer<float>>> ys;
+      for (const DeviceWeight* w : ws)
+        ys.push_back(std::make_unique<DeviceBuffer<float>>(size_t(m) * w->w.n));
+      // a, b, c, a, b, c: each output written twice, the last write checked.
+      auto enqueue = [&](cudaStream_t st) {
+        for (int rep = 0; rep < 2; ++rep)
+          for (size_t i = 0; i < 3; ++i) {
+            kc::QuantGemmParams p{};
+            p.x = x.get();
+            p.w = ws[i]->w;
+            p.y = ys[i]->get();
+            p.y_f32 = true;
+            p.m = m;
+            kc::quant_gemv(p, st);
+          }
+      };
+      auto verify = [&](const char* how) {
+        for (size_t i = 0; i < 3; ++i) {
+          const std::vector<float> got = ys[i]->download();
+          ASSERT_EQ(got.size(), ref[i].size());
+          EXPECT_EQ(std::memcmp(got.data(), ref[i].data(), got.size() * sizeof(float)), 0)
+              << how << " " << format_name(format) << " m=" << m << " weight " << i;
+        }
+      };
+      for (int rep = 0; rep < 3; ++rep) {
+        for (auto& y : ys) y->poison();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        enqueue(stream);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        verify("back-to-back");
+      }
+      cudaGraph_t graph;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      enqueue(stream);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      cudaGraphExec_t exec;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int rep = 0; rep < 3; ++rep) {
+        for (auto& y : ys) y->poison();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        verify("graph");
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 // Host-side routing rules (no GPU needed).

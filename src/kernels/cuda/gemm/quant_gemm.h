@@ -90,9 +90,9 @@ size_t quant_gemm_workspace_bytes(int m, int n, int k);
 
 // y = x · dequant(W)ᵀ (+ bias) for any m ≥ 0 (efficient for m ≤ kQuantGemmMaxM: tokens are the
 // MMA N side in one tile of 8/16/32/64, so the weight streams once; larger m repeat per 64-token
-// tile). 1 ≤ m ≤ 8 runs the decode GEMV of quant_gemv.h where it supports the weight (no
-// workspace; the mma kernel stays reachable as quant_gemm_mma). Launched with programmatic
-// dependent launch. Deterministic.
+// tile). 1 ≤ m ≤ 8 runs the decode GEMV of quant_gemv.h where it supports the weight (no caller
+// workspace, but one such call at a time per device; the mma kernel stays reachable as
+// quant_gemm_mma). Launched with programmatic dependent launch. Deterministic.
 void quant_gemm(const QuantGemmParams& p, cudaStream_t stream);
 
 // out[n, k] (bf16, row-major, 16-byte aligned) = dequant(W), each element rounded once from fp32

@@ -2,20 +2,33 @@
 // weights are the MMA's A side in their fragment layout, the m tokens columns 0..m−1 of B (the
 // MMA computes all eight columns whatever m is, so 8 tokens cost what 1 does).
 //
-// CTA = T row tiles (32 rows) × S K splits, one warp per (tile, split): warp (tl, s) streams the
-// k blocks [s·KB/S, (s+1)·KB/S) of tile blockIdx.x·T + tl, a contiguous 1 KB (NVFP4) / 2 KB (FP8)
-// per k block, through a register ring of kDepth k blocks (the first ones requested before the
-// PDL wait). Per k block and lane: 2 (NVFP4) / 4 (FP8) 16-byte code loads, NVFP4 4 scale words
-// (rows g, g+8, 16+g, 24+g) and the 8 activation words of its B fragments, read from global
-// memory (L1/L2-resident: every warp of the grid reads the same m·k·2 bytes) one k block ahead;
-// columns ≥ k read as zero. Nothing is staged in shared memory, so m and k do not limit
-// occupancy. Dequantization is quant_gemm.cu's
-// (decode_step, nvfp4_mult through a shared 256-entry table, FP8 multiplier 2^120 or the bf16 block
-// multiplier), so dequantized values are bit-identical to the mma kernel's. The S partial sums of a
-// row are added in split order through shared memory (deterministic), then quant_gemm's epilogue.
-// S and T are chosen on the host: the largest S (16 .. 1) with ≥ 2 k blocks per warp for which
-// every CTA of the grid is resident at once (small weights: all bytes in flight in one wave),
-// T = max(1, 4 / S) so CTAs keep ≥ 4 warps to share the scale table.
+// Work item = (32-row tile, K split), one warp each: item i = blockIdx.x·W + warp is tile i / S,
+// split i % S, and streams the k blocks [s·KB/S, (s+1)·KB/S) of its tile, a contiguous 1 KB
+// (NVFP4) / 2 KB (FP8) per k block, through a register ring of kDepth k blocks (the first ones
+// requested before the PDL wait). Per k block and lane: 2 (NVFP4) / 4 (FP8) 16-byte code loads,
+// NVFP4 4 scale words (rows g, g+8, 16+g, 24+g) and the 8 activation words of its B fragments,
+// read from global memory (L1/L2-resident: every warp of the grid reads the same m·k·2 bytes) one
+// k block ahead; columns ≥ k read as zero. Nothing is staged in shared memory, so m and k do not
+// limit occupancy. Dequantization is quant_gemm.cu's (decode_step, nvfp4_mult through a shared
+// 256-entry table, FP8 multiplier 2^120 or the bf16 block multiplier), so dequantized values are
+// bit-identical to the mma kernel's.
+//
+// Balance (why items, not CTAs): the kernel is issue-bound at ~16 resident warps per SM (NVFP4:
+// 128 registers), so the time is set by the SM holding the most weight bytes. S (any 1..16, ≥ 4
+// k blocks per warp) and W (1..16 warps per CTA) are chosen on the host by the cost model of
+// quant_gemv_split.h so that the grid is resident in one wave with even bytes per SM (e.g.
+// Llama-70B qkv, 320 tiles: S = 6, 1920 warps, 15 on the busiest SM; power-of-two splits in
+// whole-tile CTAs left 12 warps on some SMs and 8 on others). S = 1 allows any grid (several
+// waves). The S partial sums of a tile are added in split order, whatever the arrival order
+// (deterministic for a given shape and device):
+//   - W % S == 0: the tile's splits are in one CTA; partials through shared memory (the old path).
+//   - otherwise: each warp stores its fp32 partials [8 tokens × 32 rows] to its slot of the
+//     device-global workspace g_gemv_partials, __threadfence, and lane 0 counts the arrival in
+//     g_gemv_arrivals[tile]; the warp that arrives last reads the S slots back (L2) in split
+//     order, runs the epilogue and resets the counter to 0, so the next launch (or a graph replay)
+//     finds it zero. The workspace is fixed (kGemvMaxSplitItems slots, kGemvMaxSplitTiles
+//     counters, ≈ 4 MB per device); larger shapes get in-CTA or single splits from the model.
+//     Hence one quant_gemv at a time per device (quant_gemv.h).
 #include "kernels/cuda/gemm/quant_gemv.h"
 
 #include <cuda_bf16.h>
@@ -28,6 +41,7 @@
 
 #include "base/error.h"
 #include "kernels/cuda/gemm/quant_fragment.cuh"
+#include "kernels/cuda/gemm/quant_gemv_split.h"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
@@ -38,7 +52,16 @@ namespace {
 
 enum Kind { kNvfp4Kind = 0, kFp8Kind = 1, kFp8BlockKind = 2 };
 
-constexpr int kMaxWarps = 16;
+constexpr int kMaxWarps = kGemvMaxCtaWarps;
+static_assert(kMaxWarps == 16, "__launch_bounds__ and the shared-memory cap assume 16 warps");
+
+// Cross-CTA merge workspace (see the top of this file): one slot of 8 tokens × 32 rows fp32
+// partials per work item, lane-major ([lane][h][q], 32 bytes per lane), and one arrival counter per
+// tile. Zero at module load; the last warp of a tile resets its counter.
+constexpr int kSlotFloats = 8 * 32;
+constexpr int kMergeBatch = 7;  // slots loaded at once by the merging warp (8: FP8 80 → 96 regs)
+__device__ float g_gemv_partials[size_t(kGemvMaxSplitItems) * kSlotFloats];
+__device__ unsigned int g_gemv_arrivals[kGemvMaxSplitTiles];
 
 struct GemvArgs {
   const uint8_t* data;
@@ -53,8 +76,10 @@ struct GemvArgs {
   int m, n, k;
   int k_blocks, n_tiles;
   float alpha;
-  int splits, tiles;  // S, T
-  int block_cols;     // FP8 block: ceil(k / block_k)
+  int splits;      // S: K splits per tile
+  int cta_warps;   // W: warps per CTA (work items blockIdx.x·W .. +W−1)
+  bool in_cta;     // W % S == 0: every tile's splits in this CTA (shared-memory merge)
+  int block_cols;  // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
 };
@@ -91,8 +116,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   float* part = reinterpret_cast<float*>(lut + 256);     // [warps][8 tokens][32 rows]
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int S = a.splits, tl = warp / S, split = warp % S;
-  const int rt = blockIdx.x * a.tiles + tl;
+  const int S = a.splits, item = blockIdx.x * a.cta_warps + warp;
+  const int rt = item / S, split = item - rt * S;
   const bool active = rt < a.n_tiles;
   const int KB = a.k_blocks;
   const int kb0 = int(int64_t(split) * KB / S);
@@ -242,40 +267,89 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
     if (i + kDepth + j < n) compute(ring[j], i + kDepth + j, j & 1);
 
   // Accumulator q of group h: row 16h + g + 8·(q / 2), token 2t + q % 2.
-  if (S == 1) {
-    if (active && 2 * t < a.m) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 2 * t + (q & 1);
-          if (row < a.n && tok < a.m) store_out(a, tok, row, acc[h][q]);
-        }
-    }
-    return;
-  }
-  if (2 * t < a.m) {
+  auto store_tile = [&](const float(&v)[2][4]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        part[(warp * 8 + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] = acc[h][q];
+      for (int q = 0; q < 4; ++q) {
+        const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 2 * t + (q & 1);
+        if (row < a.n && tok < a.m) store_out(a, tok, row, v[h][q]);
+      }
+  };
+  if (S == 1) {
+    if (active && 2 * t < a.m) store_tile(acc);
+    return;
   }
-  __syncthreads();
-  const int per_tile = a.m * 32;
-  for (int idx = threadIdx.x; idx < a.tiles * per_tile; idx += blockDim.x) {
-    const int ti = idx / per_tile, tok = (idx % per_tile) / 32, r = idx % 32;
-    const int row = (blockIdx.x * a.tiles + ti) * 32 + r;
-    if (row >= a.n) continue;
-    float v = 0.0f;
-    for (int s = 0; s < S; ++s) v += part[((ti * S + s) * 8 + tok) * 32 + r];
-    store_out(a, tok, row, v);
+  if (a.in_cta) {
+    // The CTA's T = W / S tiles: partials through shared memory, added in split order.
+    if (2 * t < a.m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          part[(warp * 8 + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] = acc[h][q];
+    }
+    __syncthreads();
+    const int per_tile = a.m * 32, T = a.cta_warps / S;
+    for (int idx = threadIdx.x; idx < T * per_tile; idx += blockDim.x) {
+      const int ti = idx / per_tile, tok = (idx % per_tile) / 32, r = idx % 32;
+      const int row = (blockIdx.x * T + ti) * 32 + r;
+      if (row >= a.n) continue;
+      float v = 0.0f;
+      for (int s = 0; s < S; ++s) v += part[((ti * S + s) * 8 + tok) * 32 + r];
+      store_out(a, tok, row, v);
+    }
+    return;
   }
+  // Cross-CTA: partials to the item's slot (lane-major, two 16-byte stores per lane), then the
+  // tile's arrival; the last of its S warps adds the S slots in split order and stores.
+  if (!active) return;
+  const bool lane_used = 2 * t < a.m;  // lanes whose tokens 2t, 2t + 1 include one < m
+  if (lane_used) {
+    float4* slot =
+        reinterpret_cast<float4*>(g_gemv_partials + size_t(item) * kSlotFloats) + 2 * lane;
+    __stcg(slot, make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]));
+    __stcg(slot + 1, make_float4(acc[1][0], acc[1][1], acc[1][2], acc[1][3]));
+  }
+  __threadfence();  // this lane's partials are visible before the warp's arrival is counted
+  __syncwarp();
+  unsigned arrived = 0;
+  if (lane == 0) arrived = atomicAdd(&g_gemv_arrivals[rt], 1u);
+  arrived = __shfl_sync(0xffffffffu, arrived, 0);
+  if (arrived != unsigned(S - 1)) return;
+  __threadfence();                         // the other splits' partials
+  if (lane == 0) g_gemv_arrivals[rt] = 0;  // zero again for the next launch (or graph replay)
+  if (!lane_used) return;
+  const float4* slots =
+      reinterpret_cast<const float4*>(g_gemv_partials + size_t(rt) * S * kSlotFloats) + 2 * lane;
+  float v[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  // kMergeBatch slots' loads in flight at once (S ≤ 14: two L2 round trips).
+  for (int s0 = 0; s0 < S; s0 += kMergeBatch) {
+    float4 p[kMergeBatch][2];
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j)
+      if (s0 + j < S) {
+        p[j][0] = __ldcg(slots + size_t(s0 + j) * (kSlotFloats / 4));
+        p[j][1] = __ldcg(slots + size_t(s0 + j) * (kSlotFloats / 4) + 1);
+      }
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j)
+      if (s0 + j < S) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          v[h][0] += p[j][h].x;
+          v[h][1] += p[j][h].y;
+          v[h][2] += p[j][h].z;
+          v[h][3] += p[j][h].w;
+        }
+      }
+  }
+  store_tile(v);
 }
 
-// Scale table and the partial sums of 8 tokens × 32 rows per warp.
-size_t smem_bytes(int warps) {
-  return 1024 + size_t(warps) * 256 * 4;
+// Scale table, plus the partial sums of 8 tokens × 32 rows per warp for the shared-memory merge.
+size_t smem_bytes(int warps, bool smem_merge) {
+  return 1024 + (smem_merge ? size_t(warps) * 256 * 4 : 0);
 }
 
 constexpr size_t kSmemCap = 1024 + size_t(kMaxWarps) * 256 * 4;
@@ -306,22 +380,43 @@ int ctas_per_sm(int warps, size_t smem) {
   return per_sm;
 }
 
+// choose_gemv_split for (n_tiles, k_blocks, sms, warps per SM), memoized in a small direct-mapped
+// table per kind (≈ 256 cost evaluations otherwise, on every eager launch). One 64-bit word per
+// entry: key n_tiles (21 bits) | k_blocks (17) | sms (10) | warps (6), value S − 1 (4) | W − 1 (4).
+template <int kKind>
+GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
+  constexpr int kEntries = 64;
+  static std::atomic<uint64_t> cache[kEntries];
+  const bool fits = n_tiles < (1 << 21) && k_blocks < (1 << 17) && sms < (1 << 10) && warps < 64;
+  if (!fits) return choose_gemv_split(n_tiles, k_blocks, sms, warps);
+  const uint64_t key = (uint64_t(n_tiles) << 33) | (uint64_t(k_blocks) << 16) |
+                       (uint64_t(sms) << 6) | uint64_t(warps);  // < 2^54
+  std::atomic<uint64_t>& entry = cache[(n_tiles * 31 + k_blocks) % kEntries];
+  const uint64_t e = entry.load(std::memory_order_relaxed);
+  GemvSplit c;
+  if (e != 0 && (e >> 8) == key) {
+    c.splits = int((e >> 4) & 15u) + 1;
+    c.cta_warps = int(e & 15u) + 1;
+    c.in_cta = c.cta_warps % c.splits == 0;
+    c.ctas = int((int64_t(n_tiles) * c.splits + c.cta_warps - 1) / c.cta_warps);
+    return c;
+  }
+  c = choose_gemv_split(n_tiles, k_blocks, sms, warps);
+  entry.store((key << 8) | (uint64_t(c.splits - 1) << 4) | uint64_t(c.cta_warps - 1),
+              std::memory_order_relaxed);
+  return c;
+}
+
 template <int kKind>
 void launch(GemvArgs a, cudaStream_t stream) {
-  // Largest split with ≥ 2 k blocks per warp whose whole grid is resident; else one split.
-  for (int S : {16, 8, 4, 2, 1}) {
-    if (S > 1 && a.k_blocks < 2 * S) continue;
-    const int T = std::max(1, 4 / S), warps = S * T;
-    const long ctas = (a.n_tiles + T - 1) / T;
-    const size_t smem = smem_bytes(warps);
-    if (S > 1 && long(ctas_per_sm<kKind>(warps, smem)) * sm_count() < ctas) continue;
-    if (S == 1) (void)ctas_per_sm<kKind>(warps, smem);  // sets the shared-memory attribute
-    a.splits = S;
-    a.tiles = T;
-    launch_pdl("quant_gemv", quant_gemv_kernel<kKind>, dim3(unsigned(ctas)), dim3(warps * 32), smem,
-               stream, a);
-    return;
-  }
+  // Resident warps per SM (register-limited) from one-warp CTAs with the scale table.
+  const int warps_per_sm = ctas_per_sm<kKind>(1, smem_bytes(1, false));
+  const GemvSplit c = cached_split<kKind>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
+  a.splits = c.splits;
+  a.cta_warps = c.cta_warps;
+  a.in_cta = c.in_cta;
+  launch_pdl("quant_gemv", quant_gemv_kernel<kKind>, dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32),
+             smem_bytes(c.cta_warps, c.splits > 1 && c.in_cta), stream, a);
 }
 
 }  // namespace

@@ -17,8 +17,14 @@ constexpr int kQuantGemvMaxM = 8;  // the eight columns of the MMA B side
 // shapes stay on the mma kernel. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);
 
-// y = x · dequant(W)ᵀ (+ bias); needs no workspace. Throws InvalidArgument unless supported and
-// w.data 16-byte / x 4-byte aligned. Programmatic dependent launch; deterministic.
+// y = x · dequant(W)ᵀ (+ bias); needs no caller workspace. Throws InvalidArgument unless supported
+// and w.data 16-byte / x 4-byte aligned. Programmatic dependent launch; deterministic (the same
+// bits for the same inputs, shape and device; graph replays included).
+// K splits of one row tile may run in different CTAs and merge through a fixed device-global
+// workspace (partial sums and self-resetting arrival counters, quant_gemv.cu), so at most ONE
+// quant_gemv (or quant_gemm at m ≤ 8) may run at a time per device: calls in one stream are fine
+// (with PDL the next launch touches the workspace only after its pdl_wait, when this grid has
+// completed); calls on two streams of one device must not overlap.
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream);
 
 // quant_gemm's mma kernel for any m ≥ 0 (defined in quant_gemm.cu): the reference the tests
