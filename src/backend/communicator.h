@@ -24,6 +24,15 @@ class Communicator {
   // t ← Σ_r t_r over the ranks, in place. The CPU implementation sums in rank order 0..N-1,
   // so every rank gets bit-identical results and repeated runs are reproducible.
   virtual void all_reduce_sum(Tensor& t) = 0;
+  // The all-reduce of a row-parallel layer fused with the residual add and RMSNorm after it:
+  // residual [T, H] += Σ_r delta_r (rounded to the activation dtype once), then
+  // x ← RMSNorm(residual) · weight, in one step where the communicator can (the CUDA one on a
+  // single-process NVLink group). Returns false, touching nothing, where it cannot: the caller
+  // then runs all_reduce_sum(delta) and Backend::rms_norm(delta, &residual, ...) itself.
+  virtual bool all_reduce_add_rms_norm(const Tensor& /*delta*/, Tensor& /*residual*/,
+                                       const Tensor& /*weight*/, float /*eps*/, Tensor& /*x*/) {
+    return false;
+  }
   // out [rows, total_cols] f32 ← the ranks' column slices side by side: this rank contributes
   // local [rows, n] at columns [col_begin, col_begin + n) (n may be 0). The ranks' slices must
   // be disjoint and cover [0, total_cols). Implemented as a zero-fill, a copy and an all-reduce,

@@ -81,6 +81,20 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
   Tensor delta = b_.empty(act, {T, H});
   Tensor x = b_.empty(act, {T, H});
   b_.embedding(embed_, meta.token_ids, residual);
+  // True while `delta` holds this rank's partial sum of a row-parallel layer (tensor or expert
+  // parallel): the next add + norm all-reduces it first, fused where the communicator can.
+  bool delta_partial = false;
+  auto add_norm = [&](const Tensor& weight) {
+    if (delta_partial &&
+        shard_.comm->all_reduce_add_rms_norm(delta, residual, weight, c_.rms_norm_eps, x)) {
+      delta_partial = false;
+      return;
+    }
+    if (delta_partial) shard_.comm->all_reduce_sum(delta);
+    delta_partial = false;
+    b_.rms_norm(delta, &residual, weight, c_.rms_norm_eps, x);
+  };
+  const bool tp = shard_.parallel.tp_size > 1;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& layer = layers_[i];
     // Everything a layer allocates is dead once it has written `delta` and `residual`.
@@ -88,24 +102,25 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     if (i == 0) {
       b_.rms_norm(residual, nullptr, layer.input_norm, c_.rms_norm_eps, x);
     } else {
-      b_.rms_norm(delta, &residual, layer.input_norm, c_.rms_norm_eps, x);
+      add_norm(layer.input_norm);
     }
     layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
-    if (shard_.parallel.tp_size > 1) shard_.comm->all_reduce_sum(delta);  // row-parallel o_proj
+    delta_partial = tp;  // row-parallel o_proj
     if (layer.moe) {
       // Post-attention norm and MoE block in one backend op (the CUDA backend fuses the norm,
-      // the router and the routing for a few tokens).
+      // the router and the routing for a few tokens), so the o_proj sum is all-reduced alone.
+      if (delta_partial) shard_.comm->all_reduce_sum(delta);
       layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm, c_.rms_norm_eps, x,
                                   delta);
-      if (shard_.moe_all_reduce()) shard_.comm->all_reduce_sum(delta);
+      delta_partial = shard_.moe_all_reduce();
     } else {
-      b_.rms_norm(delta, &residual, layer.post_attention_norm, c_.rms_norm_eps, x);
+      add_norm(layer.post_attention_norm);
       layer.mlp->forward(x, delta);
-      if (shard_.parallel.tp_size > 1) shard_.comm->all_reduce_sum(delta);  // row-parallel down
+      delta_partial = tp;  // row-parallel down_proj
     }
     b_.step_release(mark);
   }
-  b_.rms_norm(delta, &residual, final_norm_, c_.rms_norm_eps, x);
+  add_norm(final_norm_);
   Tensor last = b_.empty(act, {meta.num_logits, H});
   b_.gather_rows(x, meta.logits_indices, last);
   Tensor logits = b_.empty(DType::kF32, {meta.num_logits, c_.vocab_size});

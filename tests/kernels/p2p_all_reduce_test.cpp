@@ -18,54 +18,12 @@
 #include "base/error.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
+#include "kernels/p2p_test_group.h"
 
 namespace serval::testing {
 namespace {
 
 namespace kc = kernels::cuda;
-
-constexpr size_t kMaxBytes = size_t(1) << 20;
-
-bool peers_ok(int n) {
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b) {
-      int ok = 0;
-      if (a != b && (cudaDeviceCanAccessPeer(&ok, a, b) != cudaSuccess || !ok)) return false;
-    }
-  return true;
-}
-
-// Staging blocks on every GPU, peer access on, plus the host-mapped abort word.
-struct Group {
-  int n = 0;
-  std::vector<uint8_t*> blocks;
-  uint32_t* aborted = nullptr;
-  explicit Group(int ranks) : n(ranks), blocks(size_t(ranks)) {
-    for (int i = 0; i < n; ++i) {
-      cuda_check(cudaSetDevice(i), "set device");
-      for (int j = 0; j < n; ++j)
-        if (j != i && cudaDeviceEnablePeerAccess(j, 0) != cudaSuccess) (void)cudaGetLastError();
-      cuda_check(
-          cudaMalloc(reinterpret_cast<void**>(&blocks[size_t(i)]), kc::p2p_rank_bytes(kMaxBytes)),
-          "malloc");
-    }
-    for (int i = 0; i < n; ++i) {
-      cuda_check(cudaSetDevice(i), "set device");
-      kc::p2p_init_rank(blocks[size_t(i)], kMaxBytes, blocks.data(), n);
-    }
-    cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&aborted), 4,
-                             cudaHostAllocMapped | cudaHostAllocPortable),
-               "host alloc");
-    *aborted = 0;
-  }
-  ~Group() {
-    for (int i = 0; i < n; ++i) {
-      (void)cudaSetDevice(i);
-      (void)cudaFree(blocks[size_t(i)]);
-    }
-    (void)cudaFreeHost(aborted);
-  }
-};
 
 struct Call {
   int64_t count;

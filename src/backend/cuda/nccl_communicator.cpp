@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "kernels/cuda/comm/p2p_all_reduce.h"
+#include "kernels/cuda/comm/p2p_all_reduce_norm.h"
 
 namespace serval::backend {
 
@@ -114,6 +115,34 @@ class P2pGroup {
     return true;
   }
 
+  // residual += Σ delta; x = RMSNorm(residual) · weight on `stream`, or false when the shapes do
+  // not fit the fused kernel (or SERVAL_FUSED_ALL_REDUCE_NORM=0).
+  bool all_reduce_norm(const Tensor& delta, Tensor& residual, const Tensor& weight, float eps,
+                       Tensor& x, int rank, cudaStream_t stream) {
+    if (!fused_norm_ || delta.dtype != DType::kBF16 || residual.dtype != DType::kBF16 ||
+        weight.dtype != DType::kBF16 || x.dtype != DType::kBF16 || delta.shape.size() != 2 ||
+        residual.numel() != delta.numel() || x.numel() != delta.numel() ||
+        weight.numel() != delta.dim(1))
+      return false;
+    kernels::cuda::P2pAllReduceNormParams p{};
+    p.delta = static_cast<const bf16*>(delta.data);
+    p.residual = static_cast<bf16*>(residual.data);
+    p.weight = static_cast<const bf16*>(weight.data);
+    p.out = static_cast<bf16*>(x.data);
+    p.rows = int(delta.dim(0));
+    p.hidden = int(delta.dim(1));
+    p.eps = eps;
+    p.rank = rank;
+    p.ranks = int(blocks_.size());
+    p.max_bytes = kMaxBytes;
+    p.block = blocks_[size_t(rank)];
+    p.aborted = aborted_;
+    if (!kernels::cuda::p2p_all_reduce_norm_supported(p)) return false;
+    if (*aborted_) throw Error("all-reduce after a rank failed");
+    kernels::cuda::p2p_all_reduce_norm(p, stream);
+    return true;
+  }
+
   void abort() { *aborted_ = 1; }
 
  private:
@@ -123,6 +152,11 @@ class P2pGroup {
   std::vector<int> devices_;
   std::vector<uint8_t*> blocks_;
   volatile uint32_t* aborted_ = nullptr;
+  // SERVAL_FUSED_ALL_REDUCE_NORM=0 keeps the all-reduce and the norm apart (side-by-side timing).
+  const bool fused_norm_ = [] {
+    const char* env = std::getenv("SERVAL_FUSED_ALL_REDUCE_NORM");
+    return env == nullptr || std::string(env) != "0";
+  }();
 };
 
 class NcclCommunicator final : public Communicator {
@@ -143,6 +177,12 @@ class NcclCommunicator final : public Communicator {
     nccl_check(ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, live(),
                              stream_),
                "ncclAllReduce");
+  }
+
+  bool all_reduce_add_rms_norm(const Tensor& delta, Tensor& residual, const Tensor& weight,
+                               float eps, Tensor& x) override {
+    return size_ > 1 && delta.numel() > 0 && p2p_ &&
+           p2p_->all_reduce_norm(delta, residual, weight, eps, x, rank_, stream_);
   }
 
   void all_gather_columns(const Tensor& local, int64_t col_begin, Tensor& out) override {

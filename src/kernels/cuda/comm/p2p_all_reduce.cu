@@ -17,76 +17,26 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/comm/p2p_sync.cuh"
 
 namespace serval::kernels::cuda {
 
 namespace {
 
 constexpr int kThreads = 512;
-constexpr size_t kFlagBytes = size_t(kP2pBlocks) * kP2pMaxRanks * 4;
-constexpr size_t kCallBytes = size_t(kP2pBlocks) * 4;
-constexpr size_t kTableBytes = size_t(kP2pMaxRanks) * sizeof(uint8_t*);
 
-__device__ __forceinline__ void st_release_sys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// acc[0..kN) += the kN values of one 16-byte vector (8 bf16 or 4 f32).
-template <bool kBf16>
-__device__ __forceinline__ void add_vector(float* acc, uint4 q) {
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-  if constexpr (kBf16) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      acc[2 * i] += __uint_as_float(w[i] << 16);
-      acc[2 * i + 1] += __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] += __uint_as_float(w[i]);
-  }
-}
-
-template <bool kBf16>
-__device__ __forceinline__ uint4 pack_vector(const float* acc) {
-  uint32_t w[4];
-  if constexpr (kBf16) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = __float_as_uint(acc[i]);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
+using p2p::kCallBytes;
+using p2p::kFlagBytes;
+using p2p::kTableBytes;
 
 template <bool kBf16>
 __global__ void __launch_bounds__(kThreads) p2p_all_reduce_kernel(P2pAllReduceParams p) {
   constexpr int kN = kBf16 ? 8 : 4;
   const int b = blockIdx.x, tid = threadIdx.x;
   uint8_t* mine = p.block;
-  uint32_t* my_flags = reinterpret_cast<uint32_t*>(mine + 2 * p.max_bytes);
-  uint32_t* calls = reinterpret_cast<uint32_t*>(mine + 2 * p.max_bytes + kFlagBytes);
   __shared__ uint32_t s_call;
   __shared__ uint8_t* s_base[kP2pMaxRanks];
-  if (tid < kP2pMaxRanks)
-    s_base[tid] =
-        reinterpret_cast<uint8_t* const*>(mine + 2 * p.max_bytes + kFlagBytes + kCallBytes)[tid];
-  if (tid == 0) {
-    s_call = calls[b] + 1;
-    calls[b] = s_call;
-  }
-  __syncthreads();
-  const uint32_t call = s_call;
+  const uint32_t call = p2p::begin_call(mine, p.max_bytes, s_base, &s_call);
   const size_t half = size_t(call & 1u) * p.max_bytes;
   const int64_t vectors = p.count / kN;
   const int64_t first = int64_t(b) * kThreads + tid, stride = int64_t(kP2pBlocks) * kThreads;
@@ -94,24 +44,15 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_kernel(P2pAllReducePa
   uint4* data = static_cast<uint4*>(p.data);
   uint4* stage = reinterpret_cast<uint4*>(mine + half);
   for (int64_t v = first; v < vectors; v += stride) stage[v] = data[v];
-  __syncthreads();
-  if (tid < p.ranks && tid != p.rank) {
-    uint32_t* peer_flags = reinterpret_cast<uint32_t*>(s_base[tid] + 2 * p.max_bytes);
-    st_release_sys(peer_flags + b * kP2pMaxRanks + p.rank, call);
-    const uint32_t* from_peer = my_flags + b * kP2pMaxRanks + tid;
-    // The abort word is host memory (a PCIe round trip): read it once per 1024 polls.
-    for (uint32_t spin = 1; int32_t(ld_acquire_sys(from_peer) - call) < 0; ++spin)
-      if (spin % 1024 == 0 && *p.aborted) break;
-  }
-  __syncthreads();
+  p2p::exchange_flags(s_base, mine, p.max_bytes, p.rank, p.ranks, call, p.aborted);
 
   for (int64_t v = first; v < vectors; v += stride) {
     float acc[kN];
 #pragma unroll
     for (int i = 0; i < kN; ++i) acc[i] = 0.0f;
     for (int r = 0; r < p.ranks; ++r)
-      add_vector<kBf16>(acc, __ldcg(reinterpret_cast<const uint4*>(s_base[r] + half) + v));
-    data[v] = pack_vector<kBf16>(acc);
+      p2p::add_vector<kBf16>(acc, __ldcg(reinterpret_cast<const uint4*>(s_base[r] + half) + v));
+    data[v] = p2p::pack_vector<kBf16>(acc);
   }
 }
 
