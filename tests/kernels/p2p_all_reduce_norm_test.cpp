@@ -134,10 +134,10 @@ TEST(P2pAllReduceNorm, MatchesHostAlternatingWithPlainCalls) {
   const int n = gpu_count();
   if (n < 2 || !peers_ok(n)) GTEST_SKIP() << "needs two peer-accessible CUDA GPUs: skipped";
   Group g(n);
-  // 33 and 40 rows: more rows than CTAs; hidden 2048 · 4 vectors per thread; 24 rows of 8192
-  // with 2 ranks fill 768 KB of the 1 MB staging.
-  const std::vector<Shape> shapes = {{1, 8192}, {3, 4096},  {33, 4096}, {8, 8192},
-                                     {1, 2048}, {24, 8192}, {40, 1024}, {2, 16384}};
+  // 33 and 40 rows: more rows than CTAs; hidden 16384: 4 vectors per thread; 16 rows of 8192
+  // with 2 ranks fill the 1 MB of LL staging (8-byte words per 4 bytes of payload).
+  const std::vector<Shape> shapes = {{1, 8192}, {3, 4096},  {33, 2048}, {8, 8192},
+                                     {1, 2048}, {16, 8192}, {40, 1024}, {2, 16384}};
   for (int rep = 0; rep < 2; ++rep)  // the staging halves alternate: every shape on both
     for (size_t c = 0; c < shapes.size(); ++c) {
       const Shape s = shapes[c];
@@ -216,7 +216,7 @@ TEST(P2pAllReduceNorm, RejectsShapesOutsideTheContract) {
   EXPECT_FALSE(kc::p2p_all_reduce_norm_supported(p));
   EXPECT_THROW(kc::p2p_all_reduce_norm(p, nullptr), InvalidArgument);
   p.hidden = 8192;
-  p.rows = 65;  // 2 ranks · 65 rows · 16 KB > 1 MB of staging
+  p.rows = 17;  // 2 ranks · 17 rows · 32 KB of LL words > 1 MB of staging
   EXPECT_FALSE(kc::p2p_all_reduce_norm_supported(p));
   p.rows = 1;
   p.hidden = 32768;  // above 512 threads · 4 vectors · 8

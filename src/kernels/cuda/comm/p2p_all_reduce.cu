@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_kernel(P2pAllReducePa
 }  // namespace
 
 size_t p2p_rank_bytes(size_t max_bytes) {
-  return 2 * max_bytes + kFlagBytes + kCallBytes + kTableBytes;
+  return 4 * max_bytes + kFlagBytes + kCallBytes + kTableBytes;  // plain and LL staging
 }
 
 void p2p_init_rank(uint8_t* block, size_t max_bytes, const uint8_t* const* blocks, int ranks) {
@@ -70,6 +70,9 @@ void p2p_init_rank(uint8_t* block, size_t max_bytes, const uint8_t* const* block
   for (int r = 0; r < ranks; ++r) table[r] = blocks[r];
   uint8_t* meta = block + 2 * max_bytes;
   cudaError_t e = cudaMemset(meta, 0, kFlagBytes + kCallBytes);
+  // LL words start with call 0 in their high halves, a call no kernel makes (counters start at 1).
+  if (e == cudaSuccess)
+    e = cudaMemset(meta + kFlagBytes + kCallBytes + kTableBytes, 0, 2 * max_bytes);
   if (e == cudaSuccess)
     e = cudaMemcpy(meta + kFlagBytes + kCallBytes, table, kTableBytes, cudaMemcpyHostToDevice);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();

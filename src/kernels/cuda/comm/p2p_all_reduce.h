@@ -23,7 +23,10 @@ constexpr int kP2pBlocks = 32;  // fixed grid: every CTA's call counter advances
 //   flags [kP2pBlocks][kP2pMaxRanks] u32: flags[b][p] = the last call of CTA b that rank p
 //     announced to this rank;
 //   calls [kP2pBlocks] u32: this rank's CTA b call counter;
-//   table [kP2pMaxRanks]: every rank's block address (peer access enabled between all GPUs).
+//   table [kP2pMaxRanks]: every rank's block address (peer access enabled between all GPUs);
+//   ll [2][max_bytes]: low-latency staging of the fused all-reduce + norm (p2p_all_reduce_norm.h),
+//     8-byte words of payload and call number, apart from the plain staging so that no stale
+//     plain data can pass for a word of the current call.
 size_t p2p_rank_bytes(size_t max_bytes);
 
 // Zeroes flags and counters of `block` (rank `rank` of blocks.size()) and writes its table;

@@ -1,14 +1,19 @@
-// Fused all-reduce + residual add + RMSNorm (p2p_all_reduce_norm.h). Phases of CTA b:
-//   1. weight vectors into registers; pdl_wait; call = ++calls[b], staging half = call % 2;
-//   2. for each of its rows t (b, b + 32, …): this rank's delta row to slot [rank][t] of the
-//      staging half of every rank (peers through NVLink, its own locally);
-//   3. flag exchange with CTA b of every peer (p2p_sync.cuh);
-//   4. for each of its rows: the slots [0..N)[t] of its own staging summed in rank order (fp32,
-//      L2 loads), rounded to bf16, plus the residual row (fp32): the residual stored rounded, the
-//      sum of squares of the unrounded sums, then out = bf16(residual) · inv_rms · weight, the
-//      arithmetic of rms_norm_reg_kernel (the sum of squares is added in another order).
-// The slots of row t from rank r are written only by rank r's CTA b and read only by each rank's
-// CTA b, and the protocol of p2p_sync.cuh keeps a half from being rewritten while it is read.
+// Fused all-reduce + residual add + RMSNorm (p2p_all_reduce_norm.h), on the low-latency (LL)
+// staging of the blocks: every 4-byte payload travels in an 8-byte word with the call number in
+// its high half (aligned 8-byte stores and loads are single-copy atomic, so a word showing the
+// current call carries the current payload). No flags, no barriers between the ranks: CTA b of
+// every rank owns rows b, b + 32, …; for each, every thread
+//   1. (after the weight loads and pdl_wait; call = ++calls[b], LL half = call % 2) stores the
+//      words of its vectors of this rank's delta row into slot [rank][t] of every peer's LL half
+//      (NVLink, fire and forget);
+//   2. polls its own LL half until the peers' words of those vectors show `call`, then adds the
+//      ranks' values in rank order 0..N-1 (its own from delta: the same bits it sent) in fp32,
+//      rounds once to bf16, adds the residual: the residual stored rounded, the sum of squares of
+//      the unrounded sums; out = bf16(residual) · inv_rms · weight, the arithmetic of
+//      rms_norm_reg_kernel (the sum of squares is added in another order).
+// A slot of half h is rewritten at call c + 2 by a rank that has completed call c + 1, for which
+// it read every peer's words of call c + 1, stored after their pdl_wait: so every peer's call c
+// (and its reads of half h) had completed.
 #include "kernels/cuda/comm/p2p_all_reduce_norm.h"
 
 #include <cuda_bf16.h>
@@ -29,6 +34,39 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kMaxVecs = 4;  // 16-byte vectors per thread and row: hidden ≤ 512 · 8 · 4
 
+__device__ __forceinline__ void st_ll(uint64_t* p, uint64_t a, uint64_t b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
+__device__ __forceinline__ void ld_ll(const uint64_t* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+// The four LL words of one 16-byte vector (8 bf16) for `call`.
+__device__ __forceinline__ void ll_words(uint4 q, uint32_t call, uint64_t (&w)[4]) {
+  const uint64_t hi = uint64_t(call) << 32;
+  w[0] = hi | q.x;
+  w[1] = hi | q.y;
+  w[2] = hi | q.z;
+  w[3] = hi | q.w;
+}
+
+// Waits until the two 16-byte halves at p (4 words) show `call`; returns their payloads. Gives
+// up once the group's abort word is set (read once per 1024 polls: host memory).
+__device__ __forceinline__ uint4 poll_ll(const uint64_t* p, uint32_t call,
+                                         const volatile uint32_t* aborted) {
+  uint64_t w[4];
+  for (uint32_t spin = 1;; ++spin) {
+    ld_ll(p, w[0], w[1]);
+    ld_ll(p + 2, w[2], w[3]);
+    if (uint32_t(w[0] >> 32) == call && uint32_t(w[1] >> 32) == call &&
+        uint32_t(w[2] >> 32) == call && uint32_t(w[3] >> 32) == call)
+      break;
+    if (spin % 1024 == 0 && *aborted) break;
+  }
+  return make_uint4(uint32_t(w[0]), uint32_t(w[1]), uint32_t(w[2]), uint32_t(w[3]));
+}
+
 // V vectors per thread and row: vector i of the thread is threadIdx.x + i · kThreads.
 template <int V>
 __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllReduceNormParams p) {
@@ -46,22 +84,28 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
   pdl_launch_dependents();
   const uint32_t call = p2p::begin_call(p.block, p.max_bytes, s_base, &s_call);
   const size_t half = size_t(call & 1u) * p.max_bytes;
-  // Slot [r][t] of a staging half: row t of rank r, hidden bf16 values.
-  auto slot = [&](uint8_t* base, int r, int t) {
-    return reinterpret_cast<uint4*>(base + half + (size_t(r) * p.rows + t) * size_t(H) * 2);
+  // Slot [r][t] of an LL half: row t of rank r, 4 words (32 bytes) per vector.
+  auto slot = [&](uint8_t* block, int r, int t) {
+    return reinterpret_cast<uint64_t*>(p2p::ll_of(block, p.max_bytes) + half +
+                                       (size_t(r) * p.rows + t) * size_t(vecs) * 32);
   };
+  const uint4* delta = reinterpret_cast<const uint4*>(p.delta);
 
   for (int t = blockIdx.x; t < p.rows; t += kP2pBlocks) {
-    const uint4* src = reinterpret_cast<const uint4*>(p.delta + size_t(t) * H);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int vec = tid + i * kThreads;
       if (vec >= vecs) continue;
-      const uint4 q = src[vec];
-      for (int r = 0; r < p.ranks; ++r) slot(s_base[r], p.rank, t)[vec] = q;
+      uint64_t words[4];
+      ll_words(delta[size_t(t) * vecs + vec], call, words);
+      for (int r = 0; r < p.ranks; ++r) {
+        if (r == p.rank) continue;
+        uint64_t* dst = slot(s_base[r], p.rank, t) + size_t(vec) * 4;
+        st_ll(dst, words[0], words[1]);
+        st_ll(dst + 2, words[2], words[3]);
+      }
     }
   }
-  p2p::exchange_flags(s_base, p.block, p.max_bytes, p.rank, p.ranks, call, p.aborted);
 
   for (int t = blockIdx.x; t < p.rows; t += kP2pBlocks) {
     __nv_bfloat16* res = reinterpret_cast<__nv_bfloat16*>(p.residual) + size_t(t) * H;
@@ -72,8 +116,12 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
       const int vec = tid + i * kThreads;
       if (vec >= vecs) continue;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int r = 0; r < p.ranks; ++r)
-        p2p::add_vector<true>(acc, __ldcg(slot(p.block, r, t) + vec));
+      for (int r = 0; r < p.ranks; ++r) {
+        const uint4 q = r == p.rank
+                            ? delta[size_t(t) * vecs + vec]
+                            : poll_ll(slot(p.block, r, t) + size_t(vec) * 4, call, p.aborted);
+        p2p::add_vector<true>(acc, q);
+      }
       float rv[8];
       load8(res + size_t(vec) * 8, rv);
 #pragma unroll
@@ -102,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
 bool p2p_all_reduce_norm_supported(const P2pAllReduceNormParams& p) {
   return p.rows >= 1 && p.hidden > 0 && p.hidden % 8 == 0 && p.hidden <= kThreads * 8 * kMaxVecs &&
          p.ranks >= 2 && p.ranks <= kP2pMaxRanks && p.rank >= 0 && p.rank < p.ranks &&
-         size_t(p.ranks) * size_t(p.rows) * size_t(p.hidden) * 2 <= p.max_bytes &&
+         size_t(p.ranks) * size_t(p.rows) * size_t(p.hidden) * 4 <= p.max_bytes &&
          p.max_bytes % 16 == 0 && is_aligned16(p.delta) && is_aligned16(p.residual) &&
          is_aligned16(p.weight) && is_aligned16(p.out) && p.block != nullptr &&
          p.aborted != nullptr;
@@ -112,7 +160,7 @@ void p2p_all_reduce_norm(const P2pAllReduceNormParams& p, cudaStream_t stream) {
   if (!p2p_all_reduce_norm_supported(p))
     throw InvalidArgument("p2p_all_reduce_norm: need hidden % 8 == 0 and <= " +
                           std::to_string(kThreads * 8 * kMaxVecs) +
-                          ", ranks · rows · hidden · 2 <= " + std::to_string(p.max_bytes) +
+                          ", ranks · rows · hidden · 4 <= " + std::to_string(p.max_bytes) +
                           " staging bytes, 16-byte aligned rows, 2.." +
                           std::to_string(kP2pMaxRanks) + " ranks; got rows " +
                           std::to_string(p.rows) + ", hidden " + std::to_string(p.hidden) +

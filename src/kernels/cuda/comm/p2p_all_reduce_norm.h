@@ -4,11 +4,12 @@
 //   x        ← RMSNorm(residual) · weight         (as kernels/cuda/norm_rope/rms_norm.h computes
 //   it)
 // in one kernel per rank, on the blocks of p2p_all_reduce.h (the same call counters, flags and
-// staging, so plain and fused calls may alternate). Push, not pull: CTA b owns rows b, b + 32, …
-// and stores this rank's delta rows straight into every rank's staging (one NVLink crossing),
-// announces the call, waits for the peers' announcements and then reads only local memory. Every
-// rank computes the same bits. Launched with programmatic dependent launch: the norm weight is
-// read before the wait; capturable in CUDA graphs.
+// counters, so plain and fused calls may alternate, and the blocks' low-latency staging). Push,
+// not pull, and no flags: CTA b owns rows b, b + 32, … and stores this rank's delta rows straight
+// into every peer's staging (one NVLink crossing) as 8-byte words of payload and call number, then
+// polls its own staging until the peers' words show the call. Every rank computes the same bits.
+// Launched with programmatic dependent launch: the norm weight is read before the wait; capturable
+// in CUDA graphs.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -32,7 +33,7 @@ struct P2pAllReduceNormParams {
   const volatile uint32_t* aborted;  // the group's host-mapped abort word
 };
 
-// True when the shapes fit: hidden % 8 == 0 and ≤ 16384, ranks · rows · hidden · 2 ≤ max_bytes,
+// True when the shapes fit: hidden % 8 == 0 and ≤ 16384, ranks · rows · hidden · 4 ≤ max_bytes,
 // 16-byte aligned rows, 2..kP2pMaxRanks ranks.
 bool p2p_all_reduce_norm_supported(const P2pAllReduceNormParams& p);
 

@@ -36,6 +36,12 @@ __device__ __forceinline__ uint8_t* const* table_of(uint8_t* block, size_t max_b
   return reinterpret_cast<uint8_t* const*>(block + 2 * max_bytes + kFlagBytes + kCallBytes);
 }
 
+// The low-latency staging after the table: two halves of max_bytes of 8-byte words, each a
+// 4-byte payload in its low half and the call that wrote it in its high half (p2p_all_reduce_norm).
+__device__ __forceinline__ uint8_t* ll_of(uint8_t* block, size_t max_bytes) {
+  return block + 2 * max_bytes + kFlagBytes + kCallBytes + kTableBytes;
+}
+
 __device__ __forceinline__ void st_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
