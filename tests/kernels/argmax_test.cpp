@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_test_util.h"
 
@@ -175,21 +176,14 @@ TEST_F(ArgmaxGpu, BackToBackLaunchesAndGraphReplay) {
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     verify("eager");
   }
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  enqueue(stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const serval::testing::CapturedGraph graph(stream, enqueue);
   for (int rep = 0; rep < 3; ++rep) {
     for (auto& o : d_out) o->poison();
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    graph.launch(stream);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     verify("graph");
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,39 @@ namespace serval::testing {
 inline void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
+
+// The work `enqueue` puts on `stream`, captured once as a CUDA graph and instantiated; launch()
+// replays it. Throws std::runtime_error naming the failing step.
+class CapturedGraph {
+ public:
+  CapturedGraph(cudaStream_t stream, const std::function<void(cudaStream_t)>& enqueue,
+                cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal) {
+    cuda_check(cudaStreamBeginCapture(stream, mode), "begin capture");
+    try {
+      enqueue(stream);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(stream, &broken);
+      if (broken) (void)cudaGraphDestroy(broken);
+      throw;
+    }
+    cuda_check(cudaStreamEndCapture(stream, &graph_), "end capture");
+    cuda_check(cudaGraphInstantiate(&exec_, graph_, 0), "instantiate graph");
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    if (exec_) (void)cudaGraphExecDestroy(exec_);
+    if (graph_) (void)cudaGraphDestroy(graph_);
+  }
+  void launch(cudaStream_t stream) const {
+    cuda_check(cudaGraphLaunch(exec_, stream), "launch graph");
+  }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
 
 // Owns n elements of T in device memory.
 template <typename T>

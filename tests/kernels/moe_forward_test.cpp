@@ -17,6 +17,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_routing.h"
+#include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_bench_util.h"
 #include "kernels/moe_test_util.h"
@@ -242,23 +243,17 @@ TEST_F(MoeForwardGpu, LatencyGraphReplayIsBitIdentical) {
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     // Capture once eagerly-warmed (kernel attributes are set outside the capture).
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    moe_forward_cuda(a, stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    const serval::testing::CapturedGraph graph(stream,
+                                               [&](cudaStream_t) { moe_forward_cuda(a, stream); });
     for (int rep = 0; rep < 3; ++rep) {
       c.d_out.poison();
       cudaMemset(c.d_ws.as<void>(), 0xFF, c.d_ws.bytes());  // maps must be rebuilt each replay
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);      // poison done before `stream` runs
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      graph.launch(stream);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       auto replay = c.d_out.download<uint16_t>(size_t(T) * a.hidden);
       ASSERT_EQ(replay, eager) << "tokens " << T << " replay " << rep;
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
 }
@@ -341,23 +336,16 @@ TEST_F(MoeForwardGpu, BackToBackLayersMatchSynchronized) {
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       check_outputs("eager");
     }
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    both(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    const serval::testing::CapturedGraph graph(stream, both);
     for (int rep = 0; rep < 3; ++rep) {
       c.d_out.poison();
       out2.poison();
       c.d_ws.poison();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // poison done before `stream` runs
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      graph.launch(stream);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       check_outputs("graph");
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
 }

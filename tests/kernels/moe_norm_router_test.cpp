@@ -25,6 +25,7 @@
 #include "kernels/cuda/gemm/bf16_gemv.h"
 #include "kernels/cuda/moe/moe_routing.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
+#include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_test_util.h"
 
@@ -372,24 +373,19 @@ TEST(MoeNormRouter, BackToBackAndGraphReplay) {
       }
     }
 
-    cudaGraph_t graph;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-    for (auto& c : copies) moe_norm_router_topk(c->p, stream);
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-    cudaGraphExec_t exec;
-    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    const serval::testing::CapturedGraph graph(stream, [&](cudaStream_t) {
+      for (auto& c : copies) moe_norm_router_topk(c->p, stream);
+    });
     for (int replay = 0; replay < 3; ++replay) {
       for (auto& c : copies) c->reset(d);
       cuda_ok(cudaDeviceSynchronize(), "reset");
-      cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+      graph.launch(stream);
       cuda_ok(cudaStreamSynchronize(stream), "replay");
       for (int i = 0; i < kCopies; ++i) {
         SCOPED_TRACE(::testing::Message() << "replay " << replay << ", launch " << i);
         expect_identical(download(*copies[size_t(i)]), want);
       }
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
 }

@@ -18,6 +18,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
+#include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_bench_util.h"
 #include "kernels/moe_nvfp4_test_util.h"
@@ -255,23 +256,17 @@ TEST_F(MoeNvfp4Gpu, GraphReplayEqualsEager) {
 
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    moe_forward_cuda(a, stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    const serval::testing::CapturedGraph graph(stream,
+                                               [&](cudaStream_t) { moe_forward_cuda(a, stream); });
     for (int rep = 0; rep < 3; ++rep) {
       c.d_out.poison();
       cudaMemset(c.d_ws.as<void>(), 0xFF, c.d_ws.bytes());  // maps must be rebuilt each replay
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);      // poison done before `stream` runs
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      graph.launch(stream);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       const auto replay = c.d_out.download<uint16_t>(size_t(k.tokens) * a.hidden);
       ASSERT_EQ(replay, eager) << name(k.backend) << " tokens " << k.tokens << " replay " << rep;
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
 }

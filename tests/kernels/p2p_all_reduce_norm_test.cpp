@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -98,35 +97,21 @@ std::vector<RankResult> run_call(Group& g, int call, Shape s, int64_t plain) {
   const int n = g.n;
   const Inputs in = make_inputs(n, call, s);
   std::vector<RankResult> out(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        cuda_check(cudaSetDevice(r), "set device");
-        cudaStream_t st;
-        cuda_check(cudaStreamCreate(&st), "stream");
-        DeviceBuffer<bf16> delta(in.delta[size_t(r)]), residual(in.residual), weight(in.weight),
-            x(std::vector<bf16>(in.residual.size(), bf16{0xFFFF}));
-        // Queued right before the fused call, no host sync between (PDL may overlap them).
-        DeviceBuffer<bf16> other(random_bf16(size_t(std::max<int64_t>(plain, 8)), uint32_t(call)));
-        if (plain > 0)
-          kc::p2p_all_reduce(
-              {other.get(), plain, DType::kBF16, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted},
-              st);
-        kc::P2pAllReduceNormParams p{
-            delta.get(), residual.get(), weight.get(),        x.get(),  s.rows, s.hidden, kEps, r,
-            n,           kMaxBytes,      g.blocks[size_t(r)], g.aborted};
-        kc::p2p_all_reduce_norm(p, st);
-        cuda_check(cudaStreamSynchronize(st), "sync");
-        out[size_t(r)] = {residual.download(), x.download()};
-        cuda_check(cudaStreamDestroy(st), "stream");
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(errors[size_t(r)].empty()) << errors[size_t(r)];
+  run_ranks(n, [&](int r, cudaStream_t st) {
+    DeviceBuffer<bf16> delta(in.delta[size_t(r)]), residual(in.residual), weight(in.weight),
+        x(std::vector<bf16>(in.residual.size(), bf16{0xFFFF}));
+    // Queued right before the fused call, no host sync between (PDL may overlap them).
+    DeviceBuffer<bf16> other(random_bf16(size_t(std::max<int64_t>(plain, 8)), uint32_t(call)));
+    if (plain > 0)
+      kc::p2p_all_reduce(
+          {other.get(), plain, DType::kBF16, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted}, st);
+    const kc::P2pAllReduceNormParams p{
+        delta.get(), residual.get(), weight.get(),        x.get(),  s.rows, s.hidden, kEps, r,
+        n,           kMaxBytes,      g.blocks[size_t(r)], g.aborted};
+    kc::p2p_all_reduce_norm(p, st);
+    cuda_check(cudaStreamSynchronize(st), "sync");
+    out[size_t(r)] = {residual.download(), x.download()};
+  });
   return out;
 }
 
@@ -166,37 +151,20 @@ TEST(P2pAllReduceNorm, GraphReplaysAccumulate) {
   const Shape s{4, 8192};
   const Inputs in = make_inputs(n, 5, s);
   std::vector<RankResult> out(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        cuda_check(cudaSetDevice(r), "set device");
-        cudaStream_t st;
-        cuda_check(cudaStreamCreate(&st), "stream");
-        DeviceBuffer<bf16> delta(in.delta[size_t(r)]), residual(in.residual), weight(in.weight),
-            x(std::vector<bf16>(in.residual.size(), bf16{0xFFFF}));
-        const kc::P2pAllReduceNormParams p{
-            delta.get(), residual.get(), weight.get(),        x.get(),  s.rows, s.hidden, kEps, r,
-            n,           kMaxBytes,      g.blocks[size_t(r)], g.aborted};
-        cuda_check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
-        for (int i = 0; i < 3; ++i) kc::p2p_all_reduce_norm(p, st);
-        cudaGraph_t graph;
-        cuda_check(cudaStreamEndCapture(st, &graph), "end capture");
-        cudaGraphExec_t exec;
-        cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-        for (int rep = 0; rep < 2; ++rep) cuda_check(cudaGraphLaunch(exec, st), "launch");
-        cuda_check(cudaStreamSynchronize(st), "sync");
-        out[size_t(r)] = {residual.download(), x.download()};
-        cuda_check(cudaGraphExecDestroy(exec), "destroy");
-        cuda_check(cudaGraphDestroy(graph), "destroy");
-        cuda_check(cudaStreamDestroy(st), "stream");
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-      }
+  run_ranks(n, [&](int r, cudaStream_t st) {
+    DeviceBuffer<bf16> delta(in.delta[size_t(r)]), residual(in.residual), weight(in.weight),
+        x(std::vector<bf16>(in.residual.size(), bf16{0xFFFF}));
+    const kc::P2pAllReduceNormParams p{
+        delta.get(), residual.get(), weight.get(),        x.get(),  s.rows, s.hidden, kEps, r,
+        n,           kMaxBytes,      g.blocks[size_t(r)], g.aborted};
+    CapturedGraph graph(st, [&](cudaStream_t cs) {
+      for (int i = 0; i < 3; ++i) kc::p2p_all_reduce_norm(p, cs);
     });
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < n; ++r) ASSERT_TRUE(errors[size_t(r)].empty()) << errors[size_t(r)];
+    for (int rep = 0; rep < 2; ++rep) graph.launch(st);
+    cuda_check(cudaStreamSynchronize(st), "sync");
+    out[size_t(r)] = {residual.download(), x.download()};
+  });
+  if (HasFailure()) return;
   std::vector<bf16> residual = in.residual;
   std::vector<float> x;
   for (int i = 0; i < 6; ++i) host_step(in, s, residual, x);

@@ -82,30 +82,24 @@ TEST(P2pAllReduce, EveryRankGetsTheRankOrderSum) {
       {8, DType::kBF16},   {8192, DType::kBF16},   {4, DType::kF32},   {65536, DType::kBF16},
       {8192, DType::kF32}, {524288, DType::kBF16}, {24, DType::kBF16}, {262144, DType::kF32}};
   std::vector<std::vector<std::vector<uint8_t>>> got(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      cuda_check(cudaSetDevice(r), "set device");
-      cudaStream_t s;
-      cuda_check(cudaStreamCreate(&s), "stream");
-      for (int rep = 0; rep < 3; ++rep)  // the staging halves alternate: repeat the sequence
-        for (size_t c = 0; c < calls.size(); ++c) {
-          const std::vector<uint8_t> in = input(r, int(c), calls[c]);
-          void* d = nullptr;
-          cuda_check(cudaMalloc(&d, in.size()), "malloc");
-          cuda_check(cudaMemcpy(d, in.data(), in.size(), cudaMemcpyHostToDevice), "upload");
-          kc::p2p_all_reduce(
-              {d, calls[c].count, calls[c].dtype, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted},
-              s);
-          std::vector<uint8_t> out(in.size());
-          cuda_check(cudaMemcpyAsync(out.data(), d, in.size(), cudaMemcpyDeviceToHost, s), "dl");
-          cuda_check(cudaStreamSynchronize(s), "sync");
-          cuda_check(cudaFree(d), "free");
-          if (rep == 2) got[size_t(r)].push_back(std::move(out));
-        }
-      cuda_check(cudaStreamDestroy(s), "stream");
-    });
-  for (std::thread& t : threads) t.join();
+  run_ranks(n, [&](int r, cudaStream_t s) {
+    for (int rep = 0; rep < 3; ++rep)  // the staging halves alternate: repeat the sequence
+      for (size_t c = 0; c < calls.size(); ++c) {
+        const std::vector<uint8_t> in = input(r, int(c), calls[c]);
+        void* d = nullptr;
+        cuda_check(cudaMalloc(&d, in.size()), "malloc");
+        cuda_check(cudaMemcpy(d, in.data(), in.size(), cudaMemcpyHostToDevice), "upload");
+        kc::p2p_all_reduce(
+            {d, calls[c].count, calls[c].dtype, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted},
+            s);
+        std::vector<uint8_t> out(in.size());
+        cuda_check(cudaMemcpyAsync(out.data(), d, in.size(), cudaMemcpyDeviceToHost, s), "dl");
+        cuda_check(cudaStreamSynchronize(s), "sync");
+        cuda_check(cudaFree(d), "free");
+        if (rep == 2) got[size_t(r)].push_back(std::move(out));
+      }
+  });
+  if (HasFailure()) return;
   for (size_t c = 0; c < calls.size(); ++c) {
     const std::vector<uint8_t> want = expected(n, int(c), calls[c]);
     for (int r = 0; r < n; ++r) EXPECT_EQ(got[size_t(r)][c], want) << "call " << c << " rank " << r;
@@ -121,37 +115,24 @@ TEST(P2pAllReduce, GraphReplaysAreNewCalls) {
   Group g(n);
   const Call call{8192, DType::kBF16};
   std::vector<std::vector<std::vector<uint8_t>>> got(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      cuda_check(cudaSetDevice(r), "set device");
-      cudaStream_t s;
-      cuda_check(cudaStreamCreate(&s), "stream");
-      void* d = nullptr;
-      cuda_check(cudaMalloc(&d, 2 * size_t(call.count)), "malloc");
-      cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  run_ranks(n, [&](int r, cudaStream_t s) {
+    DeviceBuffer<bf16> d(size_t(call.count));
+    CapturedGraph graph(s, [&](cudaStream_t cs) {
       for (int i = 0; i < 4; ++i)  // sum of sums: 4 rounds
         kc::p2p_all_reduce(
-            {d, call.count, call.dtype, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted}, s);
-      cudaGraph_t graph;
-      cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
-      cudaGraphExec_t exec;
-      cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-      for (int rep = 0; rep < 5; ++rep) {
-        const std::vector<uint8_t> in = input(r, rep, call);
-        cuda_check(cudaMemcpyAsync(d, in.data(), in.size(), cudaMemcpyHostToDevice, s), "up");
-        cuda_check(cudaGraphLaunch(exec, s), "launch");
-        std::vector<uint8_t> out(in.size());
-        cuda_check(cudaMemcpyAsync(out.data(), d, in.size(), cudaMemcpyDeviceToHost, s), "dl");
-        cuda_check(cudaStreamSynchronize(s), "sync");
-        got[size_t(r)].push_back(std::move(out));
-      }
-      cuda_check(cudaGraphExecDestroy(exec), "destroy");
-      cuda_check(cudaGraphDestroy(graph), "destroy");
-      cuda_check(cudaFree(d), "free");
-      cuda_check(cudaStreamDestroy(s), "stream");
+            {d.get(), call.count, call.dtype, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted}, cs);
     });
-  for (std::thread& t : threads) t.join();
+    for (int rep = 0; rep < 5; ++rep) {
+      const std::vector<uint8_t> in = input(r, rep, call);
+      cuda_check(cudaMemcpyAsync(d.get(), in.data(), in.size(), cudaMemcpyHostToDevice, s), "up");
+      graph.launch(s);
+      std::vector<uint8_t> out(in.size());
+      cuda_check(cudaMemcpyAsync(out.data(), d.get(), in.size(), cudaMemcpyDeviceToHost, s), "dl");
+      cuda_check(cudaStreamSynchronize(s), "sync");
+      got[size_t(r)].push_back(std::move(out));
+    }
+  });
+  if (HasFailure()) return;
   for (int rep = 0; rep < 5; ++rep) {
     // Round 1 sums the inputs; rounds 2..4 sum n equal copies (every rank holds the same bits).
     std::vector<uint8_t> want = expected(n, rep, call);
@@ -212,58 +193,43 @@ TEST(P2pAllReduceBench, DISABLED_LatencyVsNccl) {
   for (int64_t count : {int64_t(8192), int64_t(65536), int64_t(524288)}) {
     for (bool nccl : {false, true}) {
       std::vector<double> us(static_cast<size_t>(n));
-      std::vector<std::thread> threads;
-      std::vector<std::string> errors(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r)
-        threads.emplace_back([&, r] {
-          try {
-            cuda_check(cudaSetDevice(r), "set device");
-            cudaStream_t s;
-            cuda_check(cudaStreamCreate(&s), "stream");
-            DeviceBuffer<bf16> x(random_bf16(size_t(count), uint32_t(r)));
-            cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "capture");
-            for (int i = 0; i < kCalls; ++i) {
-              if (nccl) {
-                ncclAllReduce(x.get(), x.get(), size_t(count), ncclBfloat16, ncclSum,
-                              comms[size_t(r)], s);
-              } else {
-                kc::p2p_all_reduce(
-                    {x.get(), count, DType::kBF16, r, n, kMaxBytes, g.blocks[size_t(r)], g.aborted},
-                    s);
+      run_ranks(n, [&](int r, cudaStream_t s) {
+        DeviceBuffer<bf16> x(random_bf16(size_t(count), uint32_t(r)));
+        // NCCL needs the relaxed capture mode here (it fails in thread-local mode).
+        CapturedGraph graph(
+            s,
+            [&](cudaStream_t cs) {
+              for (int i = 0; i < kCalls; ++i) {
+                if (nccl) {
+                  ncclAllReduce(x.get(), x.get(), size_t(count), ncclBfloat16, ncclSum,
+                                comms[size_t(r)], cs);
+                } else {
+                  kc::p2p_all_reduce({x.get(), count, DType::kBF16, r, n, kMaxBytes,
+                                      g.blocks[size_t(r)], g.aborted},
+                                     cs);
+                }
               }
-            }
-            cudaGraph_t graph;
-            cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
-            cudaGraphExec_t exec;
-            cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-            cudaEvent_t a, b;
-            cuda_check(cudaEventCreate(&a), "event");
-            cuda_check(cudaEventCreate(&b), "event");
-            std::vector<float> ms;
-            for (int rep = 0; rep < 6; ++rep) {
-              cuda_check(cudaEventRecord(a, s), "record");
-              cuda_check(cudaGraphLaunch(exec, s), "launch");
-              cuda_check(cudaEventRecord(b, s), "record");
-              cuda_check(cudaEventSynchronize(b), "sync");
-              float t = 0;
-              cuda_check(cudaEventElapsedTime(&t, a, b), "elapsed");
-              if (rep > 0) ms.push_back(t);
-            }
-            std::sort(ms.begin(), ms.end());
-            us[size_t(r)] = 1000.0 * ms[ms.size() / 2] / kCalls;
-            cudaEventDestroy(a);
-            cudaEventDestroy(b);
-            cudaGraphExecDestroy(exec);
-            cudaGraphDestroy(graph);
-            cudaStreamDestroy(s);
-          } catch (const std::exception& e) {
-            errors[size_t(r)] = e.what();  // a throw out of a thread would terminate the run
-          }
-        });
-      for (std::thread& t : threads) t.join();
-      for (int r = 0; r < n; ++r)
-        ASSERT_TRUE(errors[size_t(r)].empty())
-            << "rank " << r << (nccl ? " NCCL" : " P2P") << ": " << errors[size_t(r)];
+            },
+            cudaStreamCaptureModeRelaxed);
+        cudaEvent_t a, b;
+        cuda_check(cudaEventCreate(&a), "event");
+        cuda_check(cudaEventCreate(&b), "event");
+        std::vector<float> ms;
+        for (int rep = 0; rep < 6; ++rep) {
+          cuda_check(cudaEventRecord(a, s), "record");
+          graph.launch(s);
+          cuda_check(cudaEventRecord(b, s), "record");
+          cuda_check(cudaEventSynchronize(b), "sync");
+          float t = 0;
+          cuda_check(cudaEventElapsedTime(&t, a, b), "elapsed");
+          if (rep > 0) ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        us[size_t(r)] = 1000.0 * ms[ms.size() / 2] / kCalls;
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+      });
+      if (HasFailure()) break;
       std::printf("all-reduce %7lld bf16 (%4lld KB) over %d GPUs, %s: %.2f us per call (rank 0)\n",
                   static_cast<long long>(count), static_cast<long long>(count * 2 / 1024), n,
                   nccl ? "NCCL" : "P2P ", us[0]);

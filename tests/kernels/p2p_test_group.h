@@ -2,8 +2,13 @@
 // peer access on, and the host-mapped abort word (what the NCCL communicator's P2pGroup sets up).
 #pragma once
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/comm/p2p_all_reduce.h"
@@ -53,5 +58,28 @@ struct Group {
     (void)cudaFreeHost(aborted);
   }
 };
+
+// Runs fn(r, stream) for every rank r < n on a thread of its own, with device r current and a new
+// stream of it (destroyed afterwards). A rank's exception becomes a test failure naming the rank
+// (a throw out of a thread would end the test binary); returns once every rank is done.
+inline void run_ranks(int n, const std::function<void(int, cudaStream_t)>& fn) {
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      cudaStream_t stream = nullptr;
+      try {
+        cuda_check(cudaSetDevice(r), "set device");
+        cuda_check(cudaStreamCreate(&stream), "stream");
+        fn(r, stream);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+      if (stream) (void)cudaStreamDestroy(stream);
+    });
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < n; ++r)
+    if (!errors[size_t(r)].empty()) ADD_FAILURE() << "rank " << r << ": " << errors[size_t(r)];
+}
 
 }  // namespace serval::testing

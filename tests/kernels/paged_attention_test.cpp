@@ -220,12 +220,12 @@ TEST(CudaPagedAttention, DecodeGraphReplayEqualsEager) {
   cudaStream_t stream;
   cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   // Runs one launch (graph replay or eager) on poisoned out/workspace; returns out's bits.
-  auto run = [&](const std::vector<int32_t>& ctx, cudaGraphExec_t exec) {
+  auto run = [&](const std::vector<int32_t>& ctx, const CapturedGraph* graph) {
     d_ctx.upload(ctx);
     d_out.poison();
     d_ws.poison();
-    if (exec != nullptr) {
-      cuda_check(cudaGraphLaunch(exec, stream), "graph launch");
+    if (graph != nullptr) {
+      graph->launch(stream);
     } else {
       kernels::cuda::paged_attention(p, stream);
     }
@@ -241,16 +241,12 @@ TEST(CudaPagedAttention, DecodeGraphReplayEqualsEager) {
     for (uint16_t b : eager.back()) ASSERT_NE(b & 0x7F80u, 0x7F80u) << "NaN/inf output";
     EXPECT_EQ(run(ctx, nullptr), eager.back()) << "two eager launches differ";
   }
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  kernels::cuda::paged_attention(p, stream);
-  cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
-  cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  for (size_t i = 0; i < steps.size(); ++i)
-    EXPECT_EQ(run(steps[i], exec), eager[i]) << "replay " << i << " differs from eager";
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  {
+    const CapturedGraph graph(stream,
+                              [&](cudaStream_t s) { kernels::cuda::paged_attention(p, s); });
+    for (size_t i = 0; i < steps.size(); ++i)
+      EXPECT_EQ(run(steps[i], &graph), eager[i]) << "replay " << i << " differs from eager";
+  }
   cudaStreamDestroy(stream);
 }
 

@@ -525,21 +525,14 @@ TEST(QuantGemv, BackToBackAndGraphReplayBitExact) {
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         verify("back-to-back");
       }
-      cudaGraph_t graph;
-      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      enqueue(stream);
-      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-      cudaGraphExec_t exec;
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      const CapturedGraph graph(stream, enqueue);
       for (int rep = 0; rep < 3; ++rep) {
         for (auto& y : ys) y->poison();
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        graph.launch(stream);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         verify("graph");
       }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
     }
   }
   cudaStreamDestroy(stream);
