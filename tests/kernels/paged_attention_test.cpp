@@ -1,19 +1,17 @@
 // CUDA paged attention (decode split-KV path and tensor-core prefill path) against the CPU twin,
-// on random non-contiguous block tables with unused cache slots poisoned (NaN).
+// on random non-contiguous block tables with unused cache slots poisoned (NaN). The cases run
+// through run_paged_case (paged_case_util.h).
 #include "kernels/cuda/attention/paged_attention.h"
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <tuple>
 
 #include "base/math.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
-#include "kernels/paged_layout_util.h"
+#include "kernels/paged_case_util.h"
 
 namespace serval::testing {
 namespace {
@@ -21,74 +19,6 @@ namespace {
 // bf16 inputs, fp32 accumulation, bf16 probabilities in P·V and a bf16 output: ~3e-3 rel L2 in
 // practice; 2e-2 (the bound stated for bf16 attention) still catches any masking/indexing bug.
 constexpr double kTol = 2e-2;
-
-struct Case {
-  std::vector<int> q_lens, ctx_lens;
-  int hq, hkv, d;
-  int block_size = 16;
-  int max_context_bound = 0;  // 0: the largest ctx_len
-  float v_scale = 1.0f;
-};
-
-double run_case(const Case& c, uint32_t seed) {
-  const int S = int(c.q_lens.size()), D = c.d, bs = c.block_size;
-  const PagedLayout layout = make_paged_layout(c.q_lens, c.ctx_lens, bs, seed);
-  const std::vector<int32_t>& query_start = layout.query_start;
-  const std::vector<int32_t>& tables = layout.tables;
-  const std::vector<bool>& live = layout.live;
-  const int T = layout.T, max_ctx = layout.max_ctx, max_q = layout.max_q;
-  const int max_blocks = layout.max_blocks, num_blocks = layout.num_blocks;
-
-  // KV: random where a sequence has a token, NaN everywhere else (must never be read).
-  const size_t kv_row = size_t(c.hkv) * D, cache_elems = size_t(num_blocks) * bs * kv_row;
-  auto k = random_bf16(cache_elems, seed + 1), v = random_bf16(cache_elems, seed + 2);
-  for (size_t slot = 0; slot < live.size(); ++slot)
-    if (!live[slot])
-      for (size_t i = 0; i < kv_row; ++i)
-        k[slot * kv_row + i].bits = v[slot * kv_row + i].bits = 0xFFFF;
-  auto q = random_bf16(size_t(T) * c.hq * D, seed + 3, -2.0f, 2.0f);
-  const float scale = 1.0f / std::sqrt(float(D));
-
-  std::vector<float> q_f = to_float(q), k_f = to_float(k), v_f = to_float(v);
-  std::vector<float> want(q.size());
-  kernels::cpu::paged_attention({q_f.data(), want.data(), k_f.data(), v_f.data(),
-                                 query_start.data(), c.ctx_lens.data(), tables.data(), S,
-                                 max_blocks, bs, c.hq, c.hkv, D, scale});
-  for (float& x : want) x *= c.v_scale;
-
-  DeviceBuffer<bf16> d_q(q), d_k(k), d_v(v), d_out(q.size());
-  DeviceBuffer<int32_t> d_qs(query_start),
-      d_ctx(std::vector<int32_t>(c.ctx_lens.begin(), c.ctx_lens.end())), d_tables(tables);
-  const int bound = c.max_context_bound ? c.max_context_bound : max_ctx;
-  const size_t ws_bytes =
-      kernels::cuda::paged_attention_workspace_bytes(S, c.hq, c.hkv, D, max_q, bound);
-  DeviceBuffer<unsigned char> d_ws(ws_bytes);
-  d_ws.poison();
-  d_out.poison();
-  kernels::cuda::PagedAttentionParams p{};
-  p.q = d_q.get();
-  p.out = d_out.get();
-  p.k_cache = d_k.get();
-  p.v_cache = d_v.get();
-  p.query_start = d_qs.get();
-  p.context_lens = d_ctx.get();
-  p.block_tables = d_tables.get();
-  p.num_tokens = T;
-  p.num_seqs = S;
-  p.max_blocks_per_seq = max_blocks;
-  p.block_size = bs;
-  p.num_q_heads = c.hq;
-  p.num_kv_heads = c.hkv;
-  p.head_dim = D;
-  p.max_query_len = max_q;
-  p.max_context_len = bound;
-  p.scale = scale;
-  p.v_scale = c.v_scale;
-  p.workspace = d_ws.get();
-  p.workspace_bytes = ws_bytes;
-  kernels::cuda::paged_attention(p, nullptr);
-  return rel_l2(d_out.download(), want);
-}
 
 TEST(CudaPagedAttention, DecodeMatchesCpu) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
@@ -99,14 +29,14 @@ TEST(CudaPagedAttention, DecodeMatchesCpu) {
       for (int batch : {1, 3, 64}) {
         // Batch 1 runs every context alone; larger batches mix them.
         for (int offset = 0; offset < (batch == 1 ? 4 : 1); ++offset) {
-          Case c;
+          PagedCase c;
           c.hkv = 2;
           c.hq = 2 * group;
           c.d = d;
           c.q_lens.assign(batch, 1);
           for (int i = 0; i < batch; ++i) c.ctx_lens.push_back(contexts[(i + offset) % 4]);
           c.max_context_bound = 4096;  // a fixed bound, as under CUDA graphs: empty splits
-          EXPECT_LT(run_case(c, seed++), kTol)
+          EXPECT_LT(run_paged_case(c, seed++), kTol)
               << "D=" << d << " group=" << group << " batch=" << batch << " ctx0=" << c.ctx_lens[0];
         }
       }
@@ -116,14 +46,14 @@ TEST(CudaPagedAttention, DecodeMatchesCpu) {
 
 TEST(CudaPagedAttention, DecodeExactBoundVScaleAndBigGroup) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  Case c{{1, 1}, {300, 2000}, 32, 4, 128};  // bound = the real max
+  PagedCase c{{1, 1}, {300, 2000}, 32, 4, 128};  // bound = the real max
   c.v_scale = 0.5f;
-  EXPECT_LT(run_case(c, 100), kTol) << "v_scale";
-  Case big{{1, 1, 1}, {5, 700, 64}, 40, 2, 64};  // group 20 > 16 rows: two CTAs per kv head
-  EXPECT_LT(run_case(big, 101), kTol) << "group 20";
-  Case bs32{{1, 1}, {33, 500}, 8, 8, 128};
+  EXPECT_LT(run_paged_case(c, 100), kTol) << "v_scale";
+  PagedCase big{{1, 1, 1}, {5, 700, 64}, 40, 2, 64};  // group 20 > 16 rows: two CTAs per kv head
+  EXPECT_LT(run_paged_case(big, 101), kTol) << "group 20";
+  PagedCase bs32{{1, 1}, {33, 500}, 8, 8, 128};
   bs32.block_size = 32;
-  EXPECT_LT(run_case(bs32, 102), kTol) << "block_size 32";
+  EXPECT_LT(run_paged_case(bs32, 102), kTol) << "block_size 32";
 }
 
 // Split counts from the wave model (paged_attention.cu): a loose bound on few sequences gives
@@ -132,12 +62,12 @@ TEST(CudaPagedAttention, DecodeExactBoundVScaleAndBigGroup) {
 // through the pipeline.
 TEST(CudaPagedAttention, DecodeManySplitsAndUnsplitBatch) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  Case loose{{1, 1, 1}, {8191, 300, 64}, 32, 4, 128};
+  PagedCase loose{{1, 1, 1}, {8191, 300, 64}, 32, 4, 128};
   loose.max_context_bound = 32768;
-  EXPECT_LT(run_case(loose, 110), kTol) << "bound 32768";
-  Case full{std::vector<int>(64, 1), std::vector<int>(64, 512), 32, 4, 128};
+  EXPECT_LT(run_paged_case(loose, 110), kTol) << "bound 32768";
+  PagedCase full{std::vector<int>(64, 1), std::vector<int>(64, 512), 32, 4, 128};
   full.ctx_lens[5] = 500;  // one sequence ending inside a tile
-  EXPECT_LT(run_case(full, 111), kTol) << "batch 64 ctx 512";
+  EXPECT_LT(run_paged_case(full, 111), kTol) << "batch 64 ctx 512";
   for (int seqs : {1, 8, 64, 256}) {
     for (int bound : {1, 64, 65, 1024, 4096, 40960}) {
       const int splits = kernels::cuda::paged_attention_num_splits(seqs, 32, 4, bound);
@@ -164,15 +94,16 @@ TEST(CudaPagedAttention, DecodeShortAndMediumContexts) {
     for (int bound : {0, 1024, 40960}) {
       for (int batch : {1, 3}) {
         for (int i = 0; i < n; ++i) {
-          Case c;
+          PagedCase c;
           c.hq = hq;
           c.hkv = hkv;
           c.d = d;
           c.q_lens.assign(batch, 1);
           for (int b = 0; b < batch; ++b) c.ctx_lens.push_back(contexts[(i + 2 * b) % n]);
           c.max_context_bound = bound;
-          EXPECT_LT(run_case(c, seed++), kTol) << "Hq=" << hq << " D=" << d << " bound=" << bound
-                                               << " batch=" << batch << " ctx0=" << c.ctx_lens[0];
+          EXPECT_LT(run_paged_case(c, seed++), kTol)
+              << "Hq=" << hq << " D=" << d << " bound=" << bound << " batch=" << batch
+              << " ctx0=" << c.ctx_lens[0];
         }
       }
     }
@@ -187,43 +118,27 @@ TEST(CudaPagedAttention, DecodeShortAndMediumContexts) {
 TEST(CudaPagedAttention, DecodeGraphReplayEqualsEager) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   const int S = 3, hq = 32, hkv = 4, D = 128, bs = 16, bound = 40960;
-  const std::vector<int> full = {1024, 1024, 1024};
-  const PagedLayout layout = make_paged_layout(std::vector<int>(S, 1), full, bs, 77);
-  const size_t cache_elems = size_t(layout.num_blocks) * bs * hkv * D;
-  DeviceBuffer<bf16> d_q(random_bf16(size_t(S) * hq * D, 78, -2.0f, 2.0f)),
-      d_k(random_bf16(cache_elems, 79)), d_v(random_bf16(cache_elems, 80)),
-      d_out(size_t(S) * hq * D);
-  DeviceBuffer<int32_t> d_qs(layout.query_start), d_ctx{size_t(S)}, d_tables(layout.tables);
-  const size_t ws_bytes = kernels::cuda::paged_attention_workspace_bytes(S, hq, hkv, D, 1, bound);
-  ASSERT_GT(ws_bytes, 0u) << "the loose bound must split";
-  DeviceBuffer<unsigned char> d_ws(ws_bytes);
-  kernels::cuda::PagedAttentionParams p{};
-  p.q = d_q.get();
-  p.out = d_out.get();
-  p.k_cache = d_k.get();
-  p.v_cache = d_v.get();
-  p.query_start = d_qs.get();
-  p.context_lens = d_ctx.get();
-  p.block_tables = d_tables.get();
-  p.num_tokens = p.num_seqs = S;
-  p.max_blocks_per_seq = layout.max_blocks;
-  p.block_size = bs;
-  p.num_q_heads = hq;
-  p.num_kv_heads = hkv;
-  p.head_dim = D;
-  p.max_query_len = 1;
-  p.max_context_len = bound;
-  p.scale = 1.0f / std::sqrt(float(D));
-  p.workspace = d_ws.get();
-  p.workspace_bytes = ws_bytes;
+  // Every slot holds finite values (no NaN fill): the contexts change under the same tables.
+  PagedProblem pr;
+  pr.layout = make_paged_layout(std::vector<int>(S, 1), {1024, 1024, 1024}, bs, 77);
+  const size_t cache_elems = size_t(pr.layout.num_blocks) * bs * hkv * D;
+  pr.num_q_heads = hq;
+  pr.num_kv_heads = hkv;
+  pr.head_dim = D;
+  pr.q = random_bf16(size_t(S) * hq * D, 78, -2.0f, 2.0f);
+  pr.k = bf16_bytes(random_bf16(cache_elems, 79));
+  pr.v = bf16_bytes(random_bf16(cache_elems, 80));
+  pr.scale = 1.0f / std::sqrt(float(D));
+  PagedDeviceProblem dev(pr, bound);
+  ASSERT_GT(dev.workspace.size(), 0u) << "the loose bound must split";
+  const kernels::cuda::PagedAttentionParams& p = dev.params;
 
   cudaStream_t stream;
   cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   // Runs one launch (graph replay or eager) on poisoned out/workspace; returns out's bits.
   auto run = [&](const std::vector<int32_t>& ctx, const CapturedGraph* graph) {
-    d_ctx.upload(ctx);
-    d_out.poison();
-    d_ws.poison();
+    dev.context_lens.upload(ctx);
+    dev.poison();
     if (graph != nullptr) {
       graph->launch(stream);
     } else {
@@ -231,7 +146,7 @@ TEST(CudaPagedAttention, DecodeGraphReplayEqualsEager) {
     }
     cuda_check(cudaStreamSynchronize(stream), "decode");
     std::vector<uint16_t> bits;
-    for (const bf16& x : d_out.download()) bits.push_back(x.bits);
+    for (const bf16& x : dev.out.download()) bits.push_back(x.bits);
     return bits;
   };
   const std::vector<std::vector<int32_t>> steps = {{56, 300, 1024}, {1, 1024, 17}, {1024, 15, 512}};
@@ -253,8 +168,9 @@ TEST(CudaPagedAttention, DecodeGraphReplayEqualsEager) {
 TEST(CudaPagedAttention, TinyHeadDims) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   for (int d : {16, 32}) {
-    EXPECT_LT(run_case({{1, 1, 1}, {1, 90, 300}, 4, 2, d}, 200 + d), kTol) << "decode D=" << d;
-    EXPECT_LT(run_case({{70, 3}, {70, 40}, 4, 2, d}, 300 + d), kTol) << "prefill D=" << d;
+    EXPECT_LT(run_paged_case({{1, 1, 1}, {1, 90, 300}, 4, 2, d}, 200 + d), kTol)
+        << "decode D=" << d;
+    EXPECT_LT(run_paged_case({{70, 3}, {70, 40}, 4, 2, d}, 300 + d), kTol) << "prefill D=" << d;
   }
 }
 
@@ -262,10 +178,10 @@ TEST(CudaPagedAttention, PrefillSingleSequence) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   for (int d : {64, 128}) {
     for (int len : {1, 2, 15, 63, 64, 65, 130, 600}) {
-      Case c{{len}, {len}, 8, 2, d};
+      PagedCase c{{len}, {len}, 8, 2, d};
       // max_query_len 1 would pick decode; the prefill path is forced by len ≥ 2, and len 1
       // here goes through decode — both must agree with the CPU.
-      EXPECT_LT(run_case(c, uint32_t(400 + len + d)), kTol) << "D=" << d << " len=" << len;
+      EXPECT_LT(run_paged_case(c, uint32_t(400 + len + d)), kTol) << "D=" << d << " len=" << len;
     }
   }
 }
@@ -274,10 +190,10 @@ TEST(CudaPagedAttention, ChunkedPrefillMixedBatch) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   // Mixed query lengths with prior context (chunked prefill), including decode rows (q_len 1).
   for (int d : {64, 128}) {
-    Case c{{5, 64, 1, 200, 130, 1}, {5, 164, 4000, 237, 1030, 17}, 16, 4, d};
-    EXPECT_LT(run_case(c, 500 + d), kTol) << "D=" << d;
-    Case mha{{33, 97}, {33, 300}, 4, 4, d};  // group 1
-    EXPECT_LT(run_case(mha, 600 + d), kTol) << "MHA D=" << d;
+    PagedCase c{{5, 64, 1, 200, 130, 1}, {5, 164, 4000, 237, 1030, 17}, 16, 4, d};
+    EXPECT_LT(run_paged_case(c, 500 + d), kTol) << "D=" << d;
+    PagedCase mha{{33, 97}, {33, 300}, 4, 4, d};  // group 1
+    EXPECT_LT(run_paged_case(mha, 600 + d), kTol) << "MHA D=" << d;
   }
 }
 
