@@ -31,13 +31,10 @@ inline int distinct_experts(const std::vector<float>& logits, int tokens, int ex
   return int(std::count(hit.begin(), hit.end(), true));
 }
 
-// make_call(T, seed) → std::unique_ptr<Call> (Call has `logits`, the router logits on the host);
-// args_of(Call&, MoeCudaBackend) → MoeCudaArgs. expert_bytes: one expert's weight bytes.
-template <typename MakeCall, typename ArgsOf>
-void benchmark_moe_layer(const char* title, double expert_bytes, int hidden, int experts, int top_k,
-                         MakeCall&& make_call, ArgsOf&& args_of) {
-  using backend::moe::MoeCudaArgs;
-  using backend::moe::MoeCudaBackend;
+// The layer's calls at T = 1, 2, 4 … 8192 tokens (softmax top-k, renormalized; inputs seeded
+// 4242 + T + 7919·i for graph layer i) on both backends. expert_bytes: one expert's weight bytes.
+inline void benchmark_moe_layer(const char* title, double expert_bytes, const MoeTestLayer& l) {
+  const int hidden = l.s.hidden, experts = l.s.experts, top_k = l.s.top_k;
   constexpr MoeCudaBackend kBackends[] = {MoeCudaBackend::kLatency, MoeCudaBackend::kThroughput};
   constexpr int kGraphLayers = 8, kGraphMaxTokens = 256;
   int crossover = -1;
@@ -48,10 +45,10 @@ void benchmark_moe_layer(const char* title, double expert_bytes, int hidden, int
       title, kGraphLayers);
   for (int T = 1; T <= 8192; T *= 2) {
     const int layers = T <= kGraphMaxTokens ? kGraphLayers : 1;
-    std::vector<decltype(make_call(T, 0u))> calls;
+    std::vector<std::unique_ptr<MoeCall>> calls;
     double distinct = 0;
     for (int i = 0; i < layers; ++i) {
-      calls.push_back(make_call(T, unsigned(4242 + T + 7919 * i)));
+      calls.push_back(std::make_unique<MoeCall>(l, T, unsigned(4242 + T + 7919 * i)));
       distinct += distinct_experts(calls.back()->logits, T, experts, top_k) / double(layers);
     }
     const double bytes = distinct * expert_bytes + 2.0 * T * hidden * 2;
@@ -59,11 +56,11 @@ void benchmark_moe_layer(const char* title, double expert_bytes, int hidden, int
     double eager[2], graph[2];
     for (int b = 0; b < 2; ++b) {
       std::vector<MoeCudaArgs> args;
-      for (auto& c : calls) args.push_back(args_of(*c, kBackends[b]));
-      eager[b] = median_us([&] { backend::moe::moe_forward_cuda(args[0], nullptr); }, 50);
+      for (auto& c : calls) args.push_back(c->args(l, kBackends[b]));
+      eager[b] = median_us([&] { moe_forward_cuda(args[0], nullptr); }, 50);
       graph[b] = graph_us(
           [&](cudaStream_t s) {
-            for (const MoeCudaArgs& a : args) backend::moe::moe_forward_cuda(a, s);
+            for (const MoeCudaArgs& a : args) moe_forward_cuda(a, s);
           },
           layers, 30);
     }

@@ -5,16 +5,14 @@
 // bf16 (relative error ≤ 2⁻⁹ each) and the output to bf16; the CPU keeps fp32 throughout.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
 
-#include "backend/moe/moe_cpu.h"
 #include "backend/moe/moe_cuda.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_routing.h"
 #include "kernels/cuda_test_util.h"
@@ -25,149 +23,54 @@
 namespace serval::backend::moe {
 namespace {
 
-using serval::testing::moe_util::DeviceBuffer;
-using serval::testing::moe_util::Rng;
+namespace mu = serval::testing::moe_util;
+using mu::DeviceBuffer;
+using mu::Rng;
 
 constexpr double kTol = 2e-2;
 
-struct Shape {
-  int experts, top_k, hidden, inter;
-};
-constexpr Shape kSmall{8, 2, 256, 128};    // Mixtral-like, scaled down
-constexpr Shape kQwen{128, 8, 2048, 768};  // Qwen3-30B-A3B layer
+using Shape = mu::MoeShape;
+constexpr Shape kSmall = mu::kMoeSmall;  // Mixtral-like, scaled down
+constexpr Shape kQwen = mu::kMoeQwen3;   // Qwen3-30B-A3B layer
+using Call = mu::MoeCall;
 
-// One layer's weights on host (bf16) and device; router rows random or all zero (ties).
-struct Layer {
-  Shape s;
-  int local_offset, num_local;
-  std::vector<bf16> gate_up, down;
-  std::vector<float> router;  // [E, H] f32 (bf16-rounded values)
+// One layer with bf16 experts on host and device; router rows random or all zero (ties).
+struct Layer : mu::MoeTestLayer {
+  std::vector<bf16> gate_up, down;  // [local, 2·inter, hidden], [local, hidden, inter]
   std::unique_ptr<DeviceBuffer> d_gate_up, d_down;
 
   Layer(Shape shape, int offset, int local, bool zero_router, uint64_t seed)
-      : s(shape), local_offset(offset), num_local(local) {
+      : MoeTestLayer(shape, offset, local) {
     Rng rng(seed);
-    gate_up = serval::testing::moe_util::random_bf16(size_t(local) * 2 * s.inter * s.hidden,
-                                                     1.0f / std::sqrt(float(s.hidden)), rng);
-    down = serval::testing::moe_util::random_bf16(size_t(local) * s.hidden * s.inter,
-                                                  1.0f / std::sqrt(float(s.inter)), rng);
-    router.resize(size_t(s.experts) * s.hidden);
-    for (auto& v : router) v = zero_router ? 0.0f : bf16_to_float(float_to_bf16(rng.uniform()));
-    d_gate_up = std::make_unique<DeviceBuffer>(gate_up.size() * 2);
-    d_down = std::make_unique<DeviceBuffer>(down.size() * 2);
-    d_gate_up->upload(gate_up);
-    d_down->upload(down);
+    gate_up = mu::random_bf16(size_t(local) * 2 * s.inter * s.hidden,
+                              1.0f / std::sqrt(float(s.hidden)), rng);
+    down =
+        mu::random_bf16(size_t(local) * s.hidden * s.inter, 1.0f / std::sqrt(float(s.inter)), rng);
+    router = mu::random_router(s, rng, zero_router);
+    d_gate_up = std::make_unique<DeviceBuffer>(gate_up);
+    d_down = std::make_unique<DeviceBuffer>(down);
   }
 
-  MoeWeights cpu_weights(kernels::RoutingMethod method, bool renormalize) {
-    MoeWeights w;
-    w.router = host_view(router.data(), DType::kF32, {s.experts, s.hidden}, nullptr);
+  void set_cpu_experts(MoeWeights& w) const override {
     w.gate_up =
         host_view(gate_up.data(), DType::kBF16, {num_local, 2 * s.inter, s.hidden}, nullptr);
     w.down = host_view(down.data(), DType::kBF16, {num_local, s.hidden, s.inter}, nullptr);
-    w.num_experts = s.experts;
-    w.top_k = s.top_k;
-    w.hidden = s.hidden;
-    w.inter = s.inter;
-    w.routing = method;
-    w.renormalize = renormalize;
-    w.local_offset = local_offset;
-    w.num_local = num_local;
-    return w;
+  }
+  void set_cuda_experts(MoeCudaArgs& a) const override {
+    a.gate_up = d_gate_up->as<bf16>();
+    a.down = d_down->as<bf16>();
   }
 };
-
-// Device inputs and outputs of one call.
-struct Call {
-  int tokens;
-  std::vector<bf16> x;
-  std::vector<float> logits;
-  DeviceBuffer d_x, d_logits, d_out, d_ws;
-
-  Call(Layer& l, int T, uint64_t seed)
-      : tokens(T),
-        d_x(size_t(T) * l.s.hidden * 2),
-        d_logits(size_t(T) * l.s.experts * 4),
-        d_out(size_t(T) * l.s.hidden * 2),
-        d_ws(moe_workspace_bytes(T, l.s.top_k, l.num_local, l.s.hidden, l.s.inter)) {
-    Rng rng(seed);
-    x = serval::testing::moe_util::random_bf16(size_t(T) * l.s.hidden, 1.0f, rng);
-    // Router logits exactly as moe_forward_cpu computes them (same function, same inputs).
-    std::vector<float> xf = serval::testing::moe_util::to_float(x);
-    logits.resize(size_t(T) * l.s.experts);
-    kernels::cpu::linear({xf.data(), l.router.data(), DType::kF32, nullptr, logits.data(), T,
-                          l.s.experts, l.s.hidden});
-    d_x.upload(x);
-    d_logits.upload(logits);
-  }
-
-  MoeCudaArgs args(Layer& l, kernels::RoutingMethod method, bool renormalize,
-                   MoeCudaBackend backend) {
-    MoeCudaArgs a;
-    a.x = d_x.as<bf16>();
-    a.router_logits = d_logits.as<float>();
-    a.out = d_out.as<bf16>();
-    a.gate_up = l.d_gate_up->as<bf16>();
-    a.down = l.d_down->as<bf16>();
-    a.num_tokens = tokens;
-    a.num_experts = l.s.experts;
-    a.top_k = l.s.top_k;
-    a.hidden = l.s.hidden;
-    a.inter = l.s.inter;
-    a.routing = method;
-    a.renormalize = renormalize;
-    a.local_offset = l.local_offset;
-    a.num_local = l.num_local;
-    a.backend = backend;
-    a.workspace = d_ws.as<void>();
-    a.workspace_bytes = d_ws.bytes();
-    return a;
-  }
-
-  std::vector<float> run(const MoeCudaArgs& a) {
-    d_out.poison();
-    moe_forward_cuda(a, nullptr);
-    serval::testing::moe_util::cuda_ok(cudaDeviceSynchronize(), "moe_forward_cuda");
-    return serval::testing::moe_util::to_float(d_out.download<bf16>(size_t(tokens) * a.hidden));
-  }
-};
-
-// CPU reference on every `stride`-th token (tokens are independent), compared with the GPU rows.
-void expect_matches_cpu(Layer& l, Call& c, const std::vector<float>& gpu,
-                        kernels::RoutingMethod method, bool renormalize, const char* what) {
-  const int H = l.s.hidden;
-  const int stride = std::max(1, c.tokens / 128);
-  std::vector<int> rows;
-  for (int t = 0; t < c.tokens; t += stride) rows.push_back(t);
-  std::vector<float> xs(rows.size() * H), ref(rows.size() * H), got(rows.size() * H);
-  for (size_t i = 0; i < rows.size(); ++i)
-    for (int h = 0; h < H; ++h) {
-      xs[i * H + h] = bf16_to_float(c.x[size_t(rows[i]) * H + h]);
-      got[i * H + h] = gpu[size_t(rows[i]) * H + h];
-    }
-  MoeWeights w = l.cpu_weights(method, renormalize);
-  moe_forward_cpu(xs.data(), int(rows.size()), w, ref.data());
-  double ref_norm = 0;
-  for (float v : ref) ref_norm += double(v) * v;
-  if (ref_norm == 0) {  // nothing routed to this rank: exact zeros expected
-    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 0.0f) << what << " elem " << i;
-    return;
-  }
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isfinite(got[i])) << what << " " << i;
-  const double err = serval::testing::moe_util::rel_l2(got, ref);
-  EXPECT_LT(err, kTol) << what << ": tokens " << c.tokens;
-}
 
 const char* name(MoeCudaBackend b) {
   return b == MoeCudaBackend::kLatency ? "latency" : "throughput";
 }
 
+// The call of T tokens (inputs seeded 77 + T) vs moe_forward_cpu (moe_test_util.h).
 void check(Layer& l, int T, MoeCudaBackend b,
            kernels::RoutingMethod method = kernels::RoutingMethod::kSoftmaxTopK,
            bool renormalize = true) {
-  Call c(l, T, 77 + T);
-  auto gpu = c.run(c.args(l, method, renormalize, b));
-  expect_matches_cpu(l, c, gpu, method, renormalize, name(b));
+  mu::expect_forward_matches_cpu(l, T, 77 + T, b, name(b), kTol, method, renormalize);
 }
 
 constexpr MoeCudaBackend kBoth[] = {MoeCudaBackend::kLatency, MoeCudaBackend::kThroughput};
@@ -232,30 +135,9 @@ TEST_F(MoeForwardGpu, LocalExpertSlice) {
 }
 
 TEST_F(MoeForwardGpu, LatencyGraphReplayIsBitIdentical) {
-  for (int T : {1, 8, 64}) {
-    Call c(qwen(), T, 900 + T);
-    const MoeCudaArgs a =
-        c.args(qwen(), kernels::RoutingMethod::kSoftmaxTopK, true, MoeCudaBackend::kLatency);
-    auto eager = c.d_out.download<uint16_t>(0);
-    c.run(a);
-    eager = c.d_out.download<uint16_t>(size_t(T) * a.hidden);
-
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    // Capture once eagerly-warmed (kernel attributes are set outside the capture).
-    const serval::testing::CapturedGraph graph(stream,
-                                               [&](cudaStream_t) { moe_forward_cuda(a, stream); });
-    for (int rep = 0; rep < 3; ++rep) {
-      c.d_out.poison();
-      cudaMemset(c.d_ws.as<void>(), 0xFF, c.d_ws.bytes());  // maps must be rebuilt each replay
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);      // poison done before `stream` runs
-      graph.launch(stream);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      auto replay = c.d_out.download<uint16_t>(size_t(T) * a.hidden);
-      ASSERT_EQ(replay, eager) << "tokens " << T << " replay " << rep;
-    }
-    cudaStreamDestroy(stream);
-  }
+  for (int T : {1, 8, 64})
+    ASSERT_NO_FATAL_FAILURE(mu::expect_graph_replay_equals_eager(
+        qwen(), T, 900 + T, MoeCudaBackend::kLatency, name(MoeCudaBackend::kLatency)));
 }
 
 // The latency GEMMs at token tile 8 pick 128-, 64- or 32-row weight tiles from the grid size
@@ -301,8 +183,7 @@ TEST_F(MoeForwardGpu, LatencyWeightTilesAllCovered) {
 TEST_F(MoeForwardGpu, BackToBackLayersMatchSynchronized) {
   for (int T : {1, 2, 8, 64}) {
     Call c(qwen(), T, 1300 + T);
-    const MoeCudaArgs a1 =
-        c.args(qwen(), kernels::RoutingMethod::kSoftmaxTopK, true, MoeCudaBackend::kLatency);
+    const MoeCudaArgs a1 = c.args(qwen(), MoeCudaBackend::kLatency);
     DeviceBuffer out2(size_t(T) * a1.hidden * 2);
     MoeCudaArgs a2 = a1;
     a2.x = a1.out;
@@ -317,36 +198,27 @@ TEST_F(MoeForwardGpu, BackToBackLayersMatchSynchronized) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto ref1 = c.d_out.download<uint16_t>(n), ref2 = out2.download<uint16_t>(n);
 
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    const mu::Stream stream;
     auto both = [&](cudaStream_t s) {
       moe_forward_cuda(a1, s);
       moe_forward_cuda(a2, s);
     };
-    auto check_outputs = [&](const char* how) {
-      EXPECT_EQ(c.d_out.download<uint16_t>(n), ref1) << how << " layer 1, tokens " << T;
-      EXPECT_EQ(out2.download<uint16_t>(n), ref2) << how << " layer 2, tokens " << T;
+    // Three runs of `launch` on `stream`, outputs and workspace poisoned before each.
+    auto expect_reference = [&](const char* how, const std::function<void()>& launch) {
+      for (int rep = 0; rep < 3; ++rep) {
+        c.d_out.poison();
+        out2.poison();
+        c.d_ws.poison();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // poison done before `stream` runs
+        launch();
+        ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+        EXPECT_EQ(c.d_out.download<uint16_t>(n), ref1) << how << " layer 1, tokens " << T;
+        EXPECT_EQ(out2.download<uint16_t>(n), ref2) << how << " layer 2, tokens " << T;
+      }
     };
-    for (int rep = 0; rep < 3; ++rep) {
-      c.d_out.poison();
-      out2.poison();
-      c.d_ws.poison();
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // poison done before `stream` runs
-      both(stream);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      check_outputs("eager");
-    }
-    const serval::testing::CapturedGraph graph(stream, both);
-    for (int rep = 0; rep < 3; ++rep) {
-      c.d_out.poison();
-      out2.poison();
-      c.d_ws.poison();
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // poison done before `stream` runs
-      graph.launch(stream);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      check_outputs("graph");
-    }
-    cudaStreamDestroy(stream);
+    ASSERT_NO_FATAL_FAILURE(expect_reference("eager", [&] { both(stream.get()); }));
+    const serval::testing::CapturedGraph graph(stream.get(), both);
+    ASSERT_NO_FATAL_FAILURE(expect_reference("graph", [&] { graph.launch(stream.get()); }));
   }
 }
 
@@ -359,8 +231,7 @@ void check_finalize(int T, int k, int hidden) {
                << "finalize tokens " << T << ", top_k " << k << ", hidden " << hidden);
   Rng rng(uint64_t(T) * 1009 + k * 31 + hidden);
   const int rows = T * k + 5;
-  const std::vector<bf16> y =
-      serval::testing::moe_util::random_bf16(size_t(rows) * hidden, 2.0f, rng);
+  const std::vector<bf16> y = mu::random_bf16(size_t(rows) * hidden, 2.0f, rng);
   std::vector<int32_t> e2p(size_t(T) * k);
   std::vector<float> w(e2p.size());
   for (size_t i = 0; i < e2p.size(); ++i) {
@@ -378,11 +249,7 @@ void check_finalize(int T, int k, int hidden) {
       }
       ref[size_t(t) * hidden + h] = float_to_bf16(acc).bits;
     }
-  DeviceBuffer d_y(y.size() * 2), d_e2p(e2p.size() * 4), d_w(w.size() * 4),
-      d_out(size_t(T) * hidden * 2);
-  d_y.upload(y);
-  d_e2p.upload(e2p);
-  d_w.upload(w);
+  DeviceBuffer d_y(y), d_e2p(e2p), d_w(w), d_out(size_t(T) * hidden * 2);
   d_out.poison();
   kernels::cuda::moe_finalize(
       {d_y.as<bf16>(), d_e2p.as<int32_t>(), d_w.as<float>(), d_out.as<bf16>(), T, k, hidden},
@@ -405,12 +272,7 @@ TEST_F(MoeForwardGpu, FinalizeBitExact) {
 // One Qwen3-30B-A3B layer with bf16 experts (moe_bench_util.h).
 TEST_F(MoeForwardGpu, DISABLED_BenchmarkQwen3Layer) {
   Layer& l = qwen();
-  serval::testing::moe_util::benchmark_moe_layer(
-      "bf16 experts", 3.0 * l.s.hidden * l.s.inter * 2, l.s.hidden, l.s.experts, l.s.top_k,
-      [&](int T, uint64_t seed) { return std::make_unique<Call>(l, T, seed); },
-      [&](Call& c, MoeCudaBackend backend) {
-        return c.args(l, kernels::RoutingMethod::kSoftmaxTopK, true, backend);
-      });
+  mu::benchmark_moe_layer("bf16 experts", 3.0 * l.s.hidden * l.s.inter * 2, l);
 }
 
 }  // namespace

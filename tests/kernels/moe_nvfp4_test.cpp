@@ -8,17 +8,14 @@
 // (≤ 2⁻⁹ relative each) while the CPU keeps fp32.
 #include <gtest/gtest.h>
 
-#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <vector>
 
-#include "backend/moe/moe_cpu.h"
 #include "backend/moe/moe_cuda.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
-#include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_bench_util.h"
 #include "kernels/moe_nvfp4_test_util.h"
@@ -34,26 +31,22 @@ using serval::testing::moe_util::HostStack;
 
 constexpr double kTol = 2e-2;
 
-struct Shape {
-  int experts, top_k, hidden, inter;
-};
-constexpr Shape kSmall{8, 2, 256, 128};
-constexpr Shape kQwen{128, 8, 2048, 768};
+using Shape = mu::MoeShape;
+constexpr Shape kSmall = mu::kMoeSmall;
+constexpr Shape kQwen = mu::kMoeQwen3;
+using Call = mu::MoeCall;
 
 // A stack repacked on the device by the production kernel (no padding: shapes are aligned).
 struct DeviceStack {
   std::unique_ptr<DeviceBuffer> codes, scales, global;
 
   DeviceStack(const HostStack& h, bool gated) {
-    DeviceBuffer src_codes(h.codes.size()), src_scales(h.scales.size());
-    src_codes.upload(h.codes);
-    src_scales.upload(h.scales);
+    DeviceBuffer src_codes(h.codes), src_scales(h.scales);
     codes =
         std::make_unique<DeviceBuffer>(kernels::cuda::moe_nvfp4_data_bytes(h.experts, h.rows, h.k));
     scales = std::make_unique<DeviceBuffer>(
         kernels::cuda::moe_nvfp4_scale_bytes(h.experts, h.rows, h.k));
-    global = std::make_unique<DeviceBuffer>(h.global.size() * 4);
-    global->upload(h.global);
+    global = std::make_unique<DeviceBuffer>(h.global);
     codes->poison();
     scales->poison();
     kernels::cuda::MoeNvfp4RepackParams p{};
@@ -74,135 +67,40 @@ struct DeviceStack {
   }
 };
 
-struct Layer {
-  Shape s;
-  int local_offset, num_local;
-  std::vector<float> router;  // [E, H] f32 (bf16-rounded values)
+// One layer with NVFP4 experts: host stacks for the CPU reference, repacked device copies.
+struct Layer : mu::MoeTestLayer {
   HostStack gate_up, down;
   DeviceStack d_gate_up, d_down;
 
   Layer(Shape shape, int offset, int local, uint64_t seed)
-      : s(shape),
-        local_offset(offset),
-        num_local(local),
-        router(make_router(shape, seed)),
+      : MoeTestLayer(shape, offset, local),
         gate_up(local, 2 * shape.inter, shape.hidden, 1.0f / std::sqrt(float(shape.hidden)),
                 seed + 1),
         down(local, shape.hidden, shape.inter, 1.0f / std::sqrt(float(shape.inter)), seed + 2),
         d_gate_up(gate_up, true),
-        d_down(down, false) {}
-
-  static std::vector<float> make_router(Shape s, uint64_t seed) {
+        d_down(down, false) {
     Rng rng(seed);
-    std::vector<float> r(size_t(s.experts) * s.hidden);
-    for (auto& v : r) v = bf16_to_float(float_to_bf16(rng.uniform()));
-    return r;
+    router = mu::random_router(shape, rng);
   }
 
-  MoeWeights cpu_weights() {
-    MoeWeights w;
-    w.router = host_view(router.data(), DType::kF32, {s.experts, s.hidden}, nullptr);
+  void set_cpu_experts(MoeWeights& w) const override {
     w.gate_up_q = gate_up.host_weight();
     w.down_q = down.host_weight();
-    w.num_experts = s.experts;
-    w.top_k = s.top_k;
-    w.hidden = s.hidden;
-    w.inter = s.inter;
-    w.routing = kernels::RoutingMethod::kSoftmaxTopK;
-    w.renormalize = true;
-    w.local_offset = local_offset;
-    w.num_local = num_local;
-    return w;
   }
-};
-
-// Device inputs and outputs of one call; router logits exactly as moe_forward_cpu computes them.
-struct Call {
-  int tokens;
-  std::vector<bf16> x;
-  std::vector<float> logits;
-  DeviceBuffer d_x, d_logits, d_out, d_ws;
-
-  Call(Layer& l, int T, uint64_t seed)
-      : tokens(T),
-        d_x(size_t(T) * l.s.hidden * 2),
-        d_logits(size_t(T) * l.s.experts * 4),
-        d_out(size_t(T) * l.s.hidden * 2),
-        d_ws(moe_workspace_bytes(T, l.s.top_k, l.num_local, l.s.hidden, l.s.inter)) {
-    Rng rng(seed);
-    x = mu::random_bf16(size_t(T) * l.s.hidden, 1.0f, rng);
-    std::vector<float> xf = mu::to_float(x);
-    logits.resize(size_t(T) * l.s.experts);
-    kernels::cpu::linear({xf.data(), l.router.data(), DType::kF32, nullptr, logits.data(), T,
-                          l.s.experts, l.s.hidden});
-    d_x.upload(x);
-    d_logits.upload(logits);
-  }
-
-  MoeCudaArgs args(Layer& l, MoeCudaBackend backend) {
-    MoeCudaArgs a;
-    a.x = d_x.as<bf16>();
-    a.router_logits = d_logits.as<float>();
-    a.out = d_out.as<bf16>();
-    a.gate_up = nullptr;
-    a.down = nullptr;
+  void set_cuda_experts(MoeCudaArgs& a) const override {
     a.format = MoeExpertFormat::kNvfp4;
-    a.gate_up_q = l.d_gate_up.view();
-    a.down_q = l.d_down.view();
-    a.num_tokens = tokens;
-    a.num_experts = l.s.experts;
-    a.top_k = l.s.top_k;
-    a.hidden = l.s.hidden;
-    a.inter = l.s.inter;
-    a.local_offset = l.local_offset;
-    a.num_local = l.num_local;
-    a.backend = backend;
-    a.workspace = d_ws.as<void>();
-    a.workspace_bytes = d_ws.bytes();
-    return a;
-  }
-
-  std::vector<float> run(const MoeCudaArgs& a) {
-    d_out.poison();
-    moe_forward_cuda(a, nullptr);
-    mu::cuda_ok(cudaDeviceSynchronize(), "moe_forward_cuda");
-    return mu::to_float(d_out.download<bf16>(size_t(tokens) * a.hidden));
+    a.gate_up_q = d_gate_up.view();
+    a.down_q = d_down.view();
   }
 };
-
-// CPU reference on every `stride`-th token (tokens are independent) vs the GPU rows.
-void expect_matches_cpu(Layer& l, Call& c, const std::vector<float>& gpu, const char* what) {
-  const int H = l.s.hidden;
-  const int stride = std::max(1, c.tokens / 128);
-  std::vector<int> rows;
-  for (int t = 0; t < c.tokens; t += stride) rows.push_back(t);
-  std::vector<float> xs(rows.size() * H), ref(rows.size() * H), got(rows.size() * H);
-  for (size_t i = 0; i < rows.size(); ++i)
-    for (int h = 0; h < H; ++h) {
-      xs[i * H + h] = bf16_to_float(c.x[size_t(rows[i]) * H + h]);
-      got[i * H + h] = gpu[size_t(rows[i]) * H + h];
-    }
-  MoeWeights w = l.cpu_weights();
-  moe_forward_cpu(xs.data(), int(rows.size()), w, ref.data());
-  double ref_norm = 0;
-  for (float v : ref) ref_norm += double(v) * v;
-  if (ref_norm == 0) {  // nothing routed to this rank: exact zeros expected
-    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 0.0f) << what << " elem " << i;
-    return;
-  }
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isfinite(got[i])) << what << " " << i;
-  const double err = mu::rel_l2(got, ref);
-  EXPECT_LT(err, kTol) << what << ": tokens " << c.tokens;
-}
 
 const char* name(MoeCudaBackend b) {
   return b == MoeCudaBackend::kLatency ? "nvfp4 latency" : "nvfp4 throughput";
 }
 
+// The call of T tokens (inputs seeded 311 + T) vs moe_forward_cpu (moe_test_util.h).
 void check(Layer& l, int T, MoeCudaBackend b) {
-  Call c(l, T, 311 + T);
-  auto gpu = c.run(c.args(l, b));
-  expect_matches_cpu(l, c, gpu, name(b));
+  mu::expect_forward_matches_cpu(l, T, 311 + T, b, name(b), kTol);
 }
 
 constexpr MoeCudaBackend kBoth[] = {MoeCudaBackend::kLatency, MoeCudaBackend::kThroughput};
@@ -249,25 +147,8 @@ TEST_F(MoeNvfp4Gpu, GraphReplayEqualsEager) {
   for (Case k : {Case{1, MoeCudaBackend::kLatency}, Case{4, MoeCudaBackend::kLatency},
                  Case{8, MoeCudaBackend::kLatency}, Case{64, MoeCudaBackend::kLatency},
                  Case{17, MoeCudaBackend::kThroughput}}) {
-    Call c(qwen(), k.tokens, 900 + k.tokens);
-    const MoeCudaArgs a = c.args(qwen(), k.backend);
-    c.run(a);  // eager (also sets the kernels' attributes outside the capture)
-    const auto eager = c.d_out.download<uint16_t>(size_t(k.tokens) * a.hidden);
-
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    const serval::testing::CapturedGraph graph(stream,
-                                               [&](cudaStream_t) { moe_forward_cuda(a, stream); });
-    for (int rep = 0; rep < 3; ++rep) {
-      c.d_out.poison();
-      cudaMemset(c.d_ws.as<void>(), 0xFF, c.d_ws.bytes());  // maps must be rebuilt each replay
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);      // poison done before `stream` runs
-      graph.launch(stream);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      const auto replay = c.d_out.download<uint16_t>(size_t(k.tokens) * a.hidden);
-      ASSERT_EQ(replay, eager) << name(k.backend) << " tokens " << k.tokens << " replay " << rep;
-    }
-    cudaStreamDestroy(stream);
+    ASSERT_NO_FATAL_FAILURE(mu::expect_graph_replay_equals_eager(qwen(), k.tokens, 900 + k.tokens,
+                                                                 k.backend, name(k.backend)));
   }
 }
 
@@ -355,10 +236,7 @@ TEST_F(MoeNvfp4Gpu, GemvMatchesGroupedGemm) {
 // One Qwen3-30B-A3B layer with NVFP4 experts: 0.5625 bytes per weight (moe_bench_util.h).
 TEST_F(MoeNvfp4Gpu, DISABLED_BenchmarkQwen3LayerNvfp4) {
   Layer& l = qwen();
-  serval::testing::moe_util::benchmark_moe_layer(
-      "NVFP4 experts", 3.0 * l.s.hidden * l.s.inter * 0.5625, l.s.hidden, l.s.experts, l.s.top_k,
-      [&](int T, uint64_t seed) { return std::make_unique<Call>(l, T, seed); },
-      [&](Call& c, MoeCudaBackend backend) { return c.args(l, backend); });
+  mu::benchmark_moe_layer("NVFP4 experts", 3.0 * l.s.hidden * l.s.inter * 0.5625, l);
 }
 
 }  // namespace

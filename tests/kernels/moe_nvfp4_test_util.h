@@ -36,7 +36,7 @@ struct HostStack {
       global.push_back(weight_rms / (2.93f * 150.0f) * (1.25f + 0.75f * rng.uniform()));
   }
 
-  backend::QuantizedWeight host_weight() {
+  backend::QuantizedWeight host_weight() const {
     backend::QuantizedWeight q;
     q.format = kernels::WeightFormat::kNvfp4;
     q.experts = experts;
