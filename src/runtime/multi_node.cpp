@@ -49,8 +49,10 @@ struct AbortTarget {
   }
 };
 
-// Node 0: every step's plan goes to the other nodes before this node's ranks run it. Members
-// are destroyed local ranks first, then the leader, whose destructor ends the session.
+// Node 0: every step's plan goes to the other nodes before this node's ranks run it. The
+// destructor ends the session (the leader's shutdown) before it destroys the local ranks: NCCL's
+// ncclCommDestroy is collective across processes, so node 0 tearing its communicator down while
+// the other nodes still wait for the next plan would wait for them forever.
 class LeaderRunner final : public StepRunner {
  public:
   LeaderRunner(std::unique_ptr<dist::Leader> leader, std::unique_ptr<ParallelRunner> local,
@@ -58,7 +60,11 @@ class LeaderRunner final : public StepRunner {
       : leader_(std::move(leader)), local_(std::move(local)), on_lost_(std::move(on_lost)) {
     on_lost_->set(local_.get());
   }
-  ~LeaderRunner() override { on_lost_->set(nullptr); }
+  ~LeaderRunner() override {
+    on_lost_->set(nullptr);
+    leader_.reset();  // the other nodes leave their step loops and tear down with this one
+    local_.reset();
+  }
   std::vector<float> execute(std::span<const SeqChunk> chunks) override {
     leader_->send_plan(encode_step_plan(chunks));
     return local_->execute(chunks);
