@@ -96,50 +96,58 @@ float nvfp4_scale_from_checkpoint(const QuantConfig& c, float stored) {
   return c.reciprocal_global_scales ? 1.0f / stored : stored;
 }
 
+namespace {
+
+// The fusion both per-tensor formats share: the fused scale and input scale are the shards' max;
+// the bytes of the shard(s) holding the max are copied, the others' go through rescale(byte, s,
+// max) (s < max). `scale_name` names the scale in errors.
+template <typename Shard, typename Scale, typename Bytes, typename Rescale>
+void fuse_rescaled(std::span<const Shard> shards, const char* scale_name, Scale scale_of,
+                   Bytes bytes_of, Rescale rescale, float& fused_scale, float& fused_input,
+                   std::vector<uint8_t>& fused_bytes) {
+  size_t total = 0;
+  for (const Shard& s : shards) {
+    check_scale(scale_name, scale_of(s));
+    check_scale("input_scale", s.input_scale);
+    fused_scale = std::max(fused_scale, scale_of(s));
+    fused_input = std::max(fused_input, s.input_scale);
+    total += bytes_of(s).size();
+  }
+  fused_bytes.reserve(total);
+  for (const Shard& s : shards) {
+    const std::span<const uint8_t> bytes = bytes_of(s);
+    if (scale_of(s) == fused_scale) {  // also covers the all-zero case (no division)
+      fused_bytes.insert(fused_bytes.end(), bytes.begin(), bytes.end());
+      continue;
+    }
+    for (uint8_t x : bytes) fused_bytes.push_back(rescale(x, scale_of(s), fused_scale));
+  }
+}
+
+}  // namespace
+
 Nvfp4Fused fuse_nvfp4_shards(std::span<const Nvfp4Shard> shards) {
   if (shards.empty()) throw InvalidArgument("fuse_nvfp4_shards: no shards");
   Nvfp4Fused f;
-  size_t bytes = 0;
-  for (const Nvfp4Shard& s : shards) {
-    check_scale("weight_scale_2", s.weight_scale_2);
-    check_scale("input_scale", s.input_scale);
-    f.weight_scale_2 = std::max(f.weight_scale_2, s.weight_scale_2);
-    f.input_scale = std::max(f.input_scale, s.input_scale);
-    bytes += s.block_scales.size();
-  }
-  f.block_scales.reserve(bytes);
-  for (const Nvfp4Shard& s : shards) {
-    if (s.weight_scale_2 == f.weight_scale_2) {  // also covers the all-zero case (no division)
-      f.block_scales.insert(f.block_scales.end(), s.block_scales.begin(), s.block_scales.end());
-      continue;
-    }
-    float ratio = s.weight_scale_2 / f.weight_scale_2;  // in [0, 1)
-    for (uint8_t sf : s.block_scales)
-      f.block_scales.push_back(float_to_e4m3(e4m3_to_float(sf) * ratio));
-  }
+  fuse_rescaled(
+      shards, "weight_scale_2", [](const Nvfp4Shard& s) { return s.weight_scale_2; },
+      [](const Nvfp4Shard& s) { return s.block_scales; },
+      [](uint8_t sf, float s, float max) {
+        const float ratio = s / max;  // in [0, 1)
+        return float_to_e4m3(e4m3_to_float(sf) * ratio);
+      },
+      f.weight_scale_2, f.input_scale, f.block_scales);
   return f;
 }
 
 Fp8Fused fuse_fp8_per_tensor_shards(std::span<const Fp8Shard> shards) {
   if (shards.empty()) throw InvalidArgument("fuse_fp8_per_tensor_shards: no shards");
   Fp8Fused f;
-  size_t bytes = 0;
-  for (const Fp8Shard& s : shards) {
-    check_scale("weight_scale", s.weight_scale);
-    check_scale("input_scale", s.input_scale);
-    f.weight_scale = std::max(f.weight_scale, s.weight_scale);
-    f.input_scale = std::max(f.input_scale, s.input_scale);
-    bytes += s.weight.size();
-  }
-  f.weight.reserve(bytes);
-  for (const Fp8Shard& s : shards) {
-    if (s.weight_scale == f.weight_scale) {
-      f.weight.insert(f.weight.end(), s.weight.begin(), s.weight.end());
-      continue;
-    }
-    for (uint8_t w : s.weight)
-      f.weight.push_back(float_to_e4m3(e4m3_to_float(w) * s.weight_scale / f.weight_scale));
-  }
+  fuse_rescaled(
+      shards, "weight_scale", [](const Fp8Shard& s) { return s.weight_scale; },
+      [](const Fp8Shard& s) { return s.weight; },
+      [](uint8_t w, float s, float max) { return float_to_e4m3(e4m3_to_float(w) * s / max); },
+      f.weight_scale, f.input_scale, f.weight);
   return f;
 }
 
