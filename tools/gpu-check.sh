@@ -15,7 +15,7 @@
 # benchmarks (and the serving benchmark) with tensor parallel N, and the NVFP4 MoE model also with
 # expert parallel. --startup times `serve` of Qwen3-30B-A3B NVFP4 dummy from start to /health.
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu) and the
-# GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events).
+# GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events); with --tp N, of the N-rank run.
 # --kernel-filter picks the kernel micro-benchmarks (a gtest filter; default all DISABLED_ ones).
 # --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
 # fixture folders in $OUT/quant-fixtures.tgz, so the tests below already use them.
@@ -173,12 +173,13 @@ if [[ -n $profile && -d $configs/$profile ]]; then
   ncu --clock-control none --metrics gpu__time_duration.sum --csv \
     --kernel-name regex:'^(?!dummy)' --launch-skip 4000 --launch-count 1200 build-gpu/apps/serval bench latency --model "$configs/$profile" \
     --load-format dummy --batch-size 1 --input-len 16 --output-len 40 --num-iters 1 \
-    --num-iters-warmup 0 --enforce-eager >"$out/profile.csv" 2>"$out/profile.err"
+    --num-iters-warmup 0 --enforce-eager --tensor-parallel-size "$tp" >"$out/profile.csv" \
+    2>"$out/profile.err"
   echo "profile: exit $? ($(grep -c gpu__time_duration "$out/profile.csv") kernels)" | tee -a "$out/gpu.txt"
   # GPU time per backend op from CUDA events (works where ncu cannot read counters).
   SERVAL_PROFILE_OPS=1 build-gpu/apps/serval bench latency --model "$configs/$profile" \
     --load-format dummy --batch-size 1 --input-len 16 --output-len 40 --num-iters 1 \
-    --num-iters-warmup 0 --enforce-eager >"$out/ops-profile.txt" 2>&1
+    --num-iters-warmup 0 --enforce-eager --tensor-parallel-size "$tp" >"$out/ops-profile.txt" 2>&1
   grep -A30 "GPU time per backend op" "$out/ops-profile.txt" | head -20
 fi
 
