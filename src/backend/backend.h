@@ -27,6 +27,9 @@ struct StepMetadata {
   Tensor packed;          // i32: the arrays above are views into it (one copy uploads them)
   int num_tokens = 0, num_seqs = 0, max_blocks_per_seq = 0, num_logits = 0;
   int max_query_len = 0, max_context_len = 0;  // host-side bounds for kernel selection
+  // Data parallel with expert parallel (model::ShardSpec::dp_moe): this replica's tokens are
+  // rows [dp_row_offset, + num_tokens) of the dp_rows_total rows every MoE layer runs on.
+  int dp_row_offset = 0, dp_rows_total = 0;
 };
 
 // One layer's paged KV cache: [num_blocks, block_size, num_kv_heads, head_dim] each.

@@ -10,16 +10,34 @@ namespace {
 
 void validate_shard(const ShardSpec& s) {
   dist::validate(s.parallel);
+  const int world = s.parallel.world_size();
+  const std::string ranks = std::to_string(world) + " ranks";
+  if (s.dp_attention) {
+    // Data-parallel replicas share a model only when their experts are split over all ranks.
+    if (!s.dp_moe())
+      throw InvalidArgument(
+          "model loading: data-parallel replicas share a model only with "
+          "expert parallel (dp " +
+          std::to_string(s.parallel.dp_size) + ")");
+    if (!s.dp_comm || s.dp_comm->size() != world ||
+        s.dp_comm->rank() != dist::global_rank(s.parallel, s.coord))
+      throw InvalidArgument("model loading: " + ranks +
+                            " need an all-rank communicator whose rank is this one's");
+    if (s.parallel.tp_size > 1 &&
+        (!s.comm || s.comm->size() != s.parallel.tp_size || s.comm->rank() != s.coord.tp_rank))
+      throw InvalidArgument("model loading: tensor parallel " + std::to_string(s.parallel.tp_size) +
+                            " needs the replica's communicator of that size");
+    return;
+  }
   if (s.parallel.tp_size > 1 && s.parallel.dp_size > 1)
     throw InvalidArgument(
-        "model loading: tensor parallel with data parallel needs per-replica communicators, "
-        "not supported (tp " +
+        "model loading: tensor parallel with data parallel needs per-replica communicators "
+        "(dp_attention), not set (tp " +
         std::to_string(s.parallel.tp_size) + ", dp " + std::to_string(s.parallel.dp_size) + ")");
-  const int world = s.parallel.world_size();
   if (world > 1 && (!s.comm || s.comm->size() != world ||
                     s.comm->rank() != dist::global_rank(s.parallel, s.coord)))
-    throw InvalidArgument("model loading: " + std::to_string(world) +
-                          " ranks need a communicator of that size whose rank is this one's");
+    throw InvalidArgument("model loading: " + ranks +
+                          " need a communicator of that size whose rank is this one's");
 }
 
 }  // namespace
@@ -84,17 +102,27 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
   // True while `delta` holds this rank's partial sum of a row-parallel layer (tensor or expert
   // parallel): the next add + norm all-reduces it first, fused where the communicator can.
   bool delta_partial = false;
-  auto add_norm = [&](const Tensor& weight) {
+  // residual += delta (all-reduced first when partial), out = RMSNorm(residual) · weight.
+  auto add_norm_into = [&](const Tensor& weight, Tensor& out) {
     if (delta_partial &&
-        shard_.comm->all_reduce_add_rms_norm(delta, residual, weight, c_.rms_norm_eps, x)) {
+        shard_.comm->all_reduce_add_rms_norm(delta, residual, weight, c_.rms_norm_eps, out)) {
       delta_partial = false;
       return;
     }
     if (delta_partial) shard_.comm->all_reduce_sum(delta);
     delta_partial = false;
-    b_.rms_norm(delta, &residual, weight, c_.rms_norm_eps, x);
+    b_.rms_norm(delta, &residual, weight, c_.rms_norm_eps, out);
   };
+  auto add_norm = [&](const Tensor& weight) { add_norm_into(weight, x); };
   const bool tp = shard_.parallel.tp_size > 1;
+  // Data parallel + expert parallel: every MoE layer runs on all replicas' rows; this replica's
+  // are rows [dp_row_offset, + T) (their indices, for gathering them back, uploaded once).
+  Tensor dp_rows;
+  if (shard_.dp_moe()) {
+    Tensor host = host_empty(DType::kI32, {T});
+    for (int64_t i = 0; i < T; ++i) host.as<int32_t>()[i] = int32_t(meta.dp_row_offset + i);
+    dp_rows = b_.upload(host);
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& layer = layers_[i];
     // Everything a layer allocates is dead once it has written `delta` and `residual`.
@@ -106,7 +134,20 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     }
     layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
     delta_partial = tp;  // row-parallel o_proj
-    if (layer.moe) {
+    if (layer.moe && shard_.dp_moe()) {
+      // All replicas' normalized rows into one [rows_total, H] buffer (tensor-parallel rank 0
+      // of each replica writes its rows, everyone else zeros: the all-reduce is a gather), the
+      // local experts on every row, the partial outputs summed over all ranks, ours kept.
+      Tensor all = b_.empty(act, {meta.dp_rows_total, H});
+      b_.zero(all);
+      Tensor mine = all.rows(meta.dp_row_offset, meta.dp_row_offset + T);
+      add_norm_into(layer.post_attention_norm, shard_.coord.tp_rank == 0 ? mine : x);
+      shard_.dp_comm->all_reduce_sum(all);
+      Tensor out = b_.empty(act, {meta.dp_rows_total, H});
+      layer.moe->forward(all, out);
+      shard_.dp_comm->all_reduce_sum(out);
+      b_.gather_rows(out, dp_rows, delta);
+    } else if (layer.moe) {
       // Post-attention norm and MoE block in one backend op (the CUDA backend fuses the norm,
       // the router and the routing for a few tokens), so the o_proj sum is all-reduced alone.
       if (delta_partial) shard_.comm->all_reduce_sum(delta);

@@ -46,9 +46,24 @@ class Model {
 struct ShardSpec {
   dist::ParallelConfig parallel;
   dist::RankCoord coord;
-  backend::Communicator* comm = nullptr;  // not owned; required when world_size() > 1
+  // Not owned. comm: the rank's tensor-parallel group (with dp_size 1 also the expert-parallel
+  // group); required when world_size() > 1. dp_comm: all dp_size · tp_size ranks, for the MoE
+  // layers of data parallel with expert parallel (dp_moe()).
+  backend::Communicator* comm = nullptr;
+  backend::Communicator* dp_comm = nullptr;
+  // True: the dp_size replicas run their own requests (attention data-parallel) and share the
+  // MoE layers (runtime/dp_ep_group.h). False: every rank runs the same tokens, dp_size only
+  // widening expert parallel.
+  bool dp_attention = false;
   dist::TpLayout tp() const { return {coord.tp_rank, parallel.tp_size}; }
+  // Every MoE layer gathers all replicas' rows over dp_comm, runs this rank's experts on them
+  // and combines over dp_comm.
+  bool dp_moe() const {
+    return dp_attention && parallel.dp_size > 1 && parallel.enable_expert_parallel;
+  }
+  // A MoE block's output is a partial sum to all-reduce over comm (dp_moe combines its own).
   bool moe_all_reduce() const {
+    if (dp_moe()) return false;
     return parallel.tp_size > 1 || (parallel.enable_expert_parallel && parallel.world_size() > 1);
   }
 };

@@ -1,5 +1,7 @@
 #include "runtime/data_parallel_engine.h"
 
+#include "runtime/engine_loader.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -153,14 +155,30 @@ int DataParallelEngine::replica_of(uint64_t id) const {
 std::unique_ptr<Engine> make_data_parallel_engine(const EngineConfig& config) {
   const int dp = config.data_parallel_size;
   if (dp < 1) throw InvalidArgument(fmt::format("--data-parallel-size {}: must be >= 1", dp));
-  if (dp > 1 && config.enable_expert_parallel)
-    throw InvalidArgument(fmt::format(
-        "--data-parallel-size {} with --enable-expert-parallel: attention data parallel over "
-        "shared experts is not supported yet; use --data-parallel-size 1 or drop "
-        "--enable-expert-parallel",
-        dp));
   const int tp = std::max(1, config.tensor_parallel_size);
   std::vector<std::unique_ptr<Engine>> replicas;
+  if (dp > 1 && config.enable_expert_parallel) {
+    // One group of dp · tp ranks: attention data-parallel, experts over all ranks.
+    LoadedModel first = load_model(config);
+    std::shared_ptr<DpEpGroup> group = first.dp_ep_group;
+    EngineConfig rc = config;
+    rc.data_parallel_size = 1;
+    for (int d = 0; d < dp; ++d) {
+      LoadedModel m;
+      m.config = first.config;
+      m.num_blocks = first.num_blocks;
+      m.max_model_len = first.max_model_len;
+      m.moe_backend = first.moe_backend;
+      m.device = first.device;
+      m.dtype = first.dtype;
+      m.kv_cache_dtype = first.kv_cache_dtype;
+      m.num_kv_scale_layers = first.num_kv_scale_layers;
+      m.dp_ep_group = group;
+      m.runner = d == 0 ? std::move(first.runner) : dp_ep_replica(group, d);
+      replicas.push_back(make_engine(rc, std::move(m)));
+    }
+    return std::make_unique<DataParallelEngine>(std::move(replicas));
+  }
   for (int d = 0; d < dp; ++d) {
     EngineConfig rc = config;
     rc.data_parallel_size = 1;

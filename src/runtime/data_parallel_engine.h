@@ -66,9 +66,10 @@ class DataParallelEngine final : public Engine {
   uint64_t next_id_ = 0;
 };
 
-// Builds `config.data_parallel_size` replicas via Engine::create (each with
-// data_parallel_size 1 and first_device = replica * tensor_parallel_size). InvalidArgument
-// for a size < 1 and for expert parallel with more than one replica (not supported yet).
+// Builds `config.data_parallel_size` replicas: via Engine::create (each with
+// data_parallel_size 1 and first_device = replica * tensor_parallel_size), or, with expert
+// parallel, as engines over one group of all replicas' ranks (dp_ep_group.h: attention
+// data-parallel, experts split over every rank). InvalidArgument for a size < 1.
 std::unique_ptr<Engine> make_data_parallel_engine(const EngineConfig& config);
 
 }  // namespace serval::runtime

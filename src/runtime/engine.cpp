@@ -35,8 +35,9 @@ struct EngineRequest {
 
 class EngineImpl final : public Engine {
  public:
-  explicit EngineImpl(const EngineConfig& cfg) : cfg_(cfg) {
-    LoadedModel loaded = load_model(cfg);
+  explicit EngineImpl(const EngineConfig& cfg) : EngineImpl(cfg, load_model(cfg)) {}
+  // An engine over an already loaded model (a data-parallel replica of a shared group).
+  EngineImpl(const EngineConfig& cfg, LoadedModel loaded) : cfg_(cfg) {
     config_ = loaded.config;
     runner_ = std::move(loaded.runner);
     load_tokenizer();
@@ -409,6 +410,10 @@ class EngineImpl final : public Engine {
 };
 
 }  // namespace
+
+std::unique_ptr<Engine> make_engine(const EngineConfig& config, LoadedModel loaded) {
+  return std::make_unique<EngineImpl>(config, std::move(loaded));
+}
 
 std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   if (config.data_parallel_size != 1) return make_data_parallel_engine(config);

@@ -213,7 +213,10 @@ LoadedModel load_model(const EngineConfig& cfg) {
     weights->enable_nvfp4_activations();
     log::info("--nvfp4-activations: NVFP4 linears quantize their inputs (W4A4)");
   }
-  const dist::ParallelConfig parallel{cfg.tensor_parallel_size, 1, cfg.enable_expert_parallel};
+  // Replicas load as one group only when they share experts; plain data parallel loads a model
+  // per replica (data_parallel_engine.h).
+  const int dp = cfg.enable_expert_parallel ? std::max(1, cfg.data_parallel_size) : 1;
+  const dist::ParallelConfig parallel{cfg.tensor_parallel_size, dp, cfg.enable_expert_parallel};
   dist::validate(parallel);
 
   out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
@@ -280,6 +283,36 @@ LoadedModel load_model(const EngineConfig& cfg) {
     po.num_blocks = num_blocks_for;
     po.first_device = cfg.first_device;
     backend.reset();
+    if (dp > 1) {
+      if (cfg.nnodes > 1)
+        throw InvalidArgument(
+            "--data-parallel-size with --enable-expert-parallel over several nodes is not "
+            "supported yet");
+      if (po.device == "cuda")
+        throw InvalidArgument(
+            "--data-parallel-size with --enable-expert-parallel runs on the CPU backend only so "
+            "far (its GPU path has not been verified); use --device cpu, or tensor parallel");
+      log::info(
+          "data parallel {} with expert parallel: replicas run their own requests, the "
+          "experts are split over all {} ranks",
+          dp, parallel.world_size());
+      po.dp_attention = true;
+      out.dp_ep_group = std::make_shared<DpEpGroup>(load_parallel_runner(mc, *weights, po),
+                                                    parallel, out.num_blocks);
+      out.num_blocks = out.dp_ep_group->engine_blocks();
+      const int cache_tokens = out.num_blocks * cfg.block_size;
+      if (cache_tokens < out.max_model_len) {
+        if (cfg.max_model_len > 0)
+          throw OutOfResources(
+              fmt::format("each replica's KV cache holds {} tokens, less than --max-model-len {}",
+                          cache_tokens, cfg.max_model_len));
+        log::warn("max_model_len lowered from {} to {}: each replica's KV cache holds {} tokens",
+                  out.max_model_len, cache_tokens, cache_tokens);
+        out.max_model_len = cache_tokens;
+      }
+      out.runner = dp_ep_replica(out.dp_ep_group, 0);
+      return out;
+    }
     out.runner = cfg.nnodes > 1 ? load_multi_node_runner(cfg, mc, *weights, po, num_blocks_for)
                                 : load_parallel_runner(mc, *weights, po);
     return out;

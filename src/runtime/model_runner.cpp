@@ -128,6 +128,8 @@ Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
   backend_->begin_step();
   if (graphs_ && graphs_->can_run(chunks)) return graphs_->run(chunks);
   backend::StepMetadata meta = build_step_metadata(chunks, block_size_);
+  meta.dp_row_offset = dp_row_offset_;
+  meta.dp_rows_total = dp_rows_total_;
   // Every pure decode step, eager or graph, bounds the context by max_model_len so that the
   // attention kernel splits the same way and graph replays equal eager runs bit for bit.
   if (options_.max_model_len > 0 && meta.max_query_len == 1)

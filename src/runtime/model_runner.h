@@ -64,6 +64,12 @@ class ModelRunner final : public StepRunner {
   std::vector<float> execute(std::span<const SeqChunk> chunks) override;
   // Runs one step and returns the argmax token of each logits row (only ids leave the device).
   std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) override;
+  // Data parallel + expert parallel (dp_ep_group.h): the next steps' tokens are rows
+  // [offset, offset + tokens) of the `total` rows all replicas' MoE layers run on.
+  void set_dp_rows(int offset, int total) {
+    dp_row_offset_ = offset;
+    dp_rows_total_ = total;
+  }
   model::Model& model() override { return *model_; }
   backend::Backend& backend() { return *backend_; }
   int block_size() const override { return block_size_; }
@@ -88,6 +94,7 @@ class ModelRunner final : public StepRunner {
   int block_size_;
   RunnerOptions options_;
   std::unique_ptr<DecodeGraphs> graphs_;
+  int dp_row_offset_ = 0, dp_rows_total_ = 0;  // see set_dp_rows
 };
 
 }  // namespace serval::runtime

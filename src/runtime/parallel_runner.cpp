@@ -9,8 +9,12 @@ namespace serval::runtime {
 
 ParallelRunner::ParallelRunner(std::vector<std::unique_ptr<backend::Communicator>> comms,
                                std::vector<std::unique_ptr<ModelRunner>> ranks,
-                               std::function<void(int)> bind)
-    : comms_(std::move(comms)), ranks_(std::move(ranks)), bind_(std::move(bind)) {
+                               std::function<void(int)> bind,
+                               std::vector<std::unique_ptr<backend::Communicator>> group_comms)
+    : comms_(std::move(comms)),
+      group_comms_(std::move(group_comms)),
+      ranks_(std::move(ranks)),
+      bind_(std::move(bind)) {
   check(!ranks_.empty() && comms_.size() == ranks_.size(),
         "ParallelRunner: one communicator per rank");
   for (int r = 1; r < size(); ++r) threads_.emplace_back(&ParallelRunner::rank_thread, this, r);
@@ -58,8 +62,7 @@ void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
       }
       // Release the ranks waiting on this one: NCCL aborts only the communicator it is given,
       // and a peer blocked in a collective waits on its own, so every rank's is aborted.
-      if (first)
-        for (auto& comm : comms_) comm->abort();
+      if (first) abort();
     }
   };
   {
@@ -83,6 +86,7 @@ void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
 
 void ParallelRunner::abort() {
   for (auto& comm : comms_) comm->abort();
+  for (auto& comm : group_comms_) comm->abort();
 }
 
 void ParallelRunner::capture_decode_graphs() {
@@ -145,6 +149,25 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
       : cuda             ? backend::make_nccl_communicators(raw, first)
                          : backend::make_cpu_communicators(local);
 
+  // Data parallel + expert parallel: comms join all ranks (the MoE layers); each replica's
+  // ranks also get a tensor-parallel group of their own.
+  const int dp = options.dp_attention ? options.parallel.dp_size : 1;
+  const int tp = options.parallel.tp_size;
+  std::vector<std::unique_ptr<backend::Communicator>> tp_comms;
+  if (dp > 1) {
+    if (local != options.parallel.world_size())
+      throw InvalidArgument("data parallel with expert parallel runs in one process (local " +
+                            std::to_string(local) + " of " +
+                            std::to_string(options.parallel.world_size()) + " ranks)");
+    for (int d = 0; d < dp && tp > 1; ++d) {
+      std::vector<std::unique_ptr<backend::Communicator>> group =
+          cuda ? backend::make_nccl_communicators(
+                     std::span<backend::Backend* const>(raw).subspan(size_t(d * tp), size_t(tp)),
+                     first + d * tp)
+               : backend::make_cpu_communicators(tp);
+      for (auto& c : group) tp_comms.push_back(std::move(c));
+    }
+  }
   std::vector<std::unique_ptr<model::Model>> models;
   for (int r = 0; r < local; ++r) {
     if (bind) bind(r);
@@ -152,11 +175,18 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
     lo.moe_backend = options.moe_backend;
     lo.shard.parallel = options.parallel;
     lo.shard.coord = dist::rank_coord(options.parallel, options.first_rank + r);
-    lo.shard.comm = comms[size_t(r)].get();
+    if (dp > 1) {
+      lo.shard.dp_attention = true;
+      lo.shard.dp_comm = comms[size_t(r)].get();
+      lo.shard.comm = tp > 1 ? tp_comms[size_t(r)].get() : nullptr;
+    } else {
+      lo.shard.comm = comms[size_t(r)].get();
+    }
     models.push_back(model::create_model(config, weights, *backends[size_t(r)], lo));
   }
   const int num_blocks = options.num_blocks(*backends[0], *models[0]);
   RunnerOptions ro = options.runner;
+  if (dp > 1) ro.cuda_graphs = false;
   // The ranks capture their decode graphs together, after all of them are built, so that the
   // collectives of one rank's capture meet the other ranks' (capture_decode_graphs below).
   ro.defer_graph_capture = true;
@@ -167,8 +197,8 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
                                                   std::move(models[size_t(r)]), num_blocks,
                                                   options.block_size, ro));
   }
-  auto runner =
-      std::make_unique<ParallelRunner>(std::move(comms), std::move(ranks), std::move(bind));
+  auto runner = std::make_unique<ParallelRunner>(std::move(comms), std::move(ranks),
+                                                 std::move(bind), std::move(tp_comms));
   runner->capture_decode_graphs();
   return runner;
 }

@@ -24,9 +24,12 @@ class ParallelRunner final : public StepRunner {
   // outliving the runners). bind(r), when set, runs first in rank r's thread on every step
   // (CUDA: makes GPU r current). Every rank receives the same chunks; rank 0's logits are
   // returned (the gathered logits are identical on all ranks).
+  // group_comms: further communicators the ranks' models use (data parallel + expert parallel:
+  // each replica's tensor-parallel group), owned and aborted with the others.
   ParallelRunner(std::vector<std::unique_ptr<backend::Communicator>> comms,
                  std::vector<std::unique_ptr<ModelRunner>> ranks,
-                 std::function<void(int rank)> bind = {});
+                 std::function<void(int rank)> bind = {},
+                 std::vector<std::unique_ptr<backend::Communicator>> group_comms = {});
   ~ParallelRunner() override;
 
   // If a rank throws, the group's communicators are aborted (so no rank waits forever), the
@@ -42,6 +45,9 @@ class ParallelRunner final : public StepRunner {
   ModelRunner& rank(int r) { return *ranks_.at(size_t(r)); }
   // Every rank captures its decode CUDA graphs at once (their collectives run in the warm-up).
   void capture_decode_graphs();
+  // Calls fn(r) for every rank at once, as a step does (rank 0 on the calling thread); a rank's
+  // exception aborts the group's communicators and the first one is rethrown.
+  void for_each_rank(const std::function<void(int rank)>& fn) { run_ranks(fn); }
   // Makes every rank's pending and future collectives fail instead of waiting (a peer outside
   // this process is gone); the runner is unusable afterwards. Callable from any thread.
   void abort();
@@ -52,7 +58,7 @@ class ParallelRunner final : public StepRunner {
   void run_ranks(const std::function<void(int rank)>& fn);
   void rank_thread(int r);
 
-  std::vector<std::unique_ptr<backend::Communicator>> comms_;
+  std::vector<std::unique_ptr<backend::Communicator>> comms_, group_comms_;
   std::vector<std::unique_ptr<ModelRunner>> ranks_;
   std::function<void(int)> bind_;
   // Work hand-off to ranks 1..N-1: a new `job_` is announced by bumping `generation_`; the
@@ -78,6 +84,9 @@ struct ParallelLoadOptions {
   // loaded (all ranks have the same geometry).
   std::function<int(backend::Backend& rank0, const model::Model& model0)> num_blocks;
   int first_device = 0;  // CUDA: rank r runs on GPU first_device + r (data-parallel replicas)
+  // The dp_size replicas run their own requests and share the MoE layers (dp_ep_group.h; needs
+  // expert parallel). False: every rank runs the same tokens.
+  bool dp_attention = false;
   // Multi-node: this process holds global ranks [first_rank, first_rank + local_ranks) of
   // parallel.world_size() (0: all of them), joined by `make_comms` (called with the local
   // backends, in rank order) instead of the in-process NCCL / CPU communicators.
@@ -88,7 +97,10 @@ struct ParallelLoadOptions {
 };
 
 // One backend, model shard (model::ShardSpec) and ModelRunner per rank of options.parallel,
-// and the communicators joining them. Ranks load one after another (CUDA: each after binding
+// and the communicators joining them. With dp_attention (data parallel + expert parallel, see
+// dp_ep_group.h) the all-rank communicators serve the MoE layers and each replica's ranks get a
+// tensor-parallel communicator of their own; decode graphs stay off (the rows of a step vary
+// with every replica's batch). Ranks load one after another (CUDA: each after binding
 // its GPU). InvalidArgument when the layout does not fit the model (dist::shard_*).
 std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& config,
                                                      const model::WeightSource& weights,

@@ -117,13 +117,9 @@ TEST(DataParallel, RoutesByOutstandingTokensAndTracksOutputs) {
   EXPECT_EQ(dp.stats().num_running, 6);  // the fakes never forget a callback
 }
 
-TEST(DataParallel, ExpertParallelWithReplicasIsRefused) {
+TEST(DataParallel, RefusesASizeBelowOne) {
   EngineConfig cfg;
   cfg.model_dir = "/nonexistent";
-  cfg.data_parallel_size = 2;
-  cfg.enable_expert_parallel = true;
-  EXPECT_THROW(Engine::create(cfg), InvalidArgument);
-  cfg.enable_expert_parallel = false;
   cfg.data_parallel_size = 0;
   EXPECT_THROW(Engine::create(cfg), InvalidArgument);
 }
@@ -153,6 +149,28 @@ TEST(DataParallel, TwoCpuReplicasMatchOneEngine) {
   EXPECT_EQ(per[0].generation_tokens_total + per[1].generation_tokens_total,
             two->stats().generation_tokens_total);
   two->shutdown();
+}
+
+// Attention data parallel over shared experts (runtime/dp_ep_group.h): two replicas whose MoE
+// layers run together, the experts split over their ranks (with tensor parallel 1 and 2 in each
+// replica), generate what one engine generates; both replicas take requests.
+TEST(DataParallel, ExpertParallelReplicasMatchOneEngine) {
+  auto one = Engine::create(fixture_config(1));
+  const auto ref = run_batch(*one);
+  one->shutdown();
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    EngineConfig cfg = fixture_config(2);
+    cfg.enable_expert_parallel = true;
+    cfg.tensor_parallel_size = tp;
+    auto two = Engine::create(cfg);
+    EXPECT_EQ(run_batch(*two), ref);
+    const std::vector<EngineStats> per = two->replica_stats();
+    ASSERT_EQ(per.size(), 2u);
+    EXPECT_GT(per[0].generation_tokens_total, 0);
+    EXPECT_GT(per[1].generation_tokens_total, 0);
+    two->shutdown();
+  }
 }
 
 TEST(DataParallel, AbortReachesTheSecondReplica) {
