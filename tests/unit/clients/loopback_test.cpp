@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -85,14 +87,21 @@ class FakeServer {
         int prev = max_active_.load();
         while (now > prev && !max_active_.compare_exchange_weak(prev, now)) {
         }
-        serve(fd);
-        --active_;
+        // A request stops counting as active before its last bytes go out: the client may
+        // start its next request the moment they arrive, before this thread runs again.
+        bool released = false;
+        auto release = [&] {
+          if (!std::exchange(released, true)) --active_;
+        };
+        serve(fd, release);
+        release();
         ::close(fd);
       });
     }
   }
 
-  void serve(int fd) {
+  // Answers one request on fd; calls release() before the final send of a full stream.
+  void serve(int fd, const std::function<void()>& release) {
     std::string req;
     char buf[4096];
     size_t body_at = std::string::npos, content_len = 0;
@@ -114,12 +123,14 @@ class FakeServer {
     if (!stream) {  // gsm8k-style: answer "The answer is 18."
       std::string json =
           R"({"choices":[{"index":0,"text":" so 9 * 2 = 18.","finish_reason":"stop"}]})";
+      release();
       send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
                        std::to_string(json.size()) + "\r\nConnection: close\r\n\r\n" + json);
       return;
     }
     if (kind == 2) {
       std::string json = R"({"error":{"message":"engine exploded","type":"InternalError"}})";
+      release();
       send_all(fd,
                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
                "Content-Length: " +
@@ -150,6 +161,7 @@ class FakeServer {
     send_all(fd, chunked("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,"
                          "\"completion_tokens\":" +
                          std::to_string(kChunks) + "}}\n\n"));
+    release();
     send_all(fd, chunked("data: [DONE]\n\n") + "0\r\n\r\n");
   }
 
