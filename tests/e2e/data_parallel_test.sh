@@ -2,7 +2,9 @@
 # End-to-end: `serval serve --data-parallel-size 2` on the fixture model. Completions work and
 # match the single-engine server (greedy), concurrent requests reach both engines, /metrics has
 # engine="0" and engine="1" series next to the totals and passes promtool (only the ':' note),
-# and afterwards every engine is idle with all its KV blocks free.
+# and afterwards every engine is idle with all its KV blocks free. Then, on the MoE fixture,
+# `--data-parallel-size 2 --enable-expert-parallel` (attention data parallel over shared experts,
+# CPU) gives one engine's greedy tokens.
 # Usage: data_parallel_test.sh SERVAL_BINARY REPO_ROOT
 set -euo pipefail
 serval=$1
@@ -90,4 +92,30 @@ done
 echo "ok   idle afterwards: 0 running and all KV blocks free on every engine"
 
 stop_server "$server_pid"
+
+# Attention data parallel over shared experts (--data-parallel-size 2 --enable-expert-parallel)
+# on the MoE fixture, on the CPU: the greedy tokens of three concurrent id prompts equal one
+# engine's.
+moe=$root/tests/fixtures/qwen3_moe
+moe_ids() {  # moe_ids PORT: the 12-token greedy completions of three id prompts, sent at once
+  local i=0
+  for prompt in "[11, 200, 37, 5]" "[300, 301, 302, 7, 8, 9, 10]" "[42]"; do
+    curl -sf "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
+      -d '{"model":"'"$moe"'","prompt":'"$prompt"',"max_tokens":12,"temperature":0,"ignore_eos":true,"logprobs":0}' |
+      jq -c '[.choices[0].logprobs.tokens[]]' >"$work/moe$i.txt" &
+    i=$((i + 1))
+  done
+  wait
+  cat "$work"/moe0.txt "$work"/moe1.txt "$work"/moe2.txt
+}
+start_server moe-single "$moe" --device cpu
+moe_ref=$(moe_ids "$port")
+stop_server "$server_pid"
+start_server moe-dp-ep "$moe" --device cpu --data-parallel-size 2 --enable-expert-parallel
+grep -q "data parallel 2 with expert parallel" "$server_log" ||
+  fail "start-up log does not name data parallel with expert parallel"
+got=$(moe_ids "$port")
+[[ $got == "$moe_ref" ]] || fail "DP=2 + EP differs from one engine: $got vs $moe_ref"
+stop_server "$server_pid"
+echo "ok   --data-parallel-size 2 --enable-expert-parallel (MoE fixture, CPU) equals one engine"
 echo "PASS data_parallel_test"
