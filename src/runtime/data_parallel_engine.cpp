@@ -160,23 +160,10 @@ std::unique_ptr<Engine> make_data_parallel_engine(const EngineConfig& config) {
   if (dp > 1 && config.enable_expert_parallel) {
     // One group of dp · tp ranks: attention data-parallel, experts over all ranks.
     LoadedModel first = load_model(config);
-    std::shared_ptr<DpEpGroup> group = first.dp_ep_group;
     EngineConfig rc = config;
     rc.data_parallel_size = 1;
-    for (int d = 0; d < dp; ++d) {
-      LoadedModel m;
-      m.config = first.config;
-      m.num_blocks = first.num_blocks;
-      m.max_model_len = first.max_model_len;
-      m.moe_backend = first.moe_backend;
-      m.device = first.device;
-      m.dtype = first.dtype;
-      m.kv_cache_dtype = first.kv_cache_dtype;
-      m.num_kv_scale_layers = first.num_kv_scale_layers;
-      m.dp_ep_group = group;
-      m.runner = d == 0 ? std::move(first.runner) : dp_ep_replica(group, d);
-      replicas.push_back(make_engine(rc, std::move(m)));
-    }
+    for (int d = 1; d < dp; ++d) replicas.push_back(make_engine(rc, replica_model(first, d)));
+    replicas.insert(replicas.begin(), make_engine(rc, std::move(first)));
     return std::make_unique<DataParallelEngine>(std::move(replicas));
   }
   for (int d = 0; d < dp; ++d) {

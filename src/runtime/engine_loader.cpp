@@ -154,6 +154,22 @@ std::string resolve_moe_backend(const std::string& flag) {
       fmt::format("{}: invalid MoE backend '{}' (choices: latency, throughput)", source, value));
 }
 
+LoadedModel replica_model(const LoadedModel& first, int d) {
+  check(first.dp_ep_group != nullptr, "replica_model: not a data parallel + expert parallel load");
+  LoadedModel m;
+  m.config = first.config;
+  m.num_blocks = first.num_blocks;
+  m.max_model_len = first.max_model_len;
+  m.moe_backend = first.moe_backend;
+  m.device = first.device;
+  m.dtype = first.dtype;
+  m.kv_cache_dtype = first.kv_cache_dtype;
+  m.num_kv_scale_layers = first.num_kv_scale_layers;
+  m.dp_ep_group = first.dp_ep_group;
+  m.runner = dp_ep_replica(first.dp_ep_group, d);
+  return m;
+}
+
 LoadedModel load_model(const EngineConfig& cfg) {
   LoadedModel out;
   out.config = io::load_model_config(cfg.model_dir);

@@ -41,6 +41,10 @@ std::string resolve_moe_backend(const std::string& flag);
 // data parallel loads a model per replica (data_parallel_engine.h).
 LoadedModel load_model(const EngineConfig& config);
 
+// Replica d's share of a data parallel + expert parallel load (first.dp_ep_group set): the same
+// description, replica d's runner.
+LoadedModel replica_model(const LoadedModel& first, int d);
+
 // An engine over `loaded` (config.data_parallel_size is taken as 1: this is one replica).
 std::unique_ptr<Engine> make_engine(const EngineConfig& config, LoadedModel loaded);
 

@@ -14,6 +14,7 @@
 
 #include "io/model_config.h"
 #include "model/model.h"
+#include "support/greedy_steps.h"
 
 namespace serval::runtime {
 namespace {
@@ -25,40 +26,17 @@ std::string fixture(const std::string& name) {
   return (std::filesystem::path(SERVAL_SOURCE_DIR) / "tests/fixtures" / name).string();
 }
 
-struct RunResult {
-  std::vector<float> prompt_logits;          // every prompt token's logits
-  std::vector<std::vector<int32_t>> tokens;  // prompt + kSteps greedy tokens per sequence
-};
+using RunResult = serval::testing::GreedySteps;
 
 // kSeqs prompts (seeded by `seed`), prefilled with every logits row, then greedy decode.
 RunResult run(StepRunner& runner, int vocab, int seed) {
-  RunResult r;
-  std::vector<std::vector<int32_t>> tables(kSeqs);
+  std::vector<std::vector<int32_t>> prompts(kSeqs), tables(kSeqs);
   for (int s = 0; s < kSeqs; ++s) {
-    std::vector<int32_t> prompt;
     for (int i = 0; i < 4 + 5 * s + seed % 3; ++i)
-      prompt.push_back((31 * (i + 1) + 97 * s + 53 * seed) % vocab);
-    r.tokens.push_back(prompt);
+      prompts[s].push_back((31 * (i + 1) + 97 * s + 53 * seed) % vocab);
     for (int b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(s * kBlocksPerSeq + b);
   }
-  std::vector<SeqChunk> chunks;
-  for (int s = 0; s < kSeqs; ++s)
-    chunks.push_back({r.tokens[s], 0, int(r.tokens[s].size()), tables[s], SeqChunk::Logits::kAll});
-  r.prompt_logits = runner.execute(chunks);
-  size_t row = 0;
-  for (int s = 0; s < kSeqs; ++s) {
-    row += r.tokens[s].size();
-    const float* last = &r.prompt_logits[(row - 1) * size_t(vocab)];
-    r.tokens[s].push_back(int32_t(std::max_element(last, last + vocab) - last));
-  }
-  for (int step = 1; step < kSteps; ++step) {
-    chunks.clear();
-    for (int s = 0; s < kSeqs; ++s)
-      chunks.push_back({r.tokens[s], int(r.tokens[s].size()) - 1, 1, tables[s]});
-    const std::vector<int32_t> next = runner.execute_greedy(chunks);
-    for (int s = 0; s < kSeqs; ++s) r.tokens[s].push_back(next[size_t(s)]);
-  }
-  return r;
+  return serval::testing::prefill_and_decode(runner, vocab, std::move(prompts), tables, kSteps);
 }
 
 void expect_same(const RunResult& got, const RunResult& want) {

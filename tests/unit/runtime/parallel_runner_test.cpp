@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/parallel_runner.h"
+#include "support/greedy_steps.h"
 
 namespace serval::runtime {
 namespace {
@@ -46,40 +47,16 @@ std::unique_ptr<StepRunner> make_runner(const std::string& name, dist::ParallelC
   return load_parallel_runner(config, *weights, o);
 }
 
-struct RunResult {
-  std::vector<float> prompt_logits;          // every prompt token's logits, all sequences
-  std::vector<std::vector<int32_t>> tokens;  // prompt + kSteps greedy tokens per sequence
-};
+using RunResult = serval::testing::GreedySteps;
 
 // Prefill of three prompts of different lengths (logits of every token), then greedy decode.
 RunResult run(StepRunner& runner, int vocab) {
-  RunResult r;
-  std::vector<std::vector<int32_t>> tables(kSeqs);
+  std::vector<std::vector<int32_t>> prompts(kSeqs), tables(kSeqs);
   for (int s = 0; s < kSeqs; ++s) {
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 5 + 4 * s; ++i) prompt.push_back((37 * (i + 1) + 101 * s) % vocab);
-    r.tokens.push_back(prompt);
+    for (int i = 0; i < 5 + 4 * s; ++i) prompts[s].push_back((37 * (i + 1) + 101 * s) % vocab);
     for (int b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(s * kBlocksPerSeq + b);
   }
-  std::vector<SeqChunk> chunks;
-  for (int s = 0; s < kSeqs; ++s)
-    chunks.push_back({r.tokens[s], 0, int(r.tokens[s].size()), tables[s], SeqChunk::Logits::kAll});
-  r.prompt_logits = runner.execute(chunks);
-  // The first generated token comes from each prompt's last logits row.
-  size_t row = 0;
-  for (int s = 0; s < kSeqs; ++s) {
-    row += r.tokens[s].size();
-    const float* last = &r.prompt_logits[(row - 1) * size_t(vocab)];
-    r.tokens[s].push_back(int32_t(std::max_element(last, last + vocab) - last));
-  }
-  for (int step = 1; step < kSteps; ++step) {
-    chunks.clear();
-    for (int s = 0; s < kSeqs; ++s)
-      chunks.push_back({r.tokens[s], int(r.tokens[s].size()) - 1, 1, tables[s]});
-    std::vector<int32_t> next = runner.execute_greedy(chunks);
-    for (int s = 0; s < kSeqs; ++s) r.tokens[s].push_back(next[s]);
-  }
-  return r;
+  return serval::testing::prefill_and_decode(runner, vocab, std::move(prompts), tables, kSteps);
 }
 
 struct Case {
