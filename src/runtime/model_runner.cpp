@@ -125,6 +125,10 @@ int ModelRunner::num_decode_graphs() const {
 }
 
 Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
+  // The kernels assume at least one token (an empty step divided by zero on the CPU).
+  int tokens = 0;
+  for (const SeqChunk& c : chunks) tokens += c.num_new;
+  if (tokens == 0) throw InvalidArgument("ModelRunner: a step needs at least one new token");
   backend_->begin_step();
   if (graphs_ && graphs_->can_run(chunks)) return graphs_->run(chunks);
   backend::StepMetadata meta = build_step_metadata(chunks, block_size_);

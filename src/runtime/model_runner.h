@@ -61,6 +61,7 @@ class ModelRunner final : public StepRunner {
               int num_blocks, int block_size, const RunnerOptions& options = {});
   ~ModelRunner();
   // Runs one step; returns logits [rows, vocab] in host memory, rows in chunk order.
+  // InvalidArgument when the chunks hold no new token.
   std::vector<float> execute(std::span<const SeqChunk> chunks) override;
   // Runs one step and returns the argmax token of each logits row (only ids leave the device).
   std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) override;

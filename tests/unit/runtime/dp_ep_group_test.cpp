@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/error.h"
 #include "io/model_config.h"
 #include "model/model.h"
 #include "support/greedy_steps.h"
@@ -97,6 +98,16 @@ TEST_P(DpEpGroupTest, ReplicasMatchOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DpEpGroupTest, ::testing::Values("qwen3_moe", "mixtral"));
+
+// Why idle replicas take a dummy step instead of an empty one: a step needs a token.
+TEST(DpEpGroup, AnEmptyStepIsRefused) {
+  const io::ModelConfig config = io::load_model_config(fixture("qwen3_moe"));
+  auto weights = model::open_checkpoint_weights(fixture("qwen3_moe"));
+  auto backend = backend::make_cpu_backend();
+  auto m = model::create_model(config, *weights, *backend, {});
+  ModelRunner one(std::move(backend), std::move(m), kBlocks, kBlockSize);
+  EXPECT_THROW(one.execute({}), InvalidArgument);
+}
 
 TEST(DpEpGroup, NeedsExpertParallelAndAReservedBlock) {
   const io::ModelConfig config = io::load_model_config(fixture("qwen3_moe"));
