@@ -595,7 +595,7 @@ class CudaBackend final : public Backend {
     const int T = int(x.dim(0));
     Tensor router_logits = empty(DType::kF32, {T, w.num_experts});
     linear(x, w.router, nullptr, router_logits);
-    MoeCall c = moe_call(T, w, out, router_logits);
+    MoeCall c = moe_call(x, w, out, router_logits);
     pad_moe_input(x, c);
     moe::moe_forward_cuda(c.args, stream_);
     unpad_moe_output(c, out);
@@ -640,7 +640,7 @@ class CudaBackend final : public Backend {
     }
     cuda::OpScope scope(profiler_, "add_rms_norm_moe", stream_, capturing_);
     Tensor router_logits = empty(DType::kF32, {T, E});
-    MoeCall c = moe_call(T, w, out, router_logits);
+    MoeCall c = moe_call(x, w, out, router_logits);
     const moe::MoeWorkspaceView ws = moe::moe_workspace_view(c.args);
     p.logits = router_logits.as<float>();
     p.routing.tile = ws.tile;
@@ -673,16 +673,17 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // One moe_forward_cuda call: the input and output padded to the experts' hidden when it
-  // differs from the model's (fresh step tensors; the input's padding zeroed), the workspace,
-  // and the arguments pointing at them. x/out are the caller's when no padding is needed.
+  // One moe_forward_cuda call on x [T, H]: the input and output padded to the experts' hidden
+  // when it differs from the model's (fresh step tensors; the input's padding zeroed, its rows
+  // copied in by pad_moe_input), the workspace, and the arguments pointing at them. x/out are
+  // the caller's when no padding is needed.
   struct MoeCall {
     Tensor xp, outp, workspace;
     moe::MoeCudaArgs args;
   };
 
-  MoeCall moe_call(int T, const MoeWeights& w, Tensor& out, const Tensor& router_logits) {
-    const int H = w.hidden, Hp = w.padded_hidden;
+  MoeCall moe_call(const Tensor& x, const MoeWeights& w, Tensor& out, const Tensor& router_logits) {
+    const int T = int(x.dim(0)), H = w.hidden, Hp = w.padded_hidden;
     MoeCall c;
     if (Hp != H) {
       c.xp = empty(DType::kBF16, {T, Hp});
@@ -690,7 +691,7 @@ class CudaBackend final : public Backend {
       zero(c.xp);
     }
     moe::MoeCudaArgs& a = c.args;
-    a.x = Hp != H ? bf(c.xp) : nullptr;  // set by pad_moe_input otherwise
+    a.x = Hp != H ? bf(c.xp) : bf(x);
     a.router_logits = router_logits.as<float>();
     a.out = Hp != H ? bf_mut(c.outp) : bf_mut(out);
     if (w.gate_up_q) {  // NVFP4, prepared by prepare_moe
@@ -719,12 +720,9 @@ class CudaBackend final : public Backend {
     return c;
   }
 
-  // Points the call at x, copied into the padded input when the widths differ.
-  void pad_moe_input(const Tensor& x, MoeCall& c) {
-    if (!c.xp.data) {
-      c.args.x = bf(x);
-      return;
-    }
+  // Copies x's rows into the padded input (once x holds them), when the widths differ.
+  void pad_moe_input(const Tensor& x, const MoeCall& c) {
+    if (!c.xp.data) return;
     const int T = c.args.num_tokens, H = int(x.dim(-1)), Hp = c.args.hidden;
     cuda_check(cudaMemcpy2DAsync(c.xp.data, Hp * 2, x.data, H * 2, H * 2, T,
                                  cudaMemcpyDeviceToDevice, stream_),
