@@ -360,24 +360,22 @@ int kind_of(const QuantGemmWeight& w) {
                                                : kFp8Kind;
 }
 
-// Resident CTAs per SM of kernel<kKind> at `warps` warps and `smem` bytes, cached per (kind,
-// warps) and smem size (the query costs host time every eager step otherwise).
+// Warps of kernel<kKind> resident per SM (register-limited; one-warp CTAs with the scale table),
+// queried once (the split model needs it on every eager launch). Also makes the kernel's
+// shared-memory opt-in on the current device.
 template <int kKind>
-int ctas_per_sm(int warps, size_t smem) {
-  static std::atomic<uint64_t> cache[kMaxWarps + 1];
+int resident_warps_per_sm() {
   allow_dynamic_smem(quant_gemv_kernel<kKind>, kSmemCap, "quant_gemv");
-  const uint64_t key = uint64_t(smem + 1) << 32;
-  const uint64_t cached = cache[warps].load(std::memory_order_relaxed);
-  if ((cached & ~0xffffffffull) == key) return int(cached & 0xffffffffu);
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quant_gemv_kernel<kKind>, warps * 32,
-                                                    smem) != cudaSuccess) {
-    (void)cudaGetLastError();
-    per_sm = 1;
-  }
-  per_sm = std::max(per_sm, 1);
-  cache[warps].store(key | uint64_t(per_sm), std::memory_order_relaxed);
-  return per_sm;
+  static const int warps = [] {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quant_gemv_kernel<kKind>, 32,
+                                                      smem_bytes(1, false)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+    return std::max(per_sm, 1);
+  }();
+  return warps;
 }
 
 // choose_gemv_split for (n_tiles, k_blocks, sms, warps per SM), memoized in a small direct-mapped
@@ -410,7 +408,7 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
 template <int kKind>
 void launch(GemvArgs a, cudaStream_t stream) {
   // Resident warps per SM (register-limited) from one-warp CTAs with the scale table.
-  const int warps_per_sm = ctas_per_sm<kKind>(1, smem_bytes(1, false));
+  const int warps_per_sm = resident_warps_per_sm<kKind>();
   const GemvSplit c = cached_split<kKind>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
