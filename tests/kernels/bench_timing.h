@@ -9,28 +9,34 @@
 
 namespace serval::testing {
 
-// Median µs of one `launch()` on the legacy stream, each call timed alone (its launch cost
-// included), after 3 warm-up calls.
+// Median ms of `iters` calls of `run()`, each bracketed by CUDA events on `stream`.
 template <typename F>
-double median_us(F&& launch, int iters = 20) {
-  for (int i = 0; i < 3; ++i) launch();
+float median_event_ms(cudaStream_t stream, F&& run, int iters) {
   cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
+  cuda_check(cudaEventCreate(&a), "event");
+  cuda_check(cudaEventCreate(&b), "event");
   std::vector<float> times;
   for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(a);
-    launch();
-    cudaEventRecord(b);
-    cuda_check(cudaEventSynchronize(b), "timed launch");
+    cuda_check(cudaEventRecord(a, stream), "record");
+    run();
+    cuda_check(cudaEventRecord(b, stream), "record");
+    cuda_check(cudaEventSynchronize(b), "timed run");
     float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
+    cuda_check(cudaEventElapsedTime(&ms, a, b), "elapsed");
     times.push_back(ms);
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2] * 1e3;
+  return times[times.size() / 2];
+}
+
+// Median µs of one `launch()` on the legacy stream, each call timed alone (its launch cost
+// included), after 3 warm-up calls.
+template <typename F>
+double median_us(F&& launch, int iters = 20) {
+  for (int i = 0; i < 3; ++i) launch();
+  return median_event_ms(nullptr, launch, iters) * 1e3;
 }
 
 // Median µs of one replay of a CUDA graph holding what `enqueue(stream)` enqueues, divided by
@@ -43,33 +49,16 @@ double graph_us(Enqueue&& enqueue, int per_replay = 1, int replays = 20) {
   cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   enqueue(s);
   cuda_check(cudaStreamSynchronize(s), "eager warm-up");
-  cudaGraph_t graph;
-  cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-  enqueue(s);
-  cuda_check(cudaStreamEndCapture(s, &graph), "end capture");
-  cudaGraphExec_t exec;
-  cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  for (int i = 0; i < 2; ++i) cuda_check(cudaGraphLaunch(exec, s), "warm-up replay");
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> times;
-  for (int i = 0; i < replays; ++i) {
-    cudaEventRecord(a, s);
-    cuda_check(cudaGraphLaunch(exec, s), "replay");
-    cudaEventRecord(b, s);
-    cuda_check(cudaEventSynchronize(b), "replay");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    times.push_back(ms);
+  double us = 0;
+  {
+    const CapturedGraph graph(s, enqueue);
+    for (int i = 0; i < 2; ++i) graph.launch(s);
+    us = median_event_ms(
+             s, [&] { graph.launch(s); }, replays) *
+         1e3 / per_replay;
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2] * 1e3 / per_replay;
+  return us;
 }
 
 }  // namespace serval::testing

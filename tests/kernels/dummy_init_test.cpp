@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "kernels/bench_timing.h"
 #include "kernels/cpu/dummy_init.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
 #include "kernels/cuda_test_util.h"
@@ -326,24 +326,8 @@ TEST(CudaDummyInitBench, DISABLED_Throughput) {
   DeviceBuffer<bf16> dense(static_cast<size_t>(elems));
   DeviceBuffer<uint8_t> codes(size_t(elems / 2));
   auto time_ms = [](const std::function<void()>& f) {
-    cudaEvent_t a, b;
-    cuda_check(cudaEventCreate(&a), "event");
-    cuda_check(cudaEventCreate(&b), "event");
     f();  // warm-up
-    std::vector<float> ms;
-    for (int i = 0; i < 7; ++i) {
-      cuda_check(cudaEventRecord(a), "record");
-      f();
-      cuda_check(cudaEventRecord(b), "record");
-      cuda_check(cudaEventSynchronize(b), "sync");
-      float t = 0;
-      cuda_check(cudaEventElapsedTime(&t, a, b), "elapsed");
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ms[ms.size() / 2];
+    return median_event_ms(nullptr, f, 7);
   };
   const float dense_ms = time_ms([&] {
     kernels::cuda::dummy_dense(

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/bench_timing.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/p2p_test_group.h"
@@ -211,23 +211,11 @@ TEST(P2pAllReduceBench, DISABLED_LatencyVsNccl) {
               }
             },
             cudaStreamCaptureModeRelaxed);
-        cudaEvent_t a, b;
-        cuda_check(cudaEventCreate(&a), "event");
-        cuda_check(cudaEventCreate(&b), "event");
-        std::vector<float> ms;
-        for (int rep = 0; rep < 6; ++rep) {
-          cuda_check(cudaEventRecord(a, s), "record");
-          graph.launch(s);
-          cuda_check(cudaEventRecord(b, s), "record");
-          cuda_check(cudaEventSynchronize(b), "sync");
-          float t = 0;
-          cuda_check(cudaEventElapsedTime(&t, a, b), "elapsed");
-          if (rep > 0) ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        us[size_t(r)] = 1000.0 * ms[ms.size() / 2] / kCalls;
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
+        graph.launch(s);  // warm-up
+        us[size_t(r)] = 1000.0 *
+                        median_event_ms(
+                            s, [&] { graph.launch(s); }, 5) /
+                        kCalls;
       });
       if (HasFailure()) break;
       std::printf("all-reduce %7lld bf16 (%4lld KB) over %d GPUs, %s: %.2f us per call (rank 0)\n",
