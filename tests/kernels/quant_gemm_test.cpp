@@ -156,6 +156,31 @@ struct Shape2 {
   int n, k, max_m;  // max_m bounds the CPU oracle's cost
 };
 
+// A weight of `s` with its CPU-oracle outputs: random x [max_m, k] and bias [n] (seeds taken
+// from `seed` in that order: weight, x, bias), want = the oracle on x without the bias (rows are
+// independent: smaller m use the leading rows).
+struct OracleCase {
+  TestWeight tw;
+  std::vector<bf16> xb, bias_b;
+  std::vector<float> bias_f, want;
+};
+
+OracleCase make_oracle_case(WeightFormat format, const Shape2& s, uint32_t& seed) {
+  OracleCase o;
+  o.tw = make_weight(format, s.n, s.k, seed++);
+  o.xb = random_bf16(size_t(s.max_m) * s.k, seed++);
+  const std::vector<float> xf = to_float(o.xb);
+  o.want.resize(size_t(s.max_m) * s.n);
+  kernels::QuantLinearParams cp = cpu_params(o.tw);
+  cp.x = xf.data();
+  cp.y = o.want.data();
+  cp.m = s.max_m;
+  kernels::cpu::quant_linear(cp);
+  o.bias_b = random_bf16(s.n, seed++, -0.5f, 0.5f);
+  o.bias_f = to_float(o.bias_b);
+  return o;
+}
+
 // The load-time repacking (host code: runs without a GPU) against the fragment layout of
 // quant_gemm.h, evaluated here one element at a time: lane bytes at
 // (((rt·k_blocks + kb)·2 + h)·32 + lane)·B; register a_i holds rows g + 8(i & 1), columns
@@ -235,20 +260,11 @@ TEST(QuantGemm, MatchesCpuOracle) {
   int variant = 0;
   for (WeightFormat format : kFormats) {
     for (const Shape2& s : shapes) {
-      const TestWeight tw = make_weight(format, s.n, s.k, seed++);
-      DeviceWeight dw(tw);
-      // One oracle run at max_m; smaller m use the leading rows (rows are independent).
-      const std::vector<bf16> xb = random_bf16(size_t(s.max_m) * s.k, seed++);
-      const std::vector<float> xf = to_float(xb);
-      std::vector<float> want(size_t(s.max_m) * s.n);
-      kernels::QuantLinearParams cp = cpu_params(tw);
-      cp.x = xf.data();
-      cp.y = want.data();
-      cp.m = s.max_m;
-      kernels::cpu::quant_linear(cp);
-      const std::vector<bf16> bias_b = random_bf16(s.n, seed++, -0.5f, 0.5f);
-      const std::vector<float> bias_f = to_float(bias_b);
-      DeviceBuffer<bf16> x(xb), bias(bias_b);
+      const OracleCase o = make_oracle_case(format, s, seed);
+      const std::vector<float>& want = o.want;
+      const std::vector<float>& bias_f = o.bias_f;
+      DeviceWeight dw(o.tw);
+      DeviceBuffer<bf16> x(o.xb), bias(o.bias_b);
       for (int m : ms) {
         if (m > s.max_m) continue;
         const bool with_bias = variant % 2 == 0, f32 = variant % 3 == 0;
@@ -441,22 +457,12 @@ TEST(QuantGemv, CrossCtaSplitsMatchCpuOracle) {
   int variant = 0;
   for (WeightFormat format : kKernelKinds) {
     for (const Shape2& s : kCrossCtaShapes) {
-      const TestWeight tw = make_weight(format, s.n, s.k, seed++);
-      DeviceWeight dw(tw);
-      const std::vector<bf16> xb = random_bf16(size_t(s.max_m) * s.k, seed++);
-      const std::vector<float> xf = to_float(xb);
-      const std::vector<bf16> bias_b = random_bf16(s.n, seed++, -0.5f, 0.5f);
-      const std::vector<float> bias_f = to_float(bias_b);
-      // One oracle run at max_m (with bias); smaller m use the leading rows.
-      std::vector<float> want(size_t(s.max_m) * s.n);
-      kernels::QuantLinearParams cp = cpu_params(tw);
-      cp.x = xf.data();
-      cp.y = want.data();
-      cp.m = s.max_m;
-      kernels::cpu::quant_linear(cp);
+      OracleCase o = make_oracle_case(format, s, seed);
+      std::vector<float>& want = o.want;  // with the bias
       for (int r = 0; r < s.max_m; ++r)
-        for (int c = 0; c < s.n; ++c) want[size_t(r) * s.n + c] += bias_f[c];
-      DeviceBuffer<bf16> x(xb), bias(bias_b);
+        for (int c = 0; c < s.n; ++c) want[size_t(r) * s.n + c] += o.bias_f[c];
+      DeviceWeight dw(o.tw);
+      DeviceBuffer<bf16> x(o.xb), bias(o.bias_b);
       for (int m = 1; m <= s.max_m; ++m) {
         const bool f32 = variant++ % 2 == 0;
         const std::vector<float> ref(want.begin(), want.begin() + size_t(m) * s.n);
