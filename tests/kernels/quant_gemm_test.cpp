@@ -12,11 +12,13 @@
 // --gtest_filter='QuantGemmBench.*').
 #include "kernels/cuda/gemm/quant_gemm.h"
 #include "kernels/cuda/gemm/quant_gemv.h"
+#include "kernels/nvfp4_word.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -28,6 +30,7 @@
 #include "kernels/cuda_test_util.h"
 #include "kernels/gemm_bench_util.h"
 #include "kernels/gpu_test_support.h"
+#include "kernels/nvfp4_word.h"
 #include "tensor/tensor.h"
 
 namespace serval::testing {
@@ -184,7 +187,8 @@ OracleCase make_oracle_case(WeightFormat format, const Shape2& s, uint32_t& seed
 // The load-time repacking (host code: runs without a GPU) against the fragment layout of
 // quant_gemm.h, evaluated here one element at a time: lane bytes at
 // (((rt·k_blocks + kb)·2 + h)·32 + lane)·B; register a_i holds rows g + 8(i & 1), columns
-// 16t + 4s + 2(i >> 1) (+1) of k16 step s; NVFP4 nibbles 3 − i / 7 − i of word s, FP8 bytes 1/3
+// 16t + 4s + 2(i >> 1) (+1) of k16 step s; NVFP4 codes in word s as kernels/nvfp4_word.h places
+// them (lo = even column, hi = odd), FP8 bytes 1/3
 // (even i) or 0/2 (odd i) of word 2s + i/2; padding is code 0.
 TEST(QuantGemmPack, MatchesTheFragmentLayout) {
   std::mt19937 rng(5);
@@ -213,8 +217,10 @@ TEST(QuantGemmPack, MatchesTheFragmentLayout) {
                     if (fp4) {
                       const uint8_t byte = src[size_t(row) * (k / 2) + col / 2];
                       const uint8_t code = (col & 1) ? byte >> 4 : byte & 0xF;
-                      const int nibble = half ? 7 - i : 3 - i;
-                      dst[4 * s + nibble / 2] |= uint8_t(code << (4 * (nibble & 1)));
+                      uint32_t w;
+                      std::memcpy(&w, dst + 4 * s, 4);
+                      w |= kernels::nvfp4_word_bits(code, i, half);
+                      std::memcpy(dst + 4 * s, &w, 4);
                     } else {
                       const int byte = (i & 1) ? (half ? 2 : 0) : (half ? 3 : 1);
                       dst[4 * (2 * s + (i >> 1)) + byte] = src[size_t(row) * k + col];
@@ -222,6 +228,41 @@ TEST(QuantGemmPack, MatchesTheFragmentLayout) {
                   }
             }
       EXPECT_EQ(got, want) << (fp4 ? "nvfp4" : "fp8") << " n " << n << " k " << k;
+    }
+  }
+}
+
+// The bit placement of kernels/nvfp4_word.h, checked against the E2M1 -> bf16 rule it must
+// implement (independent of the packer): the 4 × 2 code slots tile the 32 bits of a word, and
+// register i's decode gives, per half, sign at bit 15 and e1 e0 m at bits 8..6 of its own code
+// whatever the other seven codes are.
+TEST(QuantGemmPack, Nvfp4WordDecodesEveryCode) {
+  uint32_t all = 0;
+  int bits = 0;
+  for (int i = 0; i < 4; ++i)
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t slot = kernels::nvfp4_word_bits(0xF, i, half);
+      EXPECT_EQ(all & slot, 0u) << "slot " << i << "/" << half << " overlaps another";
+      all |= slot;
+      bits += std::popcount(slot);
+    }
+  EXPECT_EQ(all, 0xFFFFFFFFu);
+  EXPECT_EQ(bits, 32);
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 4096; ++trial) {
+    uint32_t codes[4][2], w = 0;
+    for (int i = 0; i < 4; ++i)
+      for (int half = 0; half < 2; ++half) {
+        codes[i][half] = rng() & 0xF;
+        w |= kernels::nvfp4_word_bits(codes[i][half], i, half);
+      }
+    for (int i = 0; i < 4; ++i) {
+      uint32_t want = 0;
+      for (int half = 0; half < 2; ++half) {
+        const uint32_t c = codes[i][half];
+        want |= ((c >> 3) << 15 | (c & 7u) << 6) << (16 * half);
+      }
+      ASSERT_EQ(kernels::nvfp4_bf16x2_bits(w, i), want) << "register " << i << " word " << w;
     }
   }
 }

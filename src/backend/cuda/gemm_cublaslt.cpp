@@ -1,10 +1,25 @@
 #include "backend/cuda/gemm_cublaslt.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_tuning.h"
+#include "base/log.h"
 
 namespace serval::backend::cuda {
 
-CublasLtGemm::CublasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+namespace {
+
+bool tuning_enabled() {
+  const char* env = std::getenv("SERVAL_GEMM_TUNE");
+  return env == nullptr || std::string(env) != "0";
+}
+
+}  // namespace
+
+CublasLtGemm::CublasLtGemm(size_t workspace_bytes)
+    : workspace_bytes_(workspace_bytes), tuning_(tuning_enabled()) {
   cublas_check(cublasLtCreate(&handle_), "cublasLtCreate");
   cuda_check(cudaMalloc(&workspace_, workspace_bytes_), "cudaMalloc(cuBLASLt workspace)");
 }
@@ -22,7 +37,7 @@ CublasLtGemm::~CublasLtGemm() {
 
 // Column-major view: yᵀ[n, m] = w[n, k] · xᵀ[k, m], i.e. A = w (stored [k, n] col-major,
 // transposed), B = xᵀ (stored [k, m] col-major), C = yᵀ ([n, m] col-major == y row-major).
-const CublasLtGemm::Plan& CublasLtGemm::plan(int m, int n, int k, DType y_dtype, bool bias) {
+CublasLtGemm::Plan& CublasLtGemm::plan(int m, int n, int k, DType y_dtype, bool bias) {
   auto key = std::make_tuple(m, n, k, int(y_dtype), bias);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
@@ -54,24 +69,85 @@ const CublasLtGemm::Plan& CublasLtGemm::plan(int m, int n, int k, DType y_dtype,
   cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &workspace_bytes_, sizeof(workspace_bytes_)),
                "workspace pref");
-  cublasLtMatmulHeuristicResult_t result{};
+  const bool tune = tuning_ && gemm_worth_tuning(m, n, k);
+  cublasLtMatmulHeuristicResult_t results[kGemmTuneCandidates] = {};
   int found = 0;
-  cublas_check(
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found),
-      "heuristic");
+  cublas_check(cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref,
+                                              tune ? kGemmTuneCandidates : 1, results, &found),
+               "heuristic");
   cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0) throw Error("cuBLASLt found no algorithm for this GEMM shape");
-  p.algo = result.algo;
+  p.algo = results[0].algo;
+  if (tune && found > 1)
+    for (int i = 0; i < found; ++i) p.candidates.push_back(results[i].algo);
   return plans_.emplace(key, p).first->second;
+}
+
+void CublasLtGemm::tune(Plan& p, const BucketKey& bucket, const void* x, const void* w, void* y,
+                        cudaStream_t stream) {
+  const float alpha = 1.0f, beta = 0.0f;
+  auto fits = [&](const cublasLtMatmulAlgo_t& algo) {
+    cublasLtMatmulHeuristicResult_t check{};
+    return cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.c, p.c, &algo, &check) ==
+               CUBLAS_STATUS_SUCCESS &&
+           check.workspaceSize <= workspace_bytes_;
+  };
+  if (auto it = tuned_.find(bucket); it != tuned_.end()) {
+    if (fits(it->second)) p.algo = it->second;
+    p.candidates.clear();
+    return;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> median_ms;
+  for (const cublasLtMatmulAlgo_t& algo : p.candidates) {
+    std::vector<float> ms;
+    for (int i = 0; i < kGemmTuneWarmups + kGemmTuneRuns; ++i) {
+      cuda_check(cudaEventRecord(start, stream), "cudaEventRecord");
+      const cublasStatus_t st =
+          cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &algo,
+                         workspace_, workspace_bytes_, stream);
+      cuda_check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        ms.clear();
+        break;
+      }
+      float t = 0.0f;
+      cuda_check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+      if (i >= kGemmTuneWarmups) ms.push_back(t);
+    }
+    median_ms.push_back(ms.empty() ? -1.0f : gemm_tune_median(ms));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const int best = gemm_fastest(median_ms);
+  if (best >= 0) {
+    p.algo = p.candidates[size_t(best)];
+    tuned_.emplace(bucket, p.algo);
+    log::debug(
+        "cuBLASLt GEMM m <= {} n {} k {}: candidate {} of {} ({:.3f} ms; heuristic's {:.3f} ms)",
+        std::get<0>(bucket), std::get<1>(bucket), std::get<2>(bucket), best, median_ms.size(),
+        median_ms[size_t(best)], median_ms[0]);
+  }
+  p.candidates.clear();
 }
 
 void CublasLtGemm::run(const void* x, const void* w, const void* bias, void* y, DType y_dtype,
                        int m, int n, int k, cudaStream_t stream) {
-  const Plan& p = plan(m, n, k, y_dtype, bias != nullptr);
+  Plan& p = plan(m, n, k, y_dtype, bias != nullptr);
   if (bias) {
     cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof(bias)),
                  "bias pointer");
+  }
+  if (!p.candidates.empty()) {
+    // Timing needs an eager stream; a capture keeps the heuristic's choice for now.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+    if (status == cudaStreamCaptureStatusNone)
+      tune(p, {gemm_tune_bucket(m), n, k, int(y_dtype), bias != nullptr}, x, w, y, stream);
   }
   const float alpha = 1.0f, beta = 0.0f;
   cublas_check(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/nvfp4_word.h"
 
 namespace serval::kernels::cuda {
 
@@ -43,10 +44,9 @@ __device__ __forceinline__ void decode_step(const uint32_t* words, int s, uint32
     const uint32_t q = words[s];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t t = q << (4 * i);  // nibbles 3−i and 7−i now at 3 and 7
       // e2m1 (s e1 e0 m) → bf16 sign, exponent low bits e1e0, mantissa msb m: value e2m1·2^-126
-      const uint32_t v = (t & 0x80008000u) | ((t & 0x70007000u) >> 6);
-      a[i] = bmul2(v, (i & 1) ? m_hi : m_lo);
+      // (the word's bit placement: kernels/nvfp4_word.h).
+      a[i] = bmul2(nvfp4_bf16x2_bits(q, i), (i & 1) ? m_hi : m_lo);
     }
   } else {
 #pragma unroll

@@ -17,7 +17,8 @@
 // fragments are then the 8 consecutive activation words 8t .. 8t+7 (two 16-byte loads), and its
 // columns lie in one NVFP4 scale group (4kb + t) / FP8 block, so it needs one multiplier pair
 // per k block instead of one per step.
-//   NVFP4: 32-bit word s; register a_i takes nibble 3−i (low half) and nibble 7−i (high half).
+//   NVFP4: 32-bit word s holds register a_i's two codes (low half = even column, high half) at
+//          the bit positions of kernels/nvfp4_word.h, chosen so that decoding takes few ops.
 //   FP8:   32-bit word 2s + i/2; even i takes bytes 1 (low) and 3 (high), odd i bytes 0 and 2.
 // Scales: NVFP4 e4m3, n_pad · k_pad/16 bytes in 128-byte tiles, one per (row tile rt, k block
 // kb) at (rt · k_pad/64 + kb) · 128; inside, 32-bit word 4 · (row % 8) + (row % 32) / 8 holds the

@@ -8,8 +8,13 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
+#include "kernels/nvfp4_word.h"
 
 namespace serval::kernels::cuda {
+
+namespace {
+constexpr Nvfp4WordTable kWordBits = make_nvfp4_word_table();
+}  // namespace
 
 int quant_gemm_n_pad(int n) {
   return (n + 31) / 32 * 32;
@@ -55,10 +60,11 @@ std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* sr
               const uint32_t a[4] = {pair(row_lo, c), pair(row_hi, c), pair(row_lo, c + 2),
                                      pair(row_hi, c + 2)};
               if (fp4) {
-                // a_i: low nibble (even column) at nibble 3 − i, high nibble at nibble 7 − i.
+                // a_i: low nibble (even column) as the lo code, high nibble as hi
+                // (kernels/nvfp4_word.h).
                 uint32_t w = 0;
                 for (int i = 0; i < 4; ++i)
-                  w |= (a[i] & 0xFu) << (4 * (3 - i)) | (a[i] >> 4) << (4 * (7 - i));
+                  w |= kWordBits[size_t(i)][0][a[i] & 0xFu] | kWordBits[size_t(i)][1][a[i] >> 4];
                 store(s, w);
               } else {
                 // Word 2s + j: a_2j in bytes 1 (even column) and 3, a_2j+1 in bytes 0 and 2.
