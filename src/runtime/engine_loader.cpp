@@ -304,10 +304,6 @@ LoadedModel load_model(const EngineConfig& cfg) {
         throw InvalidArgument(
             "--data-parallel-size with --enable-expert-parallel over several nodes is not "
             "supported yet");
-      if (po.device == "cuda")
-        throw InvalidArgument(
-            "--data-parallel-size with --enable-expert-parallel runs on the CPU backend only so "
-            "far (its GPU path has not been verified); use --device cpu, or tensor parallel");
       log::info(
           "data parallel {} with expert parallel: replicas run their own requests, the "
           "experts are split over all {} ranks",
