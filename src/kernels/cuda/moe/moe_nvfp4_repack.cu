@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/nvfp4_word.h"
 
 namespace serval::kernels::cuda {
 
@@ -37,13 +38,15 @@ __global__ void repack_codes_kernel(MoeNvfp4RepackParams p, size_t total_words) 
     const int g = lane / 4, t4 = lane % 4;
     const int c0 = kb * 64 + kk * 16 + 2 * t4;
     const int r_lo = source_row(p, mt * 16 + g), r_hi = source_row(p, mt * 16 + g + 8);
-    // Nibble order of the header: i → (row, column).
-    const uint32_t n0 = source_code(p, e, r_hi, c0 + 8), n1 = source_code(p, e, r_lo, c0 + 8),
-                   n2 = source_code(p, e, r_hi, c0), n3 = source_code(p, e, r_lo, c0),
-                   n4 = source_code(p, e, r_hi, c0 + 9), n5 = source_code(p, e, r_lo, c0 + 9),
-                   n6 = source_code(p, e, r_hi, c0 + 1), n7 = source_code(p, e, r_lo, c0 + 1);
-    const uint32_t word =
-        n0 | (n1 << 4) | (n2 << 8) | (n3 << 12) | (n4 << 16) | (n5 << 20) | (n6 << 24) | (n7 << 28);
+    // MMA register j's two codes (low half: column c, high half: column c + 1), placed in the
+    // word as kernels/nvfp4_word.h says.
+    const int rows_of[4] = {r_lo, r_hi, r_lo, r_hi}, cols_of[4] = {c0, c0, c0 + 8, c0 + 8};
+    uint32_t word = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      word |= nvfp4_word_bits(source_code(p, e, rows_of[j], cols_of[j]), j, 0);
+      word |= nvfp4_word_bits(source_code(p, e, rows_of[j], cols_of[j] + 1), j, 1);
+    }
     reinterpret_cast<uint32_t*>(p.dst_data)[w] = word;
   }
 }

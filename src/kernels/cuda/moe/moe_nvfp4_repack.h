@@ -13,11 +13,11 @@ namespace serval::kernels::cuda {
 // and columns [64·kb, 64·kb + 64); tiles are stored mt-major: tile index mt·(k/64) + kb.
 //   Codes: 512 bytes per tile at e·rows·k/2 + tile·512. Lane l (g = l/4, t4 = l%4) of a warp
 //     owns bytes [16·l, 16·l + 16): four little-endian u32 words, word kk (k16 step kk of the
-//     tile, columns c0 = 64·kb + 16·kk) holding 8 E2M1 nibbles, nibble i at bits [4i, 4i+4):
-//       nibble 3, 7 = W[g][c0 + 2·t4], W[g][c0 + 2·t4 + 1]          (MMA register a0)
-//       nibble 2, 6 = W[g + 8][c0 + 2·t4], W[g + 8][c0 + 2·t4 + 1]  (a1)
-//       nibble 1, 5 = W[g][c0 + 2·t4 + 8], W[g][c0 + 2·t4 + 9]      (a2)
-//       nibble 0, 4 = W[g + 8][c0 + 2·t4 + 8], W[g + 8][...+ 9]      (a3)
+//     tile, columns c0 = 64·kb + 16·kk) holding the 8 E2M1 codes of MMA registers a0..a3, each
+//     register's pair (low half: column c, high half: column c + 1) placed as
+//     kernels/nvfp4_word.h's nvfp4_word_bits(code, j, half) says:
+//       a0 = W[g][c0 + 2·t4 + {0, 1}]          a1 = W[g + 8][c0 + 2·t4 + {0, 1}]
+//       a2 = W[g][c0 + 2·t4 + 8 + {0, 1}]      a3 = W[g + 8][c0 + 2·t4 + 8 + {0, 1}]
 //     (rows relative to 16·mt), so one 16-byte load gives a lane its A fragments of 4 MMAs.
 //   Block scales (e4m3, unchanged values): 64 bytes per tile at e·rows·k/16 + tile·64; byte
 //     8·g + 2·kk + h is the scale of row 16·mt + g + 8·h, K block 4·kb + kk.

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/nvfp4_word.h"
+
 namespace serval::kernels::cuda {
 
 // 2⁶² · global scale restores the dequantized weights' 2⁻⁶² (see dequant_nvfp4).
@@ -47,18 +49,13 @@ __device__ __forceinline__ void build_nvfp4_scale_table(uint32_t* lut) {
 }
 
 // NVFP4 → bf16 fragment. `w` is one word of the repacked layout (moe_nvfp4_repack.h); s_lo and
-// s_hi are bf16x2 copies of 2⁶⁴·scale of rows g and g+8. Register j takes nibbles 3−j (low half)
-// and 7−j (high half): sign to bit 15, e1e0m to bits 8..6 gives the bf16 e2m1·2⁻¹²⁶ (subnormal
-// for codes ±0.5, ±0, which bf16 fma handles exactly); times 2⁶⁴·scale is e2m1·scale·2⁻⁶², an
-// exact bf16 (≤ 6 significant bits, normal range).
+// s_hi are bf16x2 copies of 2⁶⁴·scale of rows g and g+8. nvfp4_bf16x2_bits gives register j's two
+// codes as bf16 e2m1·2⁻¹²⁶ (subnormal for codes ±0.5, ±0, which bf16 fma handles exactly); times
+// 2⁶⁴·scale is e2m1·scale·2⁻⁶², an exact bf16 (≤ 6 significant bits, normal range).
 __device__ __forceinline__ void dequant_nvfp4(uint32_t (&a)[4], uint32_t w, uint32_t s_lo,
                                               uint32_t s_hi) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t q = w << (4 * j);
-    const uint32_t v = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
-    a[j] = bf16x2_mul(v, (j & 1) ? s_hi : s_lo);
-  }
+  for (int j = 0; j < 4; ++j) a[j] = bf16x2_mul(nvfp4_bf16x2_bits(w, j), (j & 1) ? s_hi : s_lo);
 }
 
 }  // namespace serval::kernels::cuda
