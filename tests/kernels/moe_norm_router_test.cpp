@@ -343,6 +343,11 @@ TEST(MoeNormRouter, Supported) {
   MoeNormRouterParams p = params(1, 2048, 128);
   p.h = buf + 1;  // misaligned
   EXPECT_FALSE(moe_norm_router_supported(p));
+  // The CUDA backend asks before it allocates the outputs: the gate must not look at them (it
+  // once required logits, so the engine never took the fused path).
+  p = params(1, 2048, 128);
+  p.logits = nullptr;
+  EXPECT_TRUE(moe_norm_router_supported(p));
 }
 
 // K instances launched back to back without a sync, twice, then from a graph replayed three

@@ -231,11 +231,11 @@ bool moe_norm_router_supported(const MoeNormRouterParams& p) {
          r.num_experts <= kMoeMaxExperts && r.top_k >= 1 && r.top_k <= kMoeMaxTopK &&
          r.num_local >= 0 && r.num_local <= kMoeMaxExperts && is_aligned16(p.h) &&
          is_aligned16(p.residual) && is_aligned16(p.norm_weight) && is_aligned16(p.router) &&
-         is_aligned16(p.x) && p.logits != nullptr;
+         is_aligned16(p.x);
 }
 
 void moe_norm_router_topk(const MoeNormRouterParams& p, cudaStream_t stream) {
-  if (!moe_norm_router_supported(p))
+  if (!moe_norm_router_supported(p) || p.logits == nullptr)
     throw InvalidArgument(
         "moe_norm_router_topk: need 1 <= tokens <= " + std::to_string(kMaxTokens) +
         ", hidden % 8 == 0, hidden <= 8192, 4·tokens·hidden <= 128 KB, experts <= " +
