@@ -56,6 +56,11 @@ struct QuantizedWeight {
   // before the product (kernels::cpu::nvfp4_fake_quant_rows gives the exact values).
   bool quantize_activations = false;
   Tensor activation_scale;  // CUDA W4A4: device f32 [1] holding 1/input_scale (set at upload)
+  // A SwiGLU MLP's gate/up weight (rows [0, n/2) gate, [n/2, n) up), marked by the loader before
+  // upload: a backend may keep its rows in an order of its own (rows_reordered), so such a weight
+  // is only ever used through Backend::linear_silu_mul.
+  bool gate_up = false;
+  bool rows_reordered = false;  // set by the backend's upload (CUDA: quant_gemm's gate/up tiling)
   // Bytes of one expert's (or the linear's) data and scales.
   size_t data_bytes() const { return data.nbytes() / size_t(experts > 0 ? experts : 1); }
   size_t scale_bytes() const { return scales.nbytes() / size_t(experts > 0 ? experts : 1); }
@@ -246,6 +251,14 @@ class Backend {
                          const StepMetadata& meta, Tensor& out) = 0;
   // out[r] = silu(x[r, :I]) · x[r, I:]
   virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
+  // out [T, I] = silu(x · gateᵀ) · (x · upᵀ) for a gate/up weight [2I, k] (QuantizedWeight::
+  // gate_up when quantized). The default runs linear and silu_mul through a [T, 2I] temporary; a
+  // backend may fuse them (the CUDA backend does in its quantized decode GEMV).
+  virtual void linear_silu_mul(const Tensor& x, const Weight& gate_up, Tensor& out) {
+    Tensor h = empty(activation_dtype(), {x.dim(0), gate_up.out_features()});
+    linear(x, gate_up, nullptr, h);
+    silu_mul(h, out);
+  }
   // Converts uploaded MoE weights to the layout this backend's expert kernels need (once, at
   // load time). Throws InvalidArgument naming the case if the layer cannot run here.
   virtual void prepare_moe(MoeWeights& w) = 0;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
@@ -27,6 +28,30 @@ TEST(CudaSiluMul, MatchesCpu) {
       EXPECT_LT(rel_l2(d_out.download(), want), kTol);
     }
   }
+}
+
+// The gate/up tiled layout (tile 16): gate of column i at 32·(i / 16) + i % 16, up 16 further.
+// x + 8 elements (16 bytes) is misaligned for the 16-byte path: the scalar path's tiling too.
+TEST(CudaSiluMul, TiledLayoutMatchesCpu) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int offset : {0, 1}) {
+    const int rows = 5, inter = 96;
+    SCOPED_TRACE(::testing::Message() << "offset " << offset);
+    auto x = random_bf16(size_t(rows) * 2 * inter + 1, 77, -4.0f, 4.0f);
+    const std::vector<float> x_f = to_float(x);
+    std::vector<float> halves(size_t(rows) * 2 * inter), want(size_t(rows) * inter);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < 2 * inter; ++c) {
+        const int src = 32 * ((c % inter) / 16) + (c % inter) % 16 + (c < inter ? 0 : 16);
+        halves[size_t(r) * 2 * inter + c] = x_f[size_t(offset) + size_t(r) * 2 * inter + src];
+      }
+    kernels::cpu::silu_mul({halves.data(), want.data(), rows, inter});
+    DeviceBuffer<bf16> d_x(x), d_out(want.size());
+    d_out.poison();
+    kernels::cuda::silu_mul({d_x.get() + offset, d_out.get(), rows, inter, 16}, nullptr);
+    EXPECT_LT(rel_l2(d_out.download(), want), kTol);
+  }
+  EXPECT_THROW(kernels::cuda::silu_mul({nullptr, nullptr, 1, 24, 16}, nullptr), InvalidArgument);
 }
 
 TEST(CudaEmbedding, CopiesTableRowsExactly) {

@@ -652,6 +652,45 @@ TEST(QuantGemm, DequantMatchesCpu) {
   }
 }
 
+// A backend's host QuantizedWeight (checkpoint layout) holding tw.
+backend::QuantizedWeight host_weight(const TestWeight& tw) {
+  const int n = tw.n, k = tw.k;
+  backend::QuantizedWeight host;
+  host.format = tw.format;
+  host.n = n;
+  host.k = k;
+  host.global_scale = {tw.global_scale};
+  host.input_scale = {1.0f};
+  if (tw.format == WeightFormat::kNvfp4) {
+    host.data = host_empty(DType::kU8, {n, k / 2});
+    host.scales = host_empty(DType::kF8E4M3, {n, k / 16});
+    std::memcpy(host.scales.data, tw.nvfp4_sf.data(), tw.nvfp4_sf.size());
+  } else {
+    host.data = host_empty(DType::kF8E4M3, {n, k});
+    if (!tw.fp32_scales.empty()) {
+      host.scales = host_empty(DType::kF32, {n});
+      std::memcpy(host.scales.data, tw.fp32_scales.data(), tw.fp32_scales.size() * 4);
+    }
+  }
+  std::memcpy(host.data.data, tw.data.data(), tw.data.size());
+  return host;
+}
+
+// x [m, k] as the CPU backend's f32 tensor and the GPU backend's bf16 one.
+struct BackendInput {
+  Tensor cpu, gpu;
+};
+BackendInput backend_input(backend::Backend& gpu, int m, int k, uint32_t seed) {
+  const std::vector<bf16> xb = random_bf16(size_t(m) * k, seed);
+  BackendInput in{host_empty(DType::kF32, {m, k}), {}};
+  const std::vector<float> xf = to_float(xb);
+  std::memcpy(in.cpu.data, xf.data(), xf.size() * 4);
+  Tensor xh = host_empty(DType::kBF16, {m, k});
+  std::memcpy(xh.data, xb.data(), xb.size() * 2);
+  in.gpu = gpu.upload(xh);
+  return in;
+}
+
 // The CUDA backend (upload_quantized + quantized_linear, both the fused kernel and the
 // dequantize + cuBLASLt path for m > kQuantGemmMaxM) against the CPU backend.
 TEST(QuantGemm, BackendMatchesCpuBackend) {
@@ -663,39 +702,19 @@ TEST(QuantGemm, BackendMatchesCpuBackend) {
   for (WeightFormat format : {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel}) {
     const int n = 320, k = 512;
     const TestWeight tw = make_weight(format, n, k, seed++);
-    backend::QuantizedWeight host;
-    host.format = format;
-    host.n = n;
-    host.k = k;
-    host.global_scale = {tw.global_scale};
-    host.input_scale = {1.0f};
-    if (format == WeightFormat::kNvfp4) {
-      host.data = host_empty(DType::kU8, {n, k / 2});
-      host.scales = host_empty(DType::kF8E4M3, {n, k / 16});
-      std::memcpy(host.scales.data, tw.nvfp4_sf.data(), tw.nvfp4_sf.size());
-    } else {
-      host.data = host_empty(DType::kF8E4M3, {n, k});
-      host.scales = host_empty(DType::kF32, {n});
-      std::memcpy(host.scales.data, tw.fp32_scales.data(), tw.fp32_scales.size() * 4);
-    }
-    std::memcpy(host.data.data, tw.data.data(), tw.data.size());
+    const backend::QuantizedWeight host = host_weight(tw);
     const backend::QuantizedWeight wc = cpu->upload_quantized(host);
     const backend::QuantizedWeight wg = gpu->upload_quantized(host);
     for (int m : {3, 100}) {
-      const std::vector<bf16> xb = random_bf16(size_t(m) * k, seed++);
+      const BackendInput x = backend_input(*gpu, m, k, seed++);
       const std::vector<bf16> bb = random_bf16(n, seed++, -0.5f, 0.5f);
-      Tensor xc = host_empty(DType::kF32, {m, k});
-      const std::vector<float> xf = to_float(xb);
-      std::memcpy(xc.data, xf.data(), xf.size() * 4);
       Tensor bias_host = host_empty(DType::kBF16, {n});
       std::memcpy(bias_host.data, bb.data(), bb.size() * 2);
       Tensor yc = host_empty(DType::kF32, {m, n});
-      cpu->quantized_linear(xc, wc, &bias_host, yc);
+      cpu->quantized_linear(x.cpu, wc, &bias_host, yc);
       const std::vector<float> want(yc.as<float>(), yc.as<float>() + size_t(m) * n);
 
-      Tensor xh = host_empty(DType::kBF16, {m, k});
-      std::memcpy(xh.data, xb.data(), xb.size() * 2);
-      const Tensor xg = gpu->upload(xh);
+      const Tensor& xg = x.gpu;
       const Tensor bg = gpu->upload(bias_host);
       Tensor yg = gpu->empty(DType::kBF16, {m, n});
       // The backend's stream does not synchronize with the legacy stream: fence both sides.
@@ -706,6 +725,53 @@ TEST(QuantGemm, BackendMatchesCpuBackend) {
       std::vector<bf16> got(size_t(m) * n);
       gpu->download(yg, got.data());
       EXPECT_LT(rel_l2(got, want), 1e-2) << format_name(format) << " m=" << m;
+    }
+  }
+}
+
+// Gate/up weights (QuantizedWeight::gate_up): the CUDA backend tiles their rows at upload and
+// linear_silu_mul finishes silu(gate) · up in the decode GEMV's epilogue (m ≤ 8: S = 1, in-CTA and
+// cross-CTA splits, depending on the shape) or runs the tiled product and silu_mul with tile 16
+// (m = 20: the mma kernel; m = 100: dequantize + cuBLASLt). Against the CPU backend's linear +
+// silu_mul on the same checkpoint weight.
+TEST(QuantGemm, GateUpSiluMatchesCpuBackend) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  auto gpu = backend::make_cuda_backend();
+  if (!gpu) GTEST_SKIP() << "CUDA backend unavailable: skipped";
+  auto cpu = backend::make_cpu_backend();
+  uint32_t seed = 300;
+  struct Shape {
+    int inter, k;
+  };
+  for (WeightFormat format :
+       {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel, WeightFormat::kFp8PerTensor}) {
+    for (const Shape& sh : {Shape{48, 512}, Shape{1024, 4096}, Shape{2048, 1024}}) {
+      const int n = 2 * sh.inter, k = sh.k;
+      SCOPED_TRACE(::testing::Message() << format_name(format) << " inter " << sh.inter << " k "
+                                        << k);
+      backend::QuantizedWeight host = host_weight(make_weight(format, n, k, seed++));
+      host.gate_up = true;
+      const backend::Weight wc{Tensor{}, cpu->upload_quantized(host)};
+      const backend::Weight wg{Tensor{}, gpu->upload_quantized(host)};
+      ASSERT_TRUE(wg.q->rows_reordered);  // else this would test the unfused path only
+      for (int m : {1, 3, 8, 20, 100}) {
+        SCOPED_TRACE(::testing::Message() << "m " << m);
+        const BackendInput x = backend_input(*gpu, m, k, seed++);
+        Tensor yc = host_empty(DType::kF32, {m, sh.inter});
+        cpu->linear_silu_mul(x.cpu, wc, yc);
+        const std::vector<float> want(yc.as<float>(), yc.as<float>() + size_t(m) * sh.inter);
+        Tensor yg = gpu->empty(DType::kBF16, {m, sh.inter});
+        cuda_check(cudaDeviceSynchronize(), "sync");
+        cuda_check(cudaMemset(yg.data, 0xFF, yg.nbytes()), "poison");
+        cuda_check(cudaDeviceSynchronize(), "sync");
+        gpu->linear_silu_mul(x.gpu, wg, yg);
+        std::vector<bf16> got(size_t(m) * sh.inter);
+        gpu->download(yg, got.data());
+        EXPECT_LT(rel_l2(got, want), 1e-2);
+      }
+      Tensor y = gpu->empty(DType::kBF16, {1, n});
+      EXPECT_THROW(gpu->quantized_linear(backend_input(*gpu, 1, k, seed++).gpu, *wg.q, nullptr, y),
+                   InvalidArgument);
     }
   }
 }

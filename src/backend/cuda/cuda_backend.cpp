@@ -22,6 +22,7 @@
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/gemm/bf16_gemv.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
+#include "kernels/cuda/gemm/quant_gemv.h"
 #include "kernels/cuda/init/dummy_init.h"
 #include "kernels/cuda/misc/elementwise.h"
 #include "kernels/cuda/moe/moe_norm_router.h"
@@ -66,6 +67,25 @@ cudaStream_t process_stream() {
     cuda_check(cudaStreamCreateWithFlags(&streams[size_t(device)], cudaStreamNonBlocking),
                "cudaStreamCreate");
   return streams[size_t(device)];
+}
+
+// Whether upload_quantized stores this weight's rows in quant_gemm's gate/up tiled order
+// (quant_gemm_gate_up_source_row), so that the decode GEMV can finish silu(gate) · up itself. Not
+// FP8 block weights: their scale blocks do not follow a row permutation.
+bool tiles_gate_up(const QuantizedWeight& w) {
+  using kernels::WeightFormat;
+  return w.gate_up && w.experts == 0 && w.n % 32 == 0 && w.format != WeightFormat::kFp8Block;
+}
+
+// The rows of a host array [n, row_bytes] in the gate/up tiled order.
+std::vector<uint8_t> gate_up_tiled_rows(const void* src, int n, size_t row_bytes) {
+  std::vector<uint8_t> out(size_t(n) * row_bytes);
+  for (int r = 0; r < n; ++r) {
+    const size_t from = size_t(kernels::cuda::quant_gemm_gate_up_source_row(r, n / 2));
+    std::memcpy(out.data() + size_t(r) * row_bytes,
+                static_cast<const uint8_t*>(src) + from * row_bytes, row_bytes);
+  }
+  return out;
 }
 
 class CudaStepGraph final : public StepGraph {
@@ -331,6 +351,7 @@ class CudaBackend final : public Backend {
   // (kernels/cuda/gemm/quant_gemm.h): data u8 [quant_gemm_data_bytes], NVFP4 scales e4m3
   // in 128-byte tiles (quant_gemm.h), FP8 block scales bf16 s·2^120, per-channel f32 [n] as is.
   // Expert stacks (experts > 0) are copied unchanged, checkpoint layout, for the MoE kernels.
+  // Gate/up weights (tiles_gate_up) get their rows (and row scales) tiled first.
   QuantizedWeight upload_quantized(const QuantizedWeight& host) override {
     QuantizedWeight dev = host;
     set_activation_scale(dev);
@@ -341,13 +362,26 @@ class CudaBackend final : public Backend {
     }
     const int n = host.n, k = host.k;
     check_quantized_shape(host);
+    const bool nvfp4 = host.format == kernels::WeightFormat::kNvfp4;
+    const void* codes = host.data.data;
+    const void* scales = host.scales.data;
+    std::vector<uint8_t> tiled_codes, tiled_scales;
+    if (tiles_gate_up(host)) {
+      tiled_codes = gate_up_tiled_rows(codes, n, size_t(nvfp4 ? k / 2 : k));
+      codes = tiled_codes.data();
+      if (nvfp4 || host.format == kernels::WeightFormat::kFp8PerChannel) {
+        tiled_scales = gate_up_tiled_rows(scales, n, nvfp4 ? size_t(k / 16) : sizeof(float));
+        scales = tiled_scales.data();
+      }
+      dev.rows_reordered = true;
+    }
     const std::vector<uint8_t> data = kernels::cuda::quant_gemm_pack_data(
-        host.format, static_cast<const uint8_t*>(host.data.data), n, k);
+        host.format, static_cast<const uint8_t*>(codes), n, k);
     dev.data = upload(host_view(data.data(), DType::kU8, {int64_t(data.size())}, nullptr));
     switch (host.format) {
       case kernels::WeightFormat::kNvfp4: {
         const std::vector<uint8_t> sf = kernels::cuda::quant_gemm_pack_nvfp4_scales(
-            static_cast<const uint8_t*>(host.scales.data), n, k);
+            static_cast<const uint8_t*>(scales), n, k);
         dev.scales = upload(
             host_view(sf.data(), DType::kF8E4M3,
                       {kernels::cuda::quant_gemm_n_pad(n), kernels::cuda::quant_gemm_k_pad(k) / 16},
@@ -363,7 +397,7 @@ class CudaBackend final : public Backend {
       }
       case kernels::WeightFormat::kFp8PerChannel:
         expect(host.scales, DType::kF32, "FP8 per-channel scales");
-        dev.scales = upload(host.scales);
+        dev.scales = upload(host_view(scales, DType::kF32, {n}, nullptr));
         break;
       case kernels::WeightFormat::kFp8PerTensor:
         break;
@@ -424,6 +458,8 @@ class CudaBackend final : public Backend {
       return dev;
     }
     check_quantized_shape(m);
+    // Random rows in any order are random rows: a gate/up weight is simply marked tiled.
+    dev.rows_reordered = tiles_gate_up(m);
     const int64_t bytes = int64_t(kernels::cuda::quant_gemm_data_bytes(m.format, m.n, m.k));
     const int64_t src_bytes = nvfp4 ? n * k / 2 : n * k;
     dev.data = empty(DType::kU8, {bytes});
@@ -467,6 +503,41 @@ class CudaBackend final : public Backend {
   void quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
                         Tensor& y) override {
     cuda::OpScope scope(profiler_, "quantized_linear", stream_, capturing_);
+    if (w.rows_reordered)
+      throw InvalidArgument(
+          "cuda backend: a gate/up weight with tiled rows runs through linear_silu_mul only");
+    run_quantized_linear(x, w, bias, y, false);
+  }
+
+  // Quantized gate/up weights with tiled rows: up to kQuantGemvMaxM tokens the decode GEMV
+  // writes silu(gate) · up itself; more tokens get the tiled [T, 2I] product, then silu_mul with
+  // the tiled layout.
+  void linear_silu_mul(const Tensor& x, const Weight& gate_up, Tensor& out) override {
+    if (!gate_up.q || !gate_up.q->rows_reordered) {
+      Backend::linear_silu_mul(x, gate_up, out);
+      return;
+    }
+    cuda::OpScope scope(profiler_, "linear_silu_mul", stream_, capturing_);
+    const QuantizedWeight& w = *gate_up.q;
+    expect(out, DType::kBF16, "linear_silu_mul output");
+    const int64_t m = x.numel() / w.k;
+    if (out.numel() != m * (w.n / 2))
+      throw InvalidArgument("cuda backend: linear_silu_mul output " + shape_str(out.shape) +
+                            " is not [" + std::to_string(m) + ", " + std::to_string(w.n / 2) +
+                            "]");
+    if (m <= kernels::cuda::kQuantGemvMaxM) {
+      run_quantized_linear(x, w, nullptr, out, true);
+      return;
+    }
+    Tensor h = empty(DType::kBF16, {m, int64_t(w.n)});
+    run_quantized_linear(x, w, nullptr, h, false);
+    kernels::cuda::silu_mul({bf(h), bf_mut(out), int(m), w.n / 2, 16}, stream_);
+  }
+
+  // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
+  // = silu(gate) · up from the decode GEMV's epilogue.
+  void run_quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
+                            Tensor& y, bool swiglu) {
     expect(x, DType::kBF16, "quantized_linear input");
     if (w.experts != 0)
       throw InvalidArgument("cuda backend: quantized_linear takes a single linear, not experts");
@@ -515,6 +586,7 @@ class CudaBackend final : public Backend {
     p.y = y.data;
     p.y_f32 = y.dtype == DType::kF32;
     p.m = m;
+    p.swiglu = swiglu;
     p.workspace_bytes = kernels::cuda::quant_gemm_workspace_bytes(m, w.n, w.k);
     Tensor workspace;
     if (p.workspace_bytes > 0) {

@@ -108,11 +108,16 @@ Tensor load_dense(const WeightSource& w, backend::Backend& b, const std::string&
 
 backend::Weight load_linear_sharded(const WeightSource& w, backend::Backend& b,
                                     const std::vector<ShardedLinearPart>& parts, int64_t k,
-                                    dist::Range cols) {
+                                    dist::Range cols, bool gate_up) {
   check(!parts.empty(), "load_linear_sharded: no parts");
+  check(!gate_up || (parts.size() == 2 && parts[0].keep.size() == parts[1].keep.size()),
+        "load_linear_sharded: gate_up needs two parts of equal size");
   if (!device_dummy(w, b)) {
     backend::Weight host = read_linear_sharded(w, parts, k, cols);
-    if (host.q) return {Tensor{}, b.upload_quantized(*host.q)};
+    if (host.q) {
+      host.q->gate_up = gate_up;
+      return {Tensor{}, b.upload_quantized(*host.q)};
+    }
     return {b.upload_weight(host.dense), std::nullopt};
   }
   std::vector<std::string> modules;
@@ -141,7 +146,9 @@ backend::Weight load_linear_sharded(const WeightSource& w, backend::Backend& b,
   if (kept != rows || cols != dist::Range{0, k})
     name += fmt::format(" rows [{}, {}) cols [{}, {})", parts[0].keep.begin, parts[0].keep.end,
                         cols.begin, cols.end);
-  return {Tensor{}, b.dummy_quantized(quantized_meta(w, name, modules, kept, cols.size(), 0))};
+  backend::DummyQuantized d = quantized_meta(w, name, modules, kept, cols.size(), 0);
+  d.meta.gate_up = gate_up;
+  return {Tensor{}, b.dummy_quantized(d)};
 }
 
 void load_dummy_experts(const WeightSource& w, backend::Backend& b,

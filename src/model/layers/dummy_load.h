@@ -43,9 +43,11 @@ Tensor load_dense(const WeightSource& w, backend::Backend& b, const std::string&
 
 // read_linear_sharded, then upload (upload_weight / upload_quantized); generated on the device
 // when device_dummy (same LoadErrors: quantized parts cannot be sliced, shards need one format).
+// gate_up: the parts are a SwiGLU MLP's gate and up projections; a quantized result is marked
+// QuantizedWeight::gate_up (use it through Backend::linear_silu_mul only).
 backend::Weight load_linear_sharded(const WeightSource& w, backend::Backend& b,
                                     const std::vector<ShardedLinearPart>& parts, int64_t k,
-                                    dist::Range cols);
+                                    dist::Range cols, bool gate_up = false);
 
 // device_dummy only: the expert weights of one MoE layer generated on `b`: experts `experts`,
 // their gate/up rows and down columns `keep` of `inter`, hidden size `hidden`. module(e, proj)

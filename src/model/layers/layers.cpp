@@ -115,16 +115,15 @@ Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Ba
   const dist::Range keep = dist::shard_intermediate(tp, inter);
   inter_ = int(keep.size());
   gate_up_ = load_linear_sharded(
-      w, b, {{module_of(gate), inter, keep}, {module_of(up), inter, keep}}, hidden_, {0, hidden_});
+      w, b, {{module_of(gate), inter, keep}, {module_of(up), inter, keep}}, hidden_, {0, hidden_},
+      /*gate_up=*/true);
   down_ = load_linear_sharded(w, b, {{module_of(down), hidden_, {0, hidden_}}}, inter, keep);
 }
 
 void Mlp::forward(const Tensor& x, Tensor& out) {
   const int64_t T = x.dim(0);
-  Tensor h = b_.empty(b_.activation_dtype(), {T, 2 * int64_t(inter_)});
   Tensor a = b_.empty(b_.activation_dtype(), {T, inter_});
-  b_.linear(x, gate_up_, nullptr, h);
-  b_.silu_mul(h, a);
+  b_.linear_silu_mul(x, gate_up_, a);
   b_.linear(a, down_, nullptr, out);
 }
 

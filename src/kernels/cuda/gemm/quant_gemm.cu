@@ -459,6 +459,9 @@ void quant_gemm(const QuantGemmParams& p, cudaStream_t stream) {
 
 void quant_gemm_mma(const QuantGemmParams& p, cudaStream_t stream) {
   validate(p.w, "quant_gemm");
+  if (p.swiglu)
+    throw InvalidArgument("quant_gemm: the SwiGLU epilogue needs the decode GEMV (m <= " +
+                          std::to_string(kQuantGemvMaxM) + ", n % 32 == 0, no bias, bf16 out)");
   if (p.m <= 0) return;
   if (!is_aligned16(p.w.data) || (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
     throw InvalidArgument("quant_gemm: weight data must be 16-byte and x 4-byte aligned");

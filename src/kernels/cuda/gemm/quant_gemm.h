@@ -57,12 +57,26 @@ struct QuantGemmParams {
   const bf16* x;  // [m, k], 4-byte aligned
   QuantGemmWeight w;
   const bf16* bias;  // [n] or null
-  void* y;           // [m, n], bf16 or f32 (y_f32)
+  void* y;           // [m, n], bf16 or f32 (y_f32); [m, n/2] bf16 with swiglu
   bool y_f32;
   int m;
   void* workspace;  // quant_gemm_workspace_bytes(m, n, k) bytes (may be 0 → null)
   size_t workspace_bytes;
+  // SwiGLU epilogue (decode GEMV only, quant_gemv_supported): w is a gate/up weight whose rows
+  // are tiled (quant_gemm_gate_up_source_row), and y[t, j] = silu(gate_j) · up_j with both
+  // projections finished in fp32 (alpha, row scale) and rounded to bf16 once. No bias.
+  bool swiglu;
 };
+
+// Row order of a gate/up weight [2·inter, k] (rows [0, inter) gate, [inter, 2·inter) up;
+// inter % 16 == 0) for the SwiGLU epilogue: device row r holds checkpoint row
+// quant_gemm_gate_up_source_row(r, inter), i.e. row tile t (32 rows) is gate rows [16t, 16t + 16)
+// then up rows [16t, 16t + 16), so the lane holding gate row j also holds up row j. Any path that
+// writes the tiled rows' outputs as they are (quant_gemm, the dequant + dense GEMM) produces
+// columns in this order; kernels::cuda::silu_mul with tile 16 reads it.
+SERVAL_HOST_DEVICE constexpr int quant_gemm_gate_up_source_row(int r, int inter) {
+  return r % 32 < 16 ? 16 * (r / 32) + r % 32 : inter + 16 * (r / 32) + r % 32 - 16;
+}
 
 // Device-layout sizes.
 int quant_gemm_n_pad(int n);

@@ -72,6 +72,7 @@ struct GemvArgs {
   const __nv_bfloat16* bias;    // [n] or null
   void* y;
   bool y_f32;
+  bool swiglu;  // y [m, n/2] = silu(gate) · up over the tiled gate/up rows (quant_gemm.h)
   bool x_aligned16;
   int m, n, k;
   int k_blocks, n_tiles;
@@ -92,17 +93,33 @@ struct Slot {
   uint32_t sf[kKind == kNvfp4Kind ? 4 : 1];  // NVFP4: rows g, g+8, 16+g, 24+g; block: bf16 bits
 };
 
-// Final value of output (tok, row) from its fp32 sum (quant_gemm.cu's store_out).
-__device__ __forceinline__ void store_out(const GemvArgs& a, int tok, int row, float v) {
+// Row `row`'s fp32 output from its fp32 sum: alpha, FP8 row scale, bias (quant_gemm.cu's
+// store_out).
+__device__ __forceinline__ float finish(const GemvArgs& a, int row, float v) {
   v *= a.alpha;
   if (a.row_scale) v *= a.row_scale[row];
   if (a.bias) v += __bfloat162float(a.bias[row]);
+  return v;
+}
+
+// Final value of output (tok, row) from its fp32 sum.
+__device__ __forceinline__ void store_out(const GemvArgs& a, int tok, int row, float v) {
+  v = finish(a, row, v);
   const size_t i = size_t(tok) * a.n + row;
   if (a.y_f32) {
     static_cast<float*>(a.y)[i] = v;
   } else {
     static_cast<__nv_bfloat16*>(a.y)[i] = __float2bfloat16_rn(v);
   }
+}
+
+// SwiGLU epilogue: `row` is a gate row of the tiled order (row % 32 < 16), row + 16 its up row;
+// output column 16·(row / 32) + row % 32 (the checkpoint's gate row index). silu as silu_mul's.
+__device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row, float gate_sum,
+                                             float up_sum) {
+  const float gate = finish(a, row, gate_sum), up = finish(a, row + 16, up_sum);
+  const size_t i = size_t(tok) * (a.n / 2) + (row / 32) * 16 + row % 32;
+  static_cast<__nv_bfloat16*>(a.y)[i] = __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
 }
 
 template <int kKind>
@@ -266,8 +283,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   for (int j = 0; j < kDepth; ++j)
     if (i + kDepth + j < n) compute(ring[j], i + kDepth + j, j & 1);
 
-  // Accumulator q of group h: row 16h + g + 8·(q / 2), token 2t + q % 2.
+  // Accumulator q of group h: row 16h + g + 8·(q / 2), token 2t + q % 2 (with swiglu, group 0
+  // holds the tile's gate rows and group 1 their up rows, so v[0][q] and v[1][q] pair up).
   auto store_tile = [&](const float(&v)[2][4]) {
+    if (a.swiglu) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int tok = 2 * t + (q & 1);
+        if (tok < a.m) store_swiglu(a, tok, rt * 32 + g + 8 * (q >> 1), v[0][q], v[1][q]);
+      }
+      return;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -290,7 +316,23 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
           part[(warp * 8 + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] = acc[h][q];
     }
     __syncthreads();
-    const int per_tile = a.m * 32, T = a.cta_warps / S;
+    const int T = a.cta_warps / S;
+    if (a.swiglu) {
+      const int per_tile = a.m * 16;  // (token, gate row) pairs
+      for (int idx = threadIdx.x; idx < T * per_tile; idx += blockDim.x) {
+        const int ti = idx / per_tile, tok = (idx % per_tile) / 16, r = idx % 16;
+        const int tile = blockIdx.x * T + ti;
+        if (tile >= a.n_tiles) continue;
+        float gate = 0.0f, up = 0.0f;
+        for (int s = 0; s < S; ++s) {
+          gate += part[((ti * S + s) * 8 + tok) * 32 + r];
+          up += part[((ti * S + s) * 8 + tok) * 32 + r + 16];
+        }
+        store_swiglu(a, tok, tile * 32 + r, gate, up);
+      }
+      return;
+    }
+    const int per_tile = a.m * 32;
     for (int idx = threadIdx.x; idx < T * per_tile; idx += blockDim.x) {
       const int ti = idx / per_tile, tok = (idx % per_tile) / 32, r = idx % 32;
       const int row = (blockIdx.x * T + ti) * 32 + r;
@@ -423,6 +465,7 @@ bool quant_gemv_supported(const QuantGemmParams& p) {
   const QuantGemmWeight& w = p.w;
   if (p.m < 1 || p.m > kQuantGemvMaxM || w.n <= 0 || w.k <= 0) return false;
   if (w.k % 8 != 0) return false;  // 16-byte quarters of B wholly inside or past k
+  if (p.swiglu && (w.n % 32 != 0 || p.bias != nullptr || p.y_f32)) return false;
   if (w.format != WeightFormat::kFp8PerTensor && (reinterpret_cast<uintptr_t>(w.scales) & 3u))
     return false;
   if (w.format == WeightFormat::kNvfp4 && (reinterpret_cast<uintptr_t>(w.scales) & 15u))
@@ -440,7 +483,8 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
       (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
     throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
                           ", k % 8 == 0, 16-byte aligned weight data, 4-byte aligned x and scales, "
-                          "FP8 blocks of 32k x 64k; got m = " +
+                          "FP8 blocks of 32k x 64k, and for SwiGLU n % 32 == 0, no bias and bf16 "
+                          "out; got m = " +
                           std::to_string(p.m) + ", n = " + std::to_string(w.n) +
                           ", k = " + std::to_string(w.k));
   GemvArgs a{};
@@ -454,6 +498,7 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
   a.y = p.y;
   a.y_f32 = p.y_f32;
+  a.swiglu = p.swiglu;
   a.x_aligned16 = is_aligned16(p.x);
   a.m = p.m;
   a.n = w.n;

@@ -14,7 +14,8 @@ constexpr int kQuantGemvMaxM = 8;  // the eight columns of the MMA B side
 
 // 1 ≤ m ≤ kQuantGemvMaxM, k % 8 == 0, scales 4-byte aligned, and for FP8 block
 // block_n % 32 == 0 and block_k % 64 == 0 (one multiplier per 32 × 64 tile). Other formats and
-// shapes stay on the mma kernel. Assumes p.w passed quant_gemm's validation.
+// shapes stay on the mma kernel. The SwiGLU epilogue (p.swiglu) also needs n % 32 == 0, no bias
+// and a bf16 y. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);
 
 // y = x · dequant(W)ᵀ (+ bias); needs no caller workspace. Throws InvalidArgument unless supported

@@ -21,7 +21,7 @@ __device__ __forceinline__ float silu(float g) {
 // vec = 8: 16-byte path (inter % 8 == 0, aligned pointers); vec = 1: scalar path.
 template <int kVec>
 __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ x,
-                                __nv_bfloat16* __restrict__ out, int rows, int inter) {
+                                __nv_bfloat16* __restrict__ out, int rows, int inter, int tile) {
   pdl_wait();
   pdl_launch_dependents();
   const int per_row = inter / kVec;
@@ -30,17 +30,19 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ x,
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / per_row;
     const int c = int(i % per_row) * kVec;
-    const __nv_bfloat16* gate = x + r * 2 * inter + c;
+    // tile 16: c % 16 + kVec ≤ 16, so a vector stays inside one 16-column gate run.
+    const __nv_bfloat16* gate = x + r * 2 * inter + (tile ? 2 * c - c % tile : c);
+    const int up = tile ? tile : inter;  // gate → up offset
     if constexpr (kVec == 8) {
       float g[8], u[8];
       load8(gate, g);
-      load8(gate + inter, u);
+      load8(gate + up, u);
 #pragma unroll
       for (int j = 0; j < 8; ++j) g[j] = silu(g[j]) * u[j];
       store8(out + r * inter + c, g);
     } else {
       out[r * inter + c] =
-          __float2bfloat16(silu(__bfloat162float(gate[0])) * __bfloat162float(gate[inter]));
+          __float2bfloat16(silu(__bfloat162float(gate[0])) * __bfloat162float(gate[up]));
     }
   }
 }
@@ -59,15 +61,18 @@ __global__ void gather_rows_kernel(const Unit* __restrict__ src, const int32_t* 
 }  // namespace
 
 void silu_mul(const SiluMulParams& p, cudaStream_t stream) {
+  if (p.tile != 0 && (p.tile != 16 || p.inter % 16 != 0))
+    throw InvalidArgument("silu_mul: tile must be 0, or 16 with inter % 16 == 0 (got tile " +
+                          std::to_string(p.tile) + ", inter " + std::to_string(p.inter) + ")");
   if (p.rows == 0 || p.inter == 0) return;
   const auto* x = reinterpret_cast<const __nv_bfloat16*>(p.x);
   auto* out = reinterpret_cast<__nv_bfloat16*>(p.out);
   if (p.inter % 8 == 0 && is_aligned16(p.x) && is_aligned16(p.out)) {
     launch_pdl("silu_mul", silu_mul_kernel<8>, grid_for(int64_t(p.rows) * p.inter / 8), kThreads, 0,
-               stream, x, out, p.rows, p.inter);
+               stream, x, out, p.rows, p.inter, p.tile);
   } else {
     launch_pdl("silu_mul", silu_mul_kernel<1>, grid_for(int64_t(p.rows) * p.inter), kThreads, 0,
-               stream, x, out, p.rows, p.inter);
+               stream, x, out, p.rows, p.inter, p.tile);
   }
 }
 

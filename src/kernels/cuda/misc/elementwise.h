@@ -8,11 +8,14 @@
 
 namespace serval::kernels::cuda {
 
-// out[r, i] = silu(x[r, i]) · x[r, inter + i], fp32 math.
+// out[r, i] = silu(gate) · up, fp32 math. tile 0: gate = x[r, i], up = x[r, inter + i];
+// tile 16 (a gate/up weight's tiled row order, quant_gemm_gate_up_source_row; inter % 16 == 0):
+// gate = x[r, 32·(i / 16) + i % 16], up = the element 16 columns further.
 struct SiluMulParams {
   const bf16* x;  // [rows, 2·inter]
   bf16* out;      // [rows, inter]
   int rows, inter;
+  int tile = 0;   // 0 or 16
 };
 void silu_mul(const SiluMulParams& p, cudaStream_t stream);
 
