@@ -151,6 +151,14 @@ TEST_P(GpuModel, GreedyTokensMatchCpuInMixedBatches) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, GpuModel,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral", "demo"));
+// The quantized checkpoints the CUDA backend runs (W4A16 NVFP4 and W8A16 FP8 linears, NVFP4
+// experts; FP8 experts are CPU-only): their golden logits come from transformers with the same
+// dequantized weights, so the bf16 tolerances above hold. Prompts of ≤ 8 tokens and the decode
+// steps take the decode GEMV (the SwiGLU epilogue on tiled gate/up rows), longer prompts and
+// the mixed batches the mma kernel and the dequantize + cuBLASLt path.
+INSTANTIATE_TEST_SUITE_P(Quantized, GpuModel,
+                         ::testing::Values("llama_nvfp4_modelopt", "llama_fp8_modelopt",
+                                           "qwen3_moe_nvfp4_ct"));
 
 }  // namespace
 }  // namespace serval
