@@ -72,9 +72,12 @@ cudaStream_t process_stream() {
 // Whether upload_quantized stores this weight's rows in quant_gemm's gate/up tiled order
 // (quant_gemm_gate_up_source_row), so that the decode GEMV can finish silu(gate) · up itself. Not
 // FP8 block weights: their scale blocks do not follow a row permutation.
+// SERVAL_NO_GATE_UP_TILING=1 keeps checkpoint order (linear + silu_mul; for comparisons).
 bool tiles_gate_up(const QuantizedWeight& w) {
   using kernels::WeightFormat;
-  return w.gate_up && w.experts == 0 && w.n % 32 == 0 && w.format != WeightFormat::kFp8Block;
+  static const bool off = std::getenv("SERVAL_NO_GATE_UP_TILING") != nullptr;
+  return !off && w.gate_up && w.experts == 0 && w.n % 32 == 0 &&
+         w.format != WeightFormat::kFp8Block;
 }
 
 // The rows of a host array [n, row_bytes] in the gate/up tiled order.
