@@ -747,8 +747,8 @@ TEST(QuantGemm, GateUpSiluMatchesCpuBackend) {
        {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel, WeightFormat::kFp8PerTensor}) {
     for (const Shape& sh : {Shape{48, 512}, Shape{1024, 4096}, Shape{2048, 1024}}) {
       const int n = 2 * sh.inter, k = sh.k;
-      SCOPED_TRACE(::testing::Message() << format_name(format) << " inter " << sh.inter << " k "
-                                        << k);
+      SCOPED_TRACE(::testing::Message()
+                   << format_name(format) << " inter " << sh.inter << " k " << k);
       backend::QuantizedWeight host = host_weight(make_weight(format, n, k, seed++));
       host.gate_up = true;
       const backend::Weight wc{Tensor{}, cpu->upload_quantized(host)};

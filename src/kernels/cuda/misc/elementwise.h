@@ -15,7 +15,7 @@ struct SiluMulParams {
   const bf16* x;  // [rows, 2·inter]
   bf16* out;      // [rows, inter]
   int rows, inter;
-  int tile = 0;   // 0 or 16
+  int tile = 0;  // 0 or 16
 };
 void silu_mul(const SiluMulParams& p, cudaStream_t stream);
 
