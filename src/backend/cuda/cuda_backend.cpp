@@ -537,68 +537,6 @@ class CudaBackend final : public Backend {
     kernels::cuda::silu_mul({bf(h), bf_mut(out), int(m), w.n / 2, 16}, stream_);
   }
 
-  // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
-  // = silu(gate) · up from the decode GEMV's epilogue.
-  void run_quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
-                            Tensor& y, bool swiglu) {
-    expect(x, DType::kBF16, "quantized_linear input");
-    if (w.experts != 0)
-      throw InvalidArgument("cuda backend: quantized_linear takes a single linear, not experts");
-    if (bias) expect(*bias, DType::kBF16, "quantized_linear bias");
-    if (y.dtype != DType::kBF16 && y.dtype != DType::kF32)
-      throw InvalidArgument("cuda backend: quantized_linear output must be bf16 or f32");
-    const int m = int(x.numel() / w.k);
-    if (m == 0) return;
-    // W4A4 emulation: the input rounded through NVFP4 (SPEC 2.2 recipe), then the W4A16 GEMM.
-    Tensor xq;
-    const Tensor* input = &x;
-    if (w.quantize_activations) {
-      Tensor codes = empty(DType::kU8, {int64_t(m) * w.k / 2});
-      Tensor sf = empty(DType::kU8, {int64_t(m) * w.k / 16});
-      xq = empty(DType::kBF16, {int64_t(m), int64_t(w.k)});
-      const float* g = w.activation_scale.as<float>();
-      kernels::cuda::nvfp4_quant(
-          {x.data, DType::kBF16, g, static_cast<uint8_t*>(codes.data),
-           static_cast<uint8_t*>(sf.data), kernels::Nvfp4SfLayout::kLinear, m, w.k},
-          stream_);
-      kernels::cuda::nvfp4_dequant({static_cast<const uint8_t*>(codes.data),
-                                    static_cast<const uint8_t*>(sf.data), g, bf_mut(xq), m, w.k},
-                                   stream_);
-      input = &xq;
-    }
-    kernels::cuda::QuantGemmWeight qw{};
-    qw.format = w.format;
-    qw.n = w.n;
-    qw.k = w.k;
-    qw.data = static_cast<const uint8_t*>(w.data.data);
-    qw.scales = w.scales.data;
-    qw.global_scale = w.global_scale.empty() ? 1.0f : w.global_scale[0];
-    qw.block_n = w.block_n;
-    qw.block_k = w.block_k;
-    if (m > kernels::cuda::kQuantGemmMaxM) {
-      Tensor dense = empty(DType::kBF16, {w.n, w.k});
-      kernels::cuda::quant_dequant_bf16(qw, bf_mut(dense), stream_);
-      gemm().run(input->data, dense.data, bias ? bias->data : nullptr, y.data, y.dtype, m, w.n, w.k,
-                 stream_);
-      return;
-    }
-    kernels::cuda::QuantGemmParams p{};
-    p.x = bf(*input);
-    p.w = qw;
-    p.bias = bias ? bf(*bias) : nullptr;
-    p.y = y.data;
-    p.y_f32 = y.dtype == DType::kF32;
-    p.m = m;
-    p.swiglu = swiglu;
-    p.workspace_bytes = kernels::cuda::quant_gemm_workspace_bytes(m, w.n, w.k);
-    Tensor workspace;
-    if (p.workspace_bytes > 0) {
-      workspace = empty(DType::kU8, {int64_t(p.workspace_bytes)});
-      p.workspace = workspace.data;
-    }
-    kernels::cuda::quant_gemm(p, stream_);
-  }
-
   void silu_mul(const Tensor& x, Tensor& out) override {
     cuda::OpScope scope(profiler_, "silu_mul", stream_, capturing_);
     const int inter = int(out.dim(-1));
@@ -748,6 +686,68 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
+  // = silu(gate) · up from the decode GEMV's epilogue.
+  void run_quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
+                            Tensor& y, bool swiglu) {
+    expect(x, DType::kBF16, "quantized_linear input");
+    if (w.experts != 0)
+      throw InvalidArgument("cuda backend: quantized_linear takes a single linear, not experts");
+    if (bias) expect(*bias, DType::kBF16, "quantized_linear bias");
+    if (y.dtype != DType::kBF16 && y.dtype != DType::kF32)
+      throw InvalidArgument("cuda backend: quantized_linear output must be bf16 or f32");
+    const int m = int(x.numel() / w.k);
+    if (m == 0) return;
+    // W4A4 emulation: the input rounded through NVFP4 (SPEC 2.2 recipe), then the W4A16 GEMM.
+    Tensor xq;
+    const Tensor* input = &x;
+    if (w.quantize_activations) {
+      Tensor codes = empty(DType::kU8, {int64_t(m) * w.k / 2});
+      Tensor sf = empty(DType::kU8, {int64_t(m) * w.k / 16});
+      xq = empty(DType::kBF16, {int64_t(m), int64_t(w.k)});
+      const float* g = w.activation_scale.as<float>();
+      kernels::cuda::nvfp4_quant(
+          {x.data, DType::kBF16, g, static_cast<uint8_t*>(codes.data),
+           static_cast<uint8_t*>(sf.data), kernels::Nvfp4SfLayout::kLinear, m, w.k},
+          stream_);
+      kernels::cuda::nvfp4_dequant({static_cast<const uint8_t*>(codes.data),
+                                    static_cast<const uint8_t*>(sf.data), g, bf_mut(xq), m, w.k},
+                                   stream_);
+      input = &xq;
+    }
+    kernels::cuda::QuantGemmWeight qw{};
+    qw.format = w.format;
+    qw.n = w.n;
+    qw.k = w.k;
+    qw.data = static_cast<const uint8_t*>(w.data.data);
+    qw.scales = w.scales.data;
+    qw.global_scale = w.global_scale.empty() ? 1.0f : w.global_scale[0];
+    qw.block_n = w.block_n;
+    qw.block_k = w.block_k;
+    if (m > kernels::cuda::kQuantGemmMaxM) {
+      Tensor dense = empty(DType::kBF16, {w.n, w.k});
+      kernels::cuda::quant_dequant_bf16(qw, bf_mut(dense), stream_);
+      gemm().run(input->data, dense.data, bias ? bias->data : nullptr, y.data, y.dtype, m, w.n, w.k,
+                 stream_);
+      return;
+    }
+    kernels::cuda::QuantGemmParams p{};
+    p.x = bf(*input);
+    p.w = qw;
+    p.bias = bias ? bf(*bias) : nullptr;
+    p.y = y.data;
+    p.y_f32 = y.dtype == DType::kF32;
+    p.m = m;
+    p.swiglu = swiglu;
+    p.workspace_bytes = kernels::cuda::quant_gemm_workspace_bytes(m, w.n, w.k);
+    Tensor workspace;
+    if (p.workspace_bytes > 0) {
+      workspace = empty(DType::kU8, {int64_t(p.workspace_bytes)});
+      p.workspace = workspace.data;
+    }
+    kernels::cuda::quant_gemm(p, stream_);
+  }
+
   // One moe_forward_cuda call on x [T, H]: the input and output padded to the experts' hidden
   // when it differs from the model's (fresh step tensors; the input's padding zeroed, its rows
   // copied in by pad_moe_input), the workspace, and the arguments pointing at them. x/out are
