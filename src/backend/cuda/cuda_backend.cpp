@@ -378,13 +378,13 @@ class CudaBackend final : public Backend {
       }
       dev.rows_reordered = true;
     }
-    const std::vector<uint8_t> data = kernels::cuda::quant_gemm_pack_data(
-        host.format, static_cast<const uint8_t*>(codes), n, k);
+    const std::vector<uint8_t> data =
+        kernels::cuda::quant_gemm_pack_data(host.format, static_cast<const uint8_t*>(codes), n, k);
     dev.data = upload(host_view(data.data(), DType::kU8, {int64_t(data.size())}, nullptr));
     switch (host.format) {
       case kernels::WeightFormat::kNvfp4: {
-        const std::vector<uint8_t> sf = kernels::cuda::quant_gemm_pack_nvfp4_scales(
-            static_cast<const uint8_t*>(scales), n, k);
+        const std::vector<uint8_t> sf =
+            kernels::cuda::quant_gemm_pack_nvfp4_scales(static_cast<const uint8_t*>(scales), n, k);
         dev.scales = upload(
             host_view(sf.data(), DType::kF8E4M3,
                       {kernels::cuda::quant_gemm_n_pad(n), kernels::cuda::quant_gemm_k_pad(k) / 16},
@@ -526,8 +526,7 @@ class CudaBackend final : public Backend {
     const int64_t m = x.numel() / w.k;
     if (out.numel() != m * (w.n / 2))
       throw InvalidArgument("cuda backend: linear_silu_mul output " + shape_str(out.shape) +
-                            " is not [" + std::to_string(m) + ", " + std::to_string(w.n / 2) +
-                            "]");
+                            " is not [" + std::to_string(m) + ", " + std::to_string(w.n / 2) + "]");
     if (m <= kernels::cuda::kQuantGemvMaxM) {
       run_quantized_linear(x, w, nullptr, out, true);
       return;
