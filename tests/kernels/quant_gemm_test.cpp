@@ -621,6 +621,37 @@ TEST(QuantGemv, SupportedShapes) {
   p.w.format = WeightFormat::kFp8PerTensor;
   p.w.scales = nullptr;
   EXPECT_TRUE(kc::quant_gemv_supported(p));
+  // The SwiGLU epilogue: whole 32-row tiles, bf16 out, no bias.
+  p.swiglu = true;
+  EXPECT_TRUE(kc::quant_gemv_supported(p));
+  p.w.n = 4096 + 16;
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.w.n = 4096;
+  p.y_f32 = true;
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+  p.y_f32 = false;
+  alignas(16) static bf16 bias[1];
+  p.bias = bias;
+  EXPECT_FALSE(kc::quant_gemv_supported(p));
+}
+
+// The gate/up tiling is a permutation of the 2·inter rows that puts gate row j and up row j in
+// one 32-row tile, 16 rows apart (host-only).
+TEST(QuantGemmPack, GateUpTilingPairsGateAndUpRows) {
+  for (int inter : {16, 48, 1024}) {
+    std::vector<int> seen(size_t(2 * inter), 0);
+    for (int r = 0; r < 2 * inter; ++r) {
+      const int src = kc::quant_gemm_gate_up_source_row(r, inter);
+      ASSERT_GE(src, 0);
+      ASSERT_LT(src, 2 * inter);
+      ++seen[size_t(src)];
+      if (r % 32 < 16) {
+        EXPECT_EQ(src, 16 * (r / 32) + r % 32) << "gate row of device row " << r;
+        EXPECT_EQ(kc::quant_gemm_gate_up_source_row(r + 16, inter), inter + src) << "its up row";
+      }
+    }
+    for (int c : seen) EXPECT_EQ(c, 1) << "inter " << inter << ": not a permutation";
+  }
 }
 
 TEST(QuantGemm, DequantMatchesCpu) {
