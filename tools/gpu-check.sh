@@ -199,6 +199,8 @@ if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
     tee "$out/serving-bench.txt"
   kill $server 2>/dev/null
   wait $server 2>/dev/null
+  # The engine's shutdown line: steps, their wall time, the model's share, host work per step.
+  grep -h "engine: .* steps" "$out/serve.log" | tee -a "$out/gpu.txt"
 fi
 # The device returns at most 8 files: all logs but the summary and the benchmarks go in one archive.
 (cd "$out" && find . -maxdepth 1 -type f ! -name gpu.txt ! -name bench.log ! -name '*.tgz' \

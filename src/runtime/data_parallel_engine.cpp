@@ -121,6 +121,8 @@ EngineStats DataParallelEngine::stats() const {
     sum.prefix_cache_hits += s.prefix_cache_hits;
     sum.num_preemptions += s.num_preemptions;
     sum.steps_total += s.steps_total;
+    sum.step_seconds_total += s.step_seconds_total;
+    sum.model_seconds_total += s.model_seconds_total;
   }
   return sum;
 }

@@ -173,8 +173,11 @@ class EngineImpl final : public Engine {
     try {
       for (;;) {
         if (!take_inputs()) break;
+        const double start = now_seconds();
         step();
         update_stats();  // requests that finished in this step must not look running
+        std::lock_guard lock(stats_mu_);
+        stats_.step_seconds_total += now_seconds() - start;
       }
     } catch (const std::exception& e) {
       log::error("engine step failed: {}", e.what());
@@ -183,6 +186,20 @@ class EngineImpl final : public Engine {
     }
     abort_everything();
     if (outputs_) outputs_->drain();  // every update is out before the engine counts as stopped
+    log_step_time();
+  }
+
+  // At shutdown: the steps' wall time and the model's share of it (the rest is host work that a
+  // synchronous step does while the device waits).
+  void log_step_time() {
+    std::lock_guard lock(stats_mu_);
+    if (stats_.steps_total == 0) return;
+    const double host = stats_.step_seconds_total - stats_.model_seconds_total;
+    log::info(
+        "engine: {} steps, {:.3f} s in steps, {:.3f} s of it in the model; {:.1f} us of "
+        "host work per step",
+        stats_.steps_total, stats_.step_seconds_total, stats_.model_seconds_total,
+        1e6 * host / double(stats_.steps_total));
   }
 
   // Moves submitted requests and aborts into the scheduler; waits when idle. False on shutdown.
@@ -236,11 +253,13 @@ class EngineImpl final : public Engine {
       if (c.samples_token) all_greedy = all_greedy && plain_greedy(*requests_.at(c.request->id));
     std::vector<int32_t> greedy_ids;
     std::vector<float> logits;
+    const double model_start = now_seconds();
     if (all_greedy) {
       greedy_ids = runner_->execute_greedy(chunks);
     } else {
       logits = runner_->execute(chunks);
     }
+    const double model_seconds = now_seconds() - model_start;
     const size_t vocab = size_t(config_.vocab_size);
     size_t row = 0;
     int64_t generated = 0;
@@ -257,6 +276,7 @@ class EngineImpl final : public Engine {
     std::lock_guard lock(stats_mu_);
     stats_.prompt_tokens_total += prompt_tokens;
     stats_.generation_tokens_total += generated;
+    stats_.model_seconds_total += model_seconds;
     ++stats_.steps_total;
   }
 

@@ -130,6 +130,12 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;     // of those, served from cache
   int64_t num_preemptions = 0;
   int64_t steps_total = 0;
+  // Wall time of the engine's steps (scheduling, the model, sampling and output bookkeeping) and,
+  // within it, of the model runner's calls (device work, copies and launches): the difference is
+  // host work during which a synchronous step leaves the device idle (--async-scheduling moves
+  // output delivery off this path).
+  double step_seconds_total = 0;
+  double model_seconds_total = 0;
 };
 
 // Thrown by submit() when the waiting queue is full (HTTP 503).

@@ -107,6 +107,14 @@ std::string Metrics::render(const runtime::ModelInfo& info, const runtime::Engin
                 [](const S& s) { return s.generation_tokens_total; });
   engine_metric("serval:num_preemptions_total", "counter", "Cumulative number of preemptions.",
                 [](const S& s) { return s.num_preemptions; });
+  engine_metric("serval:engine_steps_total", "counter", "Number of engine steps.",
+                [](const S& s) { return s.steps_total; });
+  engine_metric("serval:engine_step_seconds_total", "counter",
+                "Wall time of engine steps (scheduling, model, sampling, outputs) in seconds.",
+                [](const S& s) { return s.step_seconds_total; });
+  engine_metric("serval:model_execute_seconds_total", "counter",
+                "Wall time of the model runner's calls within the steps, in seconds.",
+                [](const S& s) { return s.model_seconds_total; });
   engine_metric("serval:prefix_cache_queries_total", "counter",
                 "Prefix cache queries, in terms of number of queried tokens.",
                 [](const S& s) { return s.prefix_cache_queries; });

@@ -29,7 +29,9 @@ TEST(DataParallelMetrics, PerEngineSamplesAndTotal) {
   metrics.observe_ttft(0.2);
   runtime::ModelInfo info;
   info.served_model_name = "m";
-  const std::vector<runtime::EngineStats> per = {replica(1, 6, 10), replica(2, 2, 5)};
+  std::vector<runtime::EngineStats> per = {replica(1, 6, 10), replica(2, 2, 5)};
+  per[0].step_seconds_total = 1.5;
+  per[0].model_seconds_total = 1.25;
   runtime::EngineStats total = replica(3, 8, 15);
   total.num_total_blocks = 16;
   const std::string m = metrics.render(info, total, per);
@@ -43,6 +45,8 @@ TEST(DataParallelMetrics, PerEngineSamplesAndTotal) {
   EXPECT_TRUE(has("serval:generation_tokens_total{model_name=\"m\",engine=\"1\"} 5"));
   EXPECT_TRUE(has("serval:kv_cache_free_blocks{model_name=\"m\",engine=\"0\"} 6"));
   EXPECT_TRUE(has("serval:time_to_first_token_seconds_count{model_name=\"m\"} 1"));
+  EXPECT_TRUE(has("serval:engine_step_seconds_total{model_name=\"m\",engine=\"0\"} 1.5"));
+  EXPECT_TRUE(has("serval:model_execute_seconds_total{model_name=\"m\",engine=\"0\"} 1.25"));
   EXPECT_EQ(m.find("seconds_count{model_name=\"m\",engine="), std::string::npos);
   // The total comes first (what scripts reading the first sample expect).
   EXPECT_LT(m.find("serval:num_requests_running{model_name=\"m\"}"),
