@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/quantized_pack.h"
 #include "kernels/cpu/quant_linear.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gemm_bench_util.h"
@@ -758,6 +759,54 @@ TEST(QuantGemm, BackendMatchesCpuBackend) {
       EXPECT_LT(rel_l2(got, want), 1e-2) << format_name(format) << " m=" << m;
     }
   }
+}
+
+// The rows of tw in the gate/up tiled order (codes, NVFP4 block scales, FP8 channel scales).
+TestWeight tiled_rows(const TestWeight& tw) {
+  TestWeight out = tw;
+  const size_t code_row = tw.data.size() / size_t(tw.n);
+  for (int r = 0; r < tw.n; ++r) {
+    const int src = kc::quant_gemm_gate_up_source_row(r, tw.n / 2);
+    std::memcpy(out.data.data() + size_t(r) * code_row, tw.data.data() + size_t(src) * code_row,
+                code_row);
+    if (!tw.nvfp4_sf.empty()) {
+      const size_t sf_row = size_t(tw.k / 16);
+      std::memcpy(out.nvfp4_sf.data() + size_t(r) * sf_row,
+                  tw.nvfp4_sf.data() + size_t(src) * sf_row, sf_row);
+    }
+    if (tw.format == WeightFormat::kFp8PerChannel)
+      out.fp32_scales[size_t(r)] = tw.fp32_scales[size_t(src)];
+  }
+  return out;
+}
+
+// Host-only: a gate/up weight is packed exactly as its rows permuted into the tiled order would
+// be without the mark; FP8 block weights and partial 32-row tiles stay in checkpoint order.
+TEST(QuantGemmPack, GateUpWeightsArePackedTiled) {
+  uint32_t seed = 400;
+  for (WeightFormat format :
+       {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel, WeightFormat::kFp8PerTensor}) {
+    SCOPED_TRACE(format_name(format));
+    const TestWeight tw = make_weight(format, 96, 128, seed++);
+    backend::QuantizedWeight gate_up = host_weight(tw);
+    gate_up.gate_up = true;
+    const backend::cuda::PackedLinear got = backend::cuda::pack_quantized_linear(gate_up);
+    const backend::cuda::PackedLinear want =
+        backend::cuda::pack_quantized_linear(host_weight(tiled_rows(tw)));
+    EXPECT_TRUE(got.rows_reordered);
+    EXPECT_FALSE(want.rows_reordered);
+    EXPECT_TRUE(got.data == want.data);
+    EXPECT_TRUE(got.nvfp4_scales == want.nvfp4_scales);
+    EXPECT_TRUE(got.channel_scales == want.channel_scales);
+    EXPECT_FALSE(got.data == backend::cuda::pack_quantized_linear(host_weight(tw)).data);
+  }
+  const TestWeight odd = make_weight(WeightFormat::kNvfp4, 80, 128, seed++);  // 2.5 row tiles
+  backend::QuantizedWeight w = host_weight(odd);
+  w.gate_up = true;
+  EXPECT_FALSE(backend::cuda::pack_quantized_linear(w).rows_reordered);
+  backend::QuantizedWeight bad = host_weight(make_weight(WeightFormat::kNvfp4, 32, 128, seed++));
+  bad.scales = Tensor{};
+  EXPECT_THROW(backend::cuda::pack_quantized_linear(bad), InvalidArgument);
 }
 
 // Gate/up weights (QuantizedWeight::gate_up): the CUDA backend tiles their rows at upload and

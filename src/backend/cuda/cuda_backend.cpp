@@ -4,7 +4,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -15,6 +14,7 @@
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/pinned_upload.h"
+#include "backend/cuda/quantized_pack.h"
 #include "backend/moe/moe_cuda.h"
 #include "base/log.h"
 #include "base/math.h"
@@ -67,28 +67,6 @@ cudaStream_t process_stream() {
     cuda_check(cudaStreamCreateWithFlags(&streams[size_t(device)], cudaStreamNonBlocking),
                "cudaStreamCreate");
   return streams[size_t(device)];
-}
-
-// Whether upload_quantized stores this weight's rows in quant_gemm's gate/up tiled order
-// (quant_gemm_gate_up_source_row), so that the decode GEMV can finish silu(gate) · up itself. Not
-// FP8 block weights: their scale blocks do not follow a row permutation.
-// SERVAL_NO_GATE_UP_TILING=1 keeps checkpoint order (linear + silu_mul; for comparisons).
-bool tiles_gate_up(const QuantizedWeight& w) {
-  using kernels::WeightFormat;
-  static const bool off = std::getenv("SERVAL_NO_GATE_UP_TILING") != nullptr;
-  return !off && w.gate_up && w.experts == 0 && w.n % 32 == 0 &&
-         w.format != WeightFormat::kFp8Block;
-}
-
-// The rows of a host array [n, row_bytes] in the gate/up tiled order.
-std::vector<uint8_t> gate_up_tiled_rows(const void* src, int n, size_t row_bytes) {
-  std::vector<uint8_t> out(size_t(n) * row_bytes);
-  for (int r = 0; r < n; ++r) {
-    const size_t from = size_t(kernels::cuda::quant_gemm_gate_up_source_row(r, n / 2));
-    std::memcpy(out.data() + size_t(r) * row_bytes,
-                static_cast<const uint8_t*>(src) + from * row_bytes, row_bytes);
-  }
-  return out;
 }
 
 class CudaStepGraph final : public StepGraph {
@@ -350,11 +328,9 @@ class CudaBackend final : public Backend {
     kernels::cuda::paged_attention(p, stream_);
   }
 
-  // Single linears (experts == 0) are repacked into the quant_gemm fragment layout
-  // (kernels/cuda/gemm/quant_gemm.h): data u8 [quant_gemm_data_bytes], NVFP4 scales e4m3
-  // in 128-byte tiles (quant_gemm.h), FP8 block scales bf16 s·2^120, per-channel f32 [n] as is.
-  // Expert stacks (experts > 0) are copied unchanged, checkpoint layout, for the MoE kernels.
-  // Gate/up weights (tiles_gate_up) get their rows (and row scales) tiled first.
+  // Single linears (experts == 0) are repacked on the host into the quant_gemm fragment layout
+  // (quantized_pack.h; gate/up weights with their rows tiled), then copied. Expert stacks
+  // (experts > 0) are copied unchanged, checkpoint layout, for the MoE kernels.
   QuantizedWeight upload_quantized(const QuantizedWeight& host) override {
     QuantizedWeight dev = host;
     set_activation_scale(dev);
@@ -363,44 +339,24 @@ class CudaBackend final : public Backend {
       if (host.scales.data) dev.scales = upload(host.scales);
       return dev;
     }
+    const cuda::PackedLinear packed = cuda::pack_quantized_linear(host);
     const int n = host.n, k = host.k;
-    check_quantized_shape(host);
-    const bool nvfp4 = host.format == kernels::WeightFormat::kNvfp4;
-    const void* codes = host.data.data;
-    const void* scales = host.scales.data;
-    std::vector<uint8_t> tiled_codes, tiled_scales;
-    if (tiles_gate_up(host)) {
-      tiled_codes = gate_up_tiled_rows(codes, n, size_t(nvfp4 ? k / 2 : k));
-      codes = tiled_codes.data();
-      if (nvfp4 || host.format == kernels::WeightFormat::kFp8PerChannel) {
-        tiled_scales = gate_up_tiled_rows(scales, n, nvfp4 ? size_t(k / 16) : sizeof(float));
-        scales = tiled_scales.data();
-      }
-      dev.rows_reordered = true;
-    }
-    const std::vector<uint8_t> data =
-        kernels::cuda::quant_gemm_pack_data(host.format, static_cast<const uint8_t*>(codes), n, k);
-    dev.data = upload(host_view(data.data(), DType::kU8, {int64_t(data.size())}, nullptr));
+    dev.rows_reordered = packed.rows_reordered;
+    dev.data =
+        upload(host_view(packed.data.data(), DType::kU8, {int64_t(packed.data.size())}, nullptr));
     switch (host.format) {
-      case kernels::WeightFormat::kNvfp4: {
-        const std::vector<uint8_t> sf =
-            kernels::cuda::quant_gemm_pack_nvfp4_scales(static_cast<const uint8_t*>(scales), n, k);
+      case kernels::WeightFormat::kNvfp4:
         dev.scales = upload(
-            host_view(sf.data(), DType::kF8E4M3,
+            host_view(packed.nvfp4_scales.data(), DType::kF8E4M3,
                       {kernels::cuda::quant_gemm_n_pad(n), kernels::cuda::quant_gemm_k_pad(k) / 16},
                       nullptr));
         break;
-      }
-      case kernels::WeightFormat::kFp8Block: {
-        expect(host.scales, DType::kF32, "FP8 block scales");
-        const std::vector<bf16> s = kernels::cuda::quant_gemm_pack_block_scales(
-            host.scales.as<float>(), size_t(host.scales.numel()));
-        dev.scales = upload(host_view(s.data(), DType::kBF16, host.scales.shape, nullptr));
+      case kernels::WeightFormat::kFp8Block:
+        dev.scales =
+            upload(host_view(packed.block_scales.data(), DType::kBF16, host.scales.shape, nullptr));
         break;
-      }
       case kernels::WeightFormat::kFp8PerChannel:
-        expect(host.scales, DType::kF32, "FP8 per-channel scales");
-        dev.scales = upload(host_view(scales, DType::kF32, {n}, nullptr));
+        dev.scales = upload(host_view(packed.channel_scales.data(), DType::kF32, {n}, nullptr));
         break;
       case kernels::WeightFormat::kFp8PerTensor:
         break;
@@ -462,7 +418,7 @@ class CudaBackend final : public Backend {
     }
     check_quantized_shape(m);
     // Random rows in any order are random rows: a gate/up weight is simply marked tiled.
-    dev.rows_reordered = tiles_gate_up(m);
+    dev.rows_reordered = cuda::tiles_gate_up(m);
     const int64_t bytes = int64_t(kernels::cuda::quant_gemm_data_bytes(m.format, m.n, m.k));
     const int64_t src_bytes = nvfp4 ? n * k / 2 : n * k;
     dev.data = empty(DType::kU8, {bytes});
