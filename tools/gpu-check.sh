@@ -5,7 +5,7 @@
 #   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
 #                      [--startup] [--profile CONFIG] [--no-kernel-bench] [--quant-fixtures]
-#                      [--kernel-filter GTEST_FILTER]
+#                      [--kernel-filter GTEST_FILTER] [--serve-flags "FLAGS"]
 #
 # Steps: build (the serval binary and the kernels_gpu tests only: CI runs the CPU suites);
 # `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
@@ -17,6 +17,8 @@
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu) and the
 # GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events); with --tp N, of the N-rank run.
 # --kernel-filter picks the kernel micro-benchmarks (a gtest filter; default all DISABLED_ ones).
+# --serve-flags adds flags to the serving benchmark's `serve` (e.g. --async-scheduling); the
+# engine's shutdown line (steps, the model's share, host work per step) goes to gpu.txt.
 # --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
 # fixture folders in $OUT/quant-fixtures.tgz, so the tests below already use them.
 #
@@ -32,7 +34,7 @@ cd "$root"
 out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
-startup=0 profile='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*'
+startup=0 profile='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*' serve_flags=''
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -46,6 +48,7 @@ while [[ $# -gt 0 ]]; do
     --startup) startup=1 ;;
     --no-kernel-bench) kernel_bench=0 ;;
     --kernel-filter) kernel_filter=$2; shift ;;
+    --serve-flags) serve_flags=$2; shift ;;
     --quant-fixtures) quant_fixtures=1 ;;
     --profile) profile=$2; shift ;;
     --configs) configs=$2; shift ;;
@@ -187,7 +190,7 @@ if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
   port=8123
   build-gpu/apps/serval serve "$configs/llama-3.3-70b-nvfp4" --load-format dummy --port $port \
     --kv-cache-dtype fp8 --max-num-seqs 512 --max-model-len 2058 --max-num-batched-tokens 8192 \
-    --tensor-parallel-size "$tp" >"$out/serve.log" 2>&1 &
+    --tensor-parallel-size "$tp" $serve_flags >"$out/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 600); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
@@ -197,6 +200,7 @@ if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
   build-gpu/apps/serval bench serve --port $port --dataset-name random --random-input-len 1024 \
     --random-output-len 600 --ignore-eos --num-prompts 40 --max-concurrency 8 2>&1 |
     tee "$out/serving-bench.txt"
+  echo "serving benchmark: serve flags '$serve_flags'" >>"$out/gpu.txt"
   kill $server 2>/dev/null
   wait $server 2>/dev/null
   # The engine's shutdown line: steps, their wall time, the model's share, host work per step.
