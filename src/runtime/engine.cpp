@@ -173,11 +173,8 @@ class EngineImpl final : public Engine {
     try {
       for (;;) {
         if (!take_inputs()) break;
-        const double start = now_seconds();
         step();
         update_stats();  // requests that finished in this step must not look running
-        std::lock_guard lock(stats_mu_);
-        stats_.step_seconds_total += now_seconds() - start;
       }
     } catch (const std::exception& e) {
       log::error("engine step failed: {}", e.what());
@@ -226,6 +223,7 @@ class EngineImpl final : public Engine {
   }
 
   void step() {
+    const double start = now_seconds();
     sched::SchedulerOutput out = scheduler_->schedule();
     if (out.empty()) {
       reject_unschedulable();
@@ -277,6 +275,7 @@ class EngineImpl final : public Engine {
     stats_.prompt_tokens_total += prompt_tokens;
     stats_.generation_tokens_total += generated;
     stats_.model_seconds_total += model_seconds;
+    stats_.step_seconds_total += now_seconds() - start;
     ++stats_.steps_total;
   }
 

@@ -416,7 +416,7 @@ class CudaBackend final : public Backend {
                                  stream_);
       return dev;
     }
-    check_quantized_shape(m);
+    cuda::check_quantized_linear_shape(m);
     // Random rows in any order are random rows: a gate/up weight is simply marked tiled.
     dev.rows_reordered = cuda::tiles_gate_up(m);
     const int64_t bytes = int64_t(kernels::cuda::quant_gemm_data_bytes(m.format, m.n, m.k));
@@ -776,13 +776,6 @@ class CudaBackend final : public Backend {
           "--device cpu runs it");
     const float g = 1.0f / dev.input_scale.at(0);
     dev.activation_scale = upload(host_view(&g, DType::kF32, {1}, nullptr));
-  }
-
-  static void check_quantized_shape(const QuantizedWeight& q) {
-    const int n = q.n, k = q.k;
-    if (n <= 0 || k <= 0 || k % 8 != 0 || (q.format == kernels::WeightFormat::kNvfp4 && k % 16))
-      throw InvalidArgument("cuda backend: quantized linear [" + std::to_string(n) + ", " +
-                            std::to_string(k) + "] needs k % 8 == 0 (NVFP4: k % 16 == 0)");
   }
 
   // The fragment layout (quant_gemm.h) of an all-ones [n, k] weight: 0xF nibbles (FP8: 0xFF

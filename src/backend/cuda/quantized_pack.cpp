@@ -40,12 +40,16 @@ bool tiles_gate_up(const QuantizedWeight& w) {
          w.format != WeightFormat::kFp8Block;
 }
 
+void check_quantized_linear_shape(const QuantizedWeight& w) {
+  if (w.experts != 0 || w.n <= 0 || w.k <= 0 || w.k % 8 != 0 ||
+      (w.format == WeightFormat::kNvfp4 && w.k % 16 != 0))
+    throw InvalidArgument("cuda backend: quantized linear [" + std::to_string(w.n) + ", " +
+                          std::to_string(w.k) + "] needs k % 8 == 0 (NVFP4: k % 16 == 0)");
+}
+
 PackedLinear pack_quantized_linear(const QuantizedWeight& host) {
+  check_quantized_linear_shape(host);
   const int n = host.n, k = host.k;
-  if (host.experts != 0 || n <= 0 || k <= 0 || k % 8 != 0 ||
-      (host.format == WeightFormat::kNvfp4 && k % 16 != 0))
-    throw InvalidArgument("cuda backend: quantized linear [" + std::to_string(n) + ", " +
-                          std::to_string(k) + "] needs k % 8 == 0 (NVFP4: k % 16 == 0)");
   const bool nvfp4 = host.format == WeightFormat::kNvfp4;
   const size_t code_row = size_t(nvfp4 ? k / 2 : k);
   if (host.data.data == nullptr || size_t(host.data.nbytes()) != size_t(n) * code_row)

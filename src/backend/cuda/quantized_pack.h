@@ -24,6 +24,10 @@ struct PackedLinear {
 // permutation). SERVAL_NO_GATE_UP_TILING=1 turns the tiling off (side-by-side comparisons).
 bool tiles_gate_up(const QuantizedWeight& w);
 
+// Throws InvalidArgument unless w is one linear (experts == 0) with n > 0 and k > 0, k % 8 == 0
+// (NVFP4: k % 16 == 0): the shapes the fragment layout holds.
+void check_quantized_linear_shape(const QuantizedWeight& w);
+
 // `host`: a single linear in checkpoint layout (experts == 0, data and scales host tensors as
 // QuantizedWeight describes). Throws InvalidArgument on a shape the layout cannot hold or on
 // scales of the wrong dtype.
