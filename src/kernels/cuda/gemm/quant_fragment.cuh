@@ -14,13 +14,6 @@ namespace serval::kernels::cuda {
 
 constexpr uint32_t kFp8Mult = 0x7B807B80u;  // bf16x2 {2^120, 2^120}
 
-// bf16x2 product (round to nearest even; subnormal inputs are honoured by bf16 arithmetic).
-__device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-}
-
 // bf16x2 {v, v} with v = e4m3(byte) · 2^119 (exact). Normal e4m3 (exponent e ≥ 1): bf16 exponent
 // e + 239, mantissa mmm; subnormal (m/8 · 2^-6): m · 2^110; zero → 0.
 __device__ __forceinline__ uint32_t nvfp4_mult(uint32_t byte) {
@@ -46,7 +39,7 @@ __device__ __forceinline__ void decode_step(const uint32_t* words, int s, uint32
     for (int i = 0; i < 4; ++i) {
       // e2m1 (s e1 e0 m) → bf16 sign, exponent low bits e1e0, mantissa msb m: value e2m1·2^-126
       // (the word's bit placement: kernels/nvfp4_word.h).
-      a[i] = bmul2(nvfp4_bf16x2_bits(q, i), (i & 1) ? m_hi : m_lo);
+      a[i] = bf16x2_mul(nvfp4_bf16x2_bits(q, i), (i & 1) ? m_hi : m_lo);
     }
   } else {
 #pragma unroll
@@ -57,8 +50,8 @@ __device__ __forceinline__ void decode_step(const uint32_t* words, int s, uint32
       // bits: value e4m3·2^-120 (subnormals included); the multiplier carries the 2^120.
       const uint32_t v0 = (q & 0x80008000u) | ((q & 0x7F007F00u) >> 4);
       const uint32_t v1 = (q2 & 0x80008000u) | ((q2 & 0x7F007F00u) >> 4);
-      a[2 * j] = bmul2(v0, m_lo);
-      a[2 * j + 1] = bmul2(v1, m_hi);
+      a[2 * j] = bf16x2_mul(v0, m_lo);
+      a[2 * j + 1] = bf16x2_mul(v1, m_hi);
     }
   }
 }

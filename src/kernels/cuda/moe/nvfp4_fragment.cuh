@@ -10,19 +10,13 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/nvfp4_word.h"
 
 namespace serval::kernels::cuda {
 
 // 2⁶² · global scale restores the dequantized weights' 2⁻⁶² (see dequant_nvfp4).
 constexpr float kNvfp4Unscale = 0x1p62f;
-
-// d = a · b on bf16x2 (fma with −0 so that signed zeros and exact products are kept).
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-}
 
 // e4m3fn byte → float (0x7F / 0xFF NaN).
 __device__ __forceinline__ float e4m3_value(uint32_t b) {
