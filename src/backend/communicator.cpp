@@ -1,9 +1,16 @@
-// Stubs for builds without CUDA; backend/cuda/nccl_communicator.cpp defines the real ones.
+// Stubs for builds without CUDA (backend/cuda/nccl_communicator.cpp defines the real ones) and
+// the process set-up shared by both builds.
 #include "backend/communicator.h"
+
+#include <cstdlib>
 
 #include "base/error.h"
 
 namespace serval::backend {
+
+void prefer_eager_cuda_module_loading() {
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+}
 
 #ifndef SERVAL_HAVE_CUDA
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Backend* const>, int) {

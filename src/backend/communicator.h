@@ -78,6 +78,16 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
     std::span<Backend* const> backends, int first_device, const NcclUniqueId& id, int world,
     int first_rank);
 
+// For a process whose threads drive several GPUs that wait on each other in collectives (tensor
+// or expert parallel ranks in one process): call before the process's first CUDA call. Asks the
+// driver to load every kernel at start-up (CUDA_MODULE_LOADING=EAGER) unless the environment
+// already names a mode. With lazy loading, the CUDA 12+ default, a kernel's first launch may wait
+// in the driver for a device to drain while that device spins in an all-reduce for a peer whose
+// host thread is blocked behind the same load: a deadlock (the lazy-loading hazard for kernels
+// that wait on each other, in the CUDA programming guide; seen as a hang of TP=2 decode-graph
+// warm-ups of MoE models). Too late once CUDA is initialized: the P2P all-reduce warns then.
+void prefer_eager_cuda_module_loading();
+
 // Makes CUDA device `device` current for the calling thread (cudaSetDevice), which must precede
 // creating or using that rank's CUDA backend. InvalidArgument naming the device count when it
 // does not exist; a no-op without CUDA (the CPU backend ignores devices).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "backend/communicator.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -171,6 +172,11 @@ LoadedModel replica_model(const LoadedModel& first, int d) {
 }
 
 LoadedModel load_model(const EngineConfig& cfg) {
+  // This process's ranks (tensor parallel, or expert parallel over data-parallel replicas) wait
+  // on each other in collectives when there are several: load kernels eagerly, before CUDA starts.
+  const int ep_replicas = cfg.enable_expert_parallel ? std::max(1, cfg.data_parallel_size) : 1;
+  if (cfg.tensor_parallel_size * ep_replicas > std::max(1, cfg.nnodes))
+    backend::prefer_eager_cuda_module_loading();
   LoadedModel out;
   out.config = io::load_model_config(cfg.model_dir);
   const io::ModelConfig& mc = out.config;

@@ -116,7 +116,7 @@ std::vector<RankResult> run_call(Group& g, int call, Shape s, int64_t plain) {
 }
 
 TEST(P2pAllReduceNorm, MatchesHostAlternatingWithPlainCalls) {
-  const int n = gpu_count();
+  const int n = gpu_count_for_collectives();
   if (n < 2 || !peers_ok(n)) GTEST_SKIP() << "needs two peer-accessible CUDA GPUs: skipped";
   Group g(n);
   // 33 and 40 rows: more rows than CTAs; hidden 16384: 4 vectors per thread; 16 rows of 8192
@@ -145,7 +145,7 @@ TEST(P2pAllReduceNorm, MatchesHostAlternatingWithPlainCalls) {
 // Three fused calls captured in one graph per rank, replayed twice: the residual accumulates six
 // sums (the call counters live on the device, so every replay makes new calls).
 TEST(P2pAllReduceNorm, GraphReplaysAccumulate) {
-  const int n = gpu_count();
+  const int n = gpu_count_for_collectives();
   if (n < 2 || !peers_ok(n)) GTEST_SKIP() << "needs two peer-accessible CUDA GPUs: skipped";
   Group g(n);
   const Shape s{4, 8192};

@@ -75,7 +75,7 @@ std::vector<uint8_t> expected(int n, int c, const Call& call) {
 }
 
 TEST(P2pAllReduce, EveryRankGetsTheRankOrderSum) {
-  const int n = gpu_count();
+  const int n = gpu_count_for_collectives();
   if (n < 2 || !peers_ok(n)) GTEST_SKIP() << "needs two peer-accessible CUDA GPUs: skipped";
   Group g(n);
   const std::vector<Call> calls = {
@@ -110,7 +110,7 @@ TEST(P2pAllReduce, EveryRankGetsTheRankOrderSum) {
 // copied in before each replay: the call counters live on the device, so every replay is a new
 // call and gives the new sums.
 TEST(P2pAllReduce, GraphReplaysAreNewCalls) {
-  const int n = gpu_count();
+  const int n = gpu_count_for_collectives();
   if (n < 2 || !peers_ok(n)) GTEST_SKIP() << "needs two peer-accessible CUDA GPUs: skipped";
   Group g(n);
   const Call call{8192, DType::kBF16};
@@ -151,7 +151,7 @@ TEST(P2pAllReduce, GraphReplaysAreNewCalls) {
 
 // A rank that never arrives: with the abort word set, the waiting rank's kernel returns.
 TEST(P2pAllReduce, AbortReleasesAWaitingRank) {
-  const int n = gpu_count();
+  const int n = gpu_count_for_collectives();
   if (n < 2 || !peers_ok(n)) GTEST_SKIP() << "needs two peer-accessible CUDA GPUs: skipped";
   Group g(n);
   cuda_check(cudaSetDevice(0), "set device");
@@ -182,7 +182,7 @@ TEST(P2pAllReduce, RejectsSizesOutsideTheContract) {
 // Per-call latency of the P2P all-reduce and of ncclAllReduce for decode-sized bf16 tensors: 100
 // calls captured in one CUDA graph per rank, replayed 5 times (µs per call of the median replay).
 TEST(P2pAllReduceBench, DISABLED_LatencyVsNccl) {
-  const int n = gpu_count();
+  const int n = gpu_count_for_collectives();
   if (n < 2 || !peers_ok(n)) GTEST_SKIP() << "needs two peer-accessible CUDA GPUs: skipped";
   Group g(n);
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));

@@ -142,7 +142,7 @@ void expect_matches(const RunResult& got, const RunResult& ref, bool moe) {
 class ParallelGpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ParallelGpu, MatchesOneGpu) {
-  if (testing::gpu_count() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
+  if (testing::gpu_count_for_collectives() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
   const io::ModelConfig config = io::load_model_config(fixture(GetParam()));
   auto weights = model::open_checkpoint_weights(fixture(GetParam()));
   const RunResult ref =
@@ -160,7 +160,7 @@ TEST_P(ParallelGpu, MatchesOneGpu) {
 }
 
 TEST_P(ParallelGpu, GraphsEqualEagerWithCollectives) {
-  if (testing::gpu_count() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
+  if (testing::gpu_count_for_collectives() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
   const io::ModelConfig config = io::load_model_config(fixture(GetParam()));
   auto weights = model::open_checkpoint_weights(fixture(GetParam()));
   const RunResult eager =
@@ -183,7 +183,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelGpu,
 class ParallelGpuDpEp : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ParallelGpuDpEp, ReplicasMatchOneGpu) {
-  if (testing::gpu_count() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
+  if (testing::gpu_count_for_collectives() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
   const io::ModelConfig config = io::load_model_config(fixture(GetParam()));
   auto weights = model::open_checkpoint_weights(fixture(GetParam()));
   const RunResult ref =

@@ -1,5 +1,6 @@
 // NCCL collectives for tensor parallel over the GPUs of one process (one rank per GPU, each
 // rank driven by its own thread). Compiled in CUDA builds; run on the two-H200 machine.
+#include <cuda.h>  // CUmoduleLoadingMode only: the driver is reached through the runtime
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -39,6 +40,22 @@ ncclDataType_t nccl_type(DType t) {
   }
 }
 
+// Whether the driver loads kernels lazily (prefer_eager_cuda_module_loading says why that matters
+// here); false when the driver cannot tell.
+bool lazy_module_loading() {
+  void* query = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &query, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || query == nullptr) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  CUmoduleLoadingMode mode{};
+  return reinterpret_cast<CUresult (*)(CUmoduleLoadingMode*)>(query)(&mode) == CUDA_SUCCESS &&
+         mode == CU_MODULE_LAZY_LOADING;
+}
+
 // Staging blocks of kernels::cuda::p2p_all_reduce on every GPU of a single-process group, and the
 // group's host-mapped abort word. Made only when every pair of the GPUs has peer access.
 class P2pGroup {
@@ -63,6 +80,11 @@ class P2pGroup {
       }
     int current = 0;
     cuda::cuda_check(cudaGetDevice(&current), "cudaGetDevice");
+    if (lazy_module_loading())
+      log::warn(
+          "CUDA loads kernels lazily: a kernel's first launch can deadlock with a peer-to-peer "
+          "all-reduce in flight; set CUDA_MODULE_LOADING=EAGER (serval does when it starts the "
+          "ranks before CUDA)");
     auto group = std::shared_ptr<P2pGroup>(new P2pGroup(devices));
     for (int i = 0; i < n; ++i) {
       cuda::cuda_check(cudaSetDevice(devices[size_t(i)]), "cudaSetDevice");
