@@ -67,6 +67,16 @@ __device__ __forceinline__ uint4 poll_ll(const uint64_t* p, uint32_t call,
   return make_uint4(uint32_t(w[0]), uint32_t(w[1]), uint32_t(w[2]), uint32_t(w[3]));
 }
 
+// Eight bf16 values (a 16-byte vector, element 0 in the low half of q.x) as floats.
+__device__ __forceinline__ void unpack8(uint4 q, float (&v)[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
 // V vectors per thread and row: vector i of the thread is threadIdx.x + i · kThreads.
 template <int V>
 __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllReduceNormParams p) {
@@ -82,6 +92,28 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
   }
   pdl_wait();
   pdl_launch_dependents();
+  // This CTA's first row (its only one in decode: rows ≤ kP2pBlocks) of delta and the residual,
+  // requested before begin_call's round trip so that the two latencies overlap. Up to V = 2
+  // (hidden ≤ 8192): at V = 4 the registers would spill.
+  constexpr bool kPrefetch = V <= 2;
+  const uint4* delta = reinterpret_cast<const uint4*>(p.delta);
+  const int t0 = kPrefetch ? int(blockIdx.x) : -1;
+  uint4 delta0[V], res0[V];
+  if (kPrefetch && t0 < p.rows) {
+    const uint4* res_row = reinterpret_cast<const uint4*>(p.residual) + size_t(t0) * vecs;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int vec = tid + i * kThreads;
+      if (vec < vecs) {
+        delta0[i] = delta[size_t(t0) * vecs + vec];
+        res0[i] = res_row[vec];
+      }
+    }
+  }
+  // Vector i of row t of delta (prefetched for the first row).
+  auto delta_vec = [&](int t, int i, int vec) {
+    return t == t0 ? delta0[i] : delta[size_t(t) * vecs + vec];
+  };
   const uint32_t call = p2p::begin_call(p.block, p.max_bytes, s_base, &s_call);
   const size_t half = size_t(call & 1u) * p.max_bytes;
   // Slot [r][t] of an LL half: row t of rank r, 4 words (32 bytes) per vector.
@@ -89,7 +121,6 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
     return reinterpret_cast<uint64_t*>(p2p::ll_of(block, p.max_bytes) + half +
                                        (size_t(r) * p.rows + t) * size_t(vecs) * 32);
   };
-  const uint4* delta = reinterpret_cast<const uint4*>(p.delta);
 
   for (int t = blockIdx.x; t < p.rows; t += kP2pBlocks) {
 #pragma unroll
@@ -97,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
       const int vec = tid + i * kThreads;
       if (vec >= vecs) continue;
       uint64_t words[4];
-      ll_words(delta[size_t(t) * vecs + vec], call, words);
+      ll_words(delta_vec(t, i, vec), call, words);
       for (int r = 0; r < p.ranks; ++r) {
         if (r == p.rank) continue;
         uint64_t* dst = slot(s_base[r], p.rank, t) + size_t(vec) * 4;
@@ -118,12 +149,16 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int r = 0; r < p.ranks; ++r) {
         const uint4 q = r == p.rank
-                            ? delta[size_t(t) * vecs + vec]
+                            ? delta_vec(t, i, vec)
                             : poll_ll(slot(p.block, r, t) + size_t(vec) * 4, call, p.aborted);
         p2p::add_vector<true>(acc, q);
       }
       float rv[8];
-      load8(res + size_t(vec) * 8, rv);
+      if (t == t0) {
+        unpack8(res0[i], rv);
+      } else {
+        load8(res + size_t(vec) * 8, rv);
+      }
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         v[i][j] = __bfloat162float(__float2bfloat16_rn(acc[j])) + rv[j];
