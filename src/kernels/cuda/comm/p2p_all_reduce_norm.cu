@@ -3,9 +3,9 @@
 // its high half (aligned 8-byte stores and loads are single-copy atomic, so a word showing the
 // current call carries the current payload). No flags, no barriers between the ranks: CTA b of
 // every rank owns rows b, b + 32, …; for each, every thread
-//   1. (after the weight loads and pdl_wait; call = ++calls[b], LL half = call % 2) stores the
-//      words of its vectors of this rank's delta row into slot [rank][t] of every peer's LL half
-//      (NVLink, fire and forget);
+//   1. (call = ++calls[b] and the weight loads before pdl_wait, LL half = call % 2; after it)
+//      stores the words of its vectors of this rank's delta row into slot [rank][t] of every peer's
+//      LL half (NVLink, fire and forget);
 //   2. polls its own LL half until the peers' words of those vectors show `call`, then adds the
 //      ranks' values in rank order 0..N-1 (its own from delta: the same bits it sent) in fp32,
 //      rounds once to bf16, adds the residual: the residual stored rounded, the sum of squares of
@@ -90,11 +90,17 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
     const int vec = tid + i * kThreads;
     if (vec < vecs) load8(reinterpret_cast<const __nv_bfloat16*>(p.weight) + size_t(vec) * 8, w[i]);
   }
-  pdl_wait();
+  // The call counter is advanced before pdl_wait, overlapping its round trip with the previous
+  // kernel's tail: only all-reduce kernels touch it, and one that precedes this kernel has
+  // advanced it before its own trigger (here, fenced below) or completed (the plain all-reduce,
+  // launched without PDL), so this kernel cannot start before that update is visible.
+  const uint32_t call = p2p::begin_call(p.block, p.max_bytes, s_base, &s_call);
+  if (threadIdx.x == 0) __threadfence();
+  __syncthreads();
   pdl_launch_dependents();
+  pdl_wait();
   // This CTA's first row (its only one in decode: rows ≤ kP2pBlocks) of delta and the residual,
-  // requested before begin_call's round trip so that the two latencies overlap. Up to V = 2
-  // (hidden ≤ 8192): at V = 4 the registers would spill.
+  // loaded once into registers. Up to V = 2 (hidden ≤ 8192): at V = 4 the registers would spill.
   constexpr bool kPrefetch = V <= 2;
   const uint4* delta = reinterpret_cast<const uint4*>(p.delta);
   const int t0 = kPrefetch ? int(blockIdx.x) : -1;
@@ -114,7 +120,6 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
   auto delta_vec = [&](int t, int i, int vec) {
     return t == t0 ? delta0[i] : delta[size_t(t) * vecs + vec];
   };
-  const uint32_t call = p2p::begin_call(p.block, p.max_bytes, s_base, &s_call);
   const size_t half = size_t(call & 1u) * p.max_bytes;
   // Slot [r][t] of an LL half: row t of rank r, 4 words (32 bytes) per vector.
   auto slot = [&](uint8_t* block, int r, int t) {
