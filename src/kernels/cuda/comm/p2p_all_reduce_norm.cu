@@ -3,9 +3,9 @@
 // its high half (aligned 8-byte stores and loads are single-copy atomic, so a word showing the
 // current call carries the current payload). No flags, no barriers between the ranks: CTA b of
 // every rank owns rows b, b + 32, …; for each, every thread
-//   1. (after the weight loads and pdl_wait; call = ++calls[b], LL half = call % 2) stores the
-//      words of its vectors of this rank's delta row into slot [rank][t] of every peer's LL half
-//      (NVLink, fire and forget);
+//   1. (call = ++calls[b] and the weight loads before pdl_wait, LL half = call % 2; after it)
+//      stores the words of its vectors of this rank's delta row into slot [rank][t] of every peer's
+//      LL half (NVLink, fire and forget);
 //   2. polls its own LL half until the peers' words of those vectors show `call`, then adds the
 //      ranks' values in rank order 0..N-1 (its own from delta: the same bits it sent) in fp32,
 //      rounds once to bf16, adds the residual: the residual stored rounded, the sum of squares of
@@ -67,6 +67,16 @@ __device__ __forceinline__ uint4 poll_ll(const uint64_t* p, uint32_t call,
   return make_uint4(uint32_t(w[0]), uint32_t(w[1]), uint32_t(w[2]), uint32_t(w[3]));
 }
 
+// Eight bf16 values (a 16-byte vector, element 0 in the low half of q.x) as floats.
+__device__ __forceinline__ void unpack8(uint4 q, float (&v)[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
 // V vectors per thread and row: vector i of the thread is threadIdx.x + i · kThreads.
 template <int V>
 __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllReduceNormParams p) {
@@ -80,16 +90,42 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
     const int vec = tid + i * kThreads;
     if (vec < vecs) load8(reinterpret_cast<const __nv_bfloat16*>(p.weight) + size_t(vec) * 8, w[i]);
   }
-  pdl_wait();
-  pdl_launch_dependents();
+  // The call counter is advanced before pdl_wait, overlapping its round trip with the previous
+  // kernel's tail: only all-reduce kernels touch it, and one that precedes this kernel has
+  // advanced it before its own trigger (here, fenced below) or completed (the plain all-reduce,
+  // launched without PDL), so this kernel cannot start before that update is visible.
   const uint32_t call = p2p::begin_call(p.block, p.max_bytes, s_base, &s_call);
+  if (threadIdx.x == 0) __threadfence();
+  __syncthreads();
+  pdl_launch_dependents();
+  pdl_wait();
+  // This CTA's first row (its only one in decode: rows ≤ kP2pBlocks) of delta and the residual,
+  // loaded once into registers. Up to V = 2 (hidden ≤ 8192): at V = 4 the registers would spill.
+  constexpr bool kPrefetch = V <= 2;
+  const uint4* delta = reinterpret_cast<const uint4*>(p.delta);
+  const int t0 = kPrefetch ? int(blockIdx.x) : -1;
+  uint4 delta0[V], res0[V];
+  if (kPrefetch && t0 < p.rows) {
+    const uint4* res_row = reinterpret_cast<const uint4*>(p.residual) + size_t(t0) * vecs;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int vec = tid + i * kThreads;
+      if (vec < vecs) {
+        delta0[i] = delta[size_t(t0) * vecs + vec];
+        res0[i] = res_row[vec];
+      }
+    }
+  }
+  // Vector i of row t of delta (prefetched for the first row).
+  auto delta_vec = [&](int t, int i, int vec) {
+    return t == t0 ? delta0[i] : delta[size_t(t) * vecs + vec];
+  };
   const size_t half = size_t(call & 1u) * p.max_bytes;
   // Slot [r][t] of an LL half: row t of rank r, 4 words (32 bytes) per vector.
   auto slot = [&](uint8_t* block, int r, int t) {
     return reinterpret_cast<uint64_t*>(p2p::ll_of(block, p.max_bytes) + half +
                                        (size_t(r) * p.rows + t) * size_t(vecs) * 32);
   };
-  const uint4* delta = reinterpret_cast<const uint4*>(p.delta);
 
   for (int t = blockIdx.x; t < p.rows; t += kP2pBlocks) {
 #pragma unroll
@@ -97,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
       const int vec = tid + i * kThreads;
       if (vec >= vecs) continue;
       uint64_t words[4];
-      ll_words(delta[size_t(t) * vecs + vec], call, words);
+      ll_words(delta_vec(t, i, vec), call, words);
       for (int r = 0; r < p.ranks; ++r) {
         if (r == p.rank) continue;
         uint64_t* dst = slot(s_base[r], p.rank, t) + size_t(vec) * 4;
@@ -118,12 +154,16 @@ __global__ void __launch_bounds__(kThreads) p2p_all_reduce_norm_kernel(P2pAllRed
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int r = 0; r < p.ranks; ++r) {
         const uint4 q = r == p.rank
-                            ? delta[size_t(t) * vecs + vec]
+                            ? delta_vec(t, i, vec)
                             : poll_ll(slot(p.block, r, t) + size_t(vec) * 4, call, p.aborted);
         p2p::add_vector<true>(acc, q);
       }
       float rv[8];
-      load8(res + size_t(vec) * 8, rv);
+      if (t == t0) {
+        unpack8(res0[i], rv);
+      } else {
+        load8(res + size_t(vec) * 8, rv);
+      }
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         v[i][j] = __bfloat162float(__float2bfloat16_rn(acc[j])) + rv[j];
