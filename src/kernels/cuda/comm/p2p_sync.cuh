@@ -4,6 +4,8 @@
 // Every kernel using a block follows one protocol, so plain and fused all-reduces may alternate:
 //   - CTA b of every rank advances calls[b] once per call (fixed grid of kP2pBlocks CTAs), so all
 //     ranks agree on the call number and on its staging half (call % 2);
+//   - a kernel may advance the counter before its pdl_wait (the fused kernel does) only when it
+//     does so, fenced, before its PDL trigger: the next all-reduce then starts after the update;
 //   - a CTA signals call c to its peers only after its own pdl_wait (when launched with PDL), so
 //     every kernel before it on this rank, the all-reduce of call c − 1 included, has completed;
 //   - a staging half is written at call c + 2 at the earliest, by a CTA that has seen every
