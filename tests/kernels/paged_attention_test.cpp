@@ -194,6 +194,9 @@ TEST(CudaPagedAttention, ChunkedPrefillMixedBatch) {
     EXPECT_LT(run_paged_case(c, 500 + d), kTol) << "D=" << d;
     PagedCase mha{{33, 97}, {33, 300}, 4, 4, d};  // group 1
     EXPECT_LT(run_paged_case(mha, 600 + d), kTol) << "MHA D=" << d;
+    // Group 8 (16 positions per CTA): several query tiles, the last one partial.
+    PagedCase group8{{300, 77, 2}, {300, 500, 129}, 32, 4, d};
+    EXPECT_LT(run_paged_case(group8, 700 + d), kTol) << "group 8 D=" << d;
   }
 }
 

@@ -38,4 +38,8 @@ void paged_attention_decode(const PagedAttentionParams& p, int num_splits, float
 // Any query lengths (prefill, chunked prefill, mixed batches).
 void paged_attention_prefill(const PagedAttentionParams& p, cudaStream_t stream);
 
+// The wgmma prefill (paged_prefill_wgmma.cu) when it takes these parameters (bf16 cache,
+// head_dim 128, SERVAL_PREFILL_MMA_SYNC unset): launches it and returns true; false otherwise.
+bool paged_attention_prefill_wgmma(const PagedAttentionParams& p, cudaStream_t stream);
+
 }  // namespace serval::kernels::cuda

@@ -360,6 +360,7 @@ void paged_attention_prefill(const PagedAttentionParams& p, cudaStream_t stream)
     throw InvalidArgument("paged_attention: prefill needs a positive scale, got " +
                           std::to_string(p.scale));
   }
+  if (paged_attention_prefill_wgmma(p, stream)) return;
   switch (p.head_dim) {
     case 16:
       return dispatch_prefill<16>(p, stream);

@@ -1,0 +1,283 @@
+// Flash-attention prefill over the paged cache on Hopper warpgroup MMA (wgmma), for bf16 caches
+// and head_dim 128; paged_prefill.cu (mma.sync) runs every other case and, with
+// SERVAL_PREFILL_MMA_SYNC=1, this one too (side-by-side comparisons).
+//
+// Work split as paged_prefill.cu: a CTA owns 128 (query row, q head) pairs of one sequence, hpc q
+// heads of one KV head × 128 / hpc positions; warp w (of 8) takes q head (w mod hpc) and the 16
+// positions from 16·(w / hpc). Here the 8 warps form two warpgroups of 64 rows each: a warpgroup
+// computes S = Q·Kᵀ as one m64n128 tile (8 wgmma k-steps, Q and K from shared memory) and
+// O += P·V as one m64n128 tile (8 k-steps, P from registers, V from shared memory MN-major).
+// Both warpgroups share every K/V tile (128 keys), double-buffered by cp.async with the page
+// table looked up per key row; one barrier per tile. Tiles are stored in the 128-byte swizzled
+// layout of wgmma.cuh: K and V alike, [2 dim chunks][128 keys][64 dims].
+//
+// Softmax as paged_prefill.cu (log2 domain, running max on raw scores, causal mask only on tiles
+// that reach past the warpgroup's first position); rows past the query length compute on zero q
+// with clamped positions and are never stored.
+#include <cstdlib>
+
+#include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/attention/mma_fragments.cuh"
+#include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
+#include "kernels/cuda/misc/wgmma.cuh"
+
+namespace serval::kernels::cuda {
+namespace {
+
+using namespace attn;
+
+constexpr int kD = 128;
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = kWarpgroups * 128;
+constexpr int kCtaRows = kWarpgroups * 64;  // (query row, q head) pairs per CTA
+constexpr int kKeys = 128;                  // keys per K/V tile
+constexpr int kNt = kKeys / 8;              // score column blocks per thread
+constexpr int kStages = 2;
+constexpr uint32_t kTileBytes = kKeys * kD * 2;  // one K or V tile
+constexpr uint32_t kStageBytes = 2 * kTileBytes;
+constexpr uint32_t kQBytes = 64 * kD * 2;  // one warpgroup's Q tile
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kWarpgroups * kQBytes + 1024;
+static_assert(kTileBytes % 1024 == 0 && kQBytes % 1024 == 0, "swizzle atoms stay aligned");
+
+// cp.async of keys [key0, key0 + kKeys) of one KV head into the K and V tiles at k_tile, v_tile
+// (SW128); keys ≥ num_keys are zero-filled, never read from the cache.
+__device__ __forceinline__ void load_tile(unsigned char* k_tile, unsigned char* v_tile,
+                                          const unsigned char* k_cache,
+                                          const unsigned char* v_cache, const int32_t* table,
+                                          int block_size, int num_kv_heads, int kv_head, int key0,
+                                          int num_keys) {
+  constexpr int kChunks = kD / 8;  // 16-byte chunks per key row
+  constexpr int kIters = kKeys * kChunks / kThreads;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = int(threadIdx.x) + it * kThreads;
+    const int r = i / kChunks, c = i % kChunks;
+    const int key = key0 + r;
+    const bool valid = key < num_keys;
+    int64_t off = 0;  // bytes
+    if (valid) {
+      const int64_t slot = int64_t(table[key / block_size]) * block_size + key % block_size;
+      off = ((slot * num_kv_heads + kv_head) * kD + c * 8) * 2;
+    }
+    const uint32_t dst = wgmma::sw128_offset(r, c, kKeys);
+    cp_async_16(k_tile + dst, k_cache + off, valid);
+    cp_async_16(v_tile + dst, v_cache + off, valid);
+  }
+}
+
+// q, out: [num_tokens, num_q_heads, 128] bf16; caches bf16. scale_log2 = scale · log2(e) > 0.
+// log_hpc = log2(q heads per CTA).
+__global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(
+    const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
+    const unsigned char* __restrict__ k_cache, const unsigned char* __restrict__ v_cache,
+    const int32_t* __restrict__ query_start, const int32_t* __restrict__ context_lens,
+    const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
+    int num_q_heads, int num_kv_heads, int log_hpc, float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // Swizzle atoms need 1024-byte alignment: the launch reserves the slack.
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  auto stage = [&](int s) { return smem + s * kStageBytes; };
+
+  pdl_wait();  // metadata, q and the cache come from earlier kernels of the step
+  const int seq = blockIdx.y;
+  const int q_begin = query_start[seq];
+  const int q_len = query_start[seq + 1] - q_begin;
+  const int positions = kCtaRows >> log_hpc;  // query positions per CTA
+  const int qt = (q_len + positions - 1) / positions - 1 - int(blockIdx.z);
+  if (qt < 0) return;  // CTA-uniform: this sequence has fewer query tiles
+  const int p0 = qt * positions;
+  const int prefix = context_lens[seq] - q_len;  // position of query row i is prefix + i
+  const int num_keys = prefix + min(p0 + positions, q_len);
+  const int num_tiles = (num_keys + kKeys - 1) / kKeys;
+  const int head0 = int(blockIdx.x) << log_hpc;
+  const int kv_head = head0 / (num_q_heads / num_kv_heads);
+  const int32_t* table = block_tables + int64_t(seq) * max_blocks_per_seq;
+  const int hpc_mask = (1 << log_hpc) - 1;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int wg = warp >> 2;
+  // Query row of warp gw's 16 rows, as paged_prefill.cu assigns them.
+  auto warp_row0 = [&](int gw) { return p0 + (gw >> log_hpc) * 16; };
+  const int head = head0 + (warp & hpc_mask);
+  const int row_lo = warp_row0(warp) + g, row_hi = row_lo + 8;
+  const int pos_lo = prefix + min(row_lo, q_len - 1), pos_hi = prefix + min(row_hi, q_len - 1);
+  // Warpgroup-uniform bounds (wgmma runs on the whole warpgroup).
+  const int wg_row_first = warp_row0(4 * wg), wg_row_last = warp_row0(4 * wg + 3) + 15;
+  const bool wg_active = wg_row_first < q_len;
+  const int wg_first_pos = prefix + wg_row_first;
+  const int wg_last_key = prefix + min(wg_row_last, q_len - 1);
+
+  // Q tile of this warpgroup: row r (0..63) is row r mod 16 of warp 4·wg + r / 16; zeros past
+  // q_len.
+  unsigned char* q_tile = smem + kStages * kStageBytes + wg * kQBytes;
+  {
+    constexpr int kChunks = kD / 8;
+    const int t = threadIdx.x & 127;
+#pragma unroll
+    for (int it = 0; it < 64 * kChunks / 128; ++it) {
+      const int i = t + it * 128, r = i / kChunks, ch = i % kChunks;
+      const int gw = 4 * wg + r / 16;
+      const int row = warp_row0(gw) + r % 16;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (row < q_len) {
+        v = *reinterpret_cast<const uint4*>(
+            q + ((int64_t(q_begin) + row) * num_q_heads + head0 + (gw & hpc_mask)) * kD + ch * 8);
+      }
+      *reinterpret_cast<uint4*>(q_tile + wgmma::sw128_offset(r, ch, 64)) = v;
+    }
+  }
+  const uint32_t q_base = smem_addr(q_tile);
+
+  float o[kD / 2], s[kNt * 4];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kNt * 4; ++i) s[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: raw-score running max
+
+  load_tile(stage(0), stage(0) + kTileBytes, k_cache, v_cache, table, block_size, num_kv_heads,
+            kv_head, 0, num_keys);
+  cp_async_commit();
+  for (int t = 0; t < num_tiles; ++t) {
+    cp_async_wait<0>();          // this thread's copies of tile t have landed
+    wgmma::fence_proxy_async();  // ... and (with Q's stores) are visible to wgmma
+    __syncthreads();             // everyone's; tile t − 1's wgmma are complete
+    if (t + 1 < num_tiles) {
+      unsigned char* next = stage((t + 1) % kStages);
+      load_tile(next, next + kTileBytes, k_cache, v_cache, table, block_size, num_kv_heads, kv_head,
+                (t + 1) * kKeys, num_keys);
+    }
+    cp_async_commit();
+    const int key0 = t * kKeys;
+    if (!wg_active || key0 > wg_last_key) continue;  // warpgroup-uniform; no barrier below
+    const uint32_t k_base = smem_addr(stage(t % kStages)), v_base = k_base + kTileBytes;
+
+    // S = Q·Kᵀ: k-step kk covers dims 16·kk.. (chunk kk / 4, +32 bytes per step inside it).
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t in_chunk = (kk & 3) * 32;
+      const uint64_t a = wgmma::sw128_desc(q_base + (kk >> 2) * 64 * 128 + in_chunk, 16, 1024);
+      const uint64_t b = wgmma::sw128_desc(k_base + (kk >> 2) * kKeys * 128 + in_chunk, 16, 1024);
+      wgmma::wgmma_m64n128k16_ss(s, a, b, kk > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+
+    if (key0 + kKeys - 1 > wg_first_pos) {
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        const int key = key0 + 8 * j + 2 * c;
+        if (key > pos_lo) s[4 * j + 0] = -INFINITY;
+        if (key + 1 > pos_lo) s[4 * j + 1] = -INFINITY;
+        if (key > pos_hi) s[4 * j + 2] = -INFINITY;
+        if (key + 1 > pos_hi) s[4 * j + 3] = -INFINITY;
+      }
+    }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    float ms[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {  // the 4 lanes of a quad share rows g, g + 8
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float base = mx[i] == -INFINITY ? 0.0f : mx[i];      // never (−inf) − (−inf)
+      const float corr = fast_exp2((m[i] - base) * scale_log2);  // m = −inf: 0
+      m[i] = mx[i];
+      ms[i] = base * scale_log2;
+      l[i] *= corr;
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        o[4 * n + 2 * i] *= corr;
+        o[4 * n + 2 * i + 1] *= corr;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) {
+      s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -ms[0]));
+      s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -ms[0]));
+      s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -ms[1]));
+      s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -ms[1]));
+      l[0] += s[4 * j + 0] + s[4 * j + 1];
+      l[1] += s[4 * j + 2] + s[4 * j + 3];
+    }
+    // P as the A fragments of the 8 k-steps (16 keys each), then O += P·V: k-step kq starts at
+    // key row 16·kq of the V tile; LBO steps to its second 64-dim chunk.
+    uint32_t pa[kKeys / 16][4];
+#pragma unroll
+    for (int kq = 0; kq < kKeys / 16; ++kq) {
+      pa[kq][0] = pack_pair<false>(s[8 * kq + 0], s[8 * kq + 1]);
+      pa[kq][1] = pack_pair<false>(s[8 * kq + 2], s[8 * kq + 3]);
+      pa[kq][2] = pack_pair<false>(s[8 * kq + 4], s[8 * kq + 5]);
+      pa[kq][3] = pack_pair<false>(s[8 * kq + 6], s[8 * kq + 7]);
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int kq = 0; kq < kKeys / 16; ++kq) {
+      const uint64_t b = wgmma::sw128_desc(v_base + kq * 16 * 128, kKeys * 128, 1024);
+      wgmma::wgmma_m64n128k16_rs_bt(o, pa[kq], b);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(o);
+    wgmma::fence_operand(pa);
+  }
+  cp_async_wait<0>();  // only empty groups can remain; leave nothing in flight
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+  const float inv_lo = l[0] > 0.0f ? 1.0f / l[0] : 0.0f;
+  const float inv_hi = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) {
+    const int col = n * 8 + 2 * c;
+    if (row_lo < q_len) {
+      *reinterpret_cast<__nv_bfloat162*>(
+          out + ((int64_t(q_begin) + row_lo) * num_q_heads + head) * kD + col) =
+          __floats2bfloat162_rn(o[4 * n + 0] * inv_lo, o[4 * n + 1] * inv_lo);
+    }
+    if (row_hi < q_len) {
+      *reinterpret_cast<__nv_bfloat162*>(
+          out + ((int64_t(q_begin) + row_hi) * num_q_heads + head) * kD + col) =
+          __floats2bfloat162_rn(o[4 * n + 2] * inv_hi, o[4 * n + 3] * inv_hi);
+    }
+  }
+}
+
+}  // namespace
+
+bool paged_attention_prefill_wgmma(const PagedAttentionParams& p, cudaStream_t stream) {
+  static const bool off = std::getenv("SERVAL_PREFILL_MMA_SYNC") != nullptr;
+  if (off || p.head_dim != kD || p.cache_dtype != DType::kBF16 || p.v_scale != 1.0f ||
+      !(p.scale > 0.0f))
+    return false;
+  auto kernel = prefill_wgmma_kernel;
+  allow_dynamic_smem(kernel, kSmemBytes, "paged_attention_prefill_wgmma");
+  const int group = p.num_q_heads / p.num_kv_heads;
+  int log_hpc = 0;
+  while (log_hpc < 3 && group % (2 << log_hpc) == 0) ++log_hpc;
+  const int positions = kCtaRows >> log_hpc;
+  const int64_t q_tiles = (int64_t(p.max_query_len) + positions - 1) / positions;
+  if (p.num_seqs > 65535 || q_tiles > 65535) return false;  // the mma.sync path reports it
+  const dim3 grid(unsigned(p.num_q_heads >> log_hpc), unsigned(p.num_seqs), unsigned(q_tiles));
+  constexpr float kLog2e = 1.4426950408889634f;
+  launch_pdl("paged_attention_prefill_wgmma", kernel, grid, dim3(kThreads), kSmemBytes, stream,
+             reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
+             static_cast<const unsigned char*>(p.k_cache),
+             static_cast<const unsigned char*>(p.v_cache), p.query_start, p.context_lens,
+             p.block_tables, p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads,
+             log_hpc, p.scale * kLog2e);
+  return true;
+}
+
+}  // namespace serval::kernels::cuda
