@@ -11,6 +11,7 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
+#include "kernels/cuda/moe/moe_gemm_wgmma.h"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
 namespace serval::kernels::cuda {
@@ -455,6 +456,7 @@ void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   if (fp4 && (p.weight_scales == nullptr || p.global_scales == nullptr))
     throw InvalidArgument("moe_grouped_gemm: NVFP4 weights need block and global scales");
   if (p.max_tiles <= 0) return;
+  if (moe_grouped_gemm_wgmma(p, stream)) return;
   if (fp4) {
     dispatch<true>(p, stream);
   } else {

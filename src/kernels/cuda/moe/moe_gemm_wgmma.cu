@@ -1,0 +1,206 @@
+// The throughput backend's grouped GEMMs for bf16 experts on Hopper warpgroup MMA (wgmma): the
+// contract of moe_gemm.h (swap-AB: 128 weight rows × 128 permuted token rows per CTA), run by
+// moe_grouped_gemm for the throughput config unless SERVAL_MOE_GEMM_MMA_SYNC=1.
+//
+// A CTA is two warpgroups; warpgroup w computes weight rows [64w, 64w + 64) of the tile against
+// all 128 token rows as one m64n128 accumulator, 4 wgmma k-steps per 64-wide K stage, both
+// operands from shared memory (K-major, 128-byte swizzle: the cp.async layout of moe_gemm.cu is
+// that swizzle already). Pipeline: 4 stages, tiles issued two ahead, at most two wgmma groups in
+// flight per warpgroup, one barrier per stage.
+//
+// GEMM1 pairs gate and up in registers: in each 16-row warp slice, rows 0-7 are gate rows and
+// rows 8-15 the up rows of the same 8 channels, so a thread's accumulator rows g and g + 8 hold
+// gate and up of one (channel, token).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+
+#include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
+#include "kernels/cuda/misc/wgmma.cuh"
+#include "kernels/cuda/moe/moe_gemm_wgmma.h"
+
+namespace serval::kernels::cuda {
+
+namespace {
+
+constexpr int kBK = 64;  // K per stage: one 128-byte swizzled row per operand row
+constexpr int kBM = 128, kBN = 128, kThreads = 256, kStages = 4;
+constexpr int kStageBytes = (kBM + kBN) * kBK * 2;                   // A then B, 16 KB each
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024;  // + alignment slack
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
+  const int bytes = valid ? 16 : 0;  // 0 → the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <bool kGemm1>
+__global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmParams p) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem = raw + ((1024 - (raw & 1023)) & 1023);  // swizzle atoms: 1024-aligned
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
+
+  // PDL as moe_gemm.cu: GEMM1 waits before reading the maps, then lets GEMM2 launch; GEMM2 reads
+  // the maps (complete once every GEMM1 CTA passed its wait) and streams weights before waiting.
+  const int tile = blockIdx.y;
+  if constexpr (kGemm1) pdl_wait();
+  const int num_tiles = kGemm1 ? *p.num_tiles : __ldcg(p.num_tiles);
+  if (tile >= num_tiles) {  // whole CTA leaves before any barrier
+    if constexpr (!kGemm1) pdl_wait();
+    return;
+  }
+  const int expert = kGemm1 ? p.tile_expert[tile] : __ldcg(p.tile_expert + tile);
+  if constexpr (kGemm1) pdl_launch_dependents();
+
+  const int K = p.k;
+  const int m_rows = kGemm1 ? 2 * p.n_out : p.n_out;
+  const int row0 = tile * kBN;  // first permuted row of this tile
+  // Weight row of tile row r (GEMM1: slice r / 16 holds gate then up rows of 8 channels).
+  auto weight_row = [&](int r) {
+    if constexpr (kGemm1) {
+      const int ch = blockIdx.x * (kBM / 2) + (r / 16) * 8 + r % 8;
+      return r % 16 < 8 ? ch : p.n_out + ch;
+    } else {
+      return int(blockIdx.x) * kBM + r;
+    }
+  };
+
+  // Every thread copies 16-byte chunk column kc of 4 A rows and 4 B rows per stage.
+  constexpr int kRowsPerPass = kThreads / 8;
+  constexpr int kChunks = kBM / kRowsPerPass;
+  const int kc = tid & 7;
+  const uint8_t* W = static_cast<const uint8_t*>(p.weights) + size_t(expert) * m_rows * K * 2;
+  const __nv_bfloat16* X = reinterpret_cast<const __nv_bfloat16*>(p.input);
+  const uint8_t* a_src[kChunks];
+  const __nv_bfloat16* b_src[kChunks];
+  bool b_valid[kChunks];
+  uint32_t dst[kChunks];  // same swizzled offset in the A and B tiles (both 128 rows)
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int r = tid / 8 + j * kRowsPerPass;
+    dst[j] = wgmma::sw128_offset(r, kc, kBM);
+    a_src[j] = W + (size_t(weight_row(r)) * K + kc * 8) * 2;
+    int src_row = row0 + r;
+    b_valid[j] = true;
+    if constexpr (kGemm1) {
+      const int tok = p.permuted_to_token[row0 + r];
+      b_valid[j] = tok >= 0;
+      src_row = tok >= 0 ? tok : 0;
+    }
+    b_src[j] = X + size_t(src_row) * K + kc * 8;
+  }
+  auto stage_a = [&](int s) { return smem + uint32_t(s) * kStageBytes; };
+  auto stage_b = [&](int s) { return stage_a(s) + kBM * kBK * 2; };
+  auto load_a = [&](int kt) {
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j)
+      cp_async16(stage_a(kt % kStages) + dst[j], a_src[j] + size_t(kt) * kBK * 2, true);
+  };
+  auto load_b = [&](int kt) {
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j)
+      cp_async16(stage_b(kt % kStages) + dst[j], b_src[j] + kt * kBK, b_valid[j]);
+  };
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+
+  // Prologue: tiles 0 and 1 (weights first; GEMM2's activations only after its PDL wait). Tile
+  // kt is then issued at stage kt − 2, into the slot whose last reader (tile kt − 4) every
+  // warpgroup waited for before that stage's barrier.
+  constexpr int kAhead = kStages - 2;
+  const int KT = K / kBK;
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s)
+    if (s < KT) load_a(s);
+  if constexpr (!kGemm1) {
+    pdl_wait();  // GEMM1's act is complete from here on
+    pdl_launch_dependents();
+  }
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < KT) load_b(s);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kAhead - 1>();  // tile kt has landed (this thread's copies)
+    wgmma::fence_proxy_async();   // ... visible to wgmma
+    __syncthreads();              // ... everyone's; tile kt − 2's wgmma are complete
+    if (kt + kAhead < KT) {
+      load_a(kt + kAhead);
+      load_b(kt + kAhead);
+    }
+    cp_async_commit();
+    const uint32_t a = stage_a(kt % kStages) + wg * 64 * 128, b = stage_b(kt % kStages);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk)
+      wgmma::wgmma_m64n128k16_ss(acc, wgmma::sw128_desc(a + kk * 32, 16, 1024),
+                                 wgmma::sw128_desc(b + kk * 32, 16, 1024), 1);
+    wgmma::commit();
+    wgmma::wait<1>();  // tile kt − 1 done: its slot is reused two stages from now
+  }
+  wgmma::wait<0>();
+  wgmma::fence_operand(acc);
+  cp_async_wait<0>();
+
+  // Epilogue. acc[4j + q]: tile row 64·wg + 16·wq + g + 8·(q / 2), token 8j + 2·t4 + q % 2.
+  // Lanes g and g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns
+  // of one token as a bf16x2.
+  const bool odd = g & 1;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.output);
+  constexpr int kHalves = kGemm1 ? 1 : 2;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      float v0, v1;  // (row g (+8h), token 2·t4) and (row g (+8h), token 2·t4 + 1)
+      if constexpr (kGemm1) {
+        const float g0 = acc[4 * j], g1 = acc[4 * j + 1];
+        v0 = g0 / (1.0f + expf(-g0)) * acc[4 * j + 2];
+        v1 = g1 / (1.0f + expf(-g1)) * acc[4 * j + 3];
+      } else {
+        v0 = acc[4 * j + 2 * h];
+        v1 = acc[4 * j + 2 * h + 1];
+      }
+      const float recv = __shfl_xor_sync(kFull, odd ? v0 : v1, 4);
+      const int token = 8 * j + 2 * t4 + (odd ? 1 : 0);
+      const float lo = odd ? recv : v0, hi = odd ? v1 : recv;
+      const int col = kGemm1 ? blockIdx.x * (kBM / 2) + wg * 32 + wq * 8 + (g & ~1)
+                             : blockIdx.x * kBM + wg * 64 + wq * 16 + (g & ~1) + 8 * h;
+      *reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + token) * p.n_out + col) =
+          __floats2bfloat162_rn(lo, hi);
+    }
+}
+
+}  // namespace
+
+bool moe_grouped_gemm_wgmma(const MoeGemmParams& p, cudaStream_t stream) {
+  static const bool off = std::getenv("SERVAL_MOE_GEMM_MMA_SYNC") != nullptr;
+  if (off || p.config != MoeGemmConfig::kThroughput || p.format != MoeWeightFormat::kBf16 ||
+      p.tile != kBN)
+    return false;
+  auto kernel = p.gemm1 ? moe_gemm_wgmma_kernel<true> : moe_gemm_wgmma_kernel<false>;
+  allow_dynamic_smem(kernel, kSmemBytes, "moe_gemm_wgmma");
+  const int m_blocks = p.gemm1 ? p.n_out / (kBM / 2) : p.n_out / kBM;
+  launch_pdl(p.gemm1 ? "moe_gemm1_wgmma" : "moe_gemm2_wgmma", kernel, dim3(m_blocks, p.max_tiles),
+             dim3(kThreads), kSmemBytes, stream, p);
+  return true;
+}
+
+}  // namespace serval::kernels::cuda
