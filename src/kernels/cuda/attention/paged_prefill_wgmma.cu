@@ -15,6 +15,7 @@
 // that reach past the warpgroup's first position); rows past the query length compute on zero q
 // with clamped positions and are never stored.
 #include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/mma_fragments.cuh"
@@ -31,14 +32,15 @@ using namespace attn;
 constexpr int kD = 128;
 constexpr int kWarpgroups = 2;
 constexpr int kThreads = kWarpgroups * 128;
-constexpr int kCtaRows = kWarpgroups * 64;  // (query row, q head) pairs per CTA
-constexpr int kKeys = 128;                  // keys per K/V tile
-constexpr int kNt = kKeys / 8;              // score column blocks per thread
-constexpr int kStages = 2;
+constexpr int kCtaRows = kWarpgroups * 64;       // (query row, q head) pairs per CTA
+constexpr int kKeys = 128;                       // keys per K/V tile
+constexpr int kNt = kKeys / 8;                   // score column blocks per thread
 constexpr uint32_t kTileBytes = kKeys * kD * 2;  // one K or V tile
 constexpr uint32_t kStageBytes = 2 * kTileBytes;
 constexpr uint32_t kQBytes = 64 * kD * 2;  // one warpgroup's Q tile
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kWarpgroups * kQBytes + 1024;
+// Shared memory of a kStages-deep K/V ring: 3 stages fill 225 KB of the 227 KB a CTA may use.
+template <int kStages>
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kWarpgroups* kQBytes + 1024;
 static_assert(kTileBytes % 1024 == 0 && kQBytes % 1024 == 0, "swizzle atoms stay aligned");
 
 // cp.async of keys [key0, key0 + kKeys) of one KV head into the K and V tiles at k_tile, v_tile
@@ -68,13 +70,19 @@ __device__ __forceinline__ void load_tile(unsigned char* k_tile, unsigned char* 
 }
 
 // q, out: [num_tokens, num_q_heads, 128] bf16; caches bf16. scale_log2 = scale · log2(e) > 0.
-// log_hpc = log2(q heads per CTA).
-__global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(
-    const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
-    const unsigned char* __restrict__ k_cache, const unsigned char* __restrict__ v_cache,
-    const int32_t* __restrict__ query_start, const int32_t* __restrict__ context_lens,
-    const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
-    int num_q_heads, int num_kv_heads, int log_hpc, float scale_log2) {
+// log_hpc = log2(q heads per CTA). kStages = 2: every wgmma group is waited for in its own
+// iteration. kStages = 3: O += P·V of tile t is waited for only after S of tile t + 1 is issued,
+// so it overlaps the next barrier and loads (its V slot is rewritten two tiles later).
+template <int kStages>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_wgmma_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
+                         const unsigned char* __restrict__ k_cache,
+                         const unsigned char* __restrict__ v_cache,
+                         const int32_t* __restrict__ query_start,
+                         const int32_t* __restrict__ context_lens,
+                         const int32_t* __restrict__ block_tables, int max_blocks_per_seq,
+                         int block_size, int num_q_heads, int num_kv_heads, int log_hpc,
+                         float scale_log2) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // Swizzle atoms need 1024-byte alignment: the launch reserves the slack.
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -136,6 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(
 #pragma unroll
   for (int i = 0; i < kNt * 4; ++i) s[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: raw-score running max
+  uint32_t pa[kKeys / 16][4] = {};  // P of the current tile as wgmma A fragments
 
   load_tile(stage(0), stage(0) + kTileBytes, k_cache, v_cache, table, block_size, num_kv_heads,
             kv_head, 0, num_keys);
@@ -143,7 +152,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait<0>();          // this thread's copies of tile t have landed
     wgmma::fence_proxy_async();  // ... and (with Q's stores) are visible to wgmma
-    __syncthreads();             // everyone's; tile t − 1's wgmma are complete
+    __syncthreads();  // everyone's; the slot refilled next was last read kStages − 1 tiles ago,
+                      // and every warpgroup has waited for those wgmma since
     if (t + 1 < num_tiles) {
       unsigned char* next = stage((t + 1) % kStages);
       load_tile(next, next + kTileBytes, k_cache, v_cache, table, block_size, num_kv_heads, kv_head,
@@ -151,7 +161,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(
     }
     cp_async_commit();
     const int key0 = t * kKeys;
-    if (!wg_active || key0 > wg_last_key) continue;  // warpgroup-uniform; no barrier below
+    if (!wg_active || key0 > wg_last_key) {  // warpgroup-uniform; no barrier below
+      wgmma::wait<0>();                      // nothing of this warpgroup stays in flight
+      continue;
+    }
     const uint32_t k_base = smem_addr(stage(t % kStages)), v_base = k_base + kTileBytes;
 
     // S = Q·Kᵀ: k-step kk covers dims 16·kk.. (chunk kk / 4, +32 bytes per step inside it).
@@ -164,8 +177,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(
       wgmma::wgmma_m64n128k16_ss(s, a, b, kk > 0);
     }
     wgmma::commit();
-    wgmma::wait<0>();
+    wgmma::wait<0>();  // S, and (3 stages) the previous tile's P·V
     wgmma::fence_operand(s);
+    if constexpr (kStages == 3) {
+      wgmma::fence_operand(o);
+      wgmma::fence_operand(pa);
+    }
 
     if (key0 + kKeys - 1 > wg_first_pos) {
 #pragma unroll
@@ -210,7 +227,6 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(
     }
     // P as the A fragments of the 8 k-steps (16 keys each), then O += P·V: k-step kq starts at
     // key row 16·kq of the V tile; LBO steps to its second 64-dim chunk.
-    uint32_t pa[kKeys / 16][4];
 #pragma unroll
     for (int kq = 0; kq < kKeys / 16; ++kq) {
       pa[kq][0] = pack_pair<false>(s[8 * kq + 0], s[8 * kq + 1]);
@@ -225,10 +241,14 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(
       wgmma::wgmma_m64n128k16_rs_bt(o, pa[kq], b);
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operand(o);
-    wgmma::fence_operand(pa);
+    if constexpr (kStages == 2) {
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      wgmma::fence_operand(pa);
+    }
   }
+  wgmma::wait<0>();
+  wgmma::fence_operand(o);
   cp_async_wait<0>();  // only empty groups can remain; leave nothing in flight
 
 #pragma unroll
@@ -261,8 +281,12 @@ bool paged_attention_prefill_wgmma(const PagedAttentionParams& p, cudaStream_t s
   if (off || p.head_dim != kD || p.cache_dtype != DType::kBF16 || p.v_scale != 1.0f ||
       !(p.scale > 0.0f))
     return false;
-  auto kernel = prefill_wgmma_kernel;
-  allow_dynamic_smem(kernel, kSmemBytes, "paged_attention_prefill_wgmma");
+  // SERVAL_PREFILL_WGMMA_STAGES=2: the two-stage kernel (side-by-side comparisons).
+  static const char* stages_env = std::getenv("SERVAL_PREFILL_WGMMA_STAGES");
+  const bool two = stages_env != nullptr && std::string(stages_env) == "2";
+  auto kernel = two ? prefill_wgmma_kernel<2> : prefill_wgmma_kernel<3>;
+  const size_t smem = two ? kSmemBytes<2> : kSmemBytes<3>;
+  allow_dynamic_smem(kernel, smem, "paged_attention_prefill_wgmma");
   const int group = p.num_q_heads / p.num_kv_heads;
   int log_hpc = 0;
   while (log_hpc < 3 && group % (2 << log_hpc) == 0) ++log_hpc;
@@ -271,7 +295,7 @@ bool paged_attention_prefill_wgmma(const PagedAttentionParams& p, cudaStream_t s
   if (p.num_seqs > 65535 || q_tiles > 65535) return false;  // the mma.sync path reports it
   const dim3 grid(unsigned(p.num_q_heads >> log_hpc), unsigned(p.num_seqs), unsigned(q_tiles));
   constexpr float kLog2e = 1.4426950408889634f;
-  launch_pdl("paged_attention_prefill_wgmma", kernel, grid, dim3(kThreads), kSmemBytes, stream,
+  launch_pdl("paged_attention_prefill_wgmma", kernel, grid, dim3(kThreads), smem, stream,
              reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.query_start, p.context_lens,
