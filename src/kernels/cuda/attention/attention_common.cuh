@@ -117,6 +117,115 @@ __device__ __forceinline__ void pv_accumulate(float (&o)[D / 8][4], const float 
   }
 }
 
+// Prefill: the (sequence, query tile, q heads) a CTA of `cta_rows` (query row, q head) pairs
+// owns, from grid (q head groups, sequences, query tiles) with blockIdx.z = 0 the LAST
+// (heaviest, causally longest) tile of its sequence. Read after pdl_wait (the metadata comes from
+// the step's upload). tiles_left < 0: this sequence has fewer query tiles (the CTA returns).
+struct PrefillCtaWork {
+  int q_begin, q_len;  // the sequence's first token and query length
+  int p0;              // first query row of the CTA
+  int positions;       // query rows of the CTA
+  int prefix;          // position of query row i is prefix + i
+  int num_keys;        // keys the CTA may need (causal)
+  int head0, kv_head;  // first q head, its KV head
+  int tiles_left;
+  const int32_t* table;  // the sequence's block table
+};
+__device__ __forceinline__ PrefillCtaWork prefill_cta_work(
+    const int32_t* query_start, const int32_t* context_lens, const int32_t* block_tables,
+    int max_blocks_per_seq, int num_q_heads, int num_kv_heads, int log_hpc, int cta_rows) {
+  PrefillCtaWork w;
+  const int seq = blockIdx.y;
+  w.q_begin = query_start[seq];
+  w.q_len = query_start[seq + 1] - w.q_begin;
+  w.positions = cta_rows >> log_hpc;
+  w.tiles_left = (w.q_len + w.positions - 1) / w.positions - 1 - int(blockIdx.z);
+  w.p0 = w.tiles_left * w.positions;
+  w.prefix = context_lens[seq] - w.q_len;
+  w.num_keys = w.prefix + min(w.p0 + w.positions, w.q_len);
+  w.head0 = int(blockIdx.x) << log_hpc;
+  w.kv_head = w.head0 / (num_q_heads / num_kv_heads);
+  w.table = block_tables + int64_t(seq) * max_blocks_per_seq;
+  return w;
+}
+
+// Prefill: −inf for the keys of the score columns s (key0 + 8j + 2c, +1; rows g and g + 8 at
+// positions pos_lo, pos_hi) that lie past their row's position (causal).
+template <int kNt>
+__device__ __forceinline__ void causal_mask(float (&s)[kNt][4], int key0, int c, int pos_lo,
+                                            int pos_hi) {
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+    const int key = key0 + 8 * j + 2 * c;
+    if (key > pos_lo) s[j][0] = -INFINITY;
+    if (key + 1 > pos_lo) s[j][1] = -INFINITY;
+    if (key > pos_hi) s[j][2] = -INFINITY;
+    if (key + 1 > pos_hi) s[j][3] = -INFINITY;
+  }
+}
+
+// Prefill online softmax on raw scores s (scale_log2 = scale · log2 e > 0, so the running max m
+// is taken before scaling): probabilities 2^(s·scale_log2 − m·scale_log2), one FFMA and one MUFU
+// each. Updates m and the thread-partial sums l of rows g (0) and g + 8 (1), rescales o.
+template <int kNt, int kOt>
+__device__ __forceinline__ void online_softmax_raw(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
+                                                   float (&o)[kOt][4], float scale_log2) {
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+    mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+  }
+  float ms[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // the 4 lanes of a quad share rows g, g+8
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    const float base = mx[i] == -INFINITY ? 0.0f : mx[i];      // never (−inf) − (−inf)
+    const float corr = fast_exp2((m[i] - base) * scale_log2);  // m = −inf: 0
+    m[i] = mx[i];
+    ms[i] = base * scale_log2;
+    l[i] *= corr;
+#pragma unroll
+    for (int n = 0; n < kOt; ++n) {
+      o[n][2 * i] *= corr;
+      o[n][2 * i + 1] *= corr;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+    s[j][0] = fast_exp2(fmaf(s[j][0], scale_log2, -ms[0]));
+    s[j][1] = fast_exp2(fmaf(s[j][1], scale_log2, -ms[0]));
+    s[j][2] = fast_exp2(fmaf(s[j][2], scale_log2, -ms[1]));
+    s[j][3] = fast_exp2(fmaf(s[j][3], scale_log2, -ms[1]));
+    l[0] += s[j][0] + s[j][1];
+    l[1] += s[j][2] + s[j][3];
+  }
+}
+
+// Prefill epilogue: rows g and g + 8 of o (query rows row_lo, row_hi of the sequence starting at
+// token q_begin, q head `head`) times inv_lo / inv_hi as bf16, rows ≥ q_len skipped.
+template <int D>
+__device__ __forceinline__ void store_rows(__nv_bfloat16* out, const float (&o)[D / 8][4],
+                                           int64_t q_begin, int num_q_heads, int head, int row_lo,
+                                           int row_hi, int q_len, int c, float inv_lo,
+                                           float inv_hi) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    const int col = n * 8 + 2 * c;
+    if (row_lo < q_len) {
+      *reinterpret_cast<__nv_bfloat162*>(out + ((q_begin + row_lo) * num_q_heads + head) * D +
+                                         col) =
+          __floats2bfloat162_rn(o[n][0] * inv_lo, o[n][1] * inv_lo);
+    }
+    if (row_hi < q_len) {
+      *reinterpret_cast<__nv_bfloat162*>(out + ((q_begin + row_hi) * num_q_heads + head) * D +
+                                         col) =
+          __floats2bfloat162_rn(o[n][2] * inv_hi, o[n][3] * inv_hi);
+    }
+  }
+}
+
 // Sums the thread-partial row sums over the quad.
 __device__ __forceinline__ void reduce_row_sums(float (&l)[2]) {
 #pragma unroll

@@ -1,5 +1,10 @@
 // Internal: the two attention paths behind paged_attention(); shared by the .cu files only.
 #pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "base/error.h"
 #include "kernels/cuda/attention/paged_attention.h"
 
 namespace serval::kernels::cuda {
@@ -34,6 +39,27 @@ __device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_spl
 // num_splits] fp32, used (and then merged) only by sequences with more than one active split.
 void paged_attention_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
                             float* lse_part, cudaStream_t stream);
+
+// log2 of the q heads one prefill CTA takes (both prefill kernels): the largest power of two
+// ≤ 8 dividing the GQA group, so the CTA's heads share one KV head.
+inline int prefill_log_heads_per_cta(int num_q_heads, int num_kv_heads) {
+  const int group = num_q_heads / num_kv_heads;
+  int log_hpc = 0;
+  while (log_hpc < 3 && group % (2 << log_hpc) == 0) ++log_hpc;
+  return log_hpc;
+}
+
+// The prefill grid (q head groups, sequences, query tiles) for CTAs of `cta_rows` (query row,
+// q head) pairs of 2^log_hpc q heads; InvalidArgument when it exceeds CUDA's grid limits.
+inline dim3 prefill_grid(const PagedAttentionParams& p, int log_hpc, int cta_rows) {
+  const int positions = cta_rows >> log_hpc;
+  const int64_t q_tiles = (int64_t(p.max_query_len) + positions - 1) / positions;
+  if (p.num_seqs > 65535 || q_tiles > 65535) {
+    throw InvalidArgument("paged_attention: prefill grid too large (" + std::to_string(p.num_seqs) +
+                          " sequences, max_query_len " + std::to_string(p.max_query_len) + ")");
+  }
+  return dim3(unsigned(p.num_q_heads >> log_hpc), unsigned(p.num_seqs), unsigned(q_tiles));
+}
 
 // Any query lengths (prefill, chunked prefill, mixed batches).
 void paged_attention_prefill(const PagedAttentionParams& p, cudaStream_t stream);

@@ -15,26 +15,12 @@
 #include <cstdint>
 
 #include "base/dtype.h"
+#include "kernels/cuda/misc/cp_async.cuh"
 
 namespace serval::kernels::cuda::attn {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global → shared, bypassing L1; valid == false zero-fills and reads nothing.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // 2^x (MUFU.EX2, flush-to-zero): ex2(−inf) = +0.

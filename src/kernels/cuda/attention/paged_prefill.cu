@@ -15,6 +15,7 @@
 // the warp's first position; P stays in registers as the A operand of O += P·V (V fragments by
 // ldmatrix.trans). fp8 caches: tiles are staged dense and converted to f16 once per tile in a
 // separate padded tile (a second barrier), and the mma runs in f16.
+#include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/mma_fragments.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -51,6 +52,7 @@ struct Shape {
   static constexpr int kChunkElems = 16 / kElemBytes;  // elements per 16-byte cp.async
   static constexpr int kChunks = D / kChunkElems;      // cp.async chunks per key row
   static_assert(kTileBytes % 16 == 0 && kStagesBytes % 16 == 0, "16-byte aligned tiles");
+  static_assert(kStride == kMmaStride<D>, "pv_accumulate reads rows of kMmaStride elements");
 };
 
 // Issues cp.async for keys [key0, key0 + kKeys) of one KV head into `stage` ([K | V], rows of
@@ -127,19 +129,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto stage = [&](int s) { return smem + s * S::kStageBytes; };
 
   pdl_wait();  // metadata, q and the cache come from earlier kernels of the step
-  const int seq = blockIdx.y;
-  const int q_begin = query_start[seq];
-  const int q_len = query_start[seq + 1] - q_begin;
-  const int positions = kCtaRows >> log_hpc;  // query positions per CTA
-  const int qt = (q_len + positions - 1) / positions - 1 - int(blockIdx.z);
-  if (qt < 0) return;  // CTA-uniform: this sequence has fewer query tiles
-  const int p0 = qt * positions;
-  const int prefix = context_lens[seq] - q_len;  // position of query row i is prefix + i
-  const int num_keys = prefix + min(p0 + positions, q_len);  // causal: keys the CTA may need
+  const PrefillCtaWork work =
+      prefill_cta_work(query_start, context_lens, block_tables, max_blocks_per_seq, num_q_heads,
+                       num_kv_heads, log_hpc, kCtaRows);
+  if (work.tiles_left < 0) return;  // CTA-uniform: this sequence has fewer query tiles
+  const int q_begin = work.q_begin, q_len = work.q_len, p0 = work.p0, prefix = work.prefix;
+  const int num_keys = work.num_keys, head0 = work.head0, kv_head = work.kv_head;
   const int num_tiles = (num_keys + kKeys - 1) / kKeys;
-  const int head0 = int(blockIdx.x) << log_hpc;
-  const int kv_head = head0 / (num_q_heads / num_kv_heads);
-  const int32_t* table = block_tables + int64_t(seq) * max_blocks_per_seq;
+  const int32_t* table = work.table;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int head = head0 + (warp & ((1 << log_hpc) - 1));
@@ -164,11 +161,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: raw-score running max
 
-  // ldmatrix row addresses of this lane (16-bit elements from the tile start).
-  // K (plain): matrices (keys +0..7, d +0), (keys +0..7, d +8), (keys +8..15, d +0), (+8, +8).
+  // ldmatrix row address of this lane for K (16-bit elements from the tile start): matrices
+  // (keys +0..7, d +0), (keys +0..7, d +8), (keys +8..15, d +0), (+8, +8).
   const int k_lane = ((lane & 7) + ((lane >> 4) << 3)) * S::kStride + ((lane >> 3) & 1) * 8;
-  // V (transposed): matrices (keys +0..7, d +0), (keys +8..15, d +0), (+0, d +8), (+8, d +8).
-  const int v_lane = ((lane & 7) + ((lane >> 3) & 1) * 8) * S::kStride + (lane >> 4) * 8;
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -223,88 +218,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // Causal mask, only where the tile reaches past the warp's first position (this also masks
     // the zero-filled keys ≥ num_keys, which lie past every row's position).
-    if (key0 + kKeys - 1 > warp_first_pos) {
-#pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        const int key = key0 + 8 * j + 2 * c;
-        if (key > pos_lo) s[j][0] = -INFINITY;
-        if (key + 1 > pos_lo) s[j][1] = -INFINITY;
-        if (key > pos_hi) s[j][2] = -INFINITY;
-        if (key + 1 > pos_hi) s[j][3] = -INFINITY;
-      }
-    }
-    // Online softmax: running max on raw scores (scale > 0), probabilities 2^(s·sl − m·sl).
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int j = 0; j < kNt; ++j) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-    }
-    float ms[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {  // the 4 lanes of a quad share rows g, g+8
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float base = mx[i] == -INFINITY ? 0.0f : mx[i];      // never (−inf) − (−inf)
-      const float corr = fast_exp2((m[i] - base) * scale_log2);  // m = −inf: 0
-      m[i] = mx[i];
-      ms[i] = base * scale_log2;
-      l[i] *= corr;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][2 * i] *= corr;
-        o[n][2 * i + 1] *= corr;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kNt; ++j) {
-      s[j][0] = fast_exp2(fmaf(s[j][0], scale_log2, -ms[0]));
-      s[j][1] = fast_exp2(fmaf(s[j][1], scale_log2, -ms[0]));
-      s[j][2] = fast_exp2(fmaf(s[j][2], scale_log2, -ms[1]));
-      s[j][3] = fast_exp2(fmaf(s[j][3], scale_log2, -ms[1]));
-      l[0] += s[j][0] + s[j][1];
-      l[1] += s[j][2] + s[j][3];
-    }
-    // O += P·V, P from the score C fragments (16 keys per k-step).
-#pragma unroll
-    for (int kq = 0; kq < kNt / 2; ++kq) {
-      const uint32_t pa[4] = {pack_pair<kF16>(s[2 * kq][0], s[2 * kq][1]),
-                              pack_pair<kF16>(s[2 * kq][2], s[2 * kq][3]),
-                              pack_pair<kF16>(s[2 * kq + 1][0], s[2 * kq + 1][1]),
-                              pack_pair<kF16>(s[2 * kq + 1][2], s[2 * kq + 1][3])};
-#pragma unroll
-      for (int d = 0; d < D / 16; ++d) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, sv + v_lane + kq * 16 * S::kStride + d * 16);
-        mma_16816<kF16>(o[2 * d], pa, b[0], b[1]);
-        mma_16816<kF16>(o[2 * d + 1], pa, b[2], b[3]);
-      }
-    }
+    if (key0 + kKeys - 1 > warp_first_pos) causal_mask(s, key0, c, pos_lo, pos_hi);
+    online_softmax_raw(s, m, l, o, scale_log2);
+    pv_accumulate<D, kNt, kF16>(o, s, sv, lane);  // O += P·V, P from the score fragments
   }
   cp_async_wait<0>();  // only empty groups can remain; leave nothing in flight
 
   if (!warp_active) return;  // after the last barrier
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-  }
+  reduce_row_sums(l);
   const float inv_lo = l[0] > 0.0f ? v_scale / l[0] : 0.0f;
   const float inv_hi = l[1] > 0.0f ? v_scale / l[1] : 0.0f;
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
-    const int col = n * 8 + 2 * c;
-    if (row_lo < q_len) {
-      *reinterpret_cast<__nv_bfloat162*>(
-          out + ((int64_t(q_begin) + row_lo) * num_q_heads + head) * D + col) =
-          __floats2bfloat162_rn(o[n][0] * inv_lo, o[n][1] * inv_lo);
-    }
-    if (row_hi < q_len) {
-      *reinterpret_cast<__nv_bfloat162*>(
-          out + ((int64_t(q_begin) + row_hi) * num_q_heads + head) * D + col) =
-          __floats2bfloat162_rn(o[n][2] * inv_hi, o[n][3] * inv_hi);
-    }
-  }
+  store_rows<D>(out, o, q_begin, num_q_heads, head, row_lo, row_hi, q_len, c, inv_lo, inv_hi);
 }
 
 template <int D, DType C>
@@ -312,17 +236,8 @@ void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = Shape<D, C>::kSmemBytes;
   auto kernel = prefill_kernel<D, C>;
   allow_dynamic_smem(kernel, kSmem, "paged_attention_prefill");
-  // q heads per CTA: the largest power of two ≤ 8 dividing the GQA group.
-  const int group = p.num_q_heads / p.num_kv_heads;
-  int log_hpc = 0;
-  while (log_hpc < 3 && group % (2 << log_hpc) == 0) ++log_hpc;
-  const int positions = kCtaRows >> log_hpc;
-  const int64_t q_tiles = (int64_t(p.max_query_len) + positions - 1) / positions;
-  if (p.num_seqs > 65535 || q_tiles > 65535) {
-    throw InvalidArgument("paged_attention: prefill grid too large (" + std::to_string(p.num_seqs) +
-                          " sequences, max_query_len " + std::to_string(p.max_query_len) + ")");
-  }
-  const dim3 grid(unsigned(p.num_q_heads >> log_hpc), unsigned(p.num_seqs), unsigned(q_tiles));
+  const int log_hpc = prefill_log_heads_per_cta(p.num_q_heads, p.num_kv_heads);
+  const dim3 grid = prefill_grid(p, log_hpc, kCtaRows);
   constexpr float kLog2e = 1.4426950408889634f;
   launch_pdl("paged_attention_prefill", kernel, grid, dim3(kThreads), kSmem, stream,
              reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),

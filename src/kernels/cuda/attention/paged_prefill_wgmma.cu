@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/mma_fragments.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -31,7 +32,7 @@ using namespace attn;
 
 constexpr int kD = 128;
 constexpr int kWarpgroups = 2;
-constexpr int kThreads = kWarpgroups * 128;
+constexpr int kCtaThreads = kWarpgroups * 128;
 constexpr int kCtaRows = kWarpgroups * 64;       // (query row, q head) pairs per CTA
 constexpr int kKeys = 128;                       // keys per K/V tile
 constexpr int kNt = kKeys / 8;                   // score column blocks per thread
@@ -51,10 +52,10 @@ __device__ __forceinline__ void load_tile(unsigned char* k_tile, unsigned char* 
                                           int block_size, int num_kv_heads, int kv_head, int key0,
                                           int num_keys) {
   constexpr int kChunks = kD / 8;  // 16-byte chunks per key row
-  constexpr int kIters = kKeys * kChunks / kThreads;
+  constexpr int kIters = kKeys * kChunks / kCtaThreads;
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {
-    const int i = int(threadIdx.x) + it * kThreads;
+    const int i = int(threadIdx.x) + it * kCtaThreads;
     const int r = i / kChunks, c = i % kChunks;
     const int key = key0 + r;
     const bool valid = key < num_keys;
@@ -74,7 +75,7 @@ __device__ __forceinline__ void load_tile(unsigned char* k_tile, unsigned char* 
 // iteration. kStages = 3: O += P·V of tile t is waited for only after S of tile t + 1 is issued,
 // so it overlaps the next barrier and loads (its V slot is rewritten two tiles later).
 template <int kStages>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kCtaThreads, 1)
     prefill_wgmma_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
                          const unsigned char* __restrict__ k_cache,
                          const unsigned char* __restrict__ v_cache,
@@ -89,19 +90,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto stage = [&](int s) { return smem + s * kStageBytes; };
 
   pdl_wait();  // metadata, q and the cache come from earlier kernels of the step
-  const int seq = blockIdx.y;
-  const int q_begin = query_start[seq];
-  const int q_len = query_start[seq + 1] - q_begin;
-  const int positions = kCtaRows >> log_hpc;  // query positions per CTA
-  const int qt = (q_len + positions - 1) / positions - 1 - int(blockIdx.z);
-  if (qt < 0) return;  // CTA-uniform: this sequence has fewer query tiles
-  const int p0 = qt * positions;
-  const int prefix = context_lens[seq] - q_len;  // position of query row i is prefix + i
-  const int num_keys = prefix + min(p0 + positions, q_len);
+  const PrefillCtaWork work =
+      prefill_cta_work(query_start, context_lens, block_tables, max_blocks_per_seq, num_q_heads,
+                       num_kv_heads, log_hpc, kCtaRows);
+  if (work.tiles_left < 0) return;  // CTA-uniform: this sequence has fewer query tiles
+  const int q_begin = work.q_begin, q_len = work.q_len, p0 = work.p0, prefix = work.prefix;
+  const int num_keys = work.num_keys, head0 = work.head0, kv_head = work.kv_head;
   const int num_tiles = (num_keys + kKeys - 1) / kKeys;
-  const int head0 = int(blockIdx.x) << log_hpc;
-  const int kv_head = head0 / (num_q_heads / num_kv_heads);
-  const int32_t* table = block_tables + int64_t(seq) * max_blocks_per_seq;
+  const int32_t* table = work.table;
   const int hpc_mask = (1 << log_hpc) - 1;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -138,11 +134,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const uint32_t q_base = smem_addr(q_tile);
 
-  float o[kD / 2], s[kNt * 4];
+  float o[kD / 8][4], s[kNt][4];  // wgmma accumulators: o[n][·] dims 8n.., s[j][·] keys 8j..
 #pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kNt * 4; ++i) s[i] = 0.0f;
+  for (int j = 0; j < kNt; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: raw-score running max
   uint32_t pa[kKeys / 16][4] = {};  // P of the current tile as wgmma A fragments
 
@@ -184,55 +180,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence_operand(pa);
     }
 
-    if (key0 + kKeys - 1 > wg_first_pos) {
-#pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        const int key = key0 + 8 * j + 2 * c;
-        if (key > pos_lo) s[4 * j + 0] = -INFINITY;
-        if (key + 1 > pos_lo) s[4 * j + 1] = -INFINITY;
-        if (key > pos_hi) s[4 * j + 2] = -INFINITY;
-        if (key + 1 > pos_hi) s[4 * j + 3] = -INFINITY;
-      }
-    }
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int j = 0; j < kNt; ++j) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-    float ms[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {  // the 4 lanes of a quad share rows g, g + 8
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float base = mx[i] == -INFINITY ? 0.0f : mx[i];      // never (−inf) − (−inf)
-      const float corr = fast_exp2((m[i] - base) * scale_log2);  // m = −inf: 0
-      m[i] = mx[i];
-      ms[i] = base * scale_log2;
-      l[i] *= corr;
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        o[4 * n + 2 * i] *= corr;
-        o[4 * n + 2 * i + 1] *= corr;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kNt; ++j) {
-      s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -ms[0]));
-      s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -ms[0]));
-      s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -ms[1]));
-      s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -ms[1]));
-      l[0] += s[4 * j + 0] + s[4 * j + 1];
-      l[1] += s[4 * j + 2] + s[4 * j + 3];
-    }
+    if (key0 + kKeys - 1 > wg_first_pos) causal_mask(s, key0, c, pos_lo, pos_hi);
+    online_softmax_raw(s, m, l, o, scale_log2);
     // P as the A fragments of the 8 k-steps (16 keys each), then O += P·V: k-step kq starts at
     // key row 16·kq of the V tile; LBO steps to its second 64-dim chunk.
 #pragma unroll
     for (int kq = 0; kq < kKeys / 16; ++kq) {
-      pa[kq][0] = pack_pair<false>(s[8 * kq + 0], s[8 * kq + 1]);
-      pa[kq][1] = pack_pair<false>(s[8 * kq + 2], s[8 * kq + 3]);
-      pa[kq][2] = pack_pair<false>(s[8 * kq + 4], s[8 * kq + 5]);
-      pa[kq][3] = pack_pair<false>(s[8 * kq + 6], s[8 * kq + 7]);
+      pa[kq][0] = pack_pair<false>(s[2 * kq][0], s[2 * kq][1]);
+      pa[kq][1] = pack_pair<false>(s[2 * kq][2], s[2 * kq][3]);
+      pa[kq][2] = pack_pair<false>(s[2 * kq + 1][0], s[2 * kq + 1][1]);
+      pa[kq][3] = pack_pair<false>(s[2 * kq + 1][2], s[2 * kq + 1][3]);
     }
     wgmma::fence();
 #pragma unroll
@@ -251,27 +208,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma::fence_operand(o);
   cp_async_wait<0>();  // only empty groups can remain; leave nothing in flight
 
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-  }
+  reduce_row_sums(l);
   const float inv_lo = l[0] > 0.0f ? 1.0f / l[0] : 0.0f;
   const float inv_hi = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n) {
-    const int col = n * 8 + 2 * c;
-    if (row_lo < q_len) {
-      *reinterpret_cast<__nv_bfloat162*>(
-          out + ((int64_t(q_begin) + row_lo) * num_q_heads + head) * kD + col) =
-          __floats2bfloat162_rn(o[4 * n + 0] * inv_lo, o[4 * n + 1] * inv_lo);
-    }
-    if (row_hi < q_len) {
-      *reinterpret_cast<__nv_bfloat162*>(
-          out + ((int64_t(q_begin) + row_hi) * num_q_heads + head) * kD + col) =
-          __floats2bfloat162_rn(o[4 * n + 2] * inv_hi, o[4 * n + 3] * inv_hi);
-    }
-  }
+  store_rows<kD>(out, o, q_begin, num_q_heads, head, row_lo, row_hi, q_len, c, inv_lo, inv_hi);
 }
 
 }  // namespace
@@ -287,15 +227,10 @@ bool paged_attention_prefill_wgmma(const PagedAttentionParams& p, cudaStream_t s
   auto kernel = two ? prefill_wgmma_kernel<2> : prefill_wgmma_kernel<3>;
   const size_t smem = two ? kSmemBytes<2> : kSmemBytes<3>;
   allow_dynamic_smem(kernel, smem, "paged_attention_prefill_wgmma");
-  const int group = p.num_q_heads / p.num_kv_heads;
-  int log_hpc = 0;
-  while (log_hpc < 3 && group % (2 << log_hpc) == 0) ++log_hpc;
-  const int positions = kCtaRows >> log_hpc;
-  const int64_t q_tiles = (int64_t(p.max_query_len) + positions - 1) / positions;
-  if (p.num_seqs > 65535 || q_tiles > 65535) return false;  // the mma.sync path reports it
-  const dim3 grid(unsigned(p.num_q_heads >> log_hpc), unsigned(p.num_seqs), unsigned(q_tiles));
+  const int log_hpc = prefill_log_heads_per_cta(p.num_q_heads, p.num_kv_heads);
+  const dim3 grid = prefill_grid(p, log_hpc, kCtaRows);
   constexpr float kLog2e = 1.4426950408889634f;
-  launch_pdl("paged_attention_prefill_wgmma", kernel, grid, dim3(kThreads), smem, stream,
+  launch_pdl("paged_attention_prefill_wgmma", kernel, grid, dim3(kCtaThreads), smem, stream,
              reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.query_start, p.context_lens,

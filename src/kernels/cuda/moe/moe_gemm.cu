@@ -8,9 +8,11 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
+#include "kernels/cuda/moe/moe_gemm_tile.cuh"
 #include "kernels/cuda/moe/moe_gemm_wgmma.h"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
@@ -23,19 +25,6 @@ constexpr int kBK = 64;  // K per pipeline stage: 8 chunks of 16 B per smem row
 // The latency tile-8 GEMMs shrink the weight-row tile until the worst-case grid has at least
 // this many CTAs per SM (decode: 1 token gives GEMM1 only 12·9 CTAs at 128 rows).
 constexpr int kMinCtasPerSm = 2;
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  int bytes = valid ? 16 : 0;  // 0 → the 16 bytes are zero-filled, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -97,21 +86,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
     build_nvfp4_scale_table(lut);  // visible after the first barrier of the main loop
   }
 
-  // PDL. GEMM1 follows the routing kernel: it waits before reading the maps, then lets GEMM2
-  // launch at once. GEMM2 reads the maps (tile_expert, num_tiles) BEFORE its own wait: it is
-  // launched only after every GEMM1 CTA has passed pdl_wait (trigger after the wait, or exit
-  // after the wait), so the routing grid has completed and flushed by then; the L2-only loads
-  // (ld.global.cg) cannot hit a stale L1 line. That lets GEMM2 stream its first weight stages
-  // into shared memory while GEMM1 finishes. Every CTA waits before it exits (pdl.cuh contract).
   const int tile = blockIdx.y;
-  if constexpr (kGemm1) pdl_wait();
-  const int num_tiles = kGemm1 ? *p.num_tiles : __ldcg(p.num_tiles);
-  if (tile >= num_tiles) {  // whole CTA leaves before any barrier
-    if constexpr (!kGemm1) pdl_wait();
-    return;
-  }
-  const int expert = kGemm1 ? p.tile_expert[tile] : __ldcg(p.tile_expert + tile);
-  if constexpr (kGemm1) pdl_launch_dependents();
+  const int expert = moe_tile_expert<kGemm1>(p, tile);  // the PDL protocol of both GEMMs
+  if (expert < 0) return;                               // whole CTA, before any barrier
 
   const int wm = warp % WARPS_M, wn = warp / WARPS_M;
   const int g = lane >> 2, t4 = lane & 3;
@@ -188,9 +165,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
     // Byte offset of K tile kt in the A source: bf16 kBK·2; NVFP4 one 512-byte code tile.
     const size_t a_off = kFp4 ? size_t(kt) * 512 : size_t(kt) * kBK * 2;
 #pragma unroll
-    for (int j = 0; j < kAChunks; ++j) cp_async16(a + a_dst[j], a_src[j] + a_off, true);
+    for (int j = 0; j < kAChunks; ++j) cp_async_16(a + a_dst[j], a_src[j] + a_off, true);
     if constexpr (kFp4) {
-      if (tid < kScaleChunks) cp_async16(a + BM * (kBK / 2) + tid * 16, s_src + kt * 64, true);
+      if (tid < kScaleChunks) cp_async_16(a + BM * (kBK / 2) + tid * 16, s_src + kt * 64, true);
     }
   };
   auto load_b = [&](int stage, int kt) {
@@ -199,7 +176,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
 #pragma unroll
     for (int j = 0; j < kBChunks; ++j) {
       const int n = tid / 8 + j * (kThreads / 8);
-      if (n < BN) cp_async16(b + b_dst[j], b_src[j] + koff, b_valid[j]);
+      if (n < BN) cp_async_16(b + b_dst[j], b_src[j] + koff, b_valid[j]);
     }
   };
 

@@ -16,10 +16,12 @@
 
 #include <cstdlib>
 
+#include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/misc/wgmma.cuh"
+#include "kernels/cuda/moe/moe_gemm_tile.cuh"
 #include "kernels/cuda/moe/moe_gemm_wgmma.h"
 
 namespace serval::kernels::cuda {
@@ -32,19 +34,6 @@ constexpr int kStageBytes = (kBM + kBN) * kBK * 2;                   // A then B
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024;  // + alignment slack
 constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
-  const int bytes = valid ? 16 : 0;  // 0 → the 16 bytes are zero-filled, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 template <bool kGemm1>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmParams p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -53,17 +42,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
 
-  // PDL as moe_gemm.cu: GEMM1 waits before reading the maps, then lets GEMM2 launch; GEMM2 reads
-  // the maps (complete once every GEMM1 CTA passed its wait) and streams weights before waiting.
   const int tile = blockIdx.y;
-  if constexpr (kGemm1) pdl_wait();
-  const int num_tiles = kGemm1 ? *p.num_tiles : __ldcg(p.num_tiles);
-  if (tile >= num_tiles) {  // whole CTA leaves before any barrier
-    if constexpr (!kGemm1) pdl_wait();
-    return;
-  }
-  const int expert = kGemm1 ? p.tile_expert[tile] : __ldcg(p.tile_expert + tile);
-  if constexpr (kGemm1) pdl_launch_dependents();
+  const int expert = moe_tile_expert<kGemm1>(p, tile);  // the PDL protocol of both GEMMs
+  if (expert < 0) return;                               // whole CTA, before any barrier
 
   const int K = p.k;
   const int m_rows = kGemm1 ? 2 * p.n_out : p.n_out;
@@ -107,17 +88,17 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
   auto load_a = [&](int kt) {
 #pragma unroll
     for (int j = 0; j < kChunks; ++j)
-      cp_async16(stage_a(kt % kStages) + dst[j], a_src[j] + size_t(kt) * kBK * 2, true);
+      cp_async_16(stage_a(kt % kStages) + dst[j], a_src[j] + size_t(kt) * kBK * 2, true);
   };
   auto load_b = [&](int kt) {
 #pragma unroll
     for (int j = 0; j < kChunks; ++j)
-      cp_async16(stage_b(kt % kStages) + dst[j], b_src[j] + kt * kBK, b_valid[j]);
+      cp_async_16(stage_b(kt % kStages) + dst[j], b_src[j] + kt * kBK, b_valid[j]);
   };
 
-  float acc[64];
+  float acc[kBN / 8][4];  // wgmma accumulator: acc[j][·] token rows 8j..
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int j = 0; j < kBN / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
   // Prologue: tiles 0 and 1 (weights first; GEMM2's activations only after its PDL wait). Tile
   // kt is then issued at stage kt − 2, into the slot whose last reader (tile kt − 4) every
@@ -159,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
   wgmma::fence_operand(acc);
   cp_async_wait<0>();
 
-  // Epilogue. acc[4j + q]: tile row 64·wg + 16·wq + g + 8·(q / 2), token 8j + 2·t4 + q % 2.
+  // Epilogue. acc[j][q]: tile row 64·wg + 16·wq + g + 8·(q / 2), token 8j + 2·t4 + q % 2.
   // Lanes g and g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns
   // of one token as a bf16x2.
   const bool odd = g & 1;
@@ -171,12 +152,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
     for (int h = 0; h < kHalves; ++h) {
       float v0, v1;  // (row g (+8h), token 2·t4) and (row g (+8h), token 2·t4 + 1)
       if constexpr (kGemm1) {
-        const float g0 = acc[4 * j], g1 = acc[4 * j + 1];
-        v0 = g0 / (1.0f + expf(-g0)) * acc[4 * j + 2];
-        v1 = g1 / (1.0f + expf(-g1)) * acc[4 * j + 3];
+        const float g0 = acc[j][0], g1 = acc[j][1];
+        v0 = g0 / (1.0f + expf(-g0)) * acc[j][2];
+        v1 = g1 / (1.0f + expf(-g1)) * acc[j][3];
       } else {
-        v0 = acc[4 * j + 2 * h];
-        v1 = acc[4 * j + 2 * h + 1];
+        v0 = acc[j][2 * h];
+        v1 = acc[j][2 * h + 1];
       }
       const float recv = __shfl_xor_sync(kFull, odd ? v0 : v1, 4);
       const int token = 8 * j + 2 * t4 + (odd ? 1 : 0);
