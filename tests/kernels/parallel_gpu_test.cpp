@@ -140,6 +140,15 @@ void expect_matches(const RunResult& got, const RunResult& ref, bool moe) {
   }
 }
 
+// Graph replays give the eager run's tokens and decode logits bit for bit.
+void expect_graphs_equal_eager(const RunResult& graphs, const RunResult& eager) {
+  EXPECT_EQ(graphs.tokens, eager.tokens);
+  ASSERT_EQ(graphs.step_rows.size(), eager.step_rows.size());
+  for (size_t s = 0; s < eager.step_rows.size(); ++s)
+    for (int t = 1; t < kSteps; ++t)
+      EXPECT_EQ(graphs.step_rows[s][t], eager.step_rows[s][t]) << "seq " << s << " step " << t;
+}
+
 class ParallelGpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ParallelGpu, MatchesOneGpu) {
@@ -166,12 +175,8 @@ TEST_P(ParallelGpu, GraphsEqualEagerWithCollectives) {
   auto weights = model::open_checkpoint_weights(fixture(GetParam()));
   const RunResult eager =
       run(*make_runner({2, 1, false}, false, *weights, config), config.vocab_size);
-  const RunResult graphs =
-      run(*make_runner({2, 1, false}, true, *weights, config), config.vocab_size);
-  EXPECT_EQ(graphs.tokens, eager.tokens);
-  for (int s = 0; s < kSeqs; ++s)
-    for (int t = 1; t < kSteps; ++t)
-      EXPECT_EQ(graphs.step_rows[s][t], eager.step_rows[s][t]) << "seq " << s << " step " << t;
+  expect_graphs_equal_eager(
+      run(*make_runner({2, 1, false}, true, *weights, config), config.vocab_size), eager);
 }
 
 // One and two sequences: decode steps of 1-2 tokens take the CUDA backend's fused MoE norm +
@@ -188,12 +193,8 @@ TEST_P(ParallelGpu, OneAndTwoSequencesMatchOneGpu) {
     const RunResult eager =
         run(*make_runner({2, 1, false}, false, *weights, config), config.vocab_size, seqs);
     expect_matches(eager, ref, config.num_experts > 0);
-    const RunResult graphs =
-        run(*make_runner({2, 1, false}, true, *weights, config), config.vocab_size, seqs);
-    EXPECT_EQ(graphs.tokens, eager.tokens);
-    for (int s = 0; s < seqs; ++s)
-      for (int t = 1; t < kSteps; ++t)
-        EXPECT_EQ(graphs.step_rows[s][t], eager.step_rows[s][t]) << "seq " << s << " step " << t;
+    expect_graphs_equal_eager(
+        run(*make_runner({2, 1, false}, true, *weights, config), config.vocab_size, seqs), eager);
   }
 }
 
