@@ -64,8 +64,13 @@ class DeviceBuffer {
   ~DeviceBuffer() { cudaFree(ptr_); }
   T* get() const { return ptr_; }
   size_t size() const { return n_; }
+  // upload and poison run on the legacy stream, which kernels on non-blocking streams do not
+  // wait for (and a pageable cudaMemcpy may return before its DMA lands): both fence the whole
+  // device on each side, so that the next launch on any stream sees the new bytes.
   void upload(const std::vector<T>& host) {
+    cuda_check(cudaDeviceSynchronize(), "before upload");
     cuda_check(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    cuda_check(cudaDeviceSynchronize(), "upload");
   }
   std::vector<T> download() const {
     cuda_check(cudaDeviceSynchronize(), "kernel");
@@ -74,7 +79,11 @@ class DeviceBuffer {
     return host;
   }
   // 0xFF bytes: NaN in bf16 and f32, so unwritten outputs cannot pass a comparison.
-  void poison() { cuda_check(cudaMemset(ptr_, 0xFF, n_ * sizeof(T)), "poison"); }
+  void poison() {
+    cuda_check(cudaDeviceSynchronize(), "before poison");
+    cuda_check(cudaMemset(ptr_, 0xFF, n_ * sizeof(T)), "poison");
+    cuda_check(cudaDeviceSynchronize(), "poison");
+  }
 
  private:
   T* ptr_ = nullptr;

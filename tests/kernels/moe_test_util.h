@@ -45,16 +45,25 @@ class DeviceBuffer {
   }
   size_t bytes() const { return bytes_; }
   template <typename T>
+  // upload and poison fence the whole device on each side: they run on the legacy stream, which
+  // kernels on non-blocking streams do not wait for.
   void upload(const std::vector<T>& v) {
+    cuda_ok(cudaDeviceSynchronize(), "before upload");
     cuda_ok(cudaMemcpy(ptr_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    cuda_ok(cudaDeviceSynchronize(), "upload");
   }
   template <typename T>
   std::vector<T> download(size_t n) const {
+    cuda_ok(cudaDeviceSynchronize(), "before download");
     std::vector<T> v(n);
     cuda_ok(cudaMemcpy(v.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
     return v;
   }
-  void poison() { cuda_ok(cudaMemset(ptr_, 0xFF, bytes_), "poison"); }
+  void poison() {
+    cuda_ok(cudaDeviceSynchronize(), "before poison");
+    cuda_ok(cudaMemset(ptr_, 0xFF, bytes_), "poison");
+    cuda_ok(cudaDeviceSynchronize(), "poison");
+  }
 
  private:
   void* ptr_ = nullptr;
