@@ -6,6 +6,7 @@
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
 #                      [--startup] [--profile CONFIG] [--no-kernel-bench] [--quant-fixtures]
 #                      [--kernel-filter GTEST_FILTER] [--serve-flags "FLAGS"] [--then "CMD"]
+#                      [--test-timeout SECONDS]
 #
 # Steps: build (the serval binary and the kernels_gpu tests only: CI runs the CPU suites);
 # `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
@@ -17,6 +18,8 @@
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu) and the
 # GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events); with --tp N, of the N-rank run.
 # --kernel-filter picks the kernel micro-benchmarks (a gtest filter; default all DISABLED_ ones).
+# --test-timeout sets ctest's per-test limit for the one-GPU tests (default 300 s): lower it when
+# trying kernels that might hang, so that a hang costs little of the device call.
 # --then runs CMD (bash -c, in the repository root, after everything else, with the device deps
 # on the library path; e.g. tools/gpu-ab.sh comparisons) into $OUT/then.txt.
 # --serve-flags adds flags to the serving benchmark's `serve` (e.g. --async-scheduling); the
@@ -37,7 +40,7 @@ out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
 startup=0 profile='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*' serve_flags=''
-then_cmd=''
+then_cmd='' test_timeout=300
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -53,6 +56,7 @@ while [[ $# -gt 0 ]]; do
     --kernel-filter) kernel_filter=$2; shift ;;
     --serve-flags) serve_flags=$2; shift ;;
     --then) then_cmd=$2; shift ;;
+    --test-timeout) test_timeout=$2; shift ;;
     --quant-fixtures) quant_fixtures=1 ;;
     --profile) profile=$2; shift ;;
     --configs) configs=$2; shift ;;
@@ -96,7 +100,7 @@ if [[ $run_tests -eq 1 ]]; then
   # Tests that use every GPU of the machine (ParallelGpu, NCCL) run one at a time after the
   # others; a per-test timeout keeps a hang from eating the whole device call.
   ctest --test-dir build-gpu -L gpu ${test_filter:+-R "$test_filter"} -E ParallelGpu \
-    --output-on-failure --timeout 300 -j4 >"$out/gpu-tests.log" 2>&1
+    --output-on-failure --timeout "$test_timeout" -j4 >"$out/gpu-tests.log" 2>&1
   echo "gpu tests: exit $?" | tee -a "$out/gpu.txt"
   if [[ -z $test_filter || ParallelGpu =~ $test_filter ]]; then
     ctest --test-dir build-gpu -L gpu -R ParallelGpu --output-on-failure --timeout 180 -j1 \
