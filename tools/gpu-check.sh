@@ -5,7 +5,7 @@
 #   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
 #                      [--startup] [--profile CONFIG] [--no-kernel-bench] [--quant-fixtures]
-#                      [--kernel-filter GTEST_FILTER] [--serve-flags "FLAGS"]
+#                      [--kernel-filter GTEST_FILTER] [--serve-flags "FLAGS"] [--then "CMD"]
 #
 # Steps: build (the serval binary and the kernels_gpu tests only: CI runs the CPU suites);
 # `ctest -L gpu`; `ctest -L e2e` (the real server on the GPU with the fixtures and
@@ -17,6 +17,8 @@
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu) and the
 # GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events); with --tp N, of the N-rank run.
 # --kernel-filter picks the kernel micro-benchmarks (a gtest filter; default all DISABLED_ ones).
+# --then runs CMD (bash -c, in the repository root, after everything else, with the device deps
+# on the library path; e.g. tools/gpu-ab.sh comparisons) into $OUT/then.txt.
 # --serve-flags adds flags to the serving benchmark's `serve` (e.g. --async-scheduling); the
 # engine's shutdown line (steps, the model's share, host work per step) goes to gpu.txt.
 # --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
@@ -35,6 +37,7 @@ out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
 startup=0 profile='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*' serve_flags=''
+then_cmd=''
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -49,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --no-kernel-bench) kernel_bench=0 ;;
     --kernel-filter) kernel_filter=$2; shift ;;
     --serve-flags) serve_flags=$2; shift ;;
+    --then) then_cmd=$2; shift ;;
     --quant-fixtures) quant_fixtures=1 ;;
     --profile) profile=$2; shift ;;
     --configs) configs=$2; shift ;;
@@ -206,7 +210,11 @@ if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
   # The engine's shutdown line: steps, their wall time, the model's share, host work per step.
   grep -h "engine: .* steps" "$out/serve.log" | tee -a "$out/gpu.txt"
 fi
+if [[ -n $then_cmd ]]; then
+  bash -c "$then_cmd" >"$out/then.txt" 2>&1
+  echo "--then: exit $?" | tee -a "$out/gpu.txt"
+fi
 # The device returns at most 8 files: all logs but the summary and the benchmarks go in one archive.
 (cd "$out" && find . -maxdepth 1 -type f ! -name gpu.txt ! -name bench.log ! -name '*.tgz' \
-  ! -name console.txt -printf '%P\n' | tar czf logs.tgz -T - --remove-files)
+  ! -name console.txt ! -name then.txt -printf '%P\n' | tar czf logs.tgz -T - --remove-files)
 exit 0

@@ -68,23 +68,24 @@ struct RunResult {
   int prompt_len(int s) const { return 5 + 4 * s; }
 };
 
-// Prefill of three prompts (logits of every token), then greedy decode with the logits kept.
-RunResult run(StepRunner& runner, int vocab) {
+// Prefill of `seqs` (≤ kSeqs) prompts (logits of every token), then greedy decode with the
+// logits kept.
+RunResult run(StepRunner& runner, int vocab, int seqs = kSeqs) {
   RunResult r;
-  r.step_rows.resize(kSeqs);
-  std::vector<std::vector<int32_t>> tables(kSeqs);
-  for (int s = 0; s < kSeqs; ++s) {
+  r.step_rows.resize(seqs);
+  std::vector<std::vector<int32_t>> tables(seqs);
+  for (int s = 0; s < seqs; ++s) {
     std::vector<int32_t> prompt;
     for (int i = 0; i < r.prompt_len(s); ++i) prompt.push_back((37 * (i + 1) + 101 * s) % vocab);
     r.tokens.push_back(prompt);
     for (int b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(s * kBlocksPerSeq + b);
   }
   std::vector<SeqChunk> chunks;
-  for (int s = 0; s < kSeqs; ++s)
+  for (int s = 0; s < seqs; ++s)
     chunks.push_back({r.tokens[s], 0, int(r.tokens[s].size()), tables[s], SeqChunk::Logits::kAll});
   const std::vector<float> prompt = runner.execute(chunks);
   size_t row = 0;
-  for (int s = 0; s < kSeqs; ++s) {
+  for (int s = 0; s < seqs; ++s) {
     for (int i = 0; i < r.prompt_len(s); ++i, ++row)
       r.prompt_rows.emplace_back(&prompt[row * vocab], &prompt[(row + 1) * vocab]);
     const std::vector<float>& last = r.prompt_rows.back();
@@ -93,10 +94,10 @@ RunResult run(StepRunner& runner, int vocab) {
   }
   for (int step = 1; step < kSteps; ++step) {
     chunks.clear();
-    for (int s = 0; s < kSeqs; ++s)
+    for (int s = 0; s < seqs; ++s)
       chunks.push_back({r.tokens[s], int(r.tokens[s].size()) - 1, 1, tables[s]});
     const std::vector<float> logits = runner.execute(chunks);
-    for (int s = 0; s < kSeqs; ++s) {
+    for (int s = 0; s < seqs; ++s) {
       std::vector<float> rowv(&logits[size_t(s) * vocab], &logits[size_t(s + 1) * vocab]);
       r.tokens[s].push_back(int32_t(std::max_element(rowv.begin(), rowv.end()) - rowv.begin()));
       r.step_rows[s].push_back(std::move(rowv));
@@ -118,7 +119,7 @@ void expect_matches(const RunResult& got, const RunResult& ref, bool moe) {
     EXPECT_LT(testing::rel_l2(got.prompt_rows[i], ref.prompt_rows[i]), kLogitsRelTol)
         << "prompt row " << i;
   constexpr int kTopK = 5;
-  for (int s = 0; s < kSeqs; ++s) {
+  for (int s = 0; s < int(ref.step_rows.size()); ++s) {
     for (int t = 0; t < kSteps; ++t) {
       const std::vector<float>&want = ref.step_rows[s][t], &have = got.step_rows[s][t];
       const size_t pos = size_t(ref.prompt_len(s) + t);
@@ -137,6 +138,15 @@ void expect_matches(const RunResult& got, const RunResult& ref, bool moe) {
       break;  // the texts differ from here on
     }
   }
+}
+
+// Graph replays give the eager run's tokens and decode logits bit for bit.
+void expect_graphs_equal_eager(const RunResult& graphs, const RunResult& eager) {
+  EXPECT_EQ(graphs.tokens, eager.tokens);
+  ASSERT_EQ(graphs.step_rows.size(), eager.step_rows.size());
+  for (size_t s = 0; s < eager.step_rows.size(); ++s)
+    for (int t = 1; t < kSteps; ++t)
+      EXPECT_EQ(graphs.step_rows[s][t], eager.step_rows[s][t]) << "seq " << s << " step " << t;
 }
 
 class ParallelGpu : public ::testing::TestWithParam<std::string> {};
@@ -165,12 +175,27 @@ TEST_P(ParallelGpu, GraphsEqualEagerWithCollectives) {
   auto weights = model::open_checkpoint_weights(fixture(GetParam()));
   const RunResult eager =
       run(*make_runner({2, 1, false}, false, *weights, config), config.vocab_size);
-  const RunResult graphs =
-      run(*make_runner({2, 1, false}, true, *weights, config), config.vocab_size);
-  EXPECT_EQ(graphs.tokens, eager.tokens);
-  for (int s = 0; s < kSeqs; ++s)
-    for (int t = 1; t < kSteps; ++t)
-      EXPECT_EQ(graphs.step_rows[s][t], eager.step_rows[s][t]) << "seq " << s << " step " << t;
+  expect_graphs_equal_eager(
+      run(*make_runner({2, 1, false}, true, *weights, config), config.vocab_size), eager);
+}
+
+// One and two sequences: decode steps of 1-2 tokens take the CUDA backend's fused MoE norm +
+// router kernel after the (P2P) all-reduce, which three sequences never do; eager and CUDA
+// graphs (their replays, not only the warm-ups) against one GPU and each other.
+TEST_P(ParallelGpu, OneAndTwoSequencesMatchOneGpu) {
+  if (testing::gpu_count_for_collectives() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
+  const io::ModelConfig config = io::load_model_config(fixture(GetParam()));
+  auto weights = model::open_checkpoint_weights(fixture(GetParam()));
+  for (int seqs : {1, 2}) {
+    SCOPED_TRACE(GetParam() + " tp2, " + std::to_string(seqs) + " sequences");
+    const RunResult ref =
+        run(*make_runner({1, 1, false}, false, *weights, config), config.vocab_size, seqs);
+    const RunResult eager =
+        run(*make_runner({2, 1, false}, false, *weights, config), config.vocab_size, seqs);
+    expect_matches(eager, ref, config.num_experts > 0);
+    expect_graphs_equal_eager(
+        run(*make_runner({2, 1, false}, true, *weights, config), config.vocab_size, seqs), eager);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelGpu,

@@ -222,8 +222,10 @@ bool paged_attention_prefill_wgmma(const PagedAttentionParams& p, cudaStream_t s
       !(p.scale > 0.0f))
     return false;
   // SERVAL_PREFILL_WGMMA_STAGES=2: the two-stage kernel (side-by-side comparisons).
-  static const char* stages_env = std::getenv("SERVAL_PREFILL_WGMMA_STAGES");
-  const bool two = stages_env != nullptr && std::string(stages_env) == "2";
+  static const bool two = [] {
+    const char* env = std::getenv("SERVAL_PREFILL_WGMMA_STAGES");
+    return env != nullptr && std::string(env) == "2";
+  }();
   auto kernel = two ? prefill_wgmma_kernel<2> : prefill_wgmma_kernel<3>;
   const size_t smem = two ? kSmemBytes<2> : kSmemBytes<3>;
   allow_dynamic_smem(kernel, smem, "paged_attention_prefill_wgmma");

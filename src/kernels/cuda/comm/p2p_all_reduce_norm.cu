@@ -3,9 +3,10 @@
 // its high half (aligned 8-byte stores and loads are single-copy atomic, so a word showing the
 // current call carries the current payload). No flags, no barriers between the ranks: CTA b of
 // every rank owns rows b, b + 32, …; for each, every thread
-//   1. (call = ++calls[b] and the weight loads before pdl_wait, LL half = call % 2; after it)
-//      stores the words of its vectors of this rank's delta row into slot [rank][t] of every peer's
-//      LL half (NVLink, fire and forget);
+//   1. before pdl_wait: loads its norm weights and (thread 0) advances call = ++calls[b] (LL
+//      half = call % 2; p2p_sync.cuh says when that may precede the wait); after it: stores the
+//      words of its vectors of this rank's delta row into slot [rank][t] of every peer's LL half
+//      (NVLink, fire and forget);
 //   2. polls its own LL half until the peers' words of those vectors show `call`, then adds the
 //      ranks' values in rank order 0..N-1 (its own from delta: the same bits it sent) in fp32,
 //      rounds once to bf16, adds the residual: the residual stored rounded, the sum of squares of
