@@ -211,8 +211,10 @@ bool moe_grouped_gemm_wgmma(const MoeGemmParams& p, cudaStream_t stream) {
     return false;
   // 256 weight rows per CTA where they divide the output (GEMM1: 128 channels), else 128
   // (moe_grouped_gemm checked that); SERVAL_MOE_WGMMA_ROWS=128 forces 128 (comparisons).
-  static const char* rows_env = std::getenv("SERVAL_MOE_WGMMA_ROWS");
-  const bool narrow = rows_env != nullptr && std::string(rows_env) == "128";
+  static const bool narrow = [] {
+    const char* env = std::getenv("SERVAL_MOE_WGMMA_ROWS");
+    return env != nullptr && std::string(env) == "128";
+  }();
   if (!narrow && p.n_out % (p.gemm1 ? 128 : 256) == 0) {
     launch<256>(p, stream);
   } else {
