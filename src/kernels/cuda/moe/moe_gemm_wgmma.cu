@@ -162,10 +162,12 @@ bool moe_grouped_gemm_wgmma(const MoeGemmParams& p, cudaStream_t stream) {
   // The warp-specialized kernel first (SERVAL_MOE_WGMMA_WS=0: never), then 256 weight rows per
   // CTA where they divide the output (GEMM1: 128 channels), else 128 (moe_grouped_gemm checked
   // that); SERVAL_MOE_WGMMA_ROWS=128 forces 128 (comparisons).
-  static const char* ws_env = std::getenv("SERVAL_MOE_WGMMA_WS");
-  const bool ws = !(ws_env != nullptr && std::string(ws_env) == "0");
-  static const char* rows_env = std::getenv("SERVAL_MOE_WGMMA_ROWS");
-  const bool narrow = rows_env != nullptr && std::string(rows_env) == "128";
+  auto env_is = [](const char* name, const char* value) {
+    const char* env = std::getenv(name);
+    return env != nullptr && std::string(env) == value;
+  };
+  static const bool ws = !env_is("SERVAL_MOE_WGMMA_WS", "0");
+  static const bool narrow = env_is("SERVAL_MOE_WGMMA_ROWS", "128");
   if (ws && !narrow && moe_grouped_gemm_wgmma_ws(p, stream)) return true;
   if (!narrow && p.n_out % (p.gemm1 ? 128 : 256) == 0) {
     launch<256>(p, stream);
