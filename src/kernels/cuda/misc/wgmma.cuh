@@ -58,6 +58,18 @@ __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Warp specialization: a warpgroup gives registers back (producers) or takes them (consumers);
+// every thread of the warpgroup executes it. kRegs: a multiple of 8 in [24, 256]; the CTA's
+// total after both must fit the register file.
+template <int kRegs>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 // Pins registers that an in-flight wgmma reads or writes: call on the accumulators and register
 // A operands after wait(), so the compiler neither reads them early nor reuses them before the
 // hardware is done (it sees only the issuing asm).

@@ -1,12 +1,12 @@
 // The throughput backend's grouped GEMMs for bf16 experts on Hopper warpgroup MMA (wgmma): the
-// contract of moe_gemm.h (swap-AB: 128 weight rows × 128 permuted token rows per CTA), run by
+// contract of moe_gemm.h (swap-AB: weight rows × 128 permuted token rows per CTA), run by
 // moe_grouped_gemm for the throughput config unless SERVAL_MOE_GEMM_MMA_SYNC=1.
 //
-// A CTA is two warpgroups; warpgroup w computes weight rows [64w, 64w + 64) of the tile against
-// all 128 token rows as one m64n128 accumulator, 4 wgmma k-steps per 64-wide K stage, both
-// operands from shared memory (K-major, 128-byte swizzle: the cp.async layout of moe_gemm.cu is
-// that swizzle already). Pipeline: 4 stages, tiles issued two ahead, at most two wgmma groups in
-// flight per warpgroup, one barrier per stage.
+// A CTA is two warpgroups over 256 weight rows (128 where they do not divide the output): each
+// warpgroup computes its half against all 128 token rows as m64n128 accumulators, 4 wgmma k-steps
+// per 64-wide K stage, both operands from shared memory (K-major, 128-byte swizzle: the
+// cp.async layout of moe_gemm.cu is that swizzle already). Pipeline: 4 stages, tiles issued two
+// ahead, at most two wgmma groups in flight per warpgroup, one barrier per stage.
 //
 // GEMM1 pairs gate and up in registers: in each 16-row warp slice, rows 0-7 are gate rows and
 // rows 8-15 the up rows of the same 8 channels, so a thread's accumulator rows g and g + 8 hold
@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -23,23 +24,29 @@
 #include "kernels/cuda/misc/wgmma.cuh"
 #include "kernels/cuda/moe/moe_gemm_tile.cuh"
 #include "kernels/cuda/moe/moe_gemm_wgmma.h"
+#include "kernels/cuda/moe/moe_gemm_wgmma_tile.cuh"
 
 namespace serval::kernels::cuda {
 
 namespace {
 
-constexpr int kBK = 64;  // K per stage: one 128-byte swizzled row per operand row
-constexpr int kBM = 128, kBN = 128, kThreads = 256, kStages = 4;
-constexpr int kStageBytes = (kBM + kBN) * kBK * 2;                   // A then B, 16 KB each
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024;  // + alignment slack
-constexpr unsigned kFull = 0xffffffffu;
-
-template <bool kGemm1>
+using moe_wgmma::kBK;
+using moe_wgmma::kBN;
+constexpr int kThreads = 256, kStages = 4;
+// kBM weight rows per CTA (128 or 256): warpgroup w owns rows [w·kBM/2, (w+1)·kBM/2) as kBM/128
+// m64 accumulators. 256 rows halve the token-tile loads per FLOP (L2 traffic); 4 stages of
+// A (kBM rows) and B (128 rows) tiles.
+template <int kBM>
+constexpr int kStageBytes = (kBM + kBN) * kBK * 2;
+template <int kBM>
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes<kBM> + 1024;  // + alignment slack
+template <bool kGemm1, int kBM>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmParams p) {
+  constexpr int kMb = kBM / 128;  // m64 blocks per warpgroup
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t smem = raw + ((1024 - (raw & 1023)) & 1023);  // swizzle atoms: 1024-aligned
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
 
   const int tile = blockIdx.y;
@@ -49,56 +56,44 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
   const int K = p.k;
   const int m_rows = kGemm1 ? 2 * p.n_out : p.n_out;
   const int row0 = tile * kBN;  // first permuted row of this tile
-  // Weight row of tile row r (GEMM1: slice r / 16 holds gate then up rows of 8 channels).
-  auto weight_row = [&](int r) {
-    if constexpr (kGemm1) {
-      const int ch = blockIdx.x * (kBM / 2) + (r / 16) * 8 + r % 8;
-      return r % 16 < 8 ? ch : p.n_out + ch;
-    } else {
-      return int(blockIdx.x) * kBM + r;
-    }
-  };
-
-  // Every thread copies 16-byte chunk column kc of 4 A rows and 4 B rows per stage.
+  // Every thread copies 16-byte chunk column kc of kBM / 32 A rows and 4 B rows per stage.
   constexpr int kRowsPerPass = kThreads / 8;
-  constexpr int kChunks = kBM / kRowsPerPass;
+  constexpr int kAChunks = kBM / kRowsPerPass, kBChunks = kBN / kRowsPerPass;
   const int kc = tid & 7;
   const uint8_t* W = static_cast<const uint8_t*>(p.weights) + size_t(expert) * m_rows * K * 2;
-  const __nv_bfloat16* X = reinterpret_cast<const __nv_bfloat16*>(p.input);
-  const uint8_t* a_src[kChunks];
-  const __nv_bfloat16* b_src[kChunks];
-  bool b_valid[kChunks];
-  uint32_t dst[kChunks];  // same swizzled offset in the A and B tiles (both 128 rows)
+  const uint8_t* a_src[kAChunks];
+  const __nv_bfloat16* b_src[kBChunks];
+  bool b_valid[kBChunks];
 #pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
+  for (int j = 0; j < kAChunks; ++j) {
     const int r = tid / 8 + j * kRowsPerPass;
-    dst[j] = wgmma::sw128_offset(r, kc, kBM);
-    a_src[j] = W + (size_t(weight_row(r)) * K + kc * 8) * 2;
-    int src_row = row0 + r;
-    b_valid[j] = true;
-    if constexpr (kGemm1) {
-      const int tok = p.permuted_to_token[row0 + r];
-      b_valid[j] = tok >= 0;
-      src_row = tok >= 0 ? tok : 0;
-    }
-    b_src[j] = X + size_t(src_row) * K + kc * 8;
+    a_src[j] = W + (size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, r)) * K + kc * 8) * 2;
   }
-  auto stage_a = [&](int s) { return smem + uint32_t(s) * kStageBytes; };
+  // Swizzled offset of this thread's chunk in pass j (row tid / 8 + 32j): the same in A and B.
+  auto dst = [&](int j) { return wgmma::sw128_offset(tid / 8 + j * kRowsPerPass, kc, kBM); };
+#pragma unroll
+  for (int j = 0; j < kBChunks; ++j)
+    b_src[j] =
+        moe_wgmma::token_row<kGemm1>(p, row0, tid / 8 + j * kRowsPerPass, b_valid[j]) + kc * 8;
+  auto stage_a = [&](int s) { return smem + uint32_t(s) * kStageBytes<kBM>; };
   auto stage_b = [&](int s) { return stage_a(s) + kBM * kBK * 2; };
   auto load_a = [&](int kt) {
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j)
-      cp_async_16(stage_a(kt % kStages) + dst[j], a_src[j] + size_t(kt) * kBK * 2, true);
+    for (int j = 0; j < kAChunks; ++j)
+      cp_async_16(stage_a(kt % kStages) + dst(j), a_src[j] + size_t(kt) * kBK * 2, true);
   };
   auto load_b = [&](int kt) {
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j)
-      cp_async_16(stage_b(kt % kStages) + dst[j], b_src[j] + kt * kBK, b_valid[j]);
+    for (int j = 0; j < kBChunks; ++j)
+      cp_async_16(stage_b(kt % kStages) + dst(j), b_src[j] + kt * kBK, b_valid[j]);
   };
 
-  float acc[kBN / 8][4];  // wgmma accumulator: acc[j][·] token rows 8j..
+  float acc[kMb][kBN / 8][4];  // wgmma accumulators: acc[mb][j][·] token rows 8j..
 #pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+      acc[mb][j][0] = acc[mb][j][1] = acc[mb][j][2] = acc[mb][j][3] = 0.0f;
 
   // Prologue: tiles 0 and 1 (weights first; GEMM2's activations only after its PDL wait). Tile
   // kt is then issued at stage kt − 2, into the slot whose last reader (tile kt − 4) every
@@ -127,46 +122,34 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
       load_b(kt + kAhead);
     }
     cp_async_commit();
-    const uint32_t a = stage_a(kt % kStages) + wg * 64 * 128, b = stage_b(kt % kStages);
+    // This warpgroup's m64 block mb: A rows (kMb·wg + mb)·64.., 128 bytes each.
+    const uint32_t a = stage_a(kt % kStages) + wg * kMb * 64 * 128, b = stage_b(kt % kStages);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk)
-      wgmma::wgmma_m64n128k16_ss(acc, wgmma::sw128_desc(a + kk * 32, 16, 1024),
-                                 wgmma::sw128_desc(b + kk * 32, 16, 1024), 1);
+#pragma unroll
+      for (int mb = 0; mb < kMb; ++mb)
+        wgmma::wgmma_m64n128k16_ss(acc[mb],
+                                   wgmma::sw128_desc(a + mb * 64 * 128 + kk * 32, 16, 1024),
+                                   wgmma::sw128_desc(b + kk * 32, 16, 1024), 1);
     wgmma::commit();
     wgmma::wait<1>();  // tile kt − 1 done: its slot is reused two stages from now
   }
   wgmma::wait<0>();
-  wgmma::fence_operand(acc);
+#pragma unroll
+  for (int mb = 0; mb < kMb; ++mb) wgmma::fence_operand(acc[mb]);
   cp_async_wait<0>();
 
-  // Epilogue. acc[j][q]: tile row 64·wg + 16·wq + g + 8·(q / 2), token 8j + 2·t4 + q % 2.
-  // Lanes g and g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns
-  // of one token as a bf16x2.
-  const bool odd = g & 1;
-  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.output);
-  constexpr int kHalves = kGemm1 ? 1 : 2;
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
-      float v0, v1;  // (row g (+8h), token 2·t4) and (row g (+8h), token 2·t4 + 1)
-      if constexpr (kGemm1) {
-        const float g0 = acc[j][0], g1 = acc[j][1];
-        v0 = g0 / (1.0f + expf(-g0)) * acc[j][2];
-        v1 = g1 / (1.0f + expf(-g1)) * acc[j][3];
-      } else {
-        v0 = acc[j][2 * h];
-        v1 = acc[j][2 * h + 1];
-      }
-      const float recv = __shfl_xor_sync(kFull, odd ? v0 : v1, 4);
-      const int token = 8 * j + 2 * t4 + (odd ? 1 : 0);
-      const float lo = odd ? recv : v0, hi = odd ? v1 : recv;
-      const int col = kGemm1 ? blockIdx.x * (kBM / 2) + wg * 32 + wq * 8 + (g & ~1)
-                             : blockIdx.x * kBM + wg * 64 + wq * 16 + (g & ~1) + 8 * h;
-      *reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + token) * p.n_out + col) =
-          __floats2bfloat162_rn(lo, hi);
-    }
+  moe_wgmma::store_tile<kGemm1, kBM, kMb>(p, acc, row0, kMb * wg, wq, lane);
+}
+
+template <int kBM>
+void launch(const MoeGemmParams& p, cudaStream_t stream) {
+  auto kernel = p.gemm1 ? moe_gemm_wgmma_kernel<true, kBM> : moe_gemm_wgmma_kernel<false, kBM>;
+  allow_dynamic_smem(kernel, kSmemBytes<kBM>, "moe_gemm_wgmma");
+  const int m_blocks = p.gemm1 ? p.n_out / (kBM / 2) : p.n_out / kBM;
+  launch_pdl(p.gemm1 ? "moe_gemm1_wgmma" : "moe_gemm2_wgmma", kernel, dim3(m_blocks, p.max_tiles),
+             dim3(kThreads), kSmemBytes<kBM>, stream, p);
 }
 
 }  // namespace
@@ -176,11 +159,21 @@ bool moe_grouped_gemm_wgmma(const MoeGemmParams& p, cudaStream_t stream) {
   if (off || p.config != MoeGemmConfig::kThroughput || p.format != MoeWeightFormat::kBf16 ||
       p.tile != kBN)
     return false;
-  auto kernel = p.gemm1 ? moe_gemm_wgmma_kernel<true> : moe_gemm_wgmma_kernel<false>;
-  allow_dynamic_smem(kernel, kSmemBytes, "moe_gemm_wgmma");
-  const int m_blocks = p.gemm1 ? p.n_out / (kBM / 2) : p.n_out / kBM;
-  launch_pdl(p.gemm1 ? "moe_gemm1_wgmma" : "moe_gemm2_wgmma", kernel, dim3(m_blocks, p.max_tiles),
-             dim3(kThreads), kSmemBytes, stream, p);
+  // The warp-specialized kernel first (SERVAL_MOE_WGMMA_WS=0: never), then 256 weight rows per
+  // CTA where they divide the output (GEMM1: 128 channels), else 128 (moe_grouped_gemm checked
+  // that); SERVAL_MOE_WGMMA_ROWS=128 forces 128 (comparisons).
+  auto env_is = [](const char* name, const char* value) {
+    const char* env = std::getenv(name);
+    return env != nullptr && std::string(env) == value;
+  };
+  static const bool ws = !env_is("SERVAL_MOE_WGMMA_WS", "0");
+  static const bool narrow = env_is("SERVAL_MOE_WGMMA_ROWS", "128");
+  if (ws && !narrow && moe_grouped_gemm_wgmma_ws(p, stream)) return true;
+  if (!narrow && p.n_out % (p.gemm1 ? 128 : 256) == 0) {
+    launch<256>(p, stream);
+  } else {
+    launch<128>(p, stream);
+  }
   return true;
 }
 

@@ -11,4 +11,9 @@ namespace serval::kernels::cuda {
 // they take it: throughput config, bf16 weights, 128-token tiles, SERVAL_MOE_GEMM_MMA_SYNC unset.
 bool moe_grouped_gemm_wgmma(const MoeGemmParams& p, cudaStream_t stream);
 
+// The warp-specialized kernel (moe_gemm_wgmma_ws.cu, 256 weight rows per CTA) for `p` when the
+// output divides into its tiles (GEMM1 inter % 128, GEMM2 hidden % 256): launches it and
+// returns true. Called by moe_grouped_gemm_wgmma unless SERVAL_MOE_WGMMA_WS=0.
+bool moe_grouped_gemm_wgmma_ws(const MoeGemmParams& p, cudaStream_t stream);
+
 }  // namespace serval::kernels::cuda

@@ -1,0 +1,82 @@
+// Shared by the wgmma grouped-GEMM kernels (moe_gemm_wgmma.cu, moe_gemm_wgmma_ws.cu): the CTA
+// tile's weight rows, its gathered token rows and the epilogue. A CTA tile is kBM weight rows ×
+// kBN = 128 permuted token rows; its m64 blocks are numbered 0 .. kBM/64 − 1.
+#pragma once
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/moe/moe_gemm.h"
+
+namespace serval::kernels::cuda::moe_wgmma {
+
+constexpr int kBK = 64;   // K per stage: one 128-byte swizzled row per operand row
+constexpr int kBN = 128;  // token rows per tile (the routing's throughput tile)
+
+// Weight row (of the expert's [m_rows, K] matrix) of tile row r. GEMM1: 16-row slice r / 16
+// holds the gate rows (0-7) then the up rows (8-15) of 8 channels, so that a thread's
+// accumulator rows g and g + 8 are gate and up of one channel.
+template <bool kGemm1, int kBM>
+__device__ __forceinline__ int weight_row(const MoeGemmParams& p, int r) {
+  if constexpr (kGemm1) {
+    const int ch = blockIdx.x * (kBM / 2) + (r / 16) * 8 + r % 8;
+    return r % 16 < 8 ? ch : p.n_out + ch;
+  } else {
+    return int(blockIdx.x) * kBM + r;
+  }
+}
+
+// Source row of token tile row r (tile starting at permuted row row0): GEMM1 gathers x rows
+// through permuted_to_token (−1: a zero row, `valid` false), GEMM2 reads act rows in order.
+template <bool kGemm1>
+__device__ __forceinline__ const __nv_bfloat16* token_row(const MoeGemmParams& p, int row0, int r,
+                                                          bool& valid) {
+  const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(p.input);
+  valid = true;
+  int src = row0 + r;
+  if constexpr (kGemm1) {
+    const int tok = p.permuted_to_token[row0 + r];
+    valid = tok >= 0;
+    src = tok >= 0 ? tok : 0;
+  }
+  return x + size_t(src) * p.k;
+}
+
+// Epilogue of kMb m64 accumulators, m64 blocks first_block.. of the tile (warp wq of the
+// warpgroup, lane = 4g + t4). acc[mb][j][q]: tile row 64·(first_block + mb) + 16·wq + g +
+// 8·(q / 2), token 8j + 2·t4 + q % 2. GEMM1 writes silu(gate)·up, GEMM2 the rows. Lanes g and
+// g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns of one token.
+template <bool kGemm1, int kBM, int kMb>
+__device__ __forceinline__ void store_tile(const MoeGemmParams& p,
+                                           const float (&acc)[kMb][kBN / 8][4], int row0,
+                                           int first_block, int wq, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+  const bool odd = g & 1;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.output);
+  constexpr int kHalves = kGemm1 ? 1 : 2;
+#pragma unroll
+  for (int mb = 0; mb < kMb; ++mb) {
+    const int block = first_block + mb;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+        float v0, v1;  // (row g (+8h), token 2·t4) and (row g (+8h), token 2·t4 + 1)
+        if constexpr (kGemm1) {
+          const float g0 = acc[mb][j][0], g1 = acc[mb][j][1];
+          v0 = g0 / (1.0f + expf(-g0)) * acc[mb][j][2];
+          v1 = g1 / (1.0f + expf(-g1)) * acc[mb][j][3];
+        } else {
+          v0 = acc[mb][j][2 * h];
+          v1 = acc[mb][j][2 * h + 1];
+        }
+        const float recv = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+        const int token = 8 * j + 2 * t4 + (odd ? 1 : 0);
+        const float lo = odd ? recv : v0, hi = odd ? v1 : recv;
+        const int col = kGemm1 ? blockIdx.x * (kBM / 2) + block * 32 + wq * 8 + (g & ~1)
+                               : blockIdx.x * kBM + block * 64 + wq * 16 + (g & ~1) + 8 * h;
+        *reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + token) * p.n_out + col) =
+            __floats2bfloat162_rn(lo, hi);
+      }
+  }
+}
+
+}  // namespace serval::kernels::cuda::moe_wgmma

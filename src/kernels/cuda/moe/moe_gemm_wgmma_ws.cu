@@ -1,0 +1,154 @@
+// Warp-specialized wgmma grouped GEMM of the throughput MoE backend (bf16 experts): the tile of
+// moe_gemm_wgmma.cu at 256 weight rows, with the loads taken off the math warps.
+//
+// Warpgroup 0 produces: it gives back registers (setmaxnreg) and copies each stage's A (256
+// weight rows) and B (128 token rows) tiles with cp.async, announcing a stage on its `full`
+// mbarrier once its copies land (cp.async.mbarrier.arrive). Warpgroups 1 and 2 consume: each
+// takes 128 weight rows as two m64n128 accumulators, waits for a stage's `full` barrier, runs its
+// 8 wgmma, and once the stage before has been read (wgmma.wait_group 1) releases that stage on
+// its `empty` barrier. No CTA-wide barrier in the main loop: loads run ahead by up to 4 stages
+// whatever the math warps do.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/misc/cp_async.cuh"
+#include "kernels/cuda/misc/mbarrier.cuh"
+#include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/smem_opt_in.h"
+#include "kernels/cuda/misc/wgmma.cuh"
+#include "kernels/cuda/moe/moe_gemm_tile.cuh"
+#include "kernels/cuda/moe/moe_gemm_wgmma.h"
+#include "kernels/cuda/moe/moe_gemm_wgmma_tile.cuh"
+
+namespace serval::kernels::cuda {
+
+namespace {
+
+using moe_wgmma::kBK;
+using moe_wgmma::kBN;
+constexpr int kBM = 256, kMb = 2;  // weight rows per CTA; m64 blocks per consumer warpgroup
+constexpr int kStages = 4;
+constexpr int kThreads = 384;  // producer warpgroup 0, consumer warpgroups 1 and 2
+constexpr uint32_t kABytes = kBM * kBK * 2, kStageBytes = kABytes + kBN * kBK * 2;  // 48 KB
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 2 * kStages * 8 + 1024;
+// Registers per thread after the hand-over. setmaxnreg only moves registers inside the CTA's
+// allocation, 384 × 168 (the launch bound's per-thread cap, a multiple of 8) = 64512, not the
+// 65536 of the register file: a larger sum leaves the consumers waiting in setmaxnreg.inc forever.
+constexpr int kProducerRegs = 64, kConsumerRegs = 216;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
+              "the register hand-over must fit the CTA's allocation");
+
+template <bool kGemm1>
+__global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams p) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem = raw + ((1024 - (raw & 1023)) & 1023);  // swizzle atoms: 1024-aligned
+  const uint32_t bars = smem + kStages * kStageBytes;
+  auto stage = [&](int s) { return smem + uint32_t(s) * kStageBytes; };
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 8 * (kStages + s); };
+  const int tid = threadIdx.x, wg = tid / 128;
+
+  const int tile = blockIdx.y;
+  const int expert = moe_tile_expert<kGemm1>(p, tile);  // the PDL protocol of both GEMMs
+  if (expert < 0) return;                               // whole CTA, before any barrier
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier::init(full(s), 128);  // every producer thread's copies of the stage
+      mbarrier::init(empty(s), 2);   // both consumer warpgroups done with the stage
+    }
+  }
+  __syncthreads();
+  const int K = p.k, KT = K / kBK, row0 = tile * kBN;
+
+  if (wg == 0) {
+    wgmma::release_registers<kProducerRegs>();
+    if constexpr (!kGemm1) {
+      pdl_wait();  // GEMM1's act is complete from here on
+      pdl_launch_dependents();
+    }
+    // Thread t copies chunk column t % 8 of rows t / 8 + 16j: A rows j = 0..15 are one pointer
+    // and a stride apart (weight_row is linear in j for r = t/8 + 16j), B rows are gathered.
+    const int kc = tid & 7, r0 = tid / 8;
+    const size_t m_rows = kGemm1 ? 2 * size_t(p.n_out) : size_t(p.n_out);
+    const uint8_t* a0 = static_cast<const uint8_t*>(p.weights) +
+                        (size_t(expert) * m_rows * K +
+                         size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, r0)) * K + kc * 8) *
+                            2;
+    const size_t a_step = size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, r0 + 16) -
+                                 moe_wgmma::weight_row<kGemm1, kBM>(p, r0)) *
+                          K * 2;
+    constexpr int kBPasses = kBN / 16;
+    const __nv_bfloat16* b_src[kBPasses];
+    uint32_t b_valid = 0;
+#pragma unroll
+    for (int j = 0; j < kBPasses; ++j) {
+      bool valid;
+      b_src[j] = moe_wgmma::token_row<kGemm1>(p, row0, r0 + 16 * j, valid) + kc * 8;
+      b_valid |= uint32_t(valid) << j;
+    }
+    for (int kt = 0; kt < KT; ++kt) {
+      const int s = kt % kStages;
+      if (kt >= kStages) mbarrier::wait(empty(s), uint32_t(kt / kStages - 1) & 1);
+      const uint32_t a = stage(s), b = a + kABytes;
+      // Rows r0 + 16j share their swizzle (16j is a multiple of 8): 2 KB apart in the tile.
+      const uint32_t a_dst = a + wgmma::sw128_offset(r0, kc, kBM);
+      const uint8_t* a_src = a0 + size_t(kt) * kBK * 2;
+#pragma unroll 4
+      for (int j = 0; j < kBM / 16; ++j, a_src += a_step)
+        cp_async_16(a_dst + j * 16 * 128, a_src, true);
+#pragma unroll
+      for (int j = 0; j < kBPasses; ++j)
+        cp_async_16(b + wgmma::sw128_offset(r0 + 16 * j, kc, kBN), b_src[j] + kt * kBK,
+                    (b_valid >> j) & 1);
+      mbarrier::arrive_on_cp_async(full(s));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // leave nothing in flight
+    return;
+  }
+
+  wgmma::claim_registers<kConsumerRegs>();
+  if constexpr (!kGemm1) pdl_wait();  // before writing y (pdl.cuh contract)
+  const int c = wg - 1, lane = tid & 31, wq = (tid / 32) & 3;
+  float acc[kMb][kBN / 8][4];
+#pragma unroll
+  for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+      acc[mb][j][0] = acc[mb][j][1] = acc[mb][j][2] = acc[mb][j][3] = 0.0f;
+  for (int kt = 0; kt < KT; ++kt) {
+    const int s = kt % kStages;
+    mbarrier::wait(full(s), uint32_t(kt / kStages) & 1);
+    wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
+    const uint32_t a = stage(s) + c * kMb * 64 * 128, b = stage(s) + kABytes;
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk)
+#pragma unroll
+      for (int mb = 0; mb < kMb; ++mb)
+        wgmma::wgmma_m64n128k16_ss(acc[mb],
+                                   wgmma::sw128_desc(a + mb * 64 * 128 + kk * 32, 16, 1024),
+                                   wgmma::sw128_desc(b + kk * 32, 16, 1024), 1);
+    wgmma::commit();
+    wgmma::wait<1>();  // the previous stage's wgmma are done: hand its slot back
+    if (kt > 0 && (tid & 127) == 0) mbarrier::arrive(empty((kt - 1) % kStages));
+  }
+  wgmma::wait<0>();
+#pragma unroll
+  for (int mb = 0; mb < kMb; ++mb) wgmma::fence_operand(acc[mb]);
+  moe_wgmma::store_tile<kGemm1, kBM, kMb>(p, acc, row0, kMb * c, wq, lane);
+}
+
+}  // namespace
+
+bool moe_grouped_gemm_wgmma_ws(const MoeGemmParams& p, cudaStream_t stream) {
+  if (p.n_out % (p.gemm1 ? kBM / 2 : kBM) != 0) return false;
+  auto kernel = p.gemm1 ? moe_gemm_ws_kernel<true> : moe_gemm_ws_kernel<false>;
+  allow_dynamic_smem(kernel, kSmemBytes, "moe_gemm_wgmma_ws");
+  const int m_blocks = p.gemm1 ? p.n_out / (kBM / 2) : p.n_out / kBM;
+  launch_pdl(p.gemm1 ? "moe_gemm1_wgmma_ws" : "moe_gemm2_wgmma_ws", kernel,
+             dim3(m_blocks, p.max_tiles), dim3(kThreads), kSmemBytes, stream, p);
+  return true;
+}
+
+}  // namespace serval::kernels::cuda
