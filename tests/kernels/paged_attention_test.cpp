@@ -197,6 +197,10 @@ TEST(CudaPagedAttention, ChunkedPrefillMixedBatch) {
     // Group 8 (16 positions per CTA): several query tiles, the last one partial.
     PagedCase group8{{300, 77, 2}, {300, 500, 129}, 32, 4, d};
     EXPECT_LT(run_paged_case(group8, 700 + d), kTol) << "group 8 D=" << d;
+    // Block sizes that are not powers of two take the kernels' division path.
+    PagedCase odd_blocks = c;
+    odd_blocks.block_size = 24;
+    EXPECT_LT(run_paged_case(odd_blocks, 800 + d), kTol) << "block size 24 D=" << d;
   }
 }
 
