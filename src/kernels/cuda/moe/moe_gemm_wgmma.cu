@@ -124,15 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
     cp_async_commit();
     // This warpgroup's m64 block mb: A rows (kMb·wg + mb)·64.., 128 bytes each.
     const uint32_t a = stage_a(kt % kStages) + wg * kMb * 64 * 128, b = stage_b(kt % kStages);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk)
-#pragma unroll
-      for (int mb = 0; mb < kMb; ++mb)
-        wgmma::wgmma_m64n128k16_ss(acc[mb],
-                                   wgmma::sw128_desc(a + mb * 64 * 128 + kk * 32, 16, 1024),
-                                   wgmma::sw128_desc(b + kk * 32, 16, 1024), 1);
-    wgmma::commit();
+    moe_wgmma::mma_stage<kMb>(acc, a, b);
     wgmma::wait<1>();  // tile kt − 1 done: its slot is reused two stages from now
   }
   wgmma::wait<0>();

@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/misc/wgmma.cuh"
 #include "kernels/cuda/moe/moe_gemm.h"
 
 namespace serval::kernels::cuda::moe_wgmma {
@@ -38,6 +39,20 @@ __device__ __forceinline__ const __nv_bfloat16* token_row(const MoeGemmParams& p
     src = tok >= 0 ? tok : 0;
   }
   return x + size_t(src) * p.k;
+}
+
+// The wgmma of one 64-wide k stage, as one committed group: kMb m64 blocks of A (kMb·64 rows
+// of 128 bytes from shared address a) times the token tile B (kBN rows from b), both SW128.
+template <int kMb>
+__device__ __forceinline__ void mma_stage(float (&acc)[kMb][kBN / 8][4], uint32_t a, uint32_t b) {
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kBK / 16; ++kk)
+#pragma unroll
+    for (int mb = 0; mb < kMb; ++mb)
+      wgmma::wgmma_m64n128k16_ss(acc[mb], wgmma::sw128_desc(a + mb * 64 * 128 + kk * 32, 16, 1024),
+                                 wgmma::sw128_desc(b + kk * 32, 16, 1024), 1);
+  wgmma::commit();
 }
 
 // Epilogue of kMb m64 accumulators, m64 blocks first_block.. of the tile (warp wq of the

@@ -121,15 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
     mbarrier::wait(full(s), uint32_t(kt / kStages) & 1);
     wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
     const uint32_t a = stage(s) + c * kMb * 64 * 128, b = stage(s) + kABytes;
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk)
-#pragma unroll
-      for (int mb = 0; mb < kMb; ++mb)
-        wgmma::wgmma_m64n128k16_ss(acc[mb],
-                                   wgmma::sw128_desc(a + mb * 64 * 128 + kk * 32, 16, 1024),
-                                   wgmma::sw128_desc(b + kk * 32, 16, 1024), 1);
-    wgmma::commit();
+    moe_wgmma::mma_stage<kMb>(acc, a, b);
     wgmma::wait<1>();  // the previous stage's wgmma are done: hand its slot back
     if (kt > 0 && (tid & 127) == 0) mbarrier::arrive(empty((kt - 1) % kStages));
   }
