@@ -18,8 +18,9 @@
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu) and the
 # GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events); with --tp N, of the N-rank run.
 # --kernel-filter picks the kernel micro-benchmarks (a gtest filter; default all DISABLED_ ones).
-# --test-timeout sets ctest's per-test limit for the one-GPU tests (default 300 s): lower it when
-# trying kernels that might hang, so that a hang costs little of the device call.
+# --test-timeout sets ctest's per-test limit (default 300 s for the one-GPU tests, at most 180 s
+# for the all-GPU ones): lower it when trying kernels that might hang, so that a hang costs
+# little of the device call.
 # --then runs CMD (bash -c, in the repository root, after everything else, with the device deps
 # on the library path; e.g. tools/gpu-ab.sh comparisons) into $OUT/then.txt.
 # --serve-flags adds flags to the serving benchmark's `serve` (e.g. --async-scheduling); the
@@ -103,7 +104,9 @@ if [[ $run_tests -eq 1 ]]; then
     --output-on-failure --timeout "$test_timeout" -j4 >"$out/gpu-tests.log" 2>&1
   echo "gpu tests: exit $?" | tee -a "$out/gpu.txt"
   if [[ -z $test_filter || ParallelGpu =~ $test_filter ]]; then
-    ctest --test-dir build-gpu -L gpu -R ParallelGpu --output-on-failure --timeout 180 -j1 \
+    # The first failure (or hang) ends the run: a hang repeats in the next fixtures' tests.
+    ctest --test-dir build-gpu -L gpu -R ParallelGpu --output-on-failure -j1 --stop-on-failure \
+      --timeout "$((test_timeout < 180 ? test_timeout : 180))" \
       >>"$out/gpu-tests.log" 2>&1
     echo "gpu tests using all GPUs: exit $?" | tee -a "$out/gpu.txt"
   fi
