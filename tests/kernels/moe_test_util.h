@@ -44,9 +44,9 @@ class DeviceBuffer {
     return static_cast<T*>(ptr_);
   }
   size_t bytes() const { return bytes_; }
-  template <typename T>
-  // upload and poison fence the whole device on each side: they run on the legacy stream, which
+  // upload, download and poison fence the whole device: they run on the legacy stream, which
   // kernels on non-blocking streams do not wait for.
+  template <typename T>
   void upload(const std::vector<T>& v) {
     cuda_ok(cudaDeviceSynchronize(), "before upload");
     cuda_ok(cudaMemcpy(ptr_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");

@@ -58,9 +58,17 @@ __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Registers a CTA of `threads` threads holds under __launch_bounds__(threads, 1): the per-thread
+// cap (a multiple of 8) times the threads. setmaxnreg only moves registers inside this
+// allocation, not the whole 65536 of the register file: a hand-over that asks for more leaves
+// the claiming warps waiting forever (seen on the H200).
+constexpr int cta_register_allocation(int threads) {
+  return threads * (65536 / threads / 8 * 8);
+}
+
 // Warp specialization: a warpgroup gives registers back (producers) or takes them (consumers);
 // every thread of the warpgroup executes it. kRegs: a multiple of 8 in [24, 256]; the CTA's
-// total after both must fit the register file.
+// total after both must fit cta_register_allocation.
 template <int kRegs>
 __device__ __forceinline__ void release_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));

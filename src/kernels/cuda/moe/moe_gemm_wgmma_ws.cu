@@ -31,11 +31,9 @@ constexpr int kStages = 4;
 constexpr int kThreads = 384;  // producer warpgroup 0, consumer warpgroups 1 and 2
 constexpr uint32_t kABytes = kBM * kBK * 2, kStageBytes = kABytes + kBN * kBK * 2;  // 48 KB
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 2 * kStages * 8 + 1024;
-// Registers per thread after the hand-over. setmaxnreg only moves registers inside the CTA's
-// allocation, 384 × 168 (the launch bound's per-thread cap, a multiple of 8) = 64512, not the
-// 65536 of the register file: a larger sum leaves the consumers waiting in setmaxnreg.inc forever.
+// Registers per thread after the hand-over (see wgmma::cta_register_allocation).
 constexpr int kProducerRegs = 64, kConsumerRegs = 216;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= wgmma::cta_register_allocation(kThreads),
               "the register hand-over must fit the CTA's allocation");
 
 template <bool kGemm1>
