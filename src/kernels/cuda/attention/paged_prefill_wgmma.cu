@@ -52,49 +52,35 @@ struct TileCopier {
   static constexpr int kIters = kKeys / kRowStep;
   static_assert(kKeys % kRowStep == 0 && kRowStep % 8 == 0, "rows r0 + kRowStep·i share a swizzle");
   int r0;
-  uint32_t dst0;           // shared-memory offset of row r0's chunk in a tile
-  int64_t head_off;        // bytes from a cache slot to this KV head's chunk c
-  int64_t slot_bytes;      // bytes per cache slot (num_kv_heads · kD · 2)
-  int block_size, log_bs;  // log_bs ≥ 0: block_size = 2^log_bs (shifts instead of division)
+  uint32_t dst0;       // shared-memory offset of row r0's chunk in a tile
+  int64_t head_off;    // bytes from a cache slot to this KV head's chunk c
+  int64_t slot_bytes;  // bytes per cache slot (num_kv_heads · kD · 2)
 };
 
-__device__ __forceinline__ TileCopier make_tile_copier(int block_size, int num_kv_heads,
-                                                       int kv_head) {
+__device__ __forceinline__ TileCopier make_tile_copier(int num_kv_heads, int kv_head) {
   TileCopier cp;
   const int c = int(threadIdx.x) % TileCopier::kChunks;
   cp.r0 = int(threadIdx.x) / TileCopier::kChunks;
   cp.dst0 = wgmma::sw128_offset(cp.r0, c, kKeys);
   cp.head_off = (int64_t(kv_head) * kD + c * 8) * 2;
   cp.slot_bytes = int64_t(num_kv_heads) * kD * 2;
-  cp.block_size = block_size;
-  cp.log_bs = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
   return cp;
 }
 
 // cp.async of keys [key0, key0 + kKeys) of one KV head into the K and V tiles at k_tile, v_tile
 // (SW128); keys ≥ num_keys are zero-filled, never read from the cache. The address arithmetic is
-// on the math warps' path, hence the per-thread constants of TileCopier and no division for
-// power-of-two block sizes.
+// on the math warps' path, hence the per-thread constants of TileCopier and PagedBlocks.
 __device__ __forceinline__ void load_tile(unsigned char* k_tile, unsigned char* v_tile,
                                           const unsigned char* k_cache,
                                           const unsigned char* v_cache, const int32_t* table,
-                                          const TileCopier& cp, int key0, int num_keys) {
+                                          const TileCopier& cp, const PagedBlocks& blocks, int key0,
+                                          int num_keys) {
 #pragma unroll
   for (int it = 0; it < TileCopier::kIters; ++it) {
     const int key = key0 + cp.r0 + it * TileCopier::kRowStep;
     const bool valid = key < num_keys;
     int64_t off = 0;  // bytes
-    if (valid) {
-      int block, within;
-      if (cp.log_bs >= 0) {
-        block = key >> cp.log_bs;
-        within = key & (cp.block_size - 1);
-      } else {
-        block = key / cp.block_size;
-        within = key - block * cp.block_size;
-      }
-      off = (int64_t(table[block]) * cp.block_size + within) * cp.slot_bytes + cp.head_off;
-    }
+    if (valid) off = blocks.slot(table[blocks.block(key)], key) * cp.slot_bytes + cp.head_off;
     const uint32_t dst = cp.dst0 + uint32_t(it * TileCopier::kRowStep * 128);
     cp_async_16(k_tile + dst, k_cache + off, valid);
     cp_async_16(v_tile + dst, v_cache + off, valid);
@@ -173,8 +159,9 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: raw-score running max
   uint32_t pa[kKeys / 16][4] = {};  // P of the current tile as wgmma A fragments
 
-  const TileCopier copier = make_tile_copier(block_size, num_kv_heads, kv_head);
-  load_tile(stage(0), stage(0) + kTileBytes, k_cache, v_cache, table, copier, 0, num_keys);
+  const TileCopier copier = make_tile_copier(num_kv_heads, kv_head);
+  const PagedBlocks blocks(block_size);
+  load_tile(stage(0), stage(0) + kTileBytes, k_cache, v_cache, table, copier, blocks, 0, num_keys);
   cp_async_commit();
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait<0>();          // this thread's copies of tile t have landed
@@ -183,7 +170,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
                       // and every warpgroup has waited for those wgmma since
     if (t + 1 < num_tiles) {
       unsigned char* next = stage((t + 1) % kStages);
-      load_tile(next, next + kTileBytes, k_cache, v_cache, table, copier, (t + 1) * kKeys,
+      load_tile(next, next + kTileBytes, k_cache, v_cache, table, copier, blocks, (t + 1) * kKeys,
                 num_keys);
     }
     cp_async_commit();
