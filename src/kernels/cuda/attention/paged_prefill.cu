@@ -61,8 +61,8 @@ struct Shape {
 template <int D, DType C>
 __device__ __forceinline__ void load_tile(unsigned char* stage, const unsigned char* k_cache,
                                           const unsigned char* v_cache, const int32_t* table,
-                                          int block_size, int num_kv_heads, int kv_head, int key0,
-                                          int num_keys) {
+                                          const PagedBlocks& blocks, int num_kv_heads, int kv_head,
+                                          int key0, int num_keys) {
   using S = Shape<D, C>;
   constexpr int kTotal = kKeys * S::kChunks;
   constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
@@ -75,7 +75,7 @@ __device__ __forceinline__ void load_tile(unsigned char* stage, const unsigned c
     const bool valid = key < num_keys;
     int64_t off = 0;  // bytes
     if (valid) {
-      const int64_t slot = int64_t(table[key / block_size]) * block_size + key % block_size;
+      const int64_t slot = blocks.slot(table[blocks.block(key)], key);
       off = ((slot * num_kv_heads + kv_head) * D + col) * S::kElemBytes;
     }
     const int dst = r * S::kStageRowBytes + col * S::kElemBytes;
@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int num_keys = work.num_keys, head0 = work.head0, kv_head = work.kv_head;
   const int num_tiles = (num_keys + kKeys - 1) / kKeys;
   const int32_t* table = work.table;
+  const PagedBlocks blocks(block_size);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int head = head0 + (warp & ((1 << log_hpc) - 1));
@@ -168,8 +169,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_tiles) {
-      load_tile<D, C>(stage(s), k_cache, v_cache, table, block_size, num_kv_heads, kv_head,
-                      s * kKeys, num_keys);
+      load_tile<D, C>(stage(s), k_cache, v_cache, table, blocks, num_kv_heads, kv_head, s * kKeys,
+                      num_keys);
     }
     cp_async_commit();
   }
@@ -181,8 +182,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       const int nt = t + kStages - 1;
       if (nt < num_tiles) {
-        load_tile<D, C>(stage(nt % kStages), k_cache, v_cache, table, block_size, num_kv_heads,
-                        kv_head, nt * kKeys, num_keys);
+        load_tile<D, C>(stage(nt % kStages), k_cache, v_cache, table, blocks, num_kv_heads, kv_head,
+                        nt * kKeys, num_keys);
       }
       cp_async_commit();  // possibly empty: keeps "all but the newest kStages − 2" = tile t + 1
     }

@@ -47,26 +47,25 @@ static_assert(kTileBytes % 1024 == 0 && kQBytes % 1024 == 0, "swizzle atoms stay
 // A thread's K/V copies: it copies 16-byte chunk column c = tid % 16 of tile rows r0 + 16·i
 // (r0 = tid / 16, i = 0..kIters − 1), whose swizzle is that of row r0. The address arithmetic is
 // on the math warps' path (a division per chunk cost this kernel 11 %, measured on the H200),
-// hence the per-thread constants and shifts for power-of-two block sizes.
+// hence the per-thread constants and PagedBlocks.
 struct TileCopier {
   static constexpr int kChunks = kD / 8;  // 16-byte chunks per key row
   static constexpr int kRowStep = kCtaThreads / kChunks;
   static constexpr int kIters = kKeys / kRowStep;
   static_assert(kKeys % kRowStep == 0 && kRowStep % 8 == 0, "rows r0 + kRowStep·i share a swizzle");
   int r0;
-  uint32_t dst0;           // shared-memory offset of row r0's chunk in a tile
-  int64_t head_off;        // bytes from a cache slot to this KV head's chunk c
-  int64_t slot_bytes;      // bytes per cache slot (num_kv_heads · kD · 2)
-  int block_size, log_bs;  // log_bs ≥ 0: block_size = 2^log_bs
+  uint32_t dst0;       // shared-memory offset of row r0's chunk in a tile
+  int64_t head_off;    // bytes from a cache slot to this KV head's chunk c
+  int64_t slot_bytes;  // bytes per cache slot (num_kv_heads · kD · 2)
+  PagedBlocks blocks;
 
-  __device__ __forceinline__ TileCopier(int block_size_, int num_kv_heads, int kv_head) {
+  __device__ __forceinline__ TileCopier(int block_size, int num_kv_heads, int kv_head)
+      : blocks(block_size) {
     const int c = int(threadIdx.x) % kChunks;
     r0 = int(threadIdx.x) / kChunks;
     dst0 = wgmma::sw128_offset(r0, c, kKeys);
     head_off = (int64_t(kv_head) * kD + c * 8) * 2;
     slot_bytes = int64_t(num_kv_heads) * kD * 2;
-    block_size = block_size_;
-    log_bs = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
   }
 
   // cp.async of keys [key0, key0 + kKeys) of the KV head into the K and V tiles at k_tile,
@@ -79,17 +78,7 @@ struct TileCopier {
       const int key = key0 + r0 + it * kRowStep;
       const bool valid = key < num_keys;
       int64_t off = 0;  // bytes
-      if (valid) {
-        int block, within;
-        if (log_bs >= 0) {
-          block = key >> log_bs;
-          within = key & (block_size - 1);
-        } else {
-          block = key / block_size;
-          within = key - block * block_size;
-        }
-        off = (int64_t(table[block]) * block_size + within) * slot_bytes + head_off;
-      }
+      if (valid) off = blocks.slot(table[blocks.block(key)], key) * slot_bytes + head_off;
       const uint32_t dst = dst0 + uint32_t(it * kRowStep * 128);
       cp_async_16(k_tile + dst, k_cache + off, valid);
       cp_async_16(v_tile + dst, v_cache + off, valid);
