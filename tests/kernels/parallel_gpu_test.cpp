@@ -198,8 +198,10 @@ TEST_P(ParallelGpu, OneAndTwoSequencesMatchOneGpu) {
   }
 }
 
+// The quantized Llamas split packed NVFP4 / FP8 weights and their scales over the ranks.
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelGpu,
-                         ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral"));
+                         ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral",
+                                           "llama_nvfp4_modelopt", "llama_fp8_modelopt"));
 
 // Data parallel with expert parallel on two GPUs (dp_ep_group.h): two replicas, one GPU each,
 // running their own requests at the same time with the experts split over both GPUs, each
