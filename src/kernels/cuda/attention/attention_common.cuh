@@ -185,10 +185,12 @@ __device__ __forceinline__ void causal_mask(float (&s)[kNt][4], int key0, int c,
 
 // Prefill online softmax on raw scores s (scale_log2 = scale · log2 e > 0, so the running max m
 // is taken before scaling): probabilities 2^(s·scale_log2 − m·scale_log2), one FFMA and one MUFU
-// each. Updates m and the thread-partial sums l of rows g (0) and g + 8 (1), rescales o.
-template <int kNt, int kOt>
-__device__ __forceinline__ void online_softmax_raw(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
-                                                   float (&o)[kOt][4], float scale_log2) {
+// each. Updates m and the thread-partial sums l of rows g (0) and g + 8 (1); the accumulators of
+// those rows must then be multiplied by corr (rescale_rows), which a caller may defer while they
+// are still being written by an asynchronous MMA.
+template <int kNt>
+__device__ __forceinline__ void softmax_probs_raw(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
+                                                  float (&corr)[2], float scale_log2) {
   float mx[2] = {m[0], m[1]};
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
@@ -200,16 +202,11 @@ __device__ __forceinline__ void online_softmax_raw(float (&s)[kNt][4], float (&m
   for (int i = 0; i < 2; ++i) {  // the 4 lanes of a quad share rows g, g+8
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-    const float base = mx[i] == -INFINITY ? 0.0f : mx[i];      // never (−inf) − (−inf)
-    const float corr = fast_exp2((m[i] - base) * scale_log2);  // m = −inf: 0
+    const float base = mx[i] == -INFINITY ? 0.0f : mx[i];  // never (−inf) − (−inf)
+    corr[i] = fast_exp2((m[i] - base) * scale_log2);       // m = −inf: 0
     m[i] = mx[i];
     ms[i] = base * scale_log2;
-    l[i] *= corr;
-#pragma unroll
-    for (int n = 0; n < kOt; ++n) {
-      o[n][2 * i] *= corr;
-      o[n][2 * i + 1] *= corr;
-    }
+    l[i] *= corr[i];
   }
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
@@ -220,6 +217,27 @@ __device__ __forceinline__ void online_softmax_raw(float (&s)[kNt][4], float (&m
     l[0] += s[j][0] + s[j][1];
     l[1] += s[j][2] + s[j][3];
   }
+}
+
+// o rows g (0) and g + 8 (1) times corr.
+template <int kOt>
+__device__ __forceinline__ void rescale_rows(float (&o)[kOt][4], const float (&corr)[2]) {
+#pragma unroll
+  for (int n = 0; n < kOt; ++n) {
+    o[n][0] *= corr[0];
+    o[n][1] *= corr[0];
+    o[n][2] *= corr[1];
+    o[n][3] *= corr[1];
+  }
+}
+
+// softmax_probs_raw with the rescale of o at once.
+template <int kNt, int kOt>
+__device__ __forceinline__ void online_softmax_raw(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
+                                                   float (&o)[kOt][4], float scale_log2) {
+  float corr[2];
+  softmax_probs_raw(s, m, l, corr, scale_log2);
+  rescale_rows(o, corr);
 }
 
 // Prefill epilogue: rows g and g + 8 of o (query rows row_lo, row_hi of the sequence starting at

@@ -123,10 +123,12 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[16][4], uint64_t 
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// d += A·B for one m64n128k16 step, A from registers (the m16n8k16 A fragment of each warp's
-// 16 rows), B from shared memory MN-major (N contiguous: imm-trans-b = 1).
-__device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[16][4], const uint32_t (&a)[4],
-                                                       uint64_t b) {
+// d (+)= A·B for one m64n128k16 step, A from registers (the m16n8k16 A fragment of each warp's
+// 16 rows), B from shared memory K-major (kTransB = 0) or MN-major (N contiguous, kTransB = 1).
+// accumulate = 0 overwrites d.
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[16][4], const uint32_t (&a)[4],
+                                                    uint64_t b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -134,7 +136,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[16][4], const 
       "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
       "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
       "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
         "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
         "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
@@ -147,7 +149,13 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[16][4], const 
         "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]),
         "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),
         "+f"(d[15][2]), "+f"(d[15][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(kTransB));
+}
+
+// d += A·B, A from registers, B MN-major (the P·V step of attention).
+__device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[16][4], const uint32_t (&a)[4],
+                                                       uint64_t b) {
+  wgmma_m64n128k16_rs<1>(d, a, b, 1);
 }
 
 }  // namespace serval::kernels::cuda::wgmma
