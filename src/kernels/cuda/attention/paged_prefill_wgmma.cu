@@ -43,19 +43,29 @@ template <int kStages>
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024;
 static_assert(kTileBytes % 1024 == 0, "swizzle atoms stay aligned");
 
+// a · b as 64 bits from 32-bit factors: one IMAD.WIDE (the compiler, given int64 operands that
+// hold 32-bit values, may emit a full 64 × 64 multiply).
+__device__ __forceinline__ int64_t mul_wide(int32_t a, int32_t b) {
+  int64_t r;
+  asm("mul.wide.s32 %0, %1, %2;" : "=l"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 // A thread's K/V copies: it copies 16-byte chunk column c = tid % 16 of tile rows r0 + 16·i
 // (r0 = tid / 16, i = 0..kIters − 1), whose swizzle is that of row r0. The address arithmetic is
-// on the math warps' path (a division per chunk cost this kernel 11 %, measured on the H200),
-// hence the per-thread constants and PagedBlocks.
+// on the math warps' path (a division per chunk cost this kernel 11 %, measured on the H200):
+// per-thread constants, a shift and a mask for power-of-two block sizes (chosen once per tile),
+// and one 32 × 32 → 64-bit multiply per chunk (the block's offset; the rest fits 32 bits).
 struct TileCopier {
   static constexpr int kChunks = kD / 8;  // 16-byte chunks per key row
   static constexpr int kRowStep = kCtaThreads / kChunks;
   static constexpr int kIters = kKeys / kRowStep;
   static_assert(kKeys % kRowStep == 0 && kRowStep % 8 == 0, "rows r0 + kRowStep·i share a swizzle");
   int r0;
-  uint32_t dst0;       // shared-memory offset of row r0's chunk in a tile
-  int64_t head_off;    // bytes from a cache slot to this KV head's chunk c
-  int64_t slot_bytes;  // bytes per cache slot (num_kv_heads · kD · 2)
+  uint32_t dst0;        // shared-memory offset of row r0's chunk in a tile
+  int32_t head_off;     // bytes from a cache slot to this KV head's chunk c
+  int32_t slot_bytes;   // bytes per cache slot (num_kv_heads · kD · 2)
+  int32_t block_bytes;  // bytes per cache block (block_size · slot_bytes; the launch checks < 2^31)
   PagedBlocks blocks;
 
   __device__ __forceinline__ TileCopier(int block_size, int num_kv_heads, int kv_head)
@@ -63,8 +73,9 @@ struct TileCopier {
     const int c = int(threadIdx.x) % kChunks;
     r0 = int(threadIdx.x) / kChunks;
     dst0 = wgmma::sw128_offset(r0, c, kKeys);
-    head_off = (int64_t(kv_head) * kD + c * 8) * 2;
-    slot_bytes = int64_t(num_kv_heads) * kD * 2;
+    head_off = (kv_head * kD + c * 8) * 2;
+    slot_bytes = num_kv_heads * kD * 2;
+    block_bytes = block_size * slot_bytes;
   }
 
   // cp.async of keys [key0, key0 + kKeys) of the KV head into the K and V tiles at k_tile,
@@ -72,12 +83,28 @@ struct TileCopier {
   __device__ __forceinline__ void load(unsigned char* k_tile, unsigned char* v_tile,
                                        const unsigned char* k_cache, const unsigned char* v_cache,
                                        const int32_t* table, int key0, int num_keys) const {
+    if (blocks.log2 >= 0) {
+      load_rows<true>(k_tile, v_tile, k_cache, v_cache, table, key0, num_keys);
+    } else {
+      load_rows<false>(k_tile, v_tile, k_cache, v_cache, table, key0, num_keys);
+    }
+  }
+
+  template <bool kPow2>
+  __device__ __forceinline__ void load_rows(unsigned char* k_tile, unsigned char* v_tile,
+                                            const unsigned char* k_cache,
+                                            const unsigned char* v_cache, const int32_t* table,
+                                            int key0, int num_keys) const {
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       const int key = key0 + r0 + it * kRowStep;
       const bool valid = key < num_keys;
       int64_t off = 0;  // bytes
-      if (valid) off = blocks.slot(table[blocks.block(key)], key) * slot_bytes + head_off;
+      if (valid) {
+        const int block = kPow2 ? key >> blocks.log2 : key / blocks.size;
+        const int within = kPow2 ? key & (blocks.size - 1) : key - block * blocks.size;
+        off = mul_wide(table[block], block_bytes) + (within * slot_bytes + head_off);
+      }
       const uint32_t dst = dst0 + uint32_t(it * kRowStep * 128);
       cp_async_16(k_tile + dst, k_cache + off, valid);
       cp_async_16(v_tile + dst, v_cache + off, valid);
@@ -88,7 +115,9 @@ struct TileCopier {
 // q, out: [num_tokens, num_q_heads, 128] bf16; caches bf16. scale_log2 = scale · log2(e) > 0.
 // log_hpc = log2(q heads per CTA). kStages = 2: every wgmma group is waited for in its own
 // iteration. kStages = 3: O += P·V of tile t is waited for only after S of tile t + 1 is issued,
-// so it overlaps the next barrier and loads (its V slot is rewritten two tiles later).
+// so it overlaps the next barrier and loads (its V slot is rewritten two tiles later). The next
+// tile's copies are issued after S (their page-table reads and address arithmetic, ~200
+// instructions a thread, overlap the tensor cores).
 template <int kStages>
 __global__ void __launch_bounds__(kCtaThreads, 1)
     prefill_wgmma_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
@@ -165,10 +194,10 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
   // S = Q·Kᵀ of the K tile at k_base: k-step kk covers dims 16·kk.. (chunk kk / 4, +32 bytes per
   // step inside it). Issued, not committed.
   auto issue_scores = [&](uint32_t k_base) {
+    const uint64_t b0 = wgmma::sw128_desc(k_base, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t in_chunk = (kk & 3) * 32;
-      const uint64_t b = wgmma::sw128_desc(k_base + (kk >> 2) * kKeys * 128 + in_chunk, 16, 1024);
+      const uint64_t b = wgmma::desc_advance(b0, (kk >> 2) * kKeys * 128 + (kk & 3) * 32);
       wgmma::wgmma_m64n128k16_rs<0>(s, qa[kk], b, kk > 0);
     }
   };
@@ -185,11 +214,10 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
   // O += P·V of the V tile at v_base: k-step kq starts at key row 16·kq; LBO steps to its second
   // 64-dim chunk. Issued, not committed.
   auto issue_pv = [&](uint32_t v_base) {
+    const uint64_t b0 = wgmma::sw128_desc(v_base, kKeys * 128, 1024);
 #pragma unroll
-    for (int kq = 0; kq < kKeys / 16; ++kq) {
-      const uint64_t b = wgmma::sw128_desc(v_base + kq * 16 * 128, kKeys * 128, 1024);
-      wgmma::wgmma_m64n128k16_rs_bt(o, pa[kq], b);
-    }
+    for (int kq = 0; kq < kKeys / 16; ++kq)
+      wgmma::wgmma_m64n128k16_rs_bt(o, pa[kq], wgmma::desc_advance(b0, kq * 16 * 128));
   };
 
   load(0);
@@ -199,11 +227,14 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
     wgmma::fence_proxy_async();  // ... and (with Q's stores) are visible to wgmma
     __syncthreads();  // everyone's; the slot refilled next was last read kStages − 1 tiles ago,
                       // and every warpgroup has waited for those wgmma since
-    if (t + 1 < num_tiles) load(t + 1);
-    cp_async_commit();
+    auto load_next = [&] {
+      if (t + 1 < num_tiles) load(t + 1);
+      cp_async_commit();
+    };
     const int key0 = t * kKeys;
     if (!wg_active || key0 > wg_last_key) {  // warpgroup-uniform; no barrier below
-      wgmma::wait<0>();                      // nothing of this warpgroup stays in flight
+      load_next();
+      wgmma::wait<0>();  // nothing of this warpgroup stays in flight
       continue;
     }
     const uint32_t k_base = smem_addr(stage(t % kStages)), v_base = k_base + kTileBytes;
@@ -211,6 +242,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
     wgmma::fence();
     issue_scores(k_base);
     wgmma::commit();
+    load_next();       // while the tensor cores compute S
     wgmma::wait<0>();  // S, and (3 stages) the previous tile's P·V
     wgmma::fence_operand(s);
     if constexpr (kStages == 3) {
@@ -246,6 +278,8 @@ bool paged_attention_prefill_wgmma(const PagedAttentionParams& p, cudaStream_t s
   if (off || p.head_dim != kD || p.cache_dtype != DType::kBF16 || p.v_scale != 1.0f ||
       !(p.scale > 0.0f))
     return false;
+  // TileCopier's 32-bit byte offsets inside a cache block.
+  if (int64_t(p.block_size) * p.num_kv_heads * kD * 2 >= (int64_t(1) << 31)) return false;
   // SERVAL_PREFILL_WGMMA_STAGES=2: the two-stage kernel (side-by-side comparisons).
   static const bool two = [] {
     const char* env = std::getenv("SERVAL_PREFILL_WGMMA_STAGES");

@@ -35,6 +35,17 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo_bytes
          (uint64_t(sbo_bytes >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// `desc` moved `bytes` (a multiple of 16) further into shared memory: the start address is the low
+// 14 bits of the low word (address / 16) and shared addresses stay below 256 KB, so one 32-bit
+// add does it, without rebuilding the 64-bit descriptor.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  uint32_t lo, hi;
+  asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(desc));  // a register pair: no code
+  lo += bytes >> 4;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(lo), "r"(hi));
+  return desc;
+}
+
 // Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async once waited for)
 // visible to the async proxy that wgmma reads through; a barrier must follow before other
 // threads' wgmma use them.
