@@ -85,9 +85,14 @@ class ModelRunner final : public StepRunner {
   // `defer_graph_capture`: ranks of a parallel group must capture together, since the warm-up
   // runs their collectives.
   void capture_decode_graphs();
+  // Runs every decode-graph bucket's step once without capturing (a no-op when graphs are off):
+  // the parallel group's local warm-up, with its communicators local-only.
+  void warm_up_decode_graphs();
 
  private:
   Tensor forward(std::span<const SeqChunk> chunks);
+  // The decode graphs, made on first use; null when graphs are off.
+  DecodeGraphs* decode_graphs();
 
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::Model> model_;
@@ -95,6 +100,7 @@ class ModelRunner final : public StepRunner {
   int block_size_;
   RunnerOptions options_;
   std::unique_ptr<DecodeGraphs> graphs_;
+  bool graphs_captured_ = false;
   int dp_row_offset_ = 0, dp_rows_total_ = 0;  // see set_dp_rows
 };
 

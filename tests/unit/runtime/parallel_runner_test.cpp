@@ -193,6 +193,28 @@ TEST(CpuCommunicator, AbortReleasesWaitingRanks) {
   waiter.join();
 }
 
+// Local-only mode (the parallel group's solo warm-up): a rank's all-reduce returns its own values
+// without waiting for the others; switched off, the group sums again.
+TEST(CpuCommunicator, LocalOnlyRanksRunAlone) {
+  auto comms = backend::make_cpu_communicators(2);
+  for (auto& c : comms) c->set_local_only(true);
+  std::vector<float> alone = {1.0f, 2.0f};
+  Tensor t = host_view(alone.data(), DType::kF32, {2}, nullptr);
+  comms[0]->all_reduce_sum(t);  // rank 1 never calls: would wait forever if it were a collective
+  EXPECT_EQ(alone, (std::vector<float>{1.0f, 2.0f}));
+  for (auto& c : comms) c->set_local_only(false);
+  std::vector<std::vector<float>> v = {{1.0f, 2.0f}, {10.0f, 20.0f}};
+  std::thread other([&] {
+    Tensor u = host_view(v[1].data(), DType::kF32, {2}, nullptr);
+    comms[1]->all_reduce_sum(u);
+  });
+  Tensor u = host_view(v[0].data(), DType::kF32, {2}, nullptr);
+  comms[0]->all_reduce_sum(u);
+  other.join();
+  EXPECT_EQ(v[0], (std::vector<float>{11.0f, 22.0f}));
+  EXPECT_EQ(v[1], (std::vector<float>{11.0f, 22.0f}));
+}
+
 // Greedy generation through the engine: tensor_parallel_size 2 (and with expert parallel)
 // must produce the single-rank tokens.
 std::vector<int32_t> engine_tokens(int tp, bool ep) {
