@@ -118,13 +118,12 @@ void DecodeGraphs::warm_up(const Forward& forward) {
     forward(metadata(batch));
     b_.end_step();
   }
+  b_.synchronize();
 }
 
-// All warm-ups first (lazy module loads and GEMM plans happen outside the captures), then all
-// captures: no eager step runs between two captures, so the ranks of a parallel group never
-// interleave eager and captured collectives.
+// No eager step runs between two captures, so the ranks of a parallel group never interleave
+// eager and captured collectives.
 void DecodeGraphs::capture_all(const Forward& forward) {
-  warm_up(forward);
   for (int batch : decode_graph_buckets(max_batch_)) {
     log::debug("decode graphs: capture of batch {}", batch);
     fill_host({}, batch);

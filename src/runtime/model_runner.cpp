@@ -105,7 +105,10 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
     kv_.push_back(std::move(layer));
   }
   if (options_.step_memory_bytes > 0) backend_->reserve_step_memory(options_.step_memory_bytes);
-  if (!options_.defer_graph_capture) capture_decode_graphs();
+  if (!options_.defer_graph_capture) {
+    warm_up_decode_graphs();
+    capture_decode_graphs();
+  }
 }
 
 DecodeGraphs* ModelRunner::decode_graphs() {

@@ -93,7 +93,7 @@ void ParallelRunner::abort() {
 // steps once while no GPU waits on another. A first launch may load its kernel (libraries may load
 // lazily whatever CUDA_MODULE_LOADING says), and a load that waits for a device spinning in an
 // all-reduce for a peer whose thread is blocked behind the same load deadlocks. Then the warm-up
-// with collectives and the captures, together.
+// with collectives, drained on every rank before any rank captures, then the captures.
 void ParallelRunner::capture_decode_graphs() {
   set_local_only(true);
   try {
@@ -103,6 +103,7 @@ void ParallelRunner::capture_decode_graphs() {
     throw;
   }
   set_local_only(false);
+  run_ranks([&](int r) { ranks_[size_t(r)]->warm_up_decode_graphs(); });
   run_ranks([&](int r) { ranks_[size_t(r)]->capture_decode_graphs(); });
 }
 
