@@ -5,11 +5,31 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <utility>
 
 #include "base/error.h"
 
 namespace serval::kernels::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// The largest size granted so far per kernel, one table per device, each with its own lock: the
+// ranks of a tensor-parallel group (one GPU each) never wait for one another here. A process-wide
+// lock held across cudaFuncSetAttribute, if that waits for its device, lets a rank whose GPU spins
+// in an all-reduce block its peer from ever launching the matching one (the suspected cause of
+// the TP=2 start-up hang at decode batches of 16: bench/RESULTS.md, 2026-11-30).
+struct DeviceGrants {
+  std::mutex mutex;
+  std::map<const void*, size_t> granted;
+};
+
+DeviceGrants& grants(int device) {
+  static DeviceGrants per_device[kMaxDevices];
+  return per_device[device];
+}
+
+}  // namespace
 
 void allow_dynamic_smem(const void* kernel, size_t bytes, const char* who) {
   int device = 0;
@@ -17,11 +37,12 @@ void allow_dynamic_smem(const void* kernel, size_t bytes, const char* who) {
     (void)cudaGetLastError();
     throw Error(std::string(who) + ": no current CUDA device");
   }
-  // The largest size granted so far per (kernel, device).
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, size_t> granted;
-  std::lock_guard<std::mutex> lock(mutex);
-  size_t& have = granted[{kernel, device}];
+  if (device < 0 || device >= kMaxDevices)
+    throw Error(std::string(who) + ": CUDA device " + std::to_string(device) + " beyond the " +
+                std::to_string(kMaxDevices) + " supported");
+  DeviceGrants& g = grants(device);
+  std::lock_guard<std::mutex> lock(g.mutex);
+  size_t& have = g.granted[kernel];
   if (have >= bytes) return;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
