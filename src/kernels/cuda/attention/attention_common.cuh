@@ -70,6 +70,18 @@ __device__ __forceinline__ void qk_scores(float (&s)[kNt][4], const uint32_t (&q
   }
 }
 
+// o rows g (0) and g + 8 (1) times corr.
+template <int kOt>
+__device__ __forceinline__ void rescale_rows(float (&o)[kOt][4], const float (&corr)[2]) {
+#pragma unroll
+  for (int n = 0; n < kOt; ++n) {
+    o[n][0] *= corr[0];
+    o[n][1] *= corr[0];
+    o[n][2] *= corr[1];
+    o[n][3] *= corr[1];
+  }
+}
+
 // Online softmax over one block of scores already in the log2 domain (scale·log2e applied,
 // masked entries −inf). Updates the running max m and the thread-partial sums l of rows g
 // (index 0) and g+8 (index 1), rescales o, and turns s into probabilities.
@@ -95,13 +107,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kNt][4], float (&m)[2]
     m[i] = mx[i];
     l[i] *= corr[i];
   }
-#pragma unroll
-  for (int n = 0; n < kOt; ++n) {
-    o[n][0] *= corr[0];
-    o[n][1] *= corr[0];
-    o[n][2] *= corr[1];
-    o[n][3] *= corr[1];
-  }
+  rescale_rows(o, corr);
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
     s[j][0] = exp2f(s[j][0] - base[0]);
@@ -216,18 +222,6 @@ __device__ __forceinline__ void softmax_probs_raw(float (&s)[kNt][4], float (&m)
     s[j][3] = fast_exp2(fmaf(s[j][3], scale_log2, -ms[1]));
     l[0] += s[j][0] + s[j][1];
     l[1] += s[j][2] + s[j][3];
-  }
-}
-
-// o rows g (0) and g + 8 (1) times corr.
-template <int kOt>
-__device__ __forceinline__ void rescale_rows(float (&o)[kOt][4], const float (&corr)[2]) {
-#pragma unroll
-  for (int n = 0; n < kOt; ++n) {
-    o[n][0] *= corr[0];
-    o[n][1] *= corr[0];
-    o[n][2] *= corr[1];
-    o[n][3] *= corr[1];
   }
 }
 
