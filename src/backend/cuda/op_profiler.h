@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
+
 namespace serval::backend::cuda {
 
 class OpProfiler {
@@ -43,22 +45,34 @@ class OpProfiler {
   std::map<std::string, Total> totals_;
 };
 
-// RAII: times one op when the profiler is enabled and no graph is being captured.
+// RAII: times one op when the profiler is enabled and no graph is being captured. With
+// SERVAL_LOG_LEVEL=trace it also logs the op's start and end on the host, with the GPU: where a
+// rank's thread stops when a parallel group hangs.
 class OpScope {
  public:
   OpScope(OpProfiler& p, const char* op, cudaStream_t stream, bool capturing)
       : p_(p.enabled() && !capturing ? &p : nullptr), stream_(stream) {
+    if (log::tracing()) trace_ = op;
+    if (trace_) trace_op("enqueueing");
     if (p_) p_->begin(op, stream_);
   }
   ~OpScope() {
     if (p_) p_->end(stream_);
+    if (trace_) trace_op("enqueued");
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
 
  private:
+  void trace_op(const char* what) const {
+    int device = -1;
+    (void)cudaGetDevice(&device);
+    log::trace("GPU {}: {} {}", device, what, trace_);
+  }
+
   OpProfiler* p_;
   cudaStream_t stream_;
+  const char* trace_ = nullptr;  // the op's name while tracing
 };
 
 }  // namespace serval::backend::cuda
