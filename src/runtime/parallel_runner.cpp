@@ -1,6 +1,9 @@
 #include "runtime/parallel_runner.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "base/error.h"
 #include "model/model.h"
@@ -17,7 +20,10 @@ ParallelRunner::ParallelRunner(std::vector<std::unique_ptr<backend::Communicator
       bind_(std::move(bind)) {
   check(!ranks_.empty() && comms_.size() == ranks_.size(),
         "ParallelRunner: one communicator per rank");
+  const char* env = std::getenv("SERVAL_PARALLEL_STALL_S");
+  stall_limit_ = std::chrono::seconds(env ? std::max(0L, std::strtol(env, nullptr, 10)) : 600L);
   for (int r = 1; r < size(); ++r) threads_.emplace_back(&ParallelRunner::rank_thread, this, r);
+  watcher_ = std::thread(&ParallelRunner::watch, this);
 }
 
 ParallelRunner::~ParallelRunner() {
@@ -26,7 +32,50 @@ ParallelRunner::~ParallelRunner() {
     stopping_ = true;
   }
   work_cv_.notify_all();
+  watch_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
+  watcher_.join();
+}
+
+void ParallelRunner::set_stall_limit(std::chrono::milliseconds limit) {
+  {
+    std::lock_guard lock(mu_);
+    stall_limit_ = limit;
+  }
+  watch_cv_
+      .notify_all();  // a shorter limit: the watch may be asleep until an older, later deadline
+}
+
+// Steps only set armed_ and deadline_ (no wake-up: a decode step's host work stays as it was);
+// the watch checks an idle runner once a second and otherwise sleeps until the deadline it saw.
+void ParallelRunner::watch() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (!armed_) {
+      watch_cv_.wait_for(lock, std::chrono::seconds(1));
+      continue;
+    }
+    const auto deadline = deadline_;
+    watch_cv_.wait_until(lock, deadline);  // notified only on stop
+    // The same run_ranks call still running past its deadline (a later call re-armed with a
+    // later one, or none is running: look again).
+    if (stopping_ || !armed_ || deadline_ != deadline ||
+        std::chrono::steady_clock::now() < deadline)
+      continue;
+    armed_ = false;
+    if (!first_error_) {
+      const int64_t ms = stall_limit_.count();
+      const std::string limit =
+          ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+      first_error_ = std::make_exception_ptr(
+          Error("parallel step made no progress for " + limit +
+                " (SERVAL_PARALLEL_STALL_S): a rank is waiting for a peer that does not come; "
+                "the group's collectives were aborted"));
+    }
+    lock.unlock();
+    abort();  // outside the lock: a rank thread's error path takes it
+    lock.lock();
+  }
 }
 
 void ParallelRunner::rank_thread(int r) {
@@ -71,6 +120,10 @@ void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
     pending_ = size() - 1;
     first_error_ = nullptr;
     ++generation_;
+    if (stall_limit_.count() > 0) {
+      armed_ = true;
+      deadline_ = std::chrono::steady_clock::now() + stall_limit_;
+    }
   }
   work_cv_.notify_all();
   body(0);
@@ -79,6 +132,7 @@ void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [&] { return pending_ == 0; });
     job_ = nullptr;
+    armed_ = false;
     error = first_error_;
   }
   if (error) std::rethrow_exception(error);

@@ -2,6 +2,7 @@
 // rank, each with its own backend, model shard, KV cache and communicator. A step runs on all
 // ranks at once; the collectives inside the forward keep them in lockstep.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -52,6 +53,13 @@ class ParallelRunner final : public StepRunner {
   // Makes every rank's pending and future collectives fail instead of waiting (a peer outside
   // this process is gone); the runner is unusable afterwards. Callable from any thread.
   void abort();
+  // A step (or start-up phase) of all ranks that runs longer than `limit` is taken as stalled:
+  // the group's communicators are aborted, which ends collectives waiting on a peer that never
+  // comes, and the step throws serval::Error saying so. Default: SERVAL_PARALLEL_STALL_S
+  // seconds, else 600; zero turns the watch off.
+  void set_stall_limit(std::chrono::milliseconds limit);
+  // Rank r's communicator (tests).
+  backend::Communicator& comm(int r) { return *comms_.at(size_t(r)); }
 
  private:
   // Calls fn(r) for every rank concurrently: rank 0 on the calling thread, the others on the
@@ -60,6 +68,8 @@ class ParallelRunner final : public StepRunner {
   void rank_thread(int r);
   // Every communicator's local-only mode (backend::Communicator::set_local_only); between steps.
   void set_local_only(bool on);
+  // Aborts the group when a run_ranks call outlives stall_limit_ (the watch thread).
+  void watch();
 
   std::vector<std::unique_ptr<backend::Communicator>> comms_, group_comms_;
   std::vector<std::unique_ptr<ModelRunner>> ranks_;
@@ -74,6 +84,12 @@ class ParallelRunner final : public StepRunner {
   bool stopping_ = false;
   std::exception_ptr first_error_;
   std::vector<std::thread> threads_;
+  // The stall watch: armed while run_ranks runs, with the time it must end by.
+  std::condition_variable watch_cv_;
+  std::chrono::milliseconds stall_limit_;
+  bool armed_ = false;
+  std::chrono::steady_clock::time_point deadline_;
+  std::thread watcher_;
 };
 
 // How to build the ranks of a parallel group.

@@ -226,6 +226,33 @@ TEST(CpuCommunicator, LocalOnlyRanksRunAlone) {
   EXPECT_EQ(v[1], (std::vector<float>{11.0f, 22.0f}));
 }
 
+// A step in which one rank waits in a collective that its peer never joins: the stall watch
+// aborts the group's collectives, and the step throws an error that says so, instead of
+// hanging.
+TEST(ParallelRunner, StalledStepIsAbortedWithAnError) {
+  const io::ModelConfig config = io::load_model_config(fixture("qwen3").string());
+  auto weights = model::open_checkpoint_weights(fixture("qwen3").string());
+  ParallelLoadOptions o;
+  o.parallel = {2, 1, false};
+  o.num_blocks = [](backend::Backend&, const model::Model&) { return 4; };
+  auto tp2 = load_parallel_runner(config, *weights, o);
+  tp2->set_stall_limit(std::chrono::milliseconds(200));
+  tp2->for_each_rank([](int) {});  // a step that ends in time is untouched
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    tp2->for_each_rank([&](int r) {
+      if (r != 1) return;
+      std::vector<float> v(4, 1.0f);
+      Tensor t = host_view(v.data(), DType::kF32, {4}, nullptr);
+      tp2->comm(1).all_reduce_sum(t);  // rank 0 never comes
+    });
+    ADD_FAILURE() << "the stalled step returned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no progress"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 // Greedy generation through the engine: tensor_parallel_size 2 (and with expert parallel)
 // must produce the single-rank tokens.
 std::vector<int32_t> engine_tokens(int tp, bool ep) {
