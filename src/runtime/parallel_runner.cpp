@@ -42,12 +42,13 @@ void ParallelRunner::set_stall_limit(std::chrono::milliseconds limit) {
     std::lock_guard lock(mu_);
     stall_limit_ = limit;
   }
-  watch_cv_
-      .notify_all();  // a shorter limit: the watch may be asleep until an older, later deadline
+  // A shorter limit: the watch may be asleep until an older, later deadline.
+  watch_cv_.notify_all();
 }
 
 // Steps only set armed_ and deadline_ (no wake-up: a decode step's host work stays as it was);
-// the watch checks an idle runner once a second and otherwise sleeps until the deadline it saw.
+// the watch checks an idle runner once a second and otherwise sleeps until the deadline it saw,
+// which is never later than a newer one while the limit stays (set_stall_limit wakes it).
 void ParallelRunner::watch() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
