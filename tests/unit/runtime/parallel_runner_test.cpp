@@ -232,10 +232,9 @@ TEST(CpuCommunicator, LocalOnlyRanksRunAlone) {
 TEST(ParallelRunner, StalledStepIsAbortedWithAnError) {
   const io::ModelConfig config = io::load_model_config(fixture("qwen3").string());
   auto weights = model::open_checkpoint_weights(fixture("qwen3").string());
-  ParallelLoadOptions o;
-  o.parallel = {2, 1, false};
-  o.num_blocks = [](backend::Backend&, const model::Model&) { return 4; };
-  auto tp2 = load_parallel_runner(config, *weights, o);
+  const std::unique_ptr<StepRunner> runner = make_runner("qwen3", {2, 1, false}, weights, config);
+  auto* tp2 = dynamic_cast<ParallelRunner*>(runner.get());
+  ASSERT_NE(tp2, nullptr);
   tp2->set_stall_limit(std::chrono::milliseconds(200));
   tp2->for_each_rank([](int) {});  // a step that ends in time is untouched
   const auto start = std::chrono::steady_clock::now();

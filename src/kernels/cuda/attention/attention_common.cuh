@@ -191,19 +191,17 @@ __device__ __forceinline__ void causal_mask(float (&s)[kNt][4], int key0, int c,
 
 // Prefill online softmax on raw scores s (scale_log2 = scale · log2 e > 0, so the running max m
 // is taken before scaling): probabilities 2^(s·scale_log2 − m·scale_log2), one FFMA and one MUFU
-// each. Updates m and the thread-partial sums l of rows g (0) and g + 8 (1); the accumulators of
-// those rows must then be multiplied by corr (rescale_rows), which a caller may defer while they
-// are still being written by an asynchronous MMA.
-template <int kNt>
-__device__ __forceinline__ void softmax_probs_raw(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
-                                                  float (&corr)[2], float scale_log2) {
+// each. Updates m and the thread-partial sums l of rows g (0) and g + 8 (1), rescales o.
+template <int kNt, int kOt>
+__device__ __forceinline__ void online_softmax_raw(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
+                                                   float (&o)[kOt][4], float scale_log2) {
   float mx[2] = {m[0], m[1]};
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
     mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
     mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
   }
-  float ms[2];
+  float ms[2], corr[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {  // the 4 lanes of a quad share rows g, g+8
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
@@ -214,6 +212,7 @@ __device__ __forceinline__ void softmax_probs_raw(float (&s)[kNt][4], float (&m)
     ms[i] = base * scale_log2;
     l[i] *= corr[i];
   }
+  rescale_rows(o, corr);
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
     s[j][0] = fast_exp2(fmaf(s[j][0], scale_log2, -ms[0]));
@@ -223,15 +222,6 @@ __device__ __forceinline__ void softmax_probs_raw(float (&s)[kNt][4], float (&m)
     l[0] += s[j][0] + s[j][1];
     l[1] += s[j][2] + s[j][3];
   }
-}
-
-// softmax_probs_raw with the rescale of o at once.
-template <int kNt, int kOt>
-__device__ __forceinline__ void online_softmax_raw(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
-                                                   float (&o)[kOt][4], float scale_log2) {
-  float corr[2];
-  softmax_probs_raw(s, m, l, corr, scale_log2);
-  rescale_rows(o, corr);
 }
 
 // Prefill epilogue: rows g and g + 8 of o (query rows row_lo, row_hi of the sequence starting at

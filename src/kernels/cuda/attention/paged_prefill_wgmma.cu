@@ -191,10 +191,6 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
       wgmma::wgmma_m64n128k16_rs_bt(o, pa[kq], b);
     }
   };
-  auto mask_and_softmax = [&](int key0, float(&corr)[2]) {
-    if (key0 + kKeys - 1 > wg_first_pos) causal_mask(s, key0, c, pos_lo, pos_hi);
-    softmax_probs_raw(s, m, l, corr, scale_log2);
-  };
 
   load(0);
   cp_async_commit();
@@ -221,9 +217,8 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
       wgmma::fence_operand(o);
       wgmma::fence_operand(pa);
     }
-    float corr[2];
-    mask_and_softmax(key0, corr);
-    rescale_rows(o, corr);
+    if (key0 + kKeys - 1 > wg_first_pos) causal_mask(s, key0, c, pos_lo, pos_hi);
+    online_softmax_raw(s, m, l, o, scale_log2);
     pack_probs();
     wgmma::fence();
     issue_pv(v_base);
