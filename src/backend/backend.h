@@ -212,6 +212,9 @@ class Backend {
   // are valid until the next begin_step(). end_step() returns empty() to ordinary allocation.
   // The CPU backend ignores all three.
   virtual void reserve_step_memory(int64_t bytes) {}
+  // Waits until every operation queued so far has finished (a no-op where calls complete
+  // before returning, as on the CPU).
+  virtual void synchronize() {}
   virtual void begin_step() {}
   virtual void end_step() {}
   // Scoped reuse inside a step: tensors allocated after step_mark() are dead after

@@ -41,6 +41,17 @@ class Communicator {
   // Makes this rank's pending and future collectives fail (serval::Error) instead of waiting on
   // peers: called when a rank failed mid-step so the other ranks' threads do not hang.
   virtual void abort() {}
+
+  // Local-only mode, for start-up warm-ups a rank runs alone: all_reduce_sum leaves each rank's
+  // own values (Σ over this rank only) and all_reduce_add_rms_norm declines, so no call waits on
+  // a peer. Set between steps, from the thread that runs them.
+  void set_local_only(bool on) { local_only_ = on; }
+
+ protected:
+  bool local_only() const { return local_only_; }
+
+ private:
+  bool local_only_ = false;
 };
 
 // Sums f32 vectors over the nodes of a multi-node group: every node passes its partial sum and

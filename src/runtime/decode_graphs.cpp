@@ -110,18 +110,22 @@ void DecodeGraphs::fill_host(std::span<const SeqChunk> chunks, int batch) {
   b_.copy_to_device(host_.data(), prefix);
 }
 
-// All warm-ups first (lazy module loads and GEMM plans happen outside the captures), then all
-// captures: no eager step runs between two captures, so the ranks of a parallel group never
-// interleave eager and captured collectives.
-void DecodeGraphs::capture_all(const Forward& forward) {
-  const std::vector<int> buckets = decode_graph_buckets(max_batch_);
-  for (int batch : buckets) {
+void DecodeGraphs::warm_up(const Forward& forward) {
+  for (int batch : decode_graph_buckets(max_batch_)) {
+    log::debug("decode graphs: warm-up of batch {}", batch);
     fill_host({}, batch);
     b_.begin_step();
     forward(metadata(batch));
     b_.end_step();
   }
-  for (int batch : buckets) {
+  b_.synchronize();
+}
+
+// No eager step runs between two captures, so the ranks of a parallel group never interleave
+// eager and captured collectives.
+void DecodeGraphs::capture_all(const Forward& forward) {
+  for (int batch : decode_graph_buckets(max_batch_)) {
+    log::debug("decode graphs: capture of batch {}", batch);
     fill_host({}, batch);
     b_.begin_step();
     Tensor logits;

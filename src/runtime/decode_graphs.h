@@ -24,7 +24,10 @@ class DecodeGraphs {
   // Static metadata sized for max_batch sequences of up to max_model_len tokens.
   DecodeGraphs(backend::Backend& b, int max_batch, int max_model_len, int block_size);
 
-  // Warms up and captures every bucket; buckets whose capture fails stay eager.
+  // Runs every bucket's step once, eagerly, and waits for them: lazy kernel loads and GEMM plans
+  // happen here, before any capture.
+  void warm_up(const Forward& forward);
+  // Captures every bucket (after warm_up); buckets whose capture fails stay eager.
   void capture_all(const Forward& forward);
 
   // True when `chunks` is a pure decode step that a captured graph can run.

@@ -105,17 +105,33 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
     kv_.push_back(std::move(layer));
   }
   if (options_.step_memory_bytes > 0) backend_->reserve_step_memory(options_.step_memory_bytes);
-  if (!options_.defer_graph_capture) capture_decode_graphs();
+  if (!options_.defer_graph_capture) {
+    warm_up_decode_graphs();
+    capture_decode_graphs();
+  }
+}
+
+DecodeGraphs* ModelRunner::decode_graphs() {
+  if (!graphs_ && options_.cuda_graphs && options_.max_model_len > 0 &&
+      options_.max_decode_batch > 0) {
+    graphs_ = std::make_unique<DecodeGraphs>(*backend_, options_.max_decode_batch,
+                                             options_.max_model_len, block_size_);
+  }
+  return graphs_.get();
 }
 
 void ModelRunner::capture_decode_graphs() {
-  if (graphs_ || !options_.cuda_graphs || options_.max_model_len <= 0 ||
-      options_.max_decode_batch <= 0)
-    return;
-  graphs_ = std::make_unique<DecodeGraphs>(*backend_, options_.max_decode_batch,
-                                           options_.max_model_len, block_size_);
-  graphs_->capture_all(
+  DecodeGraphs* graphs = decode_graphs();
+  if (graphs == nullptr || graphs_captured_) return;
+  graphs_captured_ = true;
+  graphs->capture_all(
       [this](const backend::StepMetadata& meta) { return model_->forward(meta, kv_); });
+}
+
+void ModelRunner::warm_up_decode_graphs() {
+  if (DecodeGraphs* graphs = decode_graphs())
+    graphs->warm_up(
+        [this](const backend::StepMetadata& meta) { return model_->forward(meta, kv_); });
 }
 
 ModelRunner::~ModelRunner() = default;

@@ -80,14 +80,18 @@ class ModelRunner final : public StepRunner {
   static int64_t kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype);
   // Decode batch sizes that run as CUDA graphs (0 when graphs are off).
   int num_decode_graphs() const;
-  // Captures the pure-decode CUDA graphs (options.cuda_graphs with max_model_len and
-  // max_decode_batch set; otherwise a no-op). The constructor calls it unless
-  // `defer_graph_capture`: ranks of a parallel group must capture together, since the warm-up
-  // runs their collectives.
+  // The pure-decode CUDA graphs (options.cuda_graphs with max_model_len and max_decode_batch
+  // set; otherwise both are no-ops): warm_up_decode_graphs runs every bucket's step once and waits
+  // for it, capture_decode_graphs then captures them. The constructor calls both unless
+  // `defer_graph_capture`: the ranks of a parallel group call them together (ParallelRunner),
+  // since their steps run collectives.
+  void warm_up_decode_graphs();
   void capture_decode_graphs();
 
  private:
   Tensor forward(std::span<const SeqChunk> chunks);
+  // The decode graphs, made on first use; null when graphs are off.
+  DecodeGraphs* decode_graphs();
 
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::Model> model_;
@@ -95,6 +99,7 @@ class ModelRunner final : public StepRunner {
   int block_size_;
   RunnerOptions options_;
   std::unique_ptr<DecodeGraphs> graphs_;
+  bool graphs_captured_ = false;
   int dp_row_offset_ = 0, dp_rows_total_ = 0;  // see set_dp_rows
 };
 

@@ -144,8 +144,27 @@ void ParallelRunner::abort() {
   for (auto& comm : group_comms_) comm->abort();
 }
 
+// First every rank alone, its collectives local-only: each launches every kernel of its decode
+// steps once while no GPU waits on another. A first launch may load its kernel (libraries may load
+// lazily whatever CUDA_MODULE_LOADING says), and a load that waits for a device spinning in an
+// all-reduce for a peer whose thread is blocked behind the same load deadlocks. Then the warm-up
+// with collectives, drained on every rank before any rank captures, then the captures.
 void ParallelRunner::capture_decode_graphs() {
+  set_local_only(true);
+  try {
+    run_ranks([&](int r) { ranks_[size_t(r)]->warm_up_decode_graphs(); });
+  } catch (...) {
+    set_local_only(false);
+    throw;
+  }
+  set_local_only(false);
+  run_ranks([&](int r) { ranks_[size_t(r)]->warm_up_decode_graphs(); });
   run_ranks([&](int r) { ranks_[size_t(r)]->capture_decode_graphs(); });
+}
+
+void ParallelRunner::set_local_only(bool on) {
+  for (auto& comm : comms_) comm->set_local_only(on);
+  for (auto& comm : group_comms_) comm->set_local_only(on);
 }
 
 std::vector<float> ParallelRunner::execute(std::span<const SeqChunk> chunks) {

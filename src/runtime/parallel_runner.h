@@ -44,7 +44,8 @@ class ParallelRunner final : public StepRunner {
   }
   int size() const { return int(ranks_.size()); }
   ModelRunner& rank(int r) { return *ranks_.at(size_t(r)); }
-  // Every rank captures its decode CUDA graphs at once (their collectives run in the warm-up).
+  // Every rank runs its decode-graph warm-up alone (communicators local-only), then all capture
+  // their decode CUDA graphs at once (their collectives run in that warm-up).
   void capture_decode_graphs();
   // Calls fn(r) for every rank at once, as a step does (rank 0 on the calling thread); a rank's
   // exception aborts the group's communicators and the first one is rethrown.
@@ -65,6 +66,8 @@ class ParallelRunner final : public StepRunner {
   // persistent rank threads (a thread per step would add its start-up to every decode step).
   void run_ranks(const std::function<void(int rank)>& fn);
   void rank_thread(int r);
+  // Every communicator's local-only mode (backend::Communicator::set_local_only); between steps.
+  void set_local_only(bool on);
   // Aborts the group when a run_ranks call outlives stall_limit_ (the watch thread).
   void watch();
 

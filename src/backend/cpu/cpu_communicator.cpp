@@ -87,7 +87,7 @@ class CpuCommunicator final : public Communicator {
       throw InvalidArgument("CPU all-reduce: f32 tensors only, got " +
                             std::string(dtype_name(t.dtype)) + " " + shape_str(t.shape));
     const int n = group_->size();
-    if (world_ == 1) return;
+    if (world_ == 1 || local_only()) return;
     const int64_t numel = t.numel();
     group_->post(rank_, t.as<float>(), numel);
     group_->barrier();  // every buffer posted

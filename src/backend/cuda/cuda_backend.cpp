@@ -149,6 +149,7 @@ class CudaBackend final : public Backend {
     arena_ = Tensor{};
     arena_ = empty(DType::kU8, {bytes});
   }
+  void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "synchronize"); }
   void begin_step() override {
     in_step_ = arena_.data != nullptr;
     arena_offset_ = 0;

@@ -194,7 +194,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce_sum(Tensor& t) override {
-    if (size_ == 1 || t.numel() == 0) return;
+    if (size_ == 1 || t.numel() == 0 || local_only()) return;
     if (log::tracing()) log::trace("rank {}: all-reduce of {} bytes", rank_, t.nbytes());
     if (p2p_ && p2p_->all_reduce(t, rank_, stream_)) return;
     nccl_check(ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, live(),
@@ -204,7 +204,7 @@ class NcclCommunicator final : public Communicator {
 
   bool all_reduce_add_rms_norm(const Tensor& delta, Tensor& residual, const Tensor& weight,
                                float eps, Tensor& x) override {
-    if (size_ == 1 || delta.numel() == 0 || !p2p_) return false;
+    if (size_ == 1 || delta.numel() == 0 || !p2p_ || local_only()) return false;
     if (log::tracing()) log::trace("rank {}: all-reduce + norm of {} bytes", rank_, delta.nbytes());
     return p2p_->all_reduce_norm(delta, residual, weight, eps, x, rank_, stream_);
   }

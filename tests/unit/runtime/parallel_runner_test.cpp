@@ -31,9 +31,12 @@ fs::path fixture(const std::string& name) {
   return fs::path(SERVAL_SOURCE_DIR) / "tests/fixtures" / name;
 }
 
+// decode_graphs: the parallel ranks run their decode-graph warm-ups at load, alone
+// (communicators local-only) and then together, as on CUDA (the CPU backend captures no graphs,
+// so the steps then run eagerly).
 std::unique_ptr<StepRunner> make_runner(const std::string& name, dist::ParallelConfig p,
                                         const std::unique_ptr<model::WeightSource>& weights,
-                                        const io::ModelConfig& config) {
+                                        const io::ModelConfig& config, bool decode_graphs = false) {
   if (p.world_size() == 1) {
     auto backend = backend::make_cpu_backend();
     auto m = model::create_model(config, *weights, *backend, {});
@@ -44,6 +47,11 @@ std::unique_ptr<StepRunner> make_runner(const std::string& name, dist::ParallelC
   o.parallel = p;
   o.block_size = kBlockSize;
   o.num_blocks = [](backend::Backend&, const model::Model&) { return kSeqs * kBlocksPerSeq; };
+  if (decode_graphs) {
+    o.runner.cuda_graphs = true;
+    o.runner.max_model_len = kBlocksPerSeq * kBlockSize;
+    o.runner.max_decode_batch = kSeqs;
+  }
   return load_parallel_runner(config, *weights, o);
 }
 
@@ -63,6 +71,7 @@ struct Case {
   const char* name;
   dist::ParallelConfig parallel;
   const char* load_error = nullptr;  // expected LoadError text: a slice off the scale grid
+  bool decode_graphs = false;        // make_runner's decode-graph warm-ups at load
 };
 
 // Each case of fixture `name` against TP=1: the same logits up to fp32 summation order and the
@@ -86,7 +95,7 @@ void expect_cases_match(const std::string& name, const std::vector<Case>& cases)
       }
       continue;
     }
-    auto runner = make_runner(name, c.parallel, weights, config);
+    auto runner = make_runner(name, c.parallel, weights, config, c.decode_graphs);
     const RunResult got = run(*runner, vocab);
     ASSERT_EQ(got.prompt_logits.size(), ref.prompt_logits.size());
     float max_diff = 0;
@@ -101,13 +110,15 @@ void expect_cases_match(const std::string& name, const std::vector<Case>& cases)
 class ParallelFixtureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ParallelFixtureTest, MatchesSingleRank) {
-  expect_cases_match(GetParam(), {
-                                     {"tp2", {2, 1, false}},
-                                     {"tp4 (kv heads replicated)", {4, 1, false}},
-                                     {"tp2+ep", {2, 1, true}},
-                                     {"tp4+ep", {4, 1, true}},
-                                     {"ep over 2 ranks (tp1)", {1, 2, true}},
-                                 });
+  expect_cases_match(GetParam(),
+                     {
+                         {"tp2", {2, 1, false}},
+                         {"tp4 (kv heads replicated)", {4, 1, false}},
+                         {"tp2+ep", {2, 1, true}},
+                         {"tp4+ep", {4, 1, true}},
+                         {"ep over 2 ranks (tp1)", {1, 2, true}},
+                         {"tp2+ep after decode-graph warm-ups", {2, 1, true}, nullptr, true},
+                     });
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelFixtureTest,
@@ -191,6 +202,28 @@ TEST(CpuCommunicator, AbortReleasesWaitingRanks) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   comms[0]->abort();
   waiter.join();
+}
+
+// Local-only mode (the parallel group's solo warm-up): a rank's all-reduce returns its own values
+// without waiting for the others; switched off, the group sums again.
+TEST(CpuCommunicator, LocalOnlyRanksRunAlone) {
+  auto comms = backend::make_cpu_communicators(2);
+  for (auto& c : comms) c->set_local_only(true);
+  std::vector<float> alone = {1.0f, 2.0f};
+  Tensor t = host_view(alone.data(), DType::kF32, {2}, nullptr);
+  comms[0]->all_reduce_sum(t);  // rank 1 never calls: would wait forever if it were a collective
+  EXPECT_EQ(alone, (std::vector<float>{1.0f, 2.0f}));
+  for (auto& c : comms) c->set_local_only(false);
+  std::vector<std::vector<float>> v = {{1.0f, 2.0f}, {10.0f, 20.0f}};
+  std::thread other([&] {
+    Tensor u = host_view(v[1].data(), DType::kF32, {2}, nullptr);
+    comms[1]->all_reduce_sum(u);
+  });
+  Tensor u = host_view(v[0].data(), DType::kF32, {2}, nullptr);
+  comms[0]->all_reduce_sum(u);
+  other.join();
+  EXPECT_EQ(v[0], (std::vector<float>{11.0f, 22.0f}));
+  EXPECT_EQ(v[1], (std::vector<float>{11.0f, 22.0f}));
 }
 
 // A step in which one rank waits in a collective that its peer never joins: the stall watch
