@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
 #pragma unroll
   for (int j = 0; j < kAChunks; ++j) {
     const int r = tid / 8 + j * kRowsPerPass;
-    a_src[j] = W + (size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, r)) * K + kc * 8) * 2;
+    a_src[j] =
+        W + (size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, int(blockIdx.x), r)) * K + kc * 8) * 2;
   }
   // Swizzled offset of this thread's chunk in pass j (row tid / 8 + 32j): the same in A and B.
   auto dst = [&](int j) { return wgmma::sw128_offset(tid / 8 + j * kRowsPerPass, kc, kBM); };
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_wgmma_kernel(MoeGemmPara
   for (int mb = 0; mb < kMb; ++mb) wgmma::fence_operand(acc[mb]);
   cp_async_wait<0>();
 
-  moe_wgmma::store_tile<kGemm1, kBM, kMb>(p, acc, row0, kMb * wg, wq, lane);
+  moe_wgmma::store_tile<kGemm1, kBM, kMb>(p, acc, int(blockIdx.x), row0, kMb * wg, wq, lane);
 }
 
 template <int kBM>

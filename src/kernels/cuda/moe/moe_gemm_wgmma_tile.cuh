@@ -12,16 +12,16 @@ namespace serval::kernels::cuda::moe_wgmma {
 constexpr int kBK = 64;   // K per stage: one 128-byte swizzled row per operand row
 constexpr int kBN = 128;  // token rows per tile (the routing's throughput tile)
 
-// Weight row (of the expert's [m_rows, K] matrix) of tile row r. GEMM1: 16-row slice r / 16
-// holds the gate rows (0-7) then the up rows (8-15) of 8 channels, so that a thread's
-// accumulator rows g and g + 8 are gate and up of one channel.
+// Weight row (of the expert's [m_rows, K] matrix) of row r of weight block m_block (kBM rows).
+// GEMM1: 16-row slice r / 16 holds the gate rows (0-7) then the up rows (8-15) of 8 channels, so
+// that a thread's accumulator rows g and g + 8 are gate and up of one channel.
 template <bool kGemm1, int kBM>
-__device__ __forceinline__ int weight_row(const MoeGemmParams& p, int r) {
+__device__ __forceinline__ int weight_row(const MoeGemmParams& p, int m_block, int r) {
   if constexpr (kGemm1) {
-    const int ch = blockIdx.x * (kBM / 2) + (r / 16) * 8 + r % 8;
+    const int ch = m_block * (kBM / 2) + (r / 16) * 8 + r % 8;
     return r % 16 < 8 ? ch : p.n_out + ch;
   } else {
-    return int(blockIdx.x) * kBM + r;
+    return m_block * kBM + r;
   }
 }
 
@@ -55,14 +55,15 @@ __device__ __forceinline__ void mma_stage(float (&acc)[kMb][kBN / 8][4], uint32_
   wgmma::commit();
 }
 
-// Epilogue of kMb m64 accumulators, m64 blocks first_block.. of the tile (warp wq of the
+// Epilogue of kMb m64 accumulators, m64 blocks first_block.. of the tile of weight block m_block
+// and token rows row0.. (warp wq of the
 // warpgroup, lane = 4g + t4). acc[mb][j][q]: tile row 64·(first_block + mb) + 16·wq + g +
 // 8·(q / 2), token 8j + 2·t4 + q % 2. GEMM1 writes silu(gate)·up, GEMM2 the rows. Lanes g and
 // g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns of one token.
 template <bool kGemm1, int kBM, int kMb>
 __device__ __forceinline__ void store_tile(const MoeGemmParams& p,
-                                           const float (&acc)[kMb][kBN / 8][4], int row0,
-                                           int first_block, int wq, int lane) {
+                                           const float (&acc)[kMb][kBN / 8][4], int m_block,
+                                           int row0, int first_block, int wq, int lane) {
   const int g = lane >> 2, t4 = lane & 3;
   const bool odd = g & 1;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.output);
@@ -86,8 +87,8 @@ __device__ __forceinline__ void store_tile(const MoeGemmParams& p,
         const float recv = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
         const int token = 8 * j + 2 * t4 + (odd ? 1 : 0);
         const float lo = odd ? recv : v0, hi = odd ? v1 : recv;
-        const int col = kGemm1 ? blockIdx.x * (kBM / 2) + block * 32 + wq * 8 + (g & ~1)
-                               : blockIdx.x * kBM + block * 64 + wq * 16 + (g & ~1) + 8 * h;
+        const int col = kGemm1 ? m_block * (kBM / 2) + block * 32 + wq * 8 + (g & ~1)
+                               : m_block * kBM + block * 64 + wq * 16 + (g & ~1) + 8 * h;
         *reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + token) * p.n_out + col) =
             __floats2bfloat162_rn(lo, hi);
       }

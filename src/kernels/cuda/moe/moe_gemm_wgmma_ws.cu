@@ -11,12 +11,16 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/misc/cp_async.cuh"
+#include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/mbarrier.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/misc/wgmma.cuh"
-#include "kernels/cuda/moe/moe_gemm_tile.cuh"
 #include "kernels/cuda/moe/moe_gemm_wgmma.h"
 #include "kernels/cuda/moe/moe_gemm_wgmma_tile.cuh"
 
@@ -36,8 +40,11 @@ constexpr int kProducerRegs = 64, kConsumerRegs = 216;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= wgmma::cta_register_allocation(kThreads),
               "the register hand-over must fit the CTA's allocation");
 
+// Work item i = (weight block i % m_blocks, token tile i / m_blocks); CTA b runs items b,
+// b + gridDim.x, ... below num_tiles · m_blocks. Both roles walk the same items, so a stage's use
+// count `it` (and its barrier phase) agrees between them across items.
 template <bool kGemm1>
-__global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams p) {
+__global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams p, int m_blocks) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t smem = raw + ((1024 - (raw & 1023)) & 1023);  // swizzle atoms: 1024-aligned
@@ -47,9 +54,15 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };
   const int tid = threadIdx.x, wg = tid / 128;
 
-  const int tile = blockIdx.y;
-  const int expert = moe_tile_expert<kGemm1>(p, tile);  // the PDL protocol of both GEMMs
-  if (expert < 0) return;                               // whole CTA, before any barrier
+  // PDL (moe_gemm_tile.cuh): GEMM1 waits for the routing before reading the maps and then lets
+  // GEMM2 launch; GEMM2 reads the maps before its wait (L2-only loads).
+  if constexpr (kGemm1) pdl_wait();
+  const int num_tiles = kGemm1 ? *p.num_tiles : __ldcg(p.num_tiles);
+  if constexpr (kGemm1) pdl_launch_dependents();
+  const int items = num_tiles * m_blocks;
+  auto expert_of = [&](int tile) {
+    return kGemm1 ? p.tile_expert[tile] : __ldcg(p.tile_expert + tile);
+  };
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier::init(full(s), 128);  // every producer thread's copies of the stage
@@ -57,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
     }
   }
   __syncthreads();
-  const int K = p.k, KT = K / kBK, row0 = tile * kBN;
+  const int K = p.k, KT = K / kBK;
 
   if (wg == 0) {
     wgmma::release_registers<kProducerRegs>();
@@ -69,37 +82,40 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
     // and a stride apart (weight_row is linear in j for r = t/8 + 16j), B rows are gathered.
     const int kc = tid & 7, r0 = tid / 8;
     const size_t m_rows = kGemm1 ? 2 * size_t(p.n_out) : size_t(p.n_out);
-    const uint8_t* a0 = static_cast<const uint8_t*>(p.weights) +
-                        (size_t(expert) * m_rows * K +
-                         size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, r0)) * K + kc * 8) *
-                            2;
-    const size_t a_step = size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, r0 + 16) -
-                                 moe_wgmma::weight_row<kGemm1, kBM>(p, r0)) *
-                          K * 2;
     constexpr int kBPasses = kBN / 16;
-    const __nv_bfloat16* b_src[kBPasses];
-    uint32_t b_valid = 0;
+    int it = 0;  // stage uses so far
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      const int mb = item % m_blocks, row0 = (item / m_blocks) * kBN;
+      const int row = moe_wgmma::weight_row<kGemm1, kBM>(p, mb, r0);
+      const uint8_t* a0 =
+          static_cast<const uint8_t*>(p.weights) +
+          (size_t(expert_of(item / m_blocks)) * m_rows * K + size_t(row) * K + kc * 8) * 2;
+      const size_t a_step =
+          size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, mb, r0 + 16) - row) * K * 2;
+      const __nv_bfloat16* b_src[kBPasses];
+      uint32_t b_valid = 0;
 #pragma unroll
-    for (int j = 0; j < kBPasses; ++j) {
-      bool valid;
-      b_src[j] = moe_wgmma::token_row<kGemm1>(p, row0, r0 + 16 * j, valid) + kc * 8;
-      b_valid |= uint32_t(valid) << j;
-    }
-    for (int kt = 0; kt < KT; ++kt) {
-      const int s = kt % kStages;
-      if (kt >= kStages) mbarrier::wait(empty(s), uint32_t(kt / kStages - 1) & 1);
-      const uint32_t a = stage(s), b = a + kABytes;
-      // Rows r0 + 16j share their swizzle (16j is a multiple of 8): 2 KB apart in the tile.
-      const uint32_t a_dst = a + wgmma::sw128_offset(r0, kc, kBM);
-      const uint8_t* a_src = a0 + size_t(kt) * kBK * 2;
+      for (int j = 0; j < kBPasses; ++j) {
+        bool valid;
+        b_src[j] = moe_wgmma::token_row<kGemm1>(p, row0, r0 + 16 * j, valid) + kc * 8;
+        b_valid |= uint32_t(valid) << j;
+      }
+      for (int kt = 0; kt < KT; ++kt, ++it) {
+        const int s = it % kStages;
+        if (it >= kStages) mbarrier::wait(empty(s), uint32_t(it / kStages - 1) & 1);
+        const uint32_t a = stage(s), b = a + kABytes;
+        // Rows r0 + 16j share their swizzle (16j is a multiple of 8): 2 KB apart in the tile.
+        const uint32_t a_dst = a + wgmma::sw128_offset(r0, kc, kBM);
+        const uint8_t* a_src = a0 + size_t(kt) * kBK * 2;
 #pragma unroll 4
-      for (int j = 0; j < kBM / 16; ++j, a_src += a_step)
-        cp_async_16(a_dst + j * 16 * 128, a_src, true);
+        for (int j = 0; j < kBM / 16; ++j, a_src += a_step)
+          cp_async_16(a_dst + j * 16 * 128, a_src, true);
 #pragma unroll
-      for (int j = 0; j < kBPasses; ++j)
-        cp_async_16(b + wgmma::sw128_offset(r0 + 16 * j, kc, kBN), b_src[j] + kt * kBK,
-                    (b_valid >> j) & 1);
-      mbarrier::arrive_on_cp_async(full(s));
+        for (int j = 0; j < kBPasses; ++j)
+          cp_async_16(b + wgmma::sw128_offset(r0 + 16 * j, kc, kBN), b_src[j] + kt * kBK,
+                      (b_valid >> j) & 1);
+        mbarrier::arrive_on_cp_async(full(s));
+      }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // leave nothing in flight
     return;
@@ -108,25 +124,33 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
   wgmma::claim_registers<kConsumerRegs>();
   if constexpr (!kGemm1) pdl_wait();  // before writing y (pdl.cuh contract)
   const int c = wg - 1, lane = tid & 31, wq = (tid / 32) & 3;
-  float acc[kMb][kBN / 8][4];
+  const bool releaser = (tid & 127) == 0;  // arrives on `empty` for its warpgroup
+  int it = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    float acc[kMb][kBN / 8][4];
 #pragma unroll
-  for (int mb = 0; mb < kMb; ++mb)
+    for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
-      acc[mb][j][0] = acc[mb][j][1] = acc[mb][j][2] = acc[mb][j][3] = 0.0f;
-  for (int kt = 0; kt < KT; ++kt) {
-    const int s = kt % kStages;
-    mbarrier::wait(full(s), uint32_t(kt / kStages) & 1);
-    wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
-    const uint32_t a = stage(s) + c * kMb * 64 * 128, b = stage(s) + kABytes;
-    moe_wgmma::mma_stage<kMb>(acc, a, b);
-    wgmma::wait<1>();  // the previous stage's wgmma are done: hand its slot back
-    if (kt > 0 && (tid & 127) == 0) mbarrier::arrive(empty((kt - 1) % kStages));
+      for (int j = 0; j < kBN / 8; ++j)
+        acc[mb][j][0] = acc[mb][j][1] = acc[mb][j][2] = acc[mb][j][3] = 0.0f;
+    for (int kt = 0; kt < KT; ++kt, ++it) {
+      const int s = it % kStages;
+      mbarrier::wait(full(s), uint32_t(it / kStages) & 1);
+      wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
+      const uint32_t a = stage(s) + c * kMb * 64 * 128, b = stage(s) + kABytes;
+      moe_wgmma::mma_stage<kMb>(acc, a, b);
+      wgmma::wait<1>();  // the previous stage's wgmma are done: hand its slot back
+      if (kt > 0 && releaser) mbarrier::arrive(empty((it - 1) % kStages));
+    }
+    wgmma::wait<0>();
+#pragma unroll
+    for (int mb = 0; mb < kMb; ++mb) wgmma::fence_operand(acc[mb]);
+    // The item's last stage, so that the producer fills the next item's stages during the
+    // epilogue.
+    if (releaser) mbarrier::arrive(empty((it - 1) % kStages));
+    moe_wgmma::store_tile<kGemm1, kBM, kMb>(p, acc, item % m_blocks, (item / m_blocks) * kBN,
+                                            kMb * c, wq, lane);
   }
-  wgmma::wait<0>();
-#pragma unroll
-  for (int mb = 0; mb < kMb; ++mb) wgmma::fence_operand(acc[mb]);
-  moe_wgmma::store_tile<kGemm1, kBM, kMb>(p, acc, row0, kMb * c, wq, lane);
 }
 
 }  // namespace
@@ -136,8 +160,17 @@ bool moe_grouped_gemm_wgmma_ws(const MoeGemmParams& p, cudaStream_t stream) {
   auto kernel = p.gemm1 ? moe_gemm_ws_kernel<true> : moe_gemm_ws_kernel<false>;
   allow_dynamic_smem(kernel, kSmemBytes, "moe_gemm_wgmma_ws");
   const int m_blocks = p.gemm1 ? p.n_out / (kBM / 2) : p.n_out / kBM;
-  launch_pdl(p.gemm1 ? "moe_gemm1_wgmma_ws" : "moe_gemm2_wgmma_ws", kernel,
-             dim3(m_blocks, p.max_tiles), dim3(kThreads), kSmemBytes, stream, p);
+  // Persistent: one CTA per SM (its shared memory allows no second) walking the items, so that
+  // a CTA's epilogue overlaps the loads of its next item; SERVAL_MOE_WS_PERSISTENT=0 launches one
+  // CTA per item (comparisons).
+  static const bool persistent = [] {
+    const char* env = std::getenv("SERVAL_MOE_WS_PERSISTENT");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  const int64_t all = int64_t(m_blocks) * p.max_tiles;
+  const int ctas = int(persistent ? std::min<int64_t>(all, sm_count()) : all);
+  launch_pdl(p.gemm1 ? "moe_gemm1_wgmma_ws" : "moe_gemm2_wgmma_ws", kernel, dim3(ctas),
+             dim3(kThreads), kSmemBytes, stream, p, m_blocks);
   return true;
 }
 
