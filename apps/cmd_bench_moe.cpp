@@ -1,12 +1,15 @@
 // `serval bench moe`: one MoE layer of a config (dummy weights) through each expert backend for a
 // range of token counts: µs per layer, achieved GB/s on the weight bytes touched, TFLOP/s, and
-// the token count from which `throughput` beats `latency`. floor_us = weight bytes touched
+// the token count from which `throughput` beats `latency` (run with
+// SERVAL_MOE_LATENCY_KERNELS_ONLY=1 to time the latency kernels at every size: by default the
+// latency backend hands large steps to the throughput kernels). floor_us = weight bytes touched
 // (expected distinct experts under uniform routing) / 4.3 TB/s, the H200 copy bandwidth.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -94,6 +97,10 @@ void run_bench_moe(const MoeBenchOptions& o) {
       "MoE layer of {}: E={} k={} hidden={} inter={}, {} experts, device {}\n", o.config_dir, E, k,
       H, I, quant.method == quant::QuantConfig::Method::kNone ? "dense" : describe(quant),
       b->name());
+  const char* only = std::getenv("SERVAL_MOE_LATENCY_KERNELS_ONLY");
+  if (b->device() == Device::kCuda && !(only && std::string(only) == "1"))
+    std::cout << "latency: steps past its tokens per expert limit run the throughput kernels "
+                 "(SERVAL_MOE_LATENCY_KERNELS_ONLY=1: its own kernels at every size)\n";
   std::cout << fmt::format("{:>6} {:>9} {:>10} | {:>10} {:>8} {:>8} | {:>10} {:>8} {:>8}\n",
                            "tokens", "experts", "floor_us", "latency_us", "GB/s", "TFLOP/s",
                            "through_us", "GB/s", "TFLOP/s");

@@ -126,9 +126,10 @@ TEST_P(GpuModel, GreedyTokensMatchCpuInMixedBatches) {
       for (size_t t = 0; t < w.rows.size(); ++t, ++compared) {
         const std::vector<float>& row = got[i].rows[t];
         errors.push_back(testing::rel_l2(row, w.rows[t]));
-        if (!moe)
+        if (!moe) {
           EXPECT_LT(errors.back(), kLogitsRelTol)
               << GetParam() << " batch " << batch << " seq " << i << " token " << t;
+        }
         const size_t pos = w.prompt_len + t;
         if (got[i].tokens[pos] == w.tokens[pos]) continue;
         const float margin = testing::top_margin(w.rows[t]),

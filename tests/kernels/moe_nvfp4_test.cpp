@@ -130,6 +130,15 @@ TEST_F(MoeNvfp4Gpu, QwenShapeAllTokenCounts) {
     for (int T : kTokenCounts) check(qwen(), T, b);
 }
 
+// NVFP4 experts: the latency backend keeps its kernels up to 127 tokens per expert (Qwen3: 2047
+// tokens) and hands larger steps to the throughput kernels.
+TEST_F(MoeNvfp4Gpu, LatencyLargeStepsRunThroughputKernels) {
+  EXPECT_EQ(moe_latency_max_tokens_per_expert(MoeExpertFormat::kNvfp4), 127);
+  ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(qwen(), 2047, 81, MoeCudaBackend::kLatency));
+  ASSERT_NO_FATAL_FAILURE(
+      mu::expect_latency_step_runs(qwen(), 2048, 82, MoeCudaBackend::kThroughput));
+}
+
 TEST_F(MoeNvfp4Gpu, LocalExpertSlice) {
   Layer mid(kSmall, 2, 4, 12);  // experts [2, 6) on this rank
   for (MoeCudaBackend b : kBoth)

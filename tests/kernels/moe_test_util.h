@@ -120,6 +120,7 @@ class Stream {
 using backend::MoeWeights;
 using backend::moe::moe_forward_cpu;
 using backend::moe::moe_forward_cuda;
+using backend::moe::moe_step_kernels;
 using backend::moe::moe_workspace_bytes;
 using backend::moe::MoeCudaArgs;
 using backend::moe::MoeCudaBackend;
@@ -204,7 +205,8 @@ struct MoeCall {
     d_logits.upload(logits);
   }
 
-  // The call's arguments: this call's buffers, the layer's shape, slice and experts.
+  // The call's arguments: this call's buffers, the layer's shape, slice and experts; `backend`'s
+  // own kernels at every token count (no hand-over of large latency steps).
   MoeCudaArgs args(const MoeTestLayer& l, MoeCudaBackend backend,
                    RoutingMethod method = RoutingMethod::kSoftmaxTopK,
                    bool renormalize = true) const {
@@ -225,6 +227,7 @@ struct MoeCall {
     a.local_offset = l.local_offset;
     a.num_local = l.num_local;
     a.backend = backend;
+    a.large_steps_on_throughput = false;
     a.workspace = d_ws.as<void>();
     a.workspace_bytes = d_ws.bytes();
     return a;
@@ -296,6 +299,22 @@ inline void expect_graph_replay_equals_eager(const MoeTestLayer& l, int tokens, 
     const auto replay = c.d_out.download<uint16_t>(size_t(tokens) * a.hidden);
     ASSERT_EQ(replay, eager) << what << " tokens " << tokens << " replay " << rep;
   }
+}
+
+// The engine's latency backend (large_steps_on_throughput) on `tokens` tokens: moe_step_kernels
+// must name `expected`, and the output must equal, bit for bit, that of `expected`'s own kernels
+// on the same inputs (the hand-over changes which kernels run, nothing else).
+inline void expect_latency_step_runs(const MoeTestLayer& l, int tokens, uint64_t seed,
+                                     MoeCudaBackend expected) {
+  MoeCall c(l, tokens, seed);
+  MoeCudaArgs engine = c.args(l, MoeCudaBackend::kLatency);
+  engine.large_steps_on_throughput = true;
+  ASSERT_EQ(int(moe_step_kernels(engine)), int(expected)) << tokens << " tokens";
+  c.run(engine);
+  const auto got = c.d_out.download<uint16_t>(size_t(tokens) * engine.hidden);
+  c.run(c.args(l, expected));
+  const auto want = c.d_out.download<uint16_t>(size_t(tokens) * engine.hidden);
+  ASSERT_EQ(got, want) << tokens << " tokens";
 }
 
 }  // namespace serval::testing::moe_util

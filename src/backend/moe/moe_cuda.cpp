@@ -3,6 +3,7 @@
 #include "backend/moe/moe_cuda.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "base/error.h"
@@ -53,7 +54,7 @@ Layout layout(int tokens, int top_k, int num_local, int hidden, int inter, int t
 }
 
 int tile_for(const MoeCudaArgs& a) {
-  return a.backend == MoeCudaBackend::kThroughput
+  return moe_step_kernels(a) == MoeCudaBackend::kThroughput
              ? kThroughputTile
              : moe_latency_tile(a.num_tokens, a.top_k, a.num_local);
 }
@@ -72,6 +73,27 @@ int moe_latency_tile(int num_tokens, int top_k, int num_local) {
   int tile = 8;
   while (tile < per_expert && tile < 64) tile *= 2;
   return tile;
+}
+
+bool moe_large_steps_on_throughput_default() {
+  static const bool on = [] {
+    const char* env = std::getenv("SERVAL_MOE_LATENCY_KERNELS_ONLY");
+    return env == nullptr || std::string(env) != "1";
+  }();
+  return on;
+}
+
+int moe_latency_max_tokens_per_expert(MoeExpertFormat format) {
+  return format == MoeExpertFormat::kNvfp4 ? 127 : 63;
+}
+
+MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
+  if (a.backend == MoeCudaBackend::kThroughput || !a.large_steps_on_throughput ||
+      a.num_experts <= 0)
+    return a.backend;
+  const long per_expert = long(a.num_tokens) * a.top_k / a.num_experts;
+  return per_expert > moe_latency_max_tokens_per_expert(a.format) ? MoeCudaBackend::kThroughput
+                                                                  : MoeCudaBackend::kLatency;
 }
 
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter) {
@@ -142,7 +164,8 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   // A few tokens with NVFP4 experts: two GEMV-style kernels (gate_up + SwiGLU; down with the
   // weighted combine, so no finalize) on the repacked stacks, dequantized as the grouped GEMM
   // does. (A bf16 counterpart measured no faster than the grouped GEMMs and was removed.)
-  if (a.backend == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kNvfp4 &&
+  const MoeCudaBackend kernels = moe_step_kernels(a);
+  if (kernels == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kNvfp4 &&
       kc::moe_gemv_nvfp4_supported(a.num_tokens, a.top_k, a.hidden, a.inter)) {
     kc::moe_gemv_nvfp4(
         {a.x, a.gate_up_q.codes, a.gate_up_q.scales, a.gate_up_q.global_scales, a.down_q.codes,
@@ -152,8 +175,8 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
     return;
   }
 
-  const auto config = a.backend == MoeCudaBackend::kThroughput ? kc::MoeGemmConfig::kThroughput
-                                                               : kc::MoeGemmConfig::kLatency;
+  const auto config = kernels == MoeCudaBackend::kThroughput ? kc::MoeGemmConfig::kThroughput
+                                                             : kc::MoeGemmConfig::kLatency;
   kc::MoeGemmParams g1{};
   g1.gemm1 = true;
   g1.config = config;

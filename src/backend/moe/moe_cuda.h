@@ -15,8 +15,8 @@ namespace serval::backend::moe {
 
 // `latency` (default): token tile 8..64 from tokens·top_k/num_local, 128×tile swap-AB tiles,
 // 4 warps; with NVFP4 experts and at most 4 tokens, the GEMV kernels of
-// kernels/cuda/moe/moe_gemv_nvfp4.h instead. `throughput`: token tile 128, 128×128 tiles, 8 warps,
-// top-k in its own kernel.
+// kernels/cuda/moe/moe_gemv_nvfp4.h instead; steps with many tokens per expert (prefill) run the
+// throughput kernels (moe_step_kernels). `throughput`: token tile 128, large tiles.
 enum class MoeCudaBackend : uint8_t { kLatency, kThroughput };
 
 // Expert weight storage of a layer on CUDA.
@@ -29,6 +29,10 @@ struct MoeNvfp4Stack {
   const uint8_t* scales = nullptr;       // repacked e4m3 block scales, num_local · rows · k/16
   const float* global_scales = nullptr;  // [num_local] f32: w = e2m1 · scale · global
 };
+
+// True unless SERVAL_MOE_LATENCY_KERNELS_ONLY=1 (side-by-side comparisons): see
+// MoeCudaArgs::large_steps_on_throughput.
+bool moe_large_steps_on_throughput_default();
 
 struct MoeCudaArgs {
   const bf16* x;               // [num_tokens, hidden], device
@@ -49,6 +53,9 @@ struct MoeCudaArgs {
   // This rank's experts [local_offset, local_offset + num_local); others contribute zero.
   int local_offset = 0, num_local = 0;
   MoeCudaBackend backend = MoeCudaBackend::kLatency;
+  // Latency backend: steps past moe_latency_max_tokens_per_expert run the throughput kernels
+  // (false: always the latency kernels, for tests and benchmarks of the kernels themselves).
+  bool large_steps_on_throughput = moe_large_steps_on_throughput_default();
   void* workspace = nullptr;  // device, 256-byte aligned, moe_workspace_bytes(...) bytes
   size_t workspace_bytes = 0;
   // True: an earlier kernel on `stream` (kernels/cuda/moe/moe_norm_router.h) already wrote this
@@ -59,6 +66,16 @@ struct MoeCudaArgs {
 
 // Token tile of the latency backend: nextPow2(ceil(tokens·top_k / num_local)) in [8, 64].
 int moe_latency_tile(int num_tokens, int top_k, int num_local);
+
+// Tokens per expert (tokens·top_k / num_experts, routed anywhere) up to which the latency
+// kernels beat the throughput ones on the H200: one Qwen3-30B-A3B layer, bf16 experts: 512 tokens
+// (32 per expert) 365 vs 427 µs, 1024 (64) 533 vs 425 µs; NVFP4 experts: throughput faster from
+// 2048 tokens (128 per expert). bench/RESULTS.md, `serval bench moe`.
+int moe_latency_max_tokens_per_expert(MoeExpertFormat format);
+
+// The kernels a call runs: a.backend, except a latency step past its tokens per expert limit
+// (and a.large_steps_on_throughput) runs the throughput kernels.
+MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a);
 
 // Workspace for any num_tokens ≤ max_tokens with either backend.
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter);
