@@ -149,9 +149,9 @@ void launch(const MoeGemmParams& p, cudaStream_t stream) {
 
 bool moe_grouped_gemm_wgmma(const MoeGemmParams& p, cudaStream_t stream) {
   static const bool off = std::getenv("SERVAL_MOE_GEMM_MMA_SYNC") != nullptr;
-  if (off || p.config != MoeGemmConfig::kThroughput || p.format != MoeWeightFormat::kBf16 ||
-      p.tile != kBN)
-    return false;
+  if (off || p.config != MoeGemmConfig::kThroughput || p.tile != kBN) return false;
+  if (p.format == MoeWeightFormat::kNvfp4) return moe_grouped_gemm_wgmma_nvfp4(p, stream);
+  if (p.format != MoeWeightFormat::kBf16) return false;
   // The warp-specialized kernel first (SERVAL_MOE_WGMMA_WS=0: never), then 256 weight rows per
   // CTA where they divide the output (GEMM1: 128 channels), else 128 (moe_grouped_gemm checked
   // that); SERVAL_MOE_WGMMA_ROWS=128 forces 128 (comparisons).
