@@ -84,7 +84,7 @@ bool moe_large_steps_on_throughput_default() {
 }
 
 int moe_latency_max_tokens_per_expert(MoeExpertFormat format) {
-  return format == MoeExpertFormat::kNvfp4 ? 127 : 63;
+  return format == MoeExpertFormat::kNvfp4 ? 63 : 31;
 }
 
 MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
