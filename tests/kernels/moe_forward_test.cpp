@@ -107,17 +107,17 @@ TEST_F(MoeForwardGpu, QwenShape8192Tokens) {
   for (MoeCudaBackend b : kBoth) check(qwen(), 8192, b);
 }
 
-// bf16 experts: the latency backend hands steps of more than 63 tokens per expert to the
-// throughput kernels (Qwen3: 1024 tokens = 64 per expert; Mixtral-like: 256 tokens).
+// bf16 experts: the latency backend hands steps of more than 31 tokens per expert to the
+// throughput kernels (Qwen3: 512 tokens = 32 per expert; Mixtral-like: 128 tokens).
 TEST_F(MoeForwardGpu, LatencyLargeStepsRunThroughputKernels) {
-  EXPECT_EQ(moe_latency_max_tokens_per_expert(MoeExpertFormat::kBf16), 63);
-  ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(qwen(), 512, 77, MoeCudaBackend::kLatency));
+  EXPECT_EQ(moe_latency_max_tokens_per_expert(MoeExpertFormat::kBf16), 31);
+  ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(qwen(), 511, 77, MoeCudaBackend::kLatency));
   ASSERT_NO_FATAL_FAILURE(
-      mu::expect_latency_step_runs(qwen(), 1024, 78, MoeCudaBackend::kThroughput));
+      mu::expect_latency_step_runs(qwen(), 512, 78, MoeCudaBackend::kThroughput));
   Layer small(kSmall, 0, kSmall.experts, false, 7);
-  ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(small, 255, 79, MoeCudaBackend::kLatency));
+  ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(small, 127, 79, MoeCudaBackend::kLatency));
   ASSERT_NO_FATAL_FAILURE(
-      mu::expect_latency_step_runs(small, 256, 80, MoeCudaBackend::kThroughput));
+      mu::expect_latency_step_runs(small, 128, 80, MoeCudaBackend::kThroughput));
 }
 
 TEST_F(MoeForwardGpu, RoutingMethods) {

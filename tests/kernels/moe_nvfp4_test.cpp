@@ -130,13 +130,13 @@ TEST_F(MoeNvfp4Gpu, QwenShapeAllTokenCounts) {
     for (int T : kTokenCounts) check(qwen(), T, b);
 }
 
-// NVFP4 experts: the latency backend keeps its kernels up to 127 tokens per expert (Qwen3: 2047
+// NVFP4 experts: the latency backend keeps its kernels up to 63 tokens per expert (Qwen3: 1023
 // tokens) and hands larger steps to the throughput kernels.
 TEST_F(MoeNvfp4Gpu, LatencyLargeStepsRunThroughputKernels) {
-  EXPECT_EQ(moe_latency_max_tokens_per_expert(MoeExpertFormat::kNvfp4), 127);
-  ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(qwen(), 2047, 81, MoeCudaBackend::kLatency));
+  EXPECT_EQ(moe_latency_max_tokens_per_expert(MoeExpertFormat::kNvfp4), 63);
+  ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(qwen(), 1023, 81, MoeCudaBackend::kLatency));
   ASSERT_NO_FATAL_FAILURE(
-      mu::expect_latency_step_runs(qwen(), 2048, 82, MoeCudaBackend::kThroughput));
+      mu::expect_latency_step_runs(qwen(), 1024, 82, MoeCudaBackend::kThroughput));
 }
 
 TEST_F(MoeNvfp4Gpu, LocalExpertSlice) {

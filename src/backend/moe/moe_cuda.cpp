@@ -84,7 +84,7 @@ bool moe_large_steps_on_throughput_default() {
 }
 
 int moe_latency_max_tokens_per_expert(MoeExpertFormat format) {
-  return format == MoeExpertFormat::kNvfp4 ? 127 : 63;
+  return format == MoeExpertFormat::kNvfp4 ? 63 : 31;
 }
 
 MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
@@ -209,7 +209,8 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   g2.weight_scales = fp4 ? a.down_q.scales : nullptr;
   g2.global_scales = fp4 ? a.down_q.global_scales : nullptr;
   g2.output = ws.y;
-  g2.permuted_to_token = nullptr;
+  // GEMM2 reads the map only for which rows of a tile hold tokens (moe_gemm.h).
+  g2.permuted_to_token = ws.permuted_to_token;
   g2.n_out = a.hidden;
   g2.k = a.inter;
   kc::moe_grouped_gemm(g1, stream);

@@ -68,9 +68,9 @@ struct MoeCudaArgs {
 int moe_latency_tile(int num_tokens, int top_k, int num_local);
 
 // Tokens per expert (tokens·top_k / num_experts, routed anywhere) up to which the latency
-// kernels beat the throughput ones on the H200: one Qwen3-30B-A3B layer, bf16 experts: 512 tokens
-// (32 per expert) 365 vs 427 µs, 1024 (64) 533 vs 425 µs; NVFP4 experts: throughput faster from
-// 2048 tokens (128 per expert). bench/RESULTS.md, `serval bench moe`.
+// kernels beat the throughput ones on the H200 (one Qwen3-30B-A3B layer in a CUDA graph,
+// bench/RESULTS.md): bf16 experts 31 (512 tokens: 339 µs throughput vs 365 latency; 256 tokens
+// within 3 %), NVFP4 experts 63 (1024 tokens: 445 vs 469 µs; 512: 382 vs 287).
 int moe_latency_max_tokens_per_expert(MoeExpertFormat format);
 
 // The kernels a call runs: a.backend, except a latency step past its tokens per expert limit

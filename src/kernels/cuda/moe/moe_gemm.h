@@ -44,13 +44,15 @@ struct MoeGemmParams {
   const uint8_t* weight_scales = nullptr;  // NVFP4: repacked e4m3 block scales
   const float* global_scales = nullptr;    // NVFP4: [num_local] per-expert multipliers
   bf16* output;                            // GEMM1: act [rows, inter]; GEMM2: y [rows, hidden]
-  const int32_t* permuted_to_token;        // [rows] (GEMM1 only)
-  const int32_t* tile_expert;              // [max_tiles]
-  const int32_t* num_tiles;                // [1]
-  int max_tiles;                           // grid y (worst case)
-  int tile;                                // token rows per tile
-  int n_out;                               // GEMM1: inter; GEMM2: hidden
-  int k;                                   // GEMM1: hidden; GEMM2: inter
+  // [rows]: the token of each permuted row (−1: padding). GEMM1 gathers x rows through it; GEMM2
+  // may (null: not) take from it only which rows of a tile hold tokens.
+  const int32_t* permuted_to_token;
+  const int32_t* tile_expert;  // [max_tiles]
+  const int32_t* num_tiles;    // [1]
+  int max_tiles;               // grid y (worst case)
+  int tile;                    // token rows per tile
+  int n_out;                   // GEMM1: inter; GEMM2: hidden
+  int k;                       // GEMM1: hidden; GEMM2: inter
 };
 
 void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream);

@@ -22,4 +22,9 @@ bool moe_grouped_gemm_wgmma_ws(const MoeGemmParams& p, cudaStream_t stream);
 // returns true.
 bool moe_grouped_gemm_wgmma_nvfp4(const MoeGemmParams& p, cudaStream_t stream);
 
+// Whether the persistent kernels run tiles with at most 32 or 64 tokens (an expert's last) as
+// narrower wgmma (moe_wgmma::tile_width): when `p` has the row map, unless
+// SERVAL_MOE_NARROW_TILES=0 (comparisons).
+bool moe_narrow_tiles(const MoeGemmParams& p);
+
 }  // namespace serval::kernels::cuda

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -69,7 +70,7 @@ __device__ __forceinline__ int source_tile(const MoeGemmParams& p, int m_block, 
 // Work items and PDL as moe_gemm_wgmma_ws.cu.
 template <bool kGemm1>
 __global__ void __launch_bounds__(kThreads, 1)
-    moe_gemm_nvfp4_kernel(MoeGemmParams p, int m_blocks) {
+    moe_gemm_nvfp4_kernel(MoeGemmParams p, int m_blocks, bool narrow) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t pad = (1024 - (raw & 1023)) & 1023;
@@ -125,10 +126,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           scales + size_t(source_tile<kGemm1>(p, mb, (tid & 31) / 4)) * KT * 64 + (tid % 4) * 16;
       const __nv_bfloat16* b_src[kBN / 16];
       uint32_t b_valid = 0;
+      const int width = narrow ? moe_wgmma::tile_width(p, row0) : kBN;
 #pragma unroll
       for (int j = 0; j < kBN / 16; ++j) {
         bool valid;
         b_src[j] = moe_wgmma::token_row<kGemm1>(p, row0, r0 + 16 * j, valid) + kc * 8;
+        // Rows past the tile's width are never read (GEMM2: nor written by GEMM1): zero-fill.
+        if (narrow && r0 + 16 * j >= width) valid = false;
         b_valid |= uint32_t(valid) << j;
       }
       for (int kt = 0; kt < KT; ++kt, ++it) {
@@ -186,7 +190,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   int it = 0;
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+  // One item at token width kN (moe_wgmma::tile_width; a straight run of wgmma per width).
+  auto run_item = [&](auto width, int item) {
+    constexpr int kN = decltype(width)::value;
     float acc[1][kBN / 8][4];
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j)
@@ -199,9 +205,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       decode(stage(s) + kBBytes, a);
       wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma::wgmma_m64n128k16_rs<0>(acc[0], a[kk],
-                                      wgmma::sw128_desc(stage(s) + kk * 32, 16, 1024), 1);
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t b = wgmma::sw128_desc(stage(s) + kk * 32, 16, 1024);
+        if constexpr (kN == 32) {
+          wgmma::wgmma_m64n32k16_rs(reinterpret_cast<float(&)[4][4]>(acc[0]), a[kk], b);
+        } else if constexpr (kN == 64) {
+          wgmma::wgmma_m64n64k16_rs(reinterpret_cast<float(&)[8][4]>(acc[0]), a[kk], b);
+        } else {
+          wgmma::wgmma_m64n128k16_rs<0>(acc[0], a[kk], b, 1);
+        }
+      }
       wgmma::commit();
       // All of this stage's wgmma before the next decode writes their A registers (redefining
       // them while a group is in flight makes ptxas serialize every wgmma); the other consumer
@@ -212,11 +225,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_operand(acc[0]);
     const float unscale = p.global_scales[expert_of(item / m_blocks)] * kNvfp4Unscale;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+    for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[0][j][q] *= unscale;
-    moe_wgmma::store_tile<kGemm1, kBM, 1>(p, acc, item % m_blocks, (item / m_blocks) * kBN, c, wq,
-                                          lane);
+    moe_wgmma::store_tile<kGemm1, kBM, 1, kN>(p, acc, item % m_blocks, (item / m_blocks) * kBN, c,
+                                              wq, lane);
+  };
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int width = narrow ? moe_wgmma::tile_width(p, (item / m_blocks) * kBN) : kBN;
+    if (width == 32) {
+      run_item(std::integral_constant<int, 32>{}, item);
+    } else if (width == 64) {
+      run_item(std::integral_constant<int, 64>{}, item);
+    } else {
+      run_item(std::integral_constant<int, kBN>{}, item);
+    }
   }
 }
 
@@ -235,7 +258,7 @@ bool moe_grouped_gemm_wgmma_nvfp4(const MoeGemmParams& p, cudaStream_t stream) {
   const int64_t all = int64_t(m_blocks) * p.max_tiles;
   const int ctas = int(std::min<int64_t>(all, sm_count()));
   launch_pdl(p.gemm1 ? "moe_gemm1_wgmma_nvfp4" : "moe_gemm2_wgmma_nvfp4", kernel, dim3(ctas),
-             dim3(kThreads), kSmemBytes, stream, p, m_blocks);
+             dim3(kThreads), kSmemBytes, stream, p, m_blocks, moe_narrow_tiles(p));
   return true;
 }
 

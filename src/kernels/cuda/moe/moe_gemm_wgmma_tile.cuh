@@ -41,26 +41,45 @@ __device__ __forceinline__ const __nv_bfloat16* token_row(const MoeGemmParams& p
   return x + size_t(src) * p.k;
 }
 
+// Token rows of the tile at permuted row row0 that hold tokens, as the wgmma width that covers
+// them: 32, 64 or kBN. The routing pads each expert's rows at their end (permuted_to_token −1),
+// so the valid rows are a prefix of every tile.
+__device__ __forceinline__ int tile_width(const MoeGemmParams& p, int row0) {
+  if (p.permuted_to_token[row0 + 32] < 0) return 32;
+  if (p.permuted_to_token[row0 + 64] < 0) return 64;
+  return kBN;
+}
+
 // The wgmma of one 64-wide k stage, as one committed group: kMb m64 blocks of A (kMb·64 rows
-// of 128 bytes from shared address a) times the token tile B (kBN rows from b), both SW128.
-template <int kMb>
+// of 128 bytes from shared address a) times the first kN token rows of the tile B (from b), both
+// SW128. acc[mb][j] for j < kN / 8 only.
+template <int kMb, int kN = kBN>
 __device__ __forceinline__ void mma_stage(float (&acc)[kMb][kBN / 8][4], uint32_t a, uint32_t b) {
   wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < kBK / 16; ++kk)
 #pragma unroll
-    for (int mb = 0; mb < kMb; ++mb)
-      wgmma::wgmma_m64n128k16_ss(acc[mb], wgmma::sw128_desc(a + mb * 64 * 128 + kk * 32, 16, 1024),
-                                 wgmma::sw128_desc(b + kk * 32, 16, 1024), 1);
+    for (int mb = 0; mb < kMb; ++mb) {
+      const uint64_t da = wgmma::sw128_desc(a + mb * 64 * 128 + kk * 32, 16, 1024);
+      const uint64_t db = wgmma::sw128_desc(b + kk * 32, 16, 1024);
+      if constexpr (kN == 32) {
+        wgmma::wgmma_m64n32k16_ss(reinterpret_cast<float(&)[4][4]>(acc[mb]), da, db, 1);
+      } else if constexpr (kN == 64) {
+        wgmma::wgmma_m64n64k16_ss(reinterpret_cast<float(&)[8][4]>(acc[mb]), da, db, 1);
+      } else {
+        static_assert(kN == kBN, "token widths 32, 64 and 128");
+        wgmma::wgmma_m64n128k16_ss(acc[mb], da, db, 1);
+      }
+    }
   wgmma::commit();
 }
 
-// Epilogue of kMb m64 accumulators, m64 blocks first_block.. of the tile of weight block m_block
-// and token rows row0.. (warp wq of the
+// Epilogue of kMb m64 accumulators (their first kN tokens), m64 blocks first_block.. of the tile
+// of weight block m_block and token rows row0.. (warp wq of the
 // warpgroup, lane = 4g + t4). acc[mb][j][q]: tile row 64·(first_block + mb) + 16·wq + g +
 // 8·(q / 2), token 8j + 2·t4 + q % 2. GEMM1 writes silu(gate)·up, GEMM2 the rows. Lanes g and
 // g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns of one token.
-template <bool kGemm1, int kBM, int kMb>
+template <bool kGemm1, int kBM, int kMb, int kN = kBN>
 __device__ __forceinline__ void store_tile(const MoeGemmParams& p,
                                            const float (&acc)[kMb][kBN / 8][4], int m_block,
                                            int row0, int first_block, int wq, int lane) {
@@ -72,7 +91,7 @@ __device__ __forceinline__ void store_tile(const MoeGemmParams& p,
   for (int mb = 0; mb < kMb; ++mb) {
     const int block = first_block + mb;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+    for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
         float v0, v1;  // (row g (+8h), token 2·t4) and (row g (+8h), token 2·t4 + 1)

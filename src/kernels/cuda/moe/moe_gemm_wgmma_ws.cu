@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -44,7 +45,8 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= wgmma::cta_register_a
 // b + gridDim.x, ... below num_tiles · m_blocks. Both roles walk the same items, so a stage's use
 // count `it` (and its barrier phase) agrees between them across items.
 template <bool kGemm1>
-__global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams p, int m_blocks) {
+__global__ void __launch_bounds__(kThreads, 1)
+    moe_gemm_ws_kernel(MoeGemmParams p, int m_blocks, bool narrow) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t smem = raw + ((1024 - (raw & 1023)) & 1023);  // swizzle atoms: 1024-aligned
@@ -94,10 +96,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
           size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, mb, r0 + 16) - row) * K * 2;
       const __nv_bfloat16* b_src[kBPasses];
       uint32_t b_valid = 0;
+      const int width = narrow ? moe_wgmma::tile_width(p, row0) : kBN;
 #pragma unroll
       for (int j = 0; j < kBPasses; ++j) {
         bool valid;
         b_src[j] = moe_wgmma::token_row<kGemm1>(p, row0, r0 + 16 * j, valid) + kc * 8;
+        // Rows past the tile's width are never read (GEMM2: nor written by GEMM1): zero-fill.
+        if (narrow && r0 + 16 * j >= width) valid = false;
         b_valid |= uint32_t(valid) << j;
       }
       for (int kt = 0; kt < KT; ++kt, ++it) {
@@ -126,7 +131,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
   const int c = wg - 1, lane = tid & 31, wq = (tid / 32) & 3;
   const bool releaser = (tid & 127) == 0;  // arrives on `empty` for its warpgroup
   int it = 0;
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+  // One item at token width kN (a straight run of wgmma per width, so ptxas keeps them async).
+  auto run_item = [&](auto width, int item) {
+    constexpr int kN = decltype(width)::value;
     float acc[kMb][kBN / 8][4];
 #pragma unroll
     for (int mb = 0; mb < kMb; ++mb)
@@ -138,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
       mbarrier::wait(full(s), uint32_t(it / kStages) & 1);
       wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
       const uint32_t a = stage(s) + c * kMb * 64 * 128, b = stage(s) + kABytes;
-      moe_wgmma::mma_stage<kMb>(acc, a, b);
+      moe_wgmma::mma_stage<kMb, kN>(acc, a, b);
       wgmma::wait<1>();  // the previous stage's wgmma are done: hand its slot back
       if (kt > 0 && releaser) mbarrier::arrive(empty((it - 1) % kStages));
     }
@@ -148,12 +155,30 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_ws_kernel(MoeGemmParams 
     // The item's last stage, so that the producer fills the next item's stages during the
     // epilogue.
     if (releaser) mbarrier::arrive(empty((it - 1) % kStages));
-    moe_wgmma::store_tile<kGemm1, kBM, kMb>(p, acc, item % m_blocks, (item / m_blocks) * kBN,
-                                            kMb * c, wq, lane);
+    moe_wgmma::store_tile<kGemm1, kBM, kMb, kN>(p, acc, item % m_blocks, (item / m_blocks) * kBN,
+                                                kMb * c, wq, lane);
+  };
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int width = narrow ? moe_wgmma::tile_width(p, (item / m_blocks) * kBN) : kBN;
+    if (width == 32) {
+      run_item(std::integral_constant<int, 32>{}, item);
+    } else if (width == 64) {
+      run_item(std::integral_constant<int, 64>{}, item);
+    } else {
+      run_item(std::integral_constant<int, kBN>{}, item);
+    }
   }
 }
 
 }  // namespace
+
+bool moe_narrow_tiles(const MoeGemmParams& p) {
+  static const bool on = [] {
+    const char* env = std::getenv("SERVAL_MOE_NARROW_TILES");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on && p.permuted_to_token != nullptr;
+}
 
 bool moe_grouped_gemm_wgmma_ws(const MoeGemmParams& p, cudaStream_t stream) {
   if (p.n_out % (p.gemm1 ? kBM / 2 : kBM) != 0) return false;
@@ -170,7 +195,7 @@ bool moe_grouped_gemm_wgmma_ws(const MoeGemmParams& p, cudaStream_t stream) {
   const int64_t all = int64_t(m_blocks) * p.max_tiles;
   const int ctas = int(persistent ? std::min<int64_t>(all, sm_count()) : all);
   launch_pdl(p.gemm1 ? "moe_gemm1_wgmma_ws" : "moe_gemm2_wgmma_ws", kernel, dim3(ctas),
-             dim3(kThreads), kSmemBytes, stream, p, m_blocks);
+             dim3(kThreads), kSmemBytes, stream, p, m_blocks, moe_narrow_tiles(p));
   return true;
 }
 
