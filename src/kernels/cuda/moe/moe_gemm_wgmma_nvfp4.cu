@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -231,16 +230,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     moe_wgmma::store_tile<kGemm1, kBM, 1, kN>(p, acc, item % m_blocks, (item / m_blocks) * kBN, c,
                                               wq, lane);
   };
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int width = narrow ? moe_wgmma::tile_width(p, (item / m_blocks) * kBN) : kBN;
-    if (width == 32) {
-      run_item(std::integral_constant<int, 32>{}, item);
-    } else if (width == 64) {
-      run_item(std::integral_constant<int, 64>{}, item);
-    } else {
-      run_item(std::integral_constant<int, kBN>{}, item);
-    }
-  }
+  for (int item = blockIdx.x; item < items; item += gridDim.x)
+    moe_wgmma::with_tile_width(p, (item / m_blocks) * kBN, narrow,
+                               [&](auto width) { run_item(width, item); });
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/misc/wgmma.cuh"
 #include "kernels/cuda/moe/moe_gemm.h"
 
@@ -48,6 +50,22 @@ __device__ __forceinline__ int tile_width(const MoeGemmParams& p, int row0) {
   if (p.permuted_to_token[row0 + 32] < 0) return 32;
   if (p.permuted_to_token[row0 + 64] < 0) return 64;
   return kBN;
+}
+
+// Calls run(std::integral_constant<int, kN>{}) with kN the wgmma width of the tile at permuted
+// row row0 (tile_width when `narrow`, else kBN): one instantiation per width, each a straight run
+// of wgmma (ptxas serializes wgmma it cannot prove warpgroup-uniform).
+template <class Run>
+__device__ __forceinline__ void with_tile_width(const MoeGemmParams& p, int row0, bool narrow,
+                                                Run&& run) {
+  const int width = narrow ? tile_width(p, row0) : kBN;
+  if (width == 32) {
+    run(std::integral_constant<int, 32>{});
+  } else if (width == 64) {
+    run(std::integral_constant<int, 64>{});
+  } else {
+    run(std::integral_constant<int, kBN>{});
+  }
 }
 
 // The wgmma of one 64-wide k stage, as one committed group: kMb m64 blocks of A (kMb·64 rows
