@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   int it = 0;
   // One item at token width kN (moe_wgmma::tile_width; a straight run of wgmma per width).
-  auto run_item = [&](auto width, int item, float global_scale) {
+  auto run_item = [&](auto width, int item) {
     constexpr int kN = decltype(width)::value;
     float acc[1][kBN / 8][4];
 #pragma unroll
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (releaser) mbarrier::arrive(empty(s));
     }
     wgmma::fence_operand(acc[0]);
-    const float unscale = global_scale * kNvfp4Unscale;
+    const float unscale = p.global_scales[expert_of(item / m_blocks)] * kNvfp4Unscale;
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
@@ -230,17 +230,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     moe_wgmma::store_tile<kGemm1, kBM, 1, kN>(p, acc, item % m_blocks, (item / m_blocks) * kBN, c,
                                               wq, lane);
   };
-  moe_wgmma::ItemAhead next;
-  if (int(blockIdx.x) < items) next = moe_wgmma::load_item_ahead(p, blockIdx.x / m_blocks, narrow);
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const moe_wgmma::ItemAhead cur = next;
-    if (item + int(gridDim.x) < items)
-      next = moe_wgmma::load_item_ahead(p, (item + gridDim.x) / m_blocks, narrow);
-    // Used in the epilogue: its load runs during the k loop.
-    const float global_scale = __ldg(p.global_scales + cur.expert);
-    moe_wgmma::with_tile_width(cur, narrow,
-                               [&](auto width) { run_item(width, item, global_scale); });
-  }
+  for (int item = blockIdx.x; item < items; item += gridDim.x)
+    moe_wgmma::with_tile_width(p, (item / m_blocks) * kBN, narrow,
+                               [&](auto width) { run_item(width, item); });
 }
 
 }  // namespace

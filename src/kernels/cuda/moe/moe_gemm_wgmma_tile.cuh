@@ -43,47 +43,29 @@ __device__ __forceinline__ const __nv_bfloat16* token_row(const MoeGemmParams& p
   return x + size_t(src) * p.k;
 }
 
-// What a consumer warpgroup needs of a work item besides its stages, loaded one item ahead: a
-// value used right after its load stalls the warpgroup for the load's latency (~1 µs, every
-// item) while the tensor cores idle; loaded before the previous item's k loop, it has arrived.
-// at32 / at64: permuted_to_token at rows 32 and 64 of the tile (the routing pads each expert's
-// rows at their end with −1, so the valid rows are a prefix: they give the tile's width).
-struct ItemAhead {
-  int at32 = 0, at64 = 0, expert = 0;
-};
-
-// Issues the loads of token tile `tile`'s ItemAhead (L2: valid before or after the PDL wait,
-// moe_gemm_tile.cuh); `narrow` false leaves the row marks alone.
-__device__ __forceinline__ ItemAhead load_item_ahead(const MoeGemmParams& p, int tile,
-                                                     bool narrow) {
-  ItemAhead a;
-  if (narrow) {
-    a.at32 = __ldcg(p.permuted_to_token + tile * kBN + 32);
-    a.at64 = __ldcg(p.permuted_to_token + tile * kBN + 64);
-  }
-  a.expert = __ldcg(p.tile_expert + tile);
-  return a;
-}
-
-// Calls run(std::integral_constant<int, kN>{}) with kN the wgmma width that covers the tile's
-// token rows (32, 64 or kBN; always kBN when not `narrow`): one instantiation per width, each a
-// straight run of wgmma (ptxas serializes wgmma it cannot prove warpgroup-uniform).
-template <class Run>
-__device__ __forceinline__ void with_tile_width(const ItemAhead& a, bool narrow, Run&& run) {
-  if (narrow && a.at32 < 0) {
-    run(std::integral_constant<int, 32>{});
-  } else if (narrow && a.at64 < 0) {
-    run(std::integral_constant<int, 64>{});
-  } else {
-    run(std::integral_constant<int, kBN>{});
-  }
-}
-
-// The tile's width for the producer (tile_width of the consumers' with_tile_width).
+// Token rows of the tile at permuted row row0 that hold tokens, as the wgmma width that covers
+// them: 32, 64 or kBN. The routing pads each expert's rows at their end (permuted_to_token −1),
+// so the valid rows are a prefix of every tile.
 __device__ __forceinline__ int tile_width(const MoeGemmParams& p, int row0) {
   if (p.permuted_to_token[row0 + 32] < 0) return 32;
   if (p.permuted_to_token[row0 + 64] < 0) return 64;
   return kBN;
+}
+
+// Calls run(std::integral_constant<int, kN>{}) with kN the wgmma width of the tile at permuted
+// row row0 (tile_width when `narrow`, else kBN): one instantiation per width, each a straight run
+// of wgmma (ptxas serializes wgmma it cannot prove warpgroup-uniform).
+template <class Run>
+__device__ __forceinline__ void with_tile_width(const MoeGemmParams& p, int row0, bool narrow,
+                                                Run&& run) {
+  const int width = narrow ? tile_width(p, row0) : kBN;
+  if (width == 32) {
+    run(std::integral_constant<int, 32>{});
+  } else if (width == 64) {
+    run(std::integral_constant<int, 64>{});
+  } else {
+    run(std::integral_constant<int, kBN>{});
+  }
 }
 
 // The wgmma of one 64-wide k stage, as one committed group: kMb m64 blocks of A (kMb·64 rows

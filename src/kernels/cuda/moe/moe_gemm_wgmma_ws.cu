@@ -157,14 +157,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     moe_wgmma::store_tile<kGemm1, kBM, kMb, kN>(p, acc, item % m_blocks, (item / m_blocks) * kBN,
                                                 kMb * c, wq, lane);
   };
-  moe_wgmma::ItemAhead next;
-  if (int(blockIdx.x) < items) next = moe_wgmma::load_item_ahead(p, blockIdx.x / m_blocks, narrow);
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const moe_wgmma::ItemAhead cur = next;
-    if (item + int(gridDim.x) < items)
-      next = moe_wgmma::load_item_ahead(p, (item + gridDim.x) / m_blocks, narrow);
-    moe_wgmma::with_tile_width(cur, narrow, [&](auto width) { run_item(width, item); });
-  }
+  for (int item = blockIdx.x; item < items; item += gridDim.x)
+    moe_wgmma::with_tile_width(p, (item / m_blocks) * kBN, narrow,
+                               [&](auto width) { run_item(width, item); });
 }
 
 }  // namespace
