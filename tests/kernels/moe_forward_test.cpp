@@ -110,7 +110,7 @@ TEST_F(MoeForwardGpu, QwenShape8192Tokens) {
 // bf16 experts: the latency backend hands steps of more than 31 tokens per expert to the
 // throughput kernels (Qwen3: 512 tokens = 32 per expert; Mixtral-like: 128 tokens).
 TEST_F(MoeForwardGpu, LatencyLargeStepsRunThroughputKernels) {
-  EXPECT_EQ(moe_latency_max_tokens_per_expert(MoeExpertFormat::kBf16), 31);
+  EXPECT_EQ(moe_latency_max_tokens_per_expert(false), 31);
   ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(qwen(), 511, 77, MoeCudaBackend::kLatency));
   ASSERT_NO_FATAL_FAILURE(
       mu::expect_latency_step_runs(qwen(), 512, 78, MoeCudaBackend::kThroughput));

@@ -133,7 +133,7 @@ TEST_F(MoeNvfp4Gpu, QwenShapeAllTokenCounts) {
 // NVFP4 experts: the latency backend keeps its kernels up to 63 tokens per expert (Qwen3: 1023
 // tokens) and hands larger steps to the throughput kernels.
 TEST_F(MoeNvfp4Gpu, LatencyLargeStepsRunThroughputKernels) {
-  EXPECT_EQ(moe_latency_max_tokens_per_expert(MoeExpertFormat::kNvfp4), 63);
+  EXPECT_EQ(moe_latency_max_tokens_per_expert(true), 63);
   ASSERT_NO_FATAL_FAILURE(mu::expect_latency_step_runs(qwen(), 1023, 81, MoeCudaBackend::kLatency));
   ASSERT_NO_FATAL_FAILURE(
       mu::expect_latency_step_runs(qwen(), 1024, 82, MoeCudaBackend::kThroughput));

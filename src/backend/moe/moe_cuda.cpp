@@ -83,17 +83,12 @@ bool moe_large_steps_on_throughput_default() {
   return on;
 }
 
-int moe_latency_max_tokens_per_expert(MoeExpertFormat format) {
-  return format == MoeExpertFormat::kNvfp4 ? 63 : 31;
-}
-
 MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
-  if (a.backend == MoeCudaBackend::kThroughput || !a.large_steps_on_throughput ||
-      a.num_experts <= 0)
-    return a.backend;
-  const long per_expert = long(a.num_tokens) * a.top_k / a.num_experts;
-  return per_expert > moe_latency_max_tokens_per_expert(a.format) ? MoeCudaBackend::kThroughput
-                                                                  : MoeCudaBackend::kLatency;
+  if (a.backend == MoeCudaBackend::kThroughput || !a.large_steps_on_throughput) return a.backend;
+  return moe_latency_hands_over(a.num_tokens, a.top_k, a.num_experts,
+                                a.format == MoeExpertFormat::kNvfp4)
+             ? MoeCudaBackend::kThroughput
+             : MoeCudaBackend::kLatency;
 }
 
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/moe/moe_hand_over.h"
 #include "base/dtype.h"
 #include "kernels/params.h"
 
@@ -53,7 +54,8 @@ struct MoeCudaArgs {
   // This rank's experts [local_offset, local_offset + num_local); others contribute zero.
   int local_offset = 0, num_local = 0;
   MoeCudaBackend backend = MoeCudaBackend::kLatency;
-  // Latency backend: steps past moe_latency_max_tokens_per_expert run the throughput kernels
+  // Latency backend: steps past its tokens per expert limit (moe_hand_over.h) run the throughput
+  // kernels
   // (false: always the latency kernels, for tests and benchmarks of the kernels themselves).
   bool large_steps_on_throughput = moe_large_steps_on_throughput_default();
   void* workspace = nullptr;  // device, 256-byte aligned, moe_workspace_bytes(...) bytes
@@ -67,14 +69,8 @@ struct MoeCudaArgs {
 // Token tile of the latency backend: nextPow2(ceil(tokens·top_k / num_local)) in [8, 64].
 int moe_latency_tile(int num_tokens, int top_k, int num_local);
 
-// Tokens per expert (tokens·top_k / num_experts, routed anywhere) up to which the latency
-// kernels beat the throughput ones on the H200 (one Qwen3-30B-A3B layer in a CUDA graph,
-// bench/RESULTS.md): bf16 experts 31 (512 tokens: 339 µs throughput vs 365 latency; 256 tokens
-// within 3 %), NVFP4 experts 63 (1024 tokens: 445 vs 469 µs; 512: 382 vs 287).
-int moe_latency_max_tokens_per_expert(MoeExpertFormat format);
-
 // The kernels a call runs: a.backend, except a latency step past its tokens per expert limit
-// (and a.large_steps_on_throughput) runs the throughput kernels.
+// (moe_hand_over.h; and a.large_steps_on_throughput) runs the throughput kernels.
 MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a);
 
 // Workspace for any num_tokens ≤ max_tokens with either backend.
