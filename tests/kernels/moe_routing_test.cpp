@@ -123,6 +123,8 @@ void run_case(const Case& c, Launch launch = moe_routing) {
       ASSERT_EQ(e2p[i], -1) << "non-local pair " << i;
       continue;
     }
+    // Within the expert's first count rows: its valid rows are a prefix of its tiles, which the
+    // throughput kernels' narrow tiles rely on (moe_wgmma::tile_width).
     const int row = e2p[i];
     ASSERT_GE(row, tile_off[local] * c.tile) << "pair " << i;
     ASSERT_LT(row, tile_off[local] * c.tile + count[local]) << "pair " << i;
