@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end, two GPUs: tensor- and expert-parallel start-up of a Qwen3-30B-A3B-shaped MoE model
 # (the real layer shapes, 2 layers, dummy weights) with CUDA graphs for decode batches up to 16
-# and 64 finishes and runs. Written after such a start-up hung in the decode-graph warm-up
-# (bench/RESULTS.md, 2026-11-30: GPU 0 spinning in a collective, GPU 1 idle); each run is
-# bounded by `timeout`, so a hang fails the test instead of stalling the suite.
+# and 64 finishes and runs, and so do eager steps and long prefills after it. Written after such a
+# start-up hung in the decode-graph warm-up (bench/RESULTS.md, 2026-11-30: GPU 0 spinning in a
+# collective, GPU 1 idle); each run is bounded by `timeout`, so a hang fails the test instead of
+# stalling the suite.
 # Usage: parallel_startup_test.sh SERVAL_BINARY REPO_ROOT
 set -euo pipefail
 serval=$1
@@ -39,8 +40,10 @@ run() {
   local label=$1
   shift
   local log=$work/run.log rc=0
+  local lengths=(--input-len 32 --output-len 4)
+  [[ " $* " == *" --input-len "* ]] && lengths=()
   timeout -k 10 "$limit" "$serval" bench latency --model "$qwen3" --load-format dummy --num-iters 1 \
-    --input-len 32 --output-len 4 "$@" >"$log" 2>&1 || rc=$?
+    "${lengths[@]}" "$@" >"$log" 2>&1 || rc=$?
   if [[ $rc != 0 ]]; then
     tail -n 20 "$log" >&2
     [[ $rc == 124 || $rc == 137 ]] && fail "$label: still running after $limit s (hang)"
@@ -55,6 +58,12 @@ run() {
 # collectives in flight (the prefill's GEMMs, attention and MoE stages; every kernel when eager).
 run "TP=2 batch 8" --tensor-parallel-size 2 --batch-size 8
 run "TP=2 eager batch 16" --tensor-parallel-size 2 --batch-size 16 --enforce-eager
+# Long prompts after the graphs: the prefill's large GEMMs (timed on first use), attention and
+# MoE throughput kernels first run inside a step whose collectives are in flight.
+run "TP=2 prefill 2 x 4000" --tensor-parallel-size 2 --batch-size 2 --input-len 4000 \
+  --output-len 2
+run "TP=2 + EP prefill 2 x 4000" --tensor-parallel-size 2 --enable-expert-parallel \
+  --batch-size 2 --input-len 4000 --output-len 2
 for batch in 16 64; do
   run "TP=2 batch $batch" --tensor-parallel-size 2 --batch-size "$batch"
   run "TP=2 + EP batch $batch" --tensor-parallel-size 2 --enable-expert-parallel \
