@@ -150,14 +150,14 @@ void ParallelRunner::abort() {
 // all-reduce for a peer whose thread is blocked behind the same load deadlocks. Then the warm-up
 // with collectives, drained on every rank before any rank captures, then the captures.
 void ParallelRunner::capture_decode_graphs() {
-  set_local_only(true);
-  try {
+  {
+    struct LocalOnly {  // on for this scope, off however it ends
+      ParallelRunner& runner;
+      explicit LocalOnly(ParallelRunner& r) : runner(r) { runner.set_local_only(true); }
+      ~LocalOnly() { runner.set_local_only(false); }
+    } local_only(*this);
     run_ranks([&](int r) { ranks_[size_t(r)]->warm_up_decode_graphs(); });
-  } catch (...) {
-    set_local_only(false);
-    throw;
   }
-  set_local_only(false);
   run_ranks([&](int r) { ranks_[size_t(r)]->warm_up_decode_graphs(); });
   run_ranks([&](int r) { ranks_[size_t(r)]->capture_decode_graphs(); });
 }

@@ -55,8 +55,7 @@ struct MoeCudaArgs {
   int local_offset = 0, num_local = 0;
   MoeCudaBackend backend = MoeCudaBackend::kLatency;
   // Latency backend: steps past its tokens per expert limit (moe_hand_over.h) run the throughput
-  // kernels
-  // (false: always the latency kernels, for tests and benchmarks of the kernels themselves).
+  // kernels (false: always the latency kernels, for tests and benchmarks of the kernels).
   bool large_steps_on_throughput = moe_large_steps_on_throughput_default();
   void* workspace = nullptr;  // device, 256-byte aligned, moe_workspace_bytes(...) bytes
   size_t workspace_bytes = 0;

@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1)
   cp_async_commit();
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait<0>();          // this thread's copies of tile t have landed
-    wgmma::fence_proxy_async();  // ... and (with Q's stores) are visible to wgmma
+    wgmma::fence_proxy_async();  // ... and are visible to wgmma
     __syncthreads();  // everyone's; the slot refilled next was last read kStages − 1 tiles ago,
                       // and every warpgroup has waited for those wgmma since
     auto load_next = [&] {

@@ -15,10 +15,10 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 // The largest size granted so far per kernel, one table per device, each with its own lock: the
-// ranks of a tensor-parallel group (one GPU each) never wait for one another here. A process-wide
-// lock held across cudaFuncSetAttribute, if that waits for its device, lets a rank whose GPU spins
-// in an all-reduce block its peer from ever launching the matching one (the suspected cause of
-// the TP=2 start-up hang at decode batches of 16: bench/RESULTS.md, 2026-11-30).
+// ranks of a tensor-parallel group (one GPU each) never wait for one another here. (A
+// process-wide lock held across cudaFuncSetAttribute could let a rank whose GPU spins in an
+// all-reduce keep its peer from launching the matching one; it was suspected of, and cleared of,
+// the TP=2 start-up hang of bench/RESULTS.md, 2026-11-30.)
 struct DeviceGrants {
   std::mutex mutex;
   std::map<const void*, size_t> granted;
