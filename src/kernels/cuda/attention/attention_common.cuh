@@ -34,6 +34,15 @@ struct PagedBlocks {
     if ((size & (size - 1)) == 0)
       for (log2 = 0; (1 << log2) < size;) ++log2;
   }
+  // key's block and its position in that block, for callers that test kPow2 (log2 >= 0) once.
+  template <bool kPow2>
+  __device__ __forceinline__ int block_of(int key) const {
+    return kPow2 ? key >> log2 : key / size;
+  }
+  template <bool kPow2>
+  __device__ __forceinline__ int within(int key, int block) const {
+    return kPow2 ? key & (size - 1) : key - block * size;
+  }
   __device__ __forceinline__ int block(int key) const {
     return log2 >= 0 ? key >> log2 : key / size;
   }

@@ -101,9 +101,9 @@ struct TileCopier {
       const bool valid = key < num_keys;
       int64_t off = 0;  // bytes
       if (valid) {
-        const int block = kPow2 ? key >> blocks.log2 : key / blocks.size;
-        const int within = kPow2 ? key & (blocks.size - 1) : key - block * blocks.size;
-        off = mul_wide(table[block], block_bytes) + (within * slot_bytes + head_off);
+        const int block = blocks.block_of<kPow2>(key);
+        off = mul_wide(table[block], block_bytes) +
+              (blocks.within<kPow2>(key, block) * slot_bytes + head_off);
       }
       const uint32_t dst = dst0 + uint32_t(it * kRowStep * 128);
       cp_async_16(k_tile + dst, k_cache + off, valid);
