@@ -27,4 +27,22 @@ __device__ __forceinline__ int moe_tile_expert(const MoeGemmParams& p, int tile)
   return expert;
 }
 
+// Persistent grouped GEMMs (moe_gemm_wgmma_ws.cu, moe_gemm_wgmma_nvfp4.cu), whose CTAs walk work
+// items (weight block, token tile): the number of items, *num_tiles · m_blocks, under the PDL
+// protocol above (GEMM1 waits for the routing before reading the maps, then lets GEMM2 launch;
+// GEMM2 reads them before its own wait). Every thread calls it once, first.
+template <bool kGemm1>
+__device__ __forceinline__ int moe_persistent_items(const MoeGemmParams& p, int m_blocks) {
+  if constexpr (kGemm1) pdl_wait();
+  const int num_tiles = kGemm1 ? *p.num_tiles : __ldcg(p.num_tiles);
+  if constexpr (kGemm1) pdl_launch_dependents();
+  return num_tiles * m_blocks;
+}
+
+// The expert of token tile `tile` below *num_tiles (after moe_persistent_items).
+template <bool kGemm1>
+__device__ __forceinline__ int moe_persistent_expert(const MoeGemmParams& p, int tile) {
+  return kGemm1 ? p.tile_expert[tile] : __ldcg(p.tile_expert + tile);
+}
+
 }  // namespace serval::kernels::cuda

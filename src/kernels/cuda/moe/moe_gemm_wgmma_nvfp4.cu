@@ -29,6 +29,7 @@
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/misc/wgmma.cuh"
+#include "kernels/cuda/moe/moe_gemm_tile.cuh"
 #include "kernels/cuda/moe/moe_gemm_wgmma.h"
 #include "kernels/cuda/moe/moe_gemm_wgmma_tile.cuh"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
@@ -82,13 +83,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, wg = tid / 128;
 
   build_nvfp4_scale_table(lut);  // depends on nothing: before the PDL wait
-  if constexpr (kGemm1) pdl_wait();
-  const int num_tiles = kGemm1 ? *p.num_tiles : __ldcg(p.num_tiles);
-  if constexpr (kGemm1) pdl_launch_dependents();
-  const int items = num_tiles * m_blocks;
-  auto expert_of = [&](int tile) {
-    return kGemm1 ? p.tile_expert[tile] : __ldcg(p.tile_expert + tile);
-  };
+  const int items = moe_persistent_items<kGemm1>(p, m_blocks);
+  auto expert_of = [&](int tile) { return moe_persistent_expert<kGemm1>(p, tile); };
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier::init(full(s), 128);  // every producer thread's copies of the stage
@@ -124,16 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint8_t* s_src =
           scales + size_t(source_tile<kGemm1>(p, mb, (tid & 31) / 4)) * KT * 64 + (tid % 4) * 16;
       const __nv_bfloat16* b_src[kBN / 16];
-      uint32_t b_valid = 0;
-      const int width = narrow ? moe_wgmma::tile_width(p, row0) : kBN;
-#pragma unroll
-      for (int j = 0; j < kBN / 16; ++j) {
-        bool valid;
-        b_src[j] = moe_wgmma::token_row<kGemm1>(p, row0, r0 + 16 * j, valid) + kc * 8;
-        // Rows past the tile's width are never read (GEMM2: nor written by GEMM1): zero-fill.
-        if (narrow && r0 + 16 * j >= width) valid = false;
-        b_valid |= uint32_t(valid) << j;
-      }
+      const uint32_t b_valid = moe_wgmma::token_sources<kGemm1>(p, row0, r0, kc, narrow, b_src);
       for (int kt = 0; kt < KT; ++kt, ++it) {
         const int s = it % kStages;
         if (it >= kStages) mbarrier::wait(empty(s), uint32_t(it / kStages - 1) & 1);

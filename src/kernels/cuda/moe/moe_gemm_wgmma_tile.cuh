@@ -52,6 +52,26 @@ __device__ __forceinline__ int tile_width(const MoeGemmParams& p, int row0) {
   return kBN;
 }
 
+// A producer thread's token rows r0 + 16j (j < kBN / 16) of the tile at permuted row row0, from
+// 16-byte chunk column kc: their sources in src, and as the result bit j whether row j is copied.
+// Rows without a token are zero-filled, and so are rows at or past the tile's width when
+// `narrow` (tile_width: nothing reads them, and GEMM1 does not write them for GEMM2).
+template <bool kGemm1>
+__device__ __forceinline__ uint32_t token_sources(const MoeGemmParams& p, int row0, int r0, int kc,
+                                                  bool narrow,
+                                                  const __nv_bfloat16* (&src)[kBN / 16]) {
+  const int width = narrow ? tile_width(p, row0) : kBN;
+  uint32_t copied = 0;
+#pragma unroll
+  for (int j = 0; j < kBN / 16; ++j) {
+    bool valid;
+    src[j] = token_row<kGemm1>(p, row0, r0 + 16 * j, valid) + kc * 8;
+    if (r0 + 16 * j >= width) valid = false;
+    copied |= uint32_t(valid) << j;
+  }
+  return copied;
+}
+
 // Calls run(std::integral_constant<int, kN>{}) with kN the wgmma width of the tile at permuted
 // row row0 (tile_width when `narrow`, else kBN): one instantiation per width, each a straight run
 // of wgmma (ptxas serializes wgmma it cannot prove warpgroup-uniform).

@@ -21,6 +21,7 @@
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/misc/wgmma.cuh"
+#include "kernels/cuda/moe/moe_gemm_tile.cuh"
 #include "kernels/cuda/moe/moe_gemm_wgmma.h"
 #include "kernels/cuda/moe/moe_gemm_wgmma_tile.cuh"
 
@@ -55,15 +56,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };
   const int tid = threadIdx.x, wg = tid / 128;
 
-  // PDL (moe_gemm_tile.cuh): GEMM1 waits for the routing before reading the maps and then lets
-  // GEMM2 launch; GEMM2 reads the maps before its wait (L2-only loads).
-  if constexpr (kGemm1) pdl_wait();
-  const int num_tiles = kGemm1 ? *p.num_tiles : __ldcg(p.num_tiles);
-  if constexpr (kGemm1) pdl_launch_dependents();
-  const int items = num_tiles * m_blocks;
-  auto expert_of = [&](int tile) {
-    return kGemm1 ? p.tile_expert[tile] : __ldcg(p.tile_expert + tile);
-  };
+  const int items = moe_persistent_items<kGemm1>(p, m_blocks);
+  auto expert_of = [&](int tile) { return moe_persistent_expert<kGemm1>(p, tile); };
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier::init(full(s), 128);  // every producer thread's copies of the stage
@@ -94,16 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const size_t a_step =
           size_t(moe_wgmma::weight_row<kGemm1, kBM>(p, mb, r0 + 16) - row) * K * 2;
       const __nv_bfloat16* b_src[kBPasses];
-      uint32_t b_valid = 0;
-      const int width = narrow ? moe_wgmma::tile_width(p, row0) : kBN;
-#pragma unroll
-      for (int j = 0; j < kBPasses; ++j) {
-        bool valid;
-        b_src[j] = moe_wgmma::token_row<kGemm1>(p, row0, r0 + 16 * j, valid) + kc * 8;
-        // Rows past the tile's width are never read (GEMM2: nor written by GEMM1): zero-fill.
-        if (narrow && r0 + 16 * j >= width) valid = false;
-        b_valid |= uint32_t(valid) << j;
-      }
+      const uint32_t b_valid = moe_wgmma::token_sources<kGemm1>(p, row0, r0, kc, narrow, b_src);
       for (int kt = 0; kt < KT; ++kt, ++it) {
         const int s = it % kStages;
         if (it >= kStages) mbarrier::wait(empty(s), uint32_t(it / kStages - 1) & 1);
