@@ -893,7 +893,8 @@ struct BenchWeight {
 };
 
 // Weight bytes streamed per call (data + scales) / time and the fraction of the 4.3 TB/s floor,
-// for the decode path (quant_gemv, m ≤ 4 where supported) and the mma kernel side by side.
+// for the decode path (quant_gemv, m ≤ 8 where supported) and the mma kernel side by side (alone
+// for m = 16..64, the batched decode steps).
 // Graph-timed over weight copies larger than L2, as in a decode step.
 TEST(QuantGemmBench, DISABLED_Bandwidth) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
@@ -905,7 +906,7 @@ TEST(QuantGemmBench, DISABLED_Bandwidth) {
       std::vector<std::unique_ptr<BenchWeight>> bws;
       for (int c = 0; c < copies; ++c)
         bws.push_back(std::make_unique<BenchWeight>(format, s.n, s.k));
-      for (int m : {1, 2, 4, 8}) {
+      for (int m : {1, 2, 4, 8, 16, 32, 64}) {
         DeviceBuffer<bf16> x(random_bf16(size_t(m) * s.k, 7));
         DeviceBuffer<bf16> y(size_t(m) * s.n);
         DeviceBuffer<uint8_t> ws(std::max<size_t>(kc::quant_gemm_workspace_bytes(m, s.n, s.k), 1));

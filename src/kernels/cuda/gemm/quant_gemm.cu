@@ -131,8 +131,11 @@ constexpr int kMaxCounterCtas = 4096;
 __device__ unsigned int g_quant_split_arrivals[kMaxCounterCtas];
 
 // Warp `rt`'s 32 rows × the token tile over k blocks [kb0, kb1) (first kDepth blocks already in
-// `ring`): to the output, or as split partials in the workspace.
-template <bool kFp4, int NI, int kDepth, bool kFullK>
+// `ring`): to the output, or as split partials in the workspace. kVecX (k % 64 == 0 and x 16-byte
+// aligned: every real model): lane t's activations of a k block are its 8 consecutive words per
+// token, two 16-byte loads with no bounds checks, and the k block's A fragments are decoded once
+// for all token blocks; otherwise 4-byte loads per step, columns ≥ k read as zero.
+template <bool kFp4, int NI, int kDepth, bool kVecX>
 __device__ __forceinline__ void quant_gemm_tile(const DeviceArgs& d, const uint32_t* sf_table,
                                                 int rt, int split, int kb0, int kb1, int lane,
                                                 Raw<kFp4> (&ring)[kDepth]) {
@@ -175,28 +178,42 @@ __device__ __forceinline__ void quant_gemm_tile(const DeviceArgs& d, const uint3
           fp8_mults(d, rt * 32 + h * 16 + g, kb * 64 + 16 * t, m_lo[h], m_hi[h]);
         }
       }
+      if constexpr (kVecX) {
+        uint32_t a[2][4][4];  // [group h][step s] A fragments of this k block
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        // Physical columns c0 .. c0+3 (k % 8 == 0: wholly inside k or wholly past it).
-        const int c0 = kb * 64 + 16 * t + 4 * s;
-        uint32_t b[NI][2];
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int s = 0; s < 4; ++s) decode_step<kFp4>(cur.w[h], s, m_lo[h], m_hi[h], a[h][s]);
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
+          // Words 2s, 2s+1 are step s's b0 (columns 16t + 4s, +1) and b1 (16t + 4s + 2, +3).
           // Plain loads: an invariant (__ldg) load could be hoisted above pdl_wait.
-          if constexpr (kFullK) {
-            b[ni][0] = *reinterpret_cast<const unsigned int*>(xrow[ni] + c0);
-            b[ni][1] = *reinterpret_cast<const unsigned int*>(xrow[ni] + c0 + 2);
-          } else {
+          const uint4* xp = reinterpret_cast<const uint4*>(xrow[ni] + kb * 64 + 16 * t);
+          const uint4 lo = xp[0], hi = xp[1];
+          const uint32_t bw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) mma_bf16(acc[h][ni], a[h][s], bw[2 * s], bw[2 * s + 1]);
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          // Physical columns c0 .. c0+3 (k % 8 == 0: wholly inside k or wholly past it).
+          const int c0 = kb * 64 + 16 * t + 4 * s;
+          uint32_t b[NI][2];
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
             b[ni][0] = c0 < k ? *reinterpret_cast<const unsigned int*>(xrow[ni] + c0) : 0u;
             b[ni][1] = c0 < k ? *reinterpret_cast<const unsigned int*>(xrow[ni] + c0 + 2) : 0u;
           }
-        }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t a[4];
-          decode_step<kFp4>(cur.w[h], s, m_lo[h], m_hi[h], a);
+          for (int h = 0; h < 2; ++h) {
+            uint32_t a[4];
+            decode_step<kFp4>(cur.w[h], s, m_lo[h], m_hi[h], a);
 #pragma unroll
-          for (int ni = 0; ni < NI; ++ni) mma_bf16(acc[h][ni], a, b[ni][0], b[ni][1]);
+            for (int ni = 0; ni < NI; ++ni) mma_bf16(acc[h][ni], a, b[ni][0], b[ni][1]);
+          }
         }
       }
     }
@@ -229,9 +246,9 @@ __device__ __forceinline__ void quant_gemm_tile(const DeviceArgs& d, const uint3
 //
 // The kernel is bound by instructions per weight, not bytes (NVFP4 and FP8 ran at the same
 // weights/s on the H200), so the per-weight work is trimmed: NVFP4 block-scale multipliers come
-// from a 256-entry shared table (one shared load instead of the e4m3 → bf16 arithmetic), and when
-// k % 64 == 0 (kFullK: every real model) the activation loads need no bounds checks.
-template <bool kFp4, int NI, bool kFullK>
+// from a 256-entry shared table (one shared load instead of the e4m3 → bf16 arithmetic), and
+// kVecX (quant_gemm_tile) loads the activations as 16-byte vectors without bounds checks.
+template <bool kFp4, int NI, bool kVecX>
 __global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
   constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB (NVFP4) / 8 KB (FP8) in flight per warp
   __shared__ uint32_t sf_table[kFp4 ? 256 : 1];  // nvfp4_mult(byte) for every byte
@@ -251,7 +268,7 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
     if (active && kb0 + j < kb1) load_raw<kFp4>(d, rt, kb0 + j, lane, ring[j]);
   pdl_wait();
   if (active)
-    quant_gemm_tile<kFp4, NI, kDepth, kFullK>(d, sf_table, rt, split, kb0, kb1, lane, ring);
+    quant_gemm_tile<kFp4, NI, kDepth, kVecX>(d, sf_table, rt, split, kb0, kb1, lane, ring);
   if (d.splits == 1 || !d.fused_reduce) return;
 
   // Every thread of the CTA takes part from here on (inactive warps too: there are barriers).
@@ -369,13 +386,68 @@ __global__ void __launch_bounds__(kDequantWarps * 32)
   }
 }
 
-// Split-K factor: enough warps to cover the GPU (~32 per SM), at least 2 k blocks per split,
-// and partial-sum traffic well under the weight bytes (s ≤ k / (64·m)).
-int splits_for(int m, int n, int k) {
+// CTAs of quant_gemm_kernel<kFp4, NI, kVecX> resident per SM (its registers decide: NI = 8 holds
+// 64 accumulators per lane).
+template <bool kFp4, int NI, bool kVecX>
+int resident_ctas_per_sm() {
+  static const int n = [] {
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, quant_gemm_kernel<kFp4, NI, kVecX>,
+                                                      kWarps * 32, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      blocks = 1;
+    }
+    return std::max(blocks, 1);
+  }();
+  return n;
+}
+
+template <int NI>
+int resident_ctas_per_sm(bool fp4, bool vec_x) {
+  if (fp4)
+    return vec_x ? resident_ctas_per_sm<true, NI, true>() : resident_ctas_per_sm<true, NI, false>();
+  return vec_x ? resident_ctas_per_sm<false, NI, true>() : resident_ctas_per_sm<false, NI, false>();
+}
+
+// Token tile 8·NI: the smallest that holds all m ≤ 64 tokens, so the weights stream once.
+int token_tile(int m) {
+  return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64;
+}
+
+int resident_ctas_per_sm(int m, bool fp4, bool vec_x) {
+  switch (token_tile(m)) {
+    case 8:
+      return resident_ctas_per_sm<1>(fp4, vec_x);
+    case 16:
+      return resident_ctas_per_sm<2>(fp4, vec_x);
+    case 32:
+      return resident_ctas_per_sm<4>(fp4, vec_x);
+    default:
+      return resident_ctas_per_sm<8>(fp4, vec_x);
+  }
+}
+
+// Split-K factor, at least 2 k blocks per split, at most 32.
+//   m ≤ 8 (the mma kernel only where the decode GEMV does not apply): ~32 warps per SM, partial
+//     sums well under the weight bytes (s ≤ k / (64·m)).
+//   m > 8: one wave of resident CTAs (a token tile of 16..64 makes each warp's k block 2..8 times
+//     the MMA work of m ≤ 8, so the weights streamed by too few warps left the H200 mostly idle:
+//     Qwen3-30B qkv at m = 64 ran 40 CTAs for 96 µs), partial sums (fp32, written once and read
+//     once, L2-resident) up to ~2× the NVFP4 weight bytes (s ≤ k / (4·m)).
+int splits_for(int m, int n, int k, bool fp4, bool vec_x) {
   const int n_tiles = quant_gemm_n_pad(n) / 32, k_blocks = quant_gemm_k_pad(k) / 64;
-  int s = std::max(1, sm_count() * 32 / n_tiles);
+  int s = 1;
+  if (m <= 8) {
+    s = std::max(1, sm_count() * 32 / n_tiles);
+    s = std::min(s, std::max(1, k / (64 * std::max(m, 1))));
+  } else {
+    const int64_t columns =
+        int64_t((n_tiles + kWarps - 1) / kWarps) * ((m + token_tile(m) - 1) / token_tile(m));
+    const int64_t slots = int64_t(sm_count()) * resident_ctas_per_sm(m, fp4, vec_x);
+    s = int(std::max<int64_t>(1, std::min<int64_t>(32, slots / columns)));
+    s = std::min(s, std::max(1, k / (4 * m)));
+  }
   s = std::min(s, std::max(1, k_blocks / 2));
-  s = std::min(s, std::max(1, k / (64 * std::max(m, 1))));
   return std::min(s, 32);
 }
 
@@ -413,10 +485,15 @@ DeviceArgs device_args(const QuantGemmParams& p) {
   return d;
 }
 
+// Activations as 16-byte vectors without bounds checks (quant_gemm_tile's kVecX).
+bool vector_x(const QuantGemmParams& p) {
+  return p.w.k % 64 == 0 && is_aligned16(p.x);
+}
+
 template <bool kFp4, int NI>
 void launch(const DeviceArgs& d, cudaStream_t stream) {
   const dim3 grid((d.n_tiles + kWarps - 1) / kWarps, d.splits, (d.p.m + 8 * NI - 1) / (8 * NI));
-  if (d.p.w.k % 64 == 0) {
+  if (vector_x(d.p)) {
     launch_pdl("quant_gemm", quant_gemm_kernel<kFp4, NI, true>, grid, dim3(kWarps * 32), 0, stream,
                d);
   } else {
@@ -425,17 +502,20 @@ void launch(const DeviceArgs& d, cudaStream_t stream) {
   }
 }
 
-// Token tile 8·NI: the smallest that holds all m ≤ 64 tokens, so the weights stream once.
 template <bool kFp4>
 void launch_tiles(const DeviceArgs& d, cudaStream_t stream) {
-  if (d.p.m <= 8) {
-    launch<kFp4, 1>(d, stream);
-  } else if (d.p.m <= 16) {
-    launch<kFp4, 2>(d, stream);
-  } else if (d.p.m <= 32) {
-    launch<kFp4, 4>(d, stream);
-  } else {
-    launch<kFp4, 8>(d, stream);
+  switch (token_tile(d.p.m)) {
+    case 8:
+      launch<kFp4, 1>(d, stream);
+      break;
+    case 16:
+      launch<kFp4, 2>(d, stream);
+      break;
+    case 32:
+      launch<kFp4, 4>(d, stream);
+      break;
+    default:
+      launch<kFp4, 8>(d, stream);
   }
 }
 
@@ -443,7 +523,9 @@ void launch_tiles(const DeviceArgs& d, cudaStream_t stream) {
 
 size_t quant_gemm_workspace_bytes(int m, int n, int k) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
-  const int s = splits_for(m, n, k);
+  int s = 1;  // the most any format and activation alignment may take
+  for (bool fp4 : {false, true})
+    for (bool vec_x : {false, true}) s = std::max(s, splits_for(m, n, k, fp4, vec_x));
   return s > 1 ? size_t(s) * m * n * sizeof(float) : 0;
 }
 
@@ -466,11 +548,12 @@ void quant_gemm_mma(const QuantGemmParams& p, cudaStream_t stream) {
   if (!is_aligned16(p.w.data) || (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
     throw InvalidArgument("quant_gemm: weight data must be 16-byte and x 4-byte aligned");
   DeviceArgs d = device_args(p);
-  d.splits = splits_for(p.m, p.w.n, p.w.k);
-  const int token_tile = p.m <= 8 ? 8 : p.m <= 16 ? 16 : p.m <= 32 ? 32 : 64;  // launch_tiles
-  const int64_t columns =
-      int64_t((d.n_tiles + kWarps - 1) / kWarps) * ((p.m + token_tile - 1) / token_tile);
-  d.fused_reduce = columns <= kMaxCounterCtas;
+  d.splits = splits_for(p.m, p.w.n, p.w.k, p.w.format == WeightFormat::kNvfp4, vector_x(p));
+  const int tile = token_tile(p.m);
+  const int64_t columns = int64_t((d.n_tiles + kWarps - 1) / kWarps) * ((p.m + tile - 1) / tile);
+  // The last CTA of a column sums 32·kWarps rows × the token tile alone: quick for 8 tokens, a
+  // long serial tail for 64, where the separate grid-wide reduce is faster.
+  d.fused_reduce = columns <= kMaxCounterCtas && tile == 8;
   if (d.splits > 1 && p.workspace_bytes < quant_gemm_workspace_bytes(p.m, p.w.n, p.w.k))
     throw InvalidArgument("quant_gemm: workspace too small (" + std::to_string(p.workspace_bytes) +
                           " < " + std::to_string(quant_gemm_workspace_bytes(p.m, p.w.n, p.w.k)) +
