@@ -430,25 +430,36 @@ int resident_ctas_per_sm(int m, bool fp4, bool vec_x) {
 // Split-K factor, at least 2 k blocks per split, at most 32.
 //   m ≤ 8 (the mma kernel only where the decode GEMV does not apply): ~32 warps per SM, partial
 //     sums well under the weight bytes (s ≤ k / (64·m)).
-//   m > 8: one wave of resident CTAs (a token tile of 16..64 makes each warp's k block 2..8 times
-//     the MMA work of m ≤ 8, so the weights streamed by too few warps left the H200 mostly idle:
-//     Qwen3-30B qkv at m = 64 ran 40 CTAs for 96 µs), partial sums (fp32, written once and read
-//     once, L2-resident) up to ~2× the NVFP4 weight bytes (s ≤ k / (4·m)).
+//   m > 8: a token tile of 16..64 gives each warp's k block 2..8 times the MMA work of m ≤ 8, so
+//     only resident CTAs count: too few left the H200 mostly idle (Qwen3-30B qkv at m = 64 ran
+//     40 CTAs for 96 µs), and a grid just past a whole number of waves ran its last wave almost
+//     empty (Llama-70B gate_up at m = 16: 448 CTAs on 396 slots). The smallest s whose grid fills
+//     ≥ 90 % of its waves' slots (else the best filling), with partial sums (fp32, written once
+//     and read once, L2-resident) up to ~2× the NVFP4 weight bytes (s ≤ k / (4·m)).
 int splits_for(int m, int n, int k, bool fp4, bool vec_x) {
   const int n_tiles = quant_gemm_n_pad(n) / 32, k_blocks = quant_gemm_k_pad(k) / 64;
   int s = 1;
   if (m <= 8) {
     s = std::max(1, sm_count() * 32 / n_tiles);
     s = std::min(s, std::max(1, k / (64 * std::max(m, 1))));
-  } else {
-    const int64_t columns =
-        int64_t((n_tiles + kWarps - 1) / kWarps) * ((m + token_tile(m) - 1) / token_tile(m));
-    const int64_t slots = int64_t(sm_count()) * resident_ctas_per_sm(m, fp4, vec_x);
-    s = int(std::max<int64_t>(1, std::min<int64_t>(32, slots / columns)));
-    s = std::min(s, std::max(1, k / (4 * m)));
+    s = std::min(s, std::max(1, k_blocks / 2));
+    return std::min(s, 32);
   }
-  s = std::min(s, std::max(1, k_blocks / 2));
-  return std::min(s, 32);
+  const int tile = token_tile(m);
+  const int64_t columns = int64_t((n_tiles + kWarps - 1) / kWarps) * ((m + tile - 1) / tile);
+  const int64_t slots = int64_t(sm_count()) * resident_ctas_per_sm(m, fp4, vec_x);
+  const int s_max = std::min({32, std::max(1, k / (4 * m)), std::max(1, k_blocks / 2)});
+  double best_fill = 0.0;
+  for (int c = 1; c <= s_max; ++c) {
+    const int64_t ctas = columns * c, waves = (ctas + slots - 1) / slots;
+    const double fill = double(ctas) / double(waves * slots);
+    if (fill > best_fill + 1e-9) {
+      best_fill = fill;
+      s = c;
+    }
+    if (fill >= 0.9) return c;
+  }
+  return s;
 }
 
 void validate(const QuantGemmWeight& w, const char* who) {
