@@ -75,6 +75,8 @@ TEST(CudaPagedAttentionBench, DISABLED_Qwen3Shape) {
   bench("decode batch 64 ctx 4096", 64, 1, 4096, DType::kBF16, 40960);
   bench("decode batch 8 ctx 1024", 8, 1, 1024);
   bench("decode batch 8 ctx 1024", 8, 1, 1024, DType::kBF16, 40960);
+  bench("decode batch 64 ctx 1024", 64, 1, 1024);  // batched serving steps
+  bench("decode batch 64 ctx 1024", 64, 1, 1024, DType::kBF16, 40960);
   bench("decode batch 1 ctx 56", 1, 1, 56);  // target ≈ 3 us
   bench("decode batch 1 ctx 56", 1, 1, 56, DType::kBF16, 40960);
   bench("decode batch 1 ctx 512", 1, 1, 512);
@@ -93,6 +95,8 @@ TEST(CudaPagedAttentionBench, DISABLED_Qwen3ShapeFp8) {
     std::printf("-- %s KV cache\n", fmt);
     bench("decode batch 64 ctx 4096", 64, 1, 4096, t);  // target ≥ 3.0 TB/s
     bench("decode batch 8 ctx 1024", 8, 1, 1024, t);
+    bench("decode batch 64 ctx 1024", 64, 1, 1024, t);
+    bench("decode batch 64 ctx 1024", 64, 1, 1024, t, 40960);
     bench("decode batch 1 ctx 56", 1, 1, 56, t, 40960);
     bench("decode batch 1 ctx 512", 1, 1, 512, t, 40960);
     bench("decode batch 1 ctx 4096", 1, 1, 4096, t);
