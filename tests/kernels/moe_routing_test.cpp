@@ -1,7 +1,7 @@
 // GPU MoE routing vs kernels::cpu::route (ids exact, weights within 1e-5) and the tile maps
 // checked against their definition; the few-token kernel (≤ 8 tokens) also against its exact
-// row assignment (ranks in pair order). Every kernel path: few-token (1–8 tokens), fused single
-// CTA (9–128, and moe_routing_single_cta for any count ≤ 128), top-k + maps (> 128).
+// row assignment (ranks in pair order). Every kernel path: few-token (1–8 tokens), top-k + maps
+// (> 8), and the fused single CTA of moe_routing_single_cta (any count ≤ 128).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -156,7 +156,7 @@ class MoeRoutingGpu : public ::testing::Test {
 };
 
 TEST_F(MoeRoutingGpu, SoftmaxTopKRenormalized) {
-  for (int T : {1, 3, 17, 128, 129, 1000})  // 128: fused single CTA, 129+: two kernels
+  for (int T : {1, 3, 9, 17, 128, 129, 1000})  // 1–8: few-token kernel, 9+: two kernels
     run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true});
   run_case({8192, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 128});
 }

@@ -1,10 +1,11 @@
-// DISABLED_ benchmark of the small per-layer kernels of a decode step at 1, 8, 64 and 256 tokens
+// DISABLED_ benchmark of the small per-layer kernels of a decode step at 1 to 256 tokens
 // (Qwen3-30B-A3B: 128 experts, top-8, hidden 2048, vocab 151936): MoE routing (few-token kernel
-// vs the fused 1024-thread CTA, up to 128 tokens), MoE finalize, and argmax (split over CTAs vs one
-// CTA per row). Each figure: 200 launches back to back (PDL-chained) in one CUDA graph, µs per
-// launch, median of 30 replays. "warm": the same input every launch (L2-resident); argmax
-// "rotating": 64 different logit buffers in turn (39 MB at 1 row, 311 MB at 8: mostly from DRAM).
-// Run: kernels_gpu --gtest_also_run_disabled_tests --gtest_filter='MoeSmallKernelsBench.*'
+// or the multi-CTA top-k + maps vs the fused 1024-thread CTA up to 128 tokens), MoE finalize, and
+// argmax (split over CTAs vs one CTA per row). Each figure: 200 launches back to back (PDL-chained)
+// in one CUDA graph, µs per launch, median of 30 replays. "warm": the same input every launch
+// (L2-resident); argmax "rotating": 64 different logit buffers in turn (39 MB at 1 row, 311 MB at
+// 8: mostly from DRAM). Run: kernels_gpu --gtest_also_run_disabled_tests
+// --gtest_filter='MoeSmallKernelsBench.*'
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -82,7 +83,7 @@ TEST(MoeSmallKernelsBench, DISABLED_Latency) {
       "tokens | routing new  old(1 CTA×1024) | finalize | argmax warm new  old | argmax "
       "rotating new  old  (byte floor at 4.3 TB/s)\n",
       kLaunches);
-  for (int T : {1, 8, 64, 256}) {
+  for (int T : {1, 8, 16, 32, 64, 128, 256}) {
     Routing r(T);
     const float route_new = per_launch_us([&](int, cudaStream_t s) { moe_routing(r.p, s); });
     const float route_old =

@@ -1,7 +1,9 @@
 // MoE routing kernels: warp-per-token top-k (each round two 32-bit warp reductions: the best
 // score, then the lowest expert holding it), then one CTA that builds the per-expert histogram,
 // the tile-padded scan and the permutation maps. Up to kSmallMaxTokens tokens one small CTA does
-// everything in shared memory (few_tokens_kernel); up to kFusedMaxTokens one 1024-thread CTA.
+// everything in shared memory (few_tokens_kernel). Above that the top-k runs over many CTAs: one
+// 1024-thread CTA doing the top-k too (moe_routing_single_cta, up to kSingleCtaMaxTokens) took
+// 15.1 µs at 64 tokens on the H200, against 7.6 µs for both kernels at 256.
 #include "kernels/cuda/moe/moe_routing.h"
 
 #include <cuda_runtime.h>
@@ -21,8 +23,8 @@ using routing::kSmallMaxTokens;
 using routing::kSmallThreads;
 using routing::route_token_warp;
 constexpr int kMapThreads = 1024;
-// At or below this many tokens one CTA does top-k and maps in a single launch.
-constexpr int kFusedMaxTokens = 128;
+// moe_routing_single_cta's limit.
+constexpr int kSingleCtaMaxTokens = 128;
 
 // PDL: every routing kernel waits for its predecessor (the router GEMM writes the logits, or
 // the top-k kernel the ids) and then lets its successor launch at once; the successor waits for
@@ -134,10 +136,6 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
                stream, p);
     return;
   }
-  if (p.num_tokens <= kFusedMaxTokens) {
-    launch_pdl("moe_routing (fused)", maps_kernel<true>, dim3(1), dim3(kMapThreads), 0, stream, p);
-    return;
-  }
   constexpr int kWarps = 8;
   launch_pdl("moe_routing (top-k)", topk_kernel,
              dim3(unsigned((p.num_tokens + kWarps - 1) / kWarps)), dim3(kWarps * 32), 0, stream, p);
@@ -146,8 +144,8 @@ void moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
 
 void moe_routing_single_cta(const MoeRoutingParams& p, cudaStream_t stream) {
   moe_routing_check(p);
-  if (p.num_tokens > kFusedMaxTokens)
-    throw InvalidArgument("moe_routing_single_cta: at most " + std::to_string(kFusedMaxTokens) +
+  if (p.num_tokens > kSingleCtaMaxTokens)
+    throw InvalidArgument("moe_routing_single_cta: at most " + std::to_string(kSingleCtaMaxTokens) +
                           " tokens (got " + std::to_string(p.num_tokens) + ")");
   launch_pdl("moe_routing (fused)", maps_kernel<true>, dim3(1), dim3(kMapThreads), 0, stream, p);
 }

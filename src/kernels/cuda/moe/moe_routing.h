@@ -44,17 +44,18 @@ struct MoeRoutingParams {
   int32_t* num_tiles;             // [1]: tiles in use; GEMM CTAs at or past it exit
 };
 
-// Up to 8 tokens one 256-thread CTA (maps built in shared memory, ranks in pair order), up to 128
-// one fused 1024-thread CTA, above that a top-k kernel and a single-CTA map kernel.
+// Up to 8 tokens one 256-thread CTA (maps built in shared memory, ranks in pair order), above that
+// a top-k kernel (a warp per token) and a single-CTA map kernel.
 void moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
 
 // Throws InvalidArgument unless moe_routing takes p's sizes and routing method (pointers are
 // not checked).
 void moe_routing_check(const MoeRoutingParams& p);
 
-// The fused 1024-thread single-CTA kernel alone, for any num_tokens ≤ 128 (what moe_routing ran
-// for 1–8 tokens before the few-token kernel): kept for the side-by-side benchmark and as a
-// second device implementation in the tests. Same output contract as moe_routing.
+// The fused 1024-thread single-CTA kernel alone (top-k and maps), for any num_tokens ≤ 128 (what
+// moe_routing ran for 1–128 tokens before the few-token kernel and the multi-CTA top-k took them):
+// kept for the side-by-side benchmark and as a second device implementation in the tests. Same
+// output contract as moe_routing.
 void moe_routing_single_cta(const MoeRoutingParams& p, cudaStream_t stream);
 
 }  // namespace serval::kernels::cuda
