@@ -473,8 +473,8 @@ TEST(QuantGemv, Deterministic) {
     const int n = 5000, k = 4096;
     const TestWeight tw = make_weight(format, n, k, 500);
     DeviceWeight dw(tw);
-    DeviceBuffer<bf16> x(random_bf16(size_t(8) * k, 501));
-    for (int m : {1, 8}) {
+    DeviceBuffer<bf16> x(random_bf16(size_t(kc::kQuantGemvMaxM) * k, 501));
+    for (int m : {1, 8, 16}) {
       const std::vector<float> a = run_path(Path::kGemv, dw.w, x.get(), nullptr, m, true);
       const std::vector<float> b = run_path(Path::kGemv, dw.w, x.get(), nullptr, m, true);
       ASSERT_EQ(a.size(), b.size());
@@ -487,9 +487,12 @@ TEST(QuantGemv, Deterministic) {
 // Shapes whose K splits of one tile run in different CTAs and merge through the device-global
 // workspace (quant_gemv_split.h's choice on a 132-SM H200 for 16 / 25 / 19 resident warps per SM:
 // NVFP4 / FP8 / FP8 block): 133 and 265 tiles (just above multiples of 132) and 40 tiles of a
-// padded k. Every m in 1..8, the three kernel kinds, against the CPU oracle (tolerances as
-// MatchesCpuOracle) and the mma kernel (f32 outputs: 3e-5 as MatchesMmaKernel).
-constexpr Shape2 kCrossCtaShapes[] = {{4250, 2048, 8}, {8460, 2048, 8}, {1250, 8256, 8}};
+// padded k. Every m in 1..16 (one and two token blocks), the three kernel kinds, against the CPU
+// oracle (tolerances as MatchesCpuOracle) and the mma kernel (f32 outputs: 3e-5 as
+// MatchesMmaKernel).
+constexpr Shape2 kCrossCtaShapes[] = {{4250, 2048, kc::kQuantGemvMaxM},
+                                      {8460, 2048, kc::kQuantGemvMaxM},
+                                      {1250, 8256, kc::kQuantGemvMaxM}};
 constexpr WeightFormat kKernelKinds[] = {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel,
                                          WeightFormat::kFp8Block};
 
@@ -536,8 +539,8 @@ TEST(QuantGemv, BackToBackAndGraphReplayBitExact) {
     const TestWeight tc = make_weight(format, 1000, 1088, seed++);  // in-CTA splits
     DeviceWeight wa(ta), wb(tb), wc(tc);
     const DeviceWeight* ws[] = {&wa, &wb, &wc};
-    DeviceBuffer<bf16> x(random_bf16(size_t(8) * 8256, seed++));
-    for (int m : {1, 5, 8}) {
+    DeviceBuffer<bf16> x(random_bf16(size_t(kc::kQuantGemvMaxM) * 8256, seed++));
+    for (int m : {1, 5, 8, 9, 16}) {
       // Reference: one eager call per weight, synchronized.
       std::vector<std::vector<float>> ref;
       for (const DeviceWeight* w : ws)
@@ -591,15 +594,15 @@ TEST(QuantGemv, SupportedShapes) {
   alignas(16) static uint8_t scales[16];
   kc::QuantGemmParams p{};
   p.w = kc::QuantGemmWeight{WeightFormat::kNvfp4, 4096, 4096, nullptr, scales, 1.0f, 0, 0};
-  for (int m = 1; m <= 8; ++m) {
+  for (int m = 1; m <= 16; ++m) {
     p.m = m;
     EXPECT_TRUE(kc::quant_gemv_supported(p)) << m;
   }
   p.m = 0;
   EXPECT_FALSE(kc::quant_gemv_supported(p));
-  p.m = 9;
+  p.m = 17;
   EXPECT_FALSE(kc::quant_gemv_supported(p));
-  p.m = 8;
+  p.m = 16;
   p.w.k = 28672;  // Llama-70B down: activations are read from global memory, any k
   EXPECT_TRUE(kc::quant_gemv_supported(p));
   p.w.format = WeightFormat::kFp8PerChannel;
@@ -834,7 +837,7 @@ TEST(QuantGemm, GateUpSiluMatchesCpuBackend) {
       const backend::Weight wc{Tensor{}, cpu->upload_quantized(host)};
       const backend::Weight wg{Tensor{}, gpu->upload_quantized(host)};
       ASSERT_TRUE(wg.q->rows_reordered);  // else this would test the unfused path only
-      for (int m : {1, 3, 8, 20, 100}) {
+      for (int m : {1, 3, 8, 13, 20, 100}) {
         SCOPED_TRACE(::testing::Message() << "m " << m);
         const BackendInput x = backend_input(*gpu, m, k, seed++);
         Tensor yc = host_empty(DType::kF32, {m, sh.inter});
@@ -893,8 +896,8 @@ struct BenchWeight {
 };
 
 // Weight bytes streamed per call (data + scales) / time and the fraction of the 4.3 TB/s floor,
-// for the decode path (quant_gemv, m ≤ 8 where supported) and the mma kernel side by side (alone
-// for m = 16..64, the batched decode steps).
+// for the decode path (quant_gemv, m ≤ 16 where supported) and the mma kernel side by side (alone
+// for m = 32, 64).
 // Graph-timed over weight copies larger than L2, as in a decode step.
 TEST(QuantGemmBench, DISABLED_Bandwidth) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";

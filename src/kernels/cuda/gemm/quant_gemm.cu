@@ -428,8 +428,8 @@ int resident_ctas_per_sm(int m, bool fp4, bool vec_x) {
 }
 
 // Split-K factor, at least 2 k blocks per split, at most 32.
-//   m ≤ 8 (the mma kernel only where the decode GEMV does not apply): ~32 warps per SM, partial
-//     sums well under the weight bytes (s ≤ k / (64·m)).
+//   m ≤ 8 (the mma kernel runs only where the decode GEMV does not apply, as for 9..16): ~32 warps
+//     per SM, partial sums well under the weight bytes (s ≤ k / (64·m)).
 //   m > 8: a token tile of 16..64 gives each warp's k block 2..8 times the MMA work of m ≤ 8, so
 //     only resident CTAs count: too few left the H200 mostly idle (Qwen3-30B qkv at m = 64 ran
 //     40 CTAs for 96 µs), and a grid just past a whole number of waves ran its last wave almost
@@ -540,7 +540,7 @@ size_t quant_gemm_workspace_bytes(int m, int n, int k) {
   return s > 1 ? size_t(s) * m * n * sizeof(float) : 0;
 }
 
-// 1 ≤ m ≤ 8: the decode GEMV (quant_gemv.cu) where it supports the weight, else the mma kernel.
+// 1 ≤ m ≤ 16: the decode GEMV (quant_gemv.cu) where it supports the weight, else the mma kernel.
 void quant_gemm(const QuantGemmParams& p, cudaStream_t stream) {
   validate(p.w, "quant_gemm");
   if (p.m >= 1 && quant_gemv_supported(p)) {

@@ -100,12 +100,12 @@ std::vector<uint8_t> quant_gemm_pack_nvfp4_scales(const uint8_t* src, int n, int
 std::vector<bf16> quant_gemm_pack_block_scales(const float* src, size_t count);
 
 // Fp32 partial-sum workspace for split-K (0 when one split suffices); an upper bound for every m
-// (the decode GEMV at m ≤ 8 uses none).
+// (the decode GEMV at m ≤ 16 uses none).
 size_t quant_gemm_workspace_bytes(int m, int n, int k);
 
 // y = x · dequant(W)ᵀ (+ bias) for any m ≥ 0 (efficient for m ≤ kQuantGemmMaxM: tokens are the
 // MMA N side in one tile of 8/16/32/64, so the weight streams once; larger m repeat per 64-token
-// tile). 1 ≤ m ≤ 8 runs the decode GEMV of quant_gemv.h where it supports the weight (no caller
+// tile). 1 ≤ m ≤ 16 runs the decode GEMV of quant_gemv.h where it supports the weight (no caller
 // workspace, but one such call at a time per device; the mma kernel stays reachable as
 // quant_gemm_mma). Launched with programmatic dependent launch. Deterministic.
 void quant_gemm(const QuantGemmParams& p, cudaStream_t stream);

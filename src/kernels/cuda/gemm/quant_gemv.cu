@@ -1,6 +1,7 @@
-// Decode GEMV of quant_gemm (1 ≤ m ≤ 8, see quant_gemv.h) on mma.sync m16n8k16, swap-AB: the
-// weights are the MMA's A side in their fragment layout, the m tokens columns 0..m−1 of B (the
-// MMA computes all eight columns whatever m is, so 8 tokens cost what 1 does).
+// Decode GEMV of quant_gemm (1 ≤ m ≤ 16, see quant_gemv.h) on mma.sync m16n8k16, swap-AB: the
+// weights are the MMA's A side in their fragment layout, the m tokens the columns of B (the MMA
+// computes all eight columns whatever m is, so 8 tokens cost what 1 does; 9..16 tokens are a
+// second token block: each decoded A fragment feeds two MMAs, the decode being most of the work).
 //
 // Work item = (32-row tile, K split), one warp each: item i = blockIdx.x·W + warp is tile i / S,
 // split i % S, and streams the k blocks [s·KB/S, (s+1)·KB/S) of its tile, a contiguous 1 KB
@@ -22,7 +23,7 @@
 // waves). The S partial sums of a tile are added in split order, whatever the arrival order
 // (deterministic for a given shape and device):
 //   - W % S == 0: the tile's splits are in one CTA; partials through shared memory (the old path).
-//   - otherwise: each warp stores its fp32 partials [8 tokens × 32 rows] to its slot of the
+//   - otherwise: each warp stores its fp32 partials [8·NB tokens × 32 rows] to its slot of the
 //     device-global workspace g_gemv_partials, __threadfence, and lane 0 counts the arrival in
 //     g_gemv_arrivals[tile]; the warp that arrives last reads the S slots back (L2) in split
 //     order, runs the epilogue and resets the counter to 0, so the next launch (or a graph replay)
@@ -55,10 +56,11 @@ enum Kind { kNvfp4Kind = 0, kFp8Kind = 1, kFp8BlockKind = 2 };
 constexpr int kMaxWarps = kGemvMaxCtaWarps;
 static_assert(kMaxWarps == 16, "__launch_bounds__ and the shared-memory cap assume 16 warps");
 
-// Cross-CTA merge workspace (see the top of this file): one slot of 8 tokens × 32 rows fp32
-// partials per work item, lane-major ([lane][h][q], 32 bytes per lane), and one arrival counter per
-// tile. Zero at module load; the last warp of a tile resets its counter.
-constexpr int kSlotFloats = 8 * 32;
+// Cross-CTA merge workspace (see the top of this file): one slot of 8·NB tokens × 32 rows fp32
+// partials per work item, lane-major ([lane][nb][h][q], 32·NB bytes per lane), and one arrival
+// counter per tile. Zero at module load; the last warp of a tile resets its counter. NB = 2 slots
+// are twice as large, so at most half as many items use them.
+constexpr int kSlotFloats = 8 * 32;  // per token block
 constexpr int kMergeBatch = 7;  // slots loaded at once by the merging warp (8: FP8 80 → 96 regs)
 __device__ float g_gemv_partials[size_t(kGemvMaxSplitItems) * kSlotFloats];
 __device__ unsigned int g_gemv_arrivals[kGemvMaxSplitTiles];
@@ -122,7 +124,9 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
   static_cast<__nv_bfloat16*>(a.y)[i] = __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
 }
 
-template <int kKind>
+// NB token blocks of 8 (m ≤ 8·NB): block nb's MMA B columns are tokens 8·nb + 0..7; each decoded
+// A fragment feeds NB MMAs.
+template <int kKind, int NB>
 __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) {
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
@@ -130,7 +134,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB of codes in flight per warp (even)
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);  // [256] nvfp4_mult
-  float* part = reinterpret_cast<float*>(lut + 256);     // [warps][8 tokens][32 rows]
+  float* part = reinterpret_cast<float*>(lut + 256);     // [warps][8·NB tokens][32 rows]
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int S = a.splits, item = blockIdx.x * a.cta_warps + warp;
@@ -201,43 +205,50 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
 
   __syncthreads();  // scale table built
 
-  // B fragments of lane (g, t): token g (clamped: MMA columns are independent, tokens ≥ m never
-  // stored); k16 step s takes words 8t + 2s and 8t + 2s + 1 of the k block's 32 (the permuted
-  // columns of quant_gemm.h): 32 consecutive bytes, two 16-byte loads when x is 16-byte aligned.
-  // k % 8 == 0, so each 4-word quarter is wholly inside the row or wholly past it.
-  const uint32_t* xl = a.x + size_t(min(g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
-  const int words = a.k / 2;  // valid words of a token row
-  auto load_b = [&](int i, uint32_t(&b)[8]) {
-    const uint32_t* p = xl + 32 * i;
-    const int left = words - 32 * (kb0 + i) - 8 * t;  // valid words from p on
+  // B fragments of lane (g, t) in token block nb: token 8·nb + g (clamped: MMA columns are
+  // independent, tokens ≥ m never stored); k16 step s takes words 8t + 2s and 8t + 2s + 1 of the
+  // k block's 32 (the permuted columns of quant_gemm.h): 32 consecutive bytes, two 16-byte loads
+  // when x is 16-byte aligned. k % 8 == 0, so each 4-word quarter is wholly inside the row or
+  // wholly past it.
+  const uint32_t* xl[NB];
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (4 * q < left) {
-        if (a.x_aligned16) {
-          v = __ldg(reinterpret_cast<const uint4*>(p) + q);
-        } else {
-          v = make_uint4(__ldg(p + 4 * q), __ldg(p + 4 * q + 1), __ldg(p + 4 * q + 2),
-                         __ldg(p + 4 * q + 3));
+  for (int nb = 0; nb < NB; ++nb)
+    xl[nb] = a.x + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
+  const int words = a.k / 2;  // valid words of a token row
+  auto load_b = [&](int i, uint32_t(&b)[NB][8]) {
+    const int left = words - 32 * (kb0 + i) - 8 * t;  // valid words from a row's k block i on
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const uint32_t* p = xl[nb] + 32 * i;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (4 * q < left) {
+          if (a.x_aligned16) {
+            v = __ldg(reinterpret_cast<const uint4*>(p) + q);
+          } else {
+            v = make_uint4(__ldg(p + 4 * q), __ldg(p + 4 * q + 1), __ldg(p + 4 * q + 2),
+                           __ldg(p + 4 * q + 3));
+          }
         }
+        b[nb][4 * q] = v.x;
+        b[nb][4 * q + 1] = v.y;
+        b[nb][4 * q + 2] = v.z;
+        b[nb][4 * q + 3] = v.w;
       }
-      b[4 * q] = v.x;
-      b[4 * q + 1] = v.y;
-      b[4 * q + 2] = v.z;
-      b[4 * q + 3] = v.w;
     }
   };
   pdl_wait();  // x comes from the previous kernel
   pdl_launch_dependents();
-  uint32_t bq[2][8];  // B of k blocks i and i + 1, in bq[i % 2] and bq[(i + 1) % 2]
+  uint32_t bq[2][NB][8];  // B of k blocks i and i + 1, in bq[i % 2] and bq[(i + 1) % 2]
   if (n > 0) load_b(0, bq[0]);
 
-  float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  float acc[2][NB][4] = {};
   // k block i (parity par = i % 2, a constant once the callers' loops are unrolled: i is an
   // unrolled j plus a multiple of the even kDepth): B of i + 1 requested first, then the MMAs.
   auto compute = [&](const Slot<kKind>& slot, int i, int par) {
     if (i + 1 < n) load_b(i + 1, bq[par ^ 1]);
-    const uint32_t(&b)[8] = bq[par];
+    const uint32_t(&b)[NB][8] = bq[par];
     // Lane t's columns lie in scale group 4kb + t in every step: one multiplier pair per h.
     uint32_t m_lo[2], m_hi[2];
 #pragma unroll
@@ -257,7 +268,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
       for (int h = 0; h < 2; ++h) {
         uint32_t av[4];
         decode_step<kFp4>(slot.w[h], s, m_lo[h], m_hi[h], av);
-        mma_bf16_m16n8k16(acc[h], av, b[2 * s], b[2 * s + 1]);
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+          mma_bf16_m16n8k16(acc[h][nb], av, b[nb][2 * s], b[nb][2 * s + 1]);
       }
   };
 
@@ -283,25 +296,30 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   for (int j = 0; j < kDepth; ++j)
     if (i + kDepth + j < n) compute(ring[j], i + kDepth + j, j & 1);
 
-  // Accumulator q of group h: row 16h + g + 8·(q / 2), token 2t + q % 2 (with swiglu, group 0
-  // holds the tile's gate rows and group 1 their up rows, so v[0][q] and v[1][q] pair up).
-  auto store_tile = [&](const float(&v)[2][4]) {
-    if (a.swiglu) {
+  // Accumulator q of group h, block nb: row 16h + g + 8·(q / 2), token 8·nb + 2t + q % 2 (with
+  // swiglu, group 0 holds the tile's gate rows and group 1 their up rows, so v[0][nb][q] and
+  // v[1][nb][q] pair up).
+  auto store_tile = [&](const float(&v)[2][NB][4]) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int tok = 2 * t + (q & 1);
-        if (tok < a.m) store_swiglu(a, tok, rt * 32 + g + 8 * (q >> 1), v[0][q], v[1][q]);
+    for (int nb = 0; nb < NB; ++nb) {
+      if (a.swiglu) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int tok = 8 * nb + 2 * t + (q & 1);
+          if (tok < a.m) store_swiglu(a, tok, rt * 32 + g + 8 * (q >> 1), v[0][nb][q], v[1][nb][q]);
+        }
+        continue;
       }
-      return;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 8 * nb + 2 * t + (q & 1);
+          if (row < a.n && tok < a.m) store_out(a, tok, row, v[h][nb][q]);
+        }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 2 * t + (q & 1);
-        if (row < a.n && tok < a.m) store_out(a, tok, row, v[h][q]);
-      }
   };
+  constexpr int kTokens = 8 * NB;  // token columns of a warp's partials
   if (S == 1) {
     if (active && 2 * t < a.m) store_tile(acc);
     return;
@@ -310,10 +328,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
     // The CTA's T = W / S tiles: partials through shared memory, added in split order.
     if (2 * t < a.m) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          part[(warp * 8 + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] = acc[h][q];
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            part[(warp * kTokens + 8 * nb + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] =
+                acc[h][nb][q];
     }
     __syncthreads();
     const int T = a.cta_warps / S;
@@ -325,8 +346,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
         if (tile >= a.n_tiles) continue;
         float gate = 0.0f, up = 0.0f;
         for (int s = 0; s < S; ++s) {
-          gate += part[((ti * S + s) * 8 + tok) * 32 + r];
-          up += part[((ti * S + s) * 8 + tok) * 32 + r + 16];
+          gate += part[((ti * S + s) * kTokens + tok) * 32 + r];
+          up += part[((ti * S + s) * kTokens + tok) * 32 + r + 16];
         }
         store_swiglu(a, tok, tile * 32 + r, gate, up);
       }
@@ -338,20 +359,25 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
       const int row = (blockIdx.x * T + ti) * 32 + r;
       if (row >= a.n) continue;
       float v = 0.0f;
-      for (int s = 0; s < S; ++s) v += part[((ti * S + s) * 8 + tok) * 32 + r];
+      for (int s = 0; s < S; ++s) v += part[((ti * S + s) * kTokens + tok) * 32 + r];
       store_out(a, tok, row, v);
     }
     return;
   }
-  // Cross-CTA: partials to the item's slot (lane-major, two 16-byte stores per lane), then the
+  // Cross-CTA: partials to the item's slot (lane-major, 2·NB 16-byte stores per lane), then the
   // tile's arrival; the last of its S warps adds the S slots in split order and stores.
   if (!active) return;
   const bool lane_used = 2 * t < a.m;  // lanes whose tokens 2t, 2t + 1 include one < m
+  constexpr int kSlot = kSlotFloats * NB;
   if (lane_used) {
     float4* slot =
-        reinterpret_cast<float4*>(g_gemv_partials + size_t(item) * kSlotFloats) + 2 * lane;
-    __stcg(slot, make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]));
-    __stcg(slot + 1, make_float4(acc[1][0], acc[1][1], acc[1][2], acc[1][3]));
+        reinterpret_cast<float4*>(g_gemv_partials + size_t(item) * kSlot) + 2 * NB * lane;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        __stcg(slot + 2 * nb + h,
+               make_float4(acc[h][nb][0], acc[h][nb][1], acc[h][nb][2], acc[h][nb][3]));
   }
   __threadfence();  // this lane's partials are visible before the warp's arrival is counted
   __syncwarp();
@@ -363,38 +389,46 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   if (lane == 0) g_gemv_arrivals[rt] = 0;  // zero again for the next launch (or graph replay)
   if (!lane_used) return;
   const float4* slots =
-      reinterpret_cast<const float4*>(g_gemv_partials + size_t(rt) * S * kSlotFloats) + 2 * lane;
-  float v[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  // kMergeBatch slots' loads in flight at once (S ≤ 14: two L2 round trips).
-  for (int s0 = 0; s0 < S; s0 += kMergeBatch) {
-    float4 p[kMergeBatch][2];
+      reinterpret_cast<const float4*>(g_gemv_partials + size_t(rt) * S * kSlot) + 2 * NB * lane;
+  float v[2][NB][4] = {};
+  // kMergeBatch / NB slots' loads in flight at once.
+  constexpr int kBatch = kMergeBatch / NB;
+  for (int s0 = 0; s0 < S; s0 += kBatch) {
+    float4 p[kBatch][NB][2];
 #pragma unroll
-    for (int j = 0; j < kMergeBatch; ++j)
+    for (int j = 0; j < kBatch; ++j)
       if (s0 + j < S) {
-        p[j][0] = __ldcg(slots + size_t(s0 + j) * (kSlotFloats / 4));
-        p[j][1] = __ldcg(slots + size_t(s0 + j) * (kSlotFloats / 4) + 1);
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            p[j][nb][h] = __ldcg(slots + size_t(s0 + j) * (kSlot / 4) + 2 * nb + h);
       }
 #pragma unroll
-    for (int j = 0; j < kMergeBatch; ++j)
+    for (int j = 0; j < kBatch; ++j)
       if (s0 + j < S) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          v[h][0] += p[j][h].x;
-          v[h][1] += p[j][h].y;
-          v[h][2] += p[j][h].z;
-          v[h][3] += p[j][h].w;
-        }
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            v[h][nb][0] += p[j][nb][h].x;
+            v[h][nb][1] += p[j][nb][h].y;
+            v[h][nb][2] += p[j][nb][h].z;
+            v[h][nb][3] += p[j][nb][h].w;
+          }
       }
   }
   store_tile(v);
 }
 
-// Scale table, plus the partial sums of 8 tokens × 32 rows per warp for the shared-memory merge.
-size_t smem_bytes(int warps, bool smem_merge) {
-  return 1024 + (smem_merge ? size_t(warps) * 256 * 4 : 0);
+// Scale table, plus the partial sums of 8·NB tokens × 32 rows per warp for the shared-memory merge.
+size_t smem_bytes(int warps, int nb, bool smem_merge) {
+  return 1024 + (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
 }
 
-constexpr size_t kSmemCap = 1024 + size_t(kMaxWarps) * 256 * 4;
+constexpr size_t smem_cap(int nb) {
+  return 1024 + size_t(kMaxWarps) * nb * 256 * 4;
+}
 
 int kind_of(const QuantGemmWeight& w) {
   return w.format == WeightFormat::kNvfp4      ? kNvfp4Kind
@@ -402,16 +436,16 @@ int kind_of(const QuantGemmWeight& w) {
                                                : kFp8Kind;
 }
 
-// Warps of kernel<kKind> resident per SM (register-limited; one-warp CTAs with the scale table),
-// queried once (the split model needs it on every eager launch). Also makes the kernel's
+// Warps of kernel<kKind, NB> resident per SM (register-limited; one-warp CTAs with the scale
+// table), queried once (the split model needs it on every eager launch). Also makes the kernel's
 // shared-memory opt-in on the current device.
-template <int kKind>
+template <int kKind, int NB>
 int resident_warps_per_sm() {
-  allow_dynamic_smem(quant_gemv_kernel<kKind>, kSmemCap, "quant_gemv");
+  allow_dynamic_smem(quant_gemv_kernel<kKind, NB>, smem_cap(NB), "quant_gemv");
   static const int warps = [] {
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quant_gemv_kernel<kKind>, 32,
-                                                      smem_bytes(1, false)) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quant_gemv_kernel<kKind, NB>, 32,
+                                                      smem_bytes(1, NB, false)) != cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 1;
     }
@@ -421,14 +455,16 @@ int resident_warps_per_sm() {
 }
 
 // choose_gemv_split for (n_tiles, k_blocks, sms, warps per SM), memoized in a small direct-mapped
-// table per kind (≈ 256 cost evaluations otherwise, on every eager launch). One 64-bit word per
+// table per kernel (≈ 256 cost evaluations otherwise, on every eager launch). One 64-bit word per
 // entry: key n_tiles (21 bits) | k_blocks (17) | sms (10) | warps (6), value S − 1 (4) | W − 1 (4).
-template <int kKind>
+// NB = 2 slots take twice the workspace: half as many cross-CTA items.
+template <int kKind, int NB>
 GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   constexpr int kEntries = 64;
+  constexpr int kMaxItems = kGemvMaxSplitItems / NB;
   static std::atomic<uint64_t> cache[kEntries];
   const bool fits = n_tiles < (1 << 21) && k_blocks < (1 << 17) && sms < (1 << 10) && warps < 64;
-  if (!fits) return choose_gemv_split(n_tiles, k_blocks, sms, warps);
+  if (!fits) return choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems);
   const uint64_t key = (uint64_t(n_tiles) << 33) | (uint64_t(k_blocks) << 16) |
                        (uint64_t(sms) << 6) | uint64_t(warps);  // < 2^54
   std::atomic<uint64_t>& entry = cache[(n_tiles * 31 + k_blocks) % kEntries];
@@ -441,22 +477,33 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
     c.ctas = int((int64_t(n_tiles) * c.splits + c.cta_warps - 1) / c.cta_warps);
     return c;
   }
-  c = choose_gemv_split(n_tiles, k_blocks, sms, warps);
+  c = choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems);
   entry.store((key << 8) | (uint64_t(c.splits - 1) << 4) | uint64_t(c.cta_warps - 1),
               std::memory_order_relaxed);
   return c;
 }
 
-template <int kKind>
-void launch(GemvArgs a, cudaStream_t stream) {
+template <int kKind, int NB>
+void launch_blocks(GemvArgs a, cudaStream_t stream) {
   // Resident warps per SM (register-limited) from one-warp CTAs with the scale table.
-  const int warps_per_sm = resident_warps_per_sm<kKind>();
-  const GemvSplit c = cached_split<kKind>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB>();
+  const GemvSplit c = cached_split<kKind, NB>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
-  launch_pdl("quant_gemv", quant_gemv_kernel<kKind>, dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32),
-             smem_bytes(c.cta_warps, c.splits > 1 && c.in_cta), stream, a);
+  launch_pdl("quant_gemv", quant_gemv_kernel<kKind, NB>, dim3(unsigned(c.ctas)),
+             dim3(c.cta_warps * 32), smem_bytes(c.cta_warps, NB, c.splits > 1 && c.in_cta), stream,
+             a);
+}
+
+// One token block up to 8 tokens, two up to 16.
+template <int kKind>
+void launch(const GemvArgs& a, cudaStream_t stream) {
+  if (a.m <= 8) {
+    launch_blocks<kKind, 1>(a, stream);
+  } else {
+    launch_blocks<kKind, 2>(a, stream);
+  }
 }
 
 }  // namespace

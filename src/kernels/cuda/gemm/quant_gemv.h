@@ -10,7 +10,7 @@
 
 namespace serval::kernels::cuda {
 
-constexpr int kQuantGemvMaxM = 8;  // the eight columns of the MMA B side
+constexpr int kQuantGemvMaxM = 16;  // two blocks of the eight columns of the MMA B side
 
 // 1 ≤ m ≤ kQuantGemvMaxM, k % 8 == 0, scales 4-byte aligned, and for FP8 block
 // block_n % 32 == 0 and block_k % 64 == 0 (one multiplier per 32 × 64 tile). Other formats and
@@ -23,7 +23,7 @@ bool quant_gemv_supported(const QuantGemmParams& p);
 // bits for the same inputs, shape and device; graph replays included).
 // K splits of one row tile may run in different CTAs and merge through a fixed device-global
 // workspace (partial sums and self-resetting arrival counters, quant_gemv.cu), so at most ONE
-// quant_gemv (or quant_gemm at m ≤ 8) may run at a time per device: calls in one stream are fine
+// quant_gemv (or quant_gemm at m ≤ 16) may run at a time per device: calls in one stream are fine
 // (with PDL the next launch touches the workspace only after its pdl_wait, when this grid has
 // completed); calls on two streams of one device must not overlap.
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream);
