@@ -184,37 +184,12 @@ TEST_F(MoeNvfp4Gpu, GemvMatchesGroupedGemm) {
 
       const MoeWorkspaceView ws = moe_workspace_view(a);
       namespace kc = serval::kernels::cuda;
-      kc::MoeGemmParams g1{};
-      g1.gemm1 = true;
-      g1.config = kc::MoeGemmConfig::kLatency;
-      g1.input = a.x;
-      g1.weights = a.gate_up_q.codes;
-      g1.format = kc::MoeWeightFormat::kNvfp4;
-      g1.weight_scales = a.gate_up_q.scales;
-      g1.global_scales = a.gate_up_q.global_scales;
-      g1.output = ws.act;
-      g1.permuted_to_token = ws.permuted_to_token;
-      g1.tile_expert = ws.tile_expert;
-      g1.num_tiles = ws.num_tiles;
-      g1.max_tiles = ws.max_tiles;
-      g1.tile = ws.tile;
-      g1.n_out = a.inter;
-      g1.k = a.hidden;
-      kc::MoeGemmParams g2 = g1;
-      g2.gemm1 = false;
-      g2.input = ws.act;
-      g2.weights = a.down_q.codes;
-      g2.weight_scales = a.down_q.scales;
-      g2.global_scales = a.down_q.global_scales;
-      g2.output = ws.y;
-      g2.permuted_to_token = nullptr;
-      g2.n_out = a.hidden;
-      g2.k = a.inter;
+      const MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);  // on this call's routing maps
       DeviceBuffer out2(size_t(T) * a.hidden * 2);
       out2.poison();
       mu::cuda_ok(cudaDeviceSynchronize(), "poison");
-      kc::moe_grouped_gemm(g1, nullptr);
-      kc::moe_grouped_gemm(g2, nullptr);
+      kc::moe_grouped_gemm(g.gemm1, nullptr);
+      kc::moe_grouped_gemm(g.gemm2, nullptr);
       kc::moe_finalize(
           {ws.y, ws.expanded_to_permuted, ws.topk_weights, out2.as<bf16>(), T, a.top_k, a.hidden},
           nullptr);

@@ -123,6 +123,49 @@ MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a) {
   return v;
 }
 
+MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspaceView& ws) {
+  const auto config = moe_step_kernels(a) == MoeCudaBackend::kThroughput
+                          ? kc::MoeGemmConfig::kThroughput
+                          : kc::MoeGemmConfig::kLatency;
+  kc::MoeGemmParams g1{};
+  g1.gemm1 = true;
+  g1.config = config;
+  g1.input = a.x;
+  const bool fp4 = a.format == MoeExpertFormat::kNvfp4;
+  if (fp4) {
+    for (const MoeNvfp4Stack* q : {&a.gate_up_q, &a.down_q})
+      if (!q->codes || !q->scales || !q->global_scales)
+        throw InvalidArgument(
+            "moe_forward_cuda: NVFP4 experts need codes, scales and global scales");
+    g1.format = kc::MoeWeightFormat::kNvfp4;
+    g1.weights = a.gate_up_q.codes;
+    g1.weight_scales = a.gate_up_q.scales;
+    g1.global_scales = a.gate_up_q.global_scales;
+  } else {
+    g1.weights = a.gate_up;
+  }
+  g1.output = ws.act;
+  g1.permuted_to_token = ws.permuted_to_token;
+  g1.tile_expert = ws.tile_expert;
+  g1.num_tiles = ws.num_tiles;
+  g1.max_tiles = ws.max_tiles;
+  g1.tile = ws.tile;
+  g1.n_out = a.inter;
+  g1.k = a.hidden;
+  kc::MoeGemmParams g2 = g1;
+  g2.gemm1 = false;
+  g2.input = ws.act;
+  g2.weights = fp4 ? static_cast<const void*>(a.down_q.codes) : a.down;
+  g2.weight_scales = fp4 ? a.down_q.scales : nullptr;
+  g2.global_scales = fp4 ? a.down_q.global_scales : nullptr;
+  g2.output = ws.y;
+  // GEMM2 reads the map only for which rows of a tile hold tokens (moe_gemm.h).
+  g2.permuted_to_token = ws.permuted_to_token;
+  g2.n_out = a.hidden;
+  g2.k = a.inter;
+  return {g1, g2};
+}
+
 void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   if (a.num_tokens <= 0) return;
   if (a.hidden % 128 != 0 || a.inter % 64 != 0 || a.hidden <= 0 || a.inter <= 0)
@@ -170,46 +213,9 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
     return;
   }
 
-  const auto config = kernels == MoeCudaBackend::kThroughput ? kc::MoeGemmConfig::kThroughput
-                                                             : kc::MoeGemmConfig::kLatency;
-  kc::MoeGemmParams g1{};
-  g1.gemm1 = true;
-  g1.config = config;
-  g1.input = a.x;
-  const bool fp4 = a.format == MoeExpertFormat::kNvfp4;
-  if (fp4) {
-    for (const MoeNvfp4Stack* q : {&a.gate_up_q, &a.down_q})
-      if (!q->codes || !q->scales || !q->global_scales)
-        throw InvalidArgument(
-            "moe_forward_cuda: NVFP4 experts need codes, scales and global scales");
-    g1.format = kc::MoeWeightFormat::kNvfp4;
-    g1.weights = a.gate_up_q.codes;
-    g1.weight_scales = a.gate_up_q.scales;
-    g1.global_scales = a.gate_up_q.global_scales;
-  } else {
-    g1.weights = a.gate_up;
-  }
-  g1.output = ws.act;
-  g1.permuted_to_token = ws.permuted_to_token;
-  g1.tile_expert = ws.tile_expert;
-  g1.num_tiles = ws.num_tiles;
-  g1.max_tiles = ws.max_tiles;
-  g1.tile = ws.tile;
-  g1.n_out = a.inter;
-  g1.k = a.hidden;
-  kc::MoeGemmParams g2 = g1;
-  g2.gemm1 = false;
-  g2.input = ws.act;
-  g2.weights = fp4 ? static_cast<const void*>(a.down_q.codes) : a.down;
-  g2.weight_scales = fp4 ? a.down_q.scales : nullptr;
-  g2.global_scales = fp4 ? a.down_q.global_scales : nullptr;
-  g2.output = ws.y;
-  // GEMM2 reads the map only for which rows of a tile hold tokens (moe_gemm.h).
-  g2.permuted_to_token = ws.permuted_to_token;
-  g2.n_out = a.hidden;
-  g2.k = a.inter;
-  kc::moe_grouped_gemm(g1, stream);
-  kc::moe_grouped_gemm(g2, stream);
+  const MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
+  kc::moe_grouped_gemm(g.gemm1, stream);
+  kc::moe_grouped_gemm(g.gemm2, stream);
 
   kc::moe_finalize(
       {ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k, a.hidden},

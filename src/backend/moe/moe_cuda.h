@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/moe/moe_hand_over.h"
 #include "base/dtype.h"
+#include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/params.h"
 
 namespace serval::backend::moe {
@@ -88,6 +89,14 @@ struct MoeWorkspaceView {
   int tile, max_tiles, max_rows;
 };
 MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a);
+
+// The two grouped GEMMs moe_forward_cuda runs for `a` on its workspace (GEMM1 x → ws.act with
+// SwiGLU, GEMM2 ws.act → ws.y; the kernels of moe_step_kernels(a)); tests run them directly on
+// the maps an earlier call left. Throws InvalidArgument for NVFP4 experts missing codes or scales.
+struct MoeGroupedGemms {
+  kernels::cuda::MoeGemmParams gemm1, gemm2;
+};
+MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspaceView& ws);
 
 // Enqueues the whole layer on `stream`. Throws InvalidArgument for unsupported shapes
 // (hidden % 128, inter % 64, num_experts ≤ 256, top_k ≤ 32) or a too-small workspace.
