@@ -76,21 +76,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t pad = (1024 - (raw & 1023)) & 1023;
   const uint32_t smem = raw + pad;  // swizzle atoms: 1024-aligned
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_raw + pad + kStages * kStageBytes);
-  const uint32_t bars = smem + kStages * kStageBytes + kLutBytes;
   auto stage = [&](int s) { return smem + uint32_t(s) * kStageBytes; };
-  auto full = [&](int s) { return bars + 8 * s; };
-  auto empty = [&](int s) { return bars + 8 * (kStages + s); };
+  const moe_wgmma::StageRing<kStages> ring{smem + kStages * kStageBytes + kLutBytes};
   const int tid = threadIdx.x, wg = tid / 128;
 
   build_nvfp4_scale_table(lut);  // depends on nothing: before the PDL wait
   const int items = moe_persistent_items<kGemm1>(p, m_blocks);
   auto expert_of = [&](int tile) { return moe_persistent_expert<kGemm1>(p, tile); };
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier::init(full(s), 128);  // every producer thread's copies of the stage
-      mbarrier::init(empty(s), 2);   // both consumer warpgroups done with the stage
-    }
-  }
+  if (tid == 0) ring.init();
   __syncthreads();  // barriers and the scale table
   const int K = p.k, KT = K / kBK;
   const size_t m_rows = kGemm1 ? 2 * size_t(p.n_out) : size_t(p.n_out);
@@ -123,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t b_valid = moe_wgmma::token_sources<kGemm1>(p, row0, r0, kc, narrow, b_src);
       for (int kt = 0; kt < KT; ++kt, ++it) {
         const int s = it % kStages;
-        if (it >= kStages) mbarrier::wait(empty(s), uint32_t(it / kStages - 1) & 1);
+        if (it >= kStages) mbarrier::wait(ring.empty(s), uint32_t(it / kStages - 1) & 1);
         const uint32_t b = stage(s), a = b + kBBytes;
 #pragma unroll
         for (int j = 0; j < kBN / 16; ++j)
@@ -133,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < 2; ++j)
           cp_async_16(a + (tid + 128 * j) * 16, c_src[j] + size_t(kt) * 512, true);
         if (tid < 32) cp_async_16(a + kCodeBytes + tid * 16, s_src + size_t(kt) * 64, true);
-        mbarrier::arrive_on_cp_async(full(s));
+        mbarrier::arrive_on_cp_async(ring.full(s));
       }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // leave nothing in flight
@@ -185,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
     for (int kt = 0; kt < KT; ++kt, ++it) {
       const int s = it % kStages;
-      mbarrier::wait(full(s), uint32_t(it / kStages) & 1);
+      mbarrier::wait(ring.full(s), uint32_t(it / kStages) & 1);
       wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
       uint32_t a[4][4];
       decode(stage(s) + kBBytes, a);
@@ -206,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // them while a group is in flight makes ptxas serialize every wgmma); the other consumer
       // warpgroup's wgmma keep the tensor cores busy meanwhile.
       wgmma::wait<0>();
-      if (releaser) mbarrier::arrive(empty(s));
+      if (releaser) mbarrier::arrive(ring.empty(s));
     }
     wgmma::fence_operand(acc[0]);
     const float unscale = p.global_scales[expert_of(item / m_blocks)] * kNvfp4Unscale;

@@ -1,4 +1,4 @@
-// Shared by the wgmma grouped-GEMM kernels (moe_gemm_wgmma.cu, moe_gemm_wgmma_ws.cu): the CTA
+// Shared by the wgmma grouped-GEMM kernels (moe_gemm_wgmma*.cu): the CTA
 // tile's weight rows, its gathered token rows and the epilogue. A CTA tile is kBM weight rows ×
 // kBN = 128 permuted token rows; its m64 blocks are numbered 0 .. kBM/64 − 1.
 #pragma once
@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/misc/mbarrier.cuh"
 #include "kernels/cuda/misc/wgmma.cuh"
 #include "kernels/cuda/moe/moe_gemm.h"
 
@@ -13,6 +14,23 @@ namespace serval::kernels::cuda::moe_wgmma {
 
 constexpr int kBK = 64;   // K per stage: one 128-byte swizzled row per operand row
 constexpr int kBN = 128;  // token rows per tile (the routing's throughput tile)
+
+// The stage ring of the warp-specialized kernels (moe_gemm_wgmma_ws.cu, moe_gemm_wgmma_nvfp4.cu):
+// 2·kStages mbarriers at shared address `bars`. full(s) completes once all 128 producer threads'
+// copies of stage s have landed, empty(s) once both consumer warpgroups are done with it.
+template <int kStages>
+struct StageRing {
+  uint32_t bars;
+  __device__ __forceinline__ uint32_t full(int s) const { return bars + 8 * s; }
+  __device__ __forceinline__ uint32_t empty(int s) const { return bars + 8 * (kStages + s); }
+  // One thread of the CTA, before the CTA barrier that publishes the mbarriers.
+  __device__ __forceinline__ void init() const {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier::init(full(s), 128);
+      mbarrier::init(empty(s), 2);
+    }
+  }
+};
 
 // Weight row (of the expert's [m_rows, K] matrix) of row r of weight block m_block (kBM rows).
 // GEMM1: 16-row slice r / 16 holds the gate rows (0-7) then the up rows (8-15) of 8 channels, so

@@ -50,20 +50,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t smem = raw + ((1024 - (raw & 1023)) & 1023);  // swizzle atoms: 1024-aligned
-  const uint32_t bars = smem + kStages * kStageBytes;
   auto stage = [&](int s) { return smem + uint32_t(s) * kStageBytes; };
-  auto full = [&](int s) { return bars + 8 * s; };
-  auto empty = [&](int s) { return bars + 8 * (kStages + s); };
+  const moe_wgmma::StageRing<kStages> ring{smem + kStages * kStageBytes};
   const int tid = threadIdx.x, wg = tid / 128;
 
   const int items = moe_persistent_items<kGemm1>(p, m_blocks);
   auto expert_of = [&](int tile) { return moe_persistent_expert<kGemm1>(p, tile); };
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier::init(full(s), 128);  // every producer thread's copies of the stage
-      mbarrier::init(empty(s), 2);   // both consumer warpgroups done with the stage
-    }
-  }
+  if (tid == 0) ring.init();
   __syncthreads();
   const int K = p.k, KT = K / kBK;
 
@@ -91,7 +84,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t b_valid = moe_wgmma::token_sources<kGemm1>(p, row0, r0, kc, narrow, b_src);
       for (int kt = 0; kt < KT; ++kt, ++it) {
         const int s = it % kStages;
-        if (it >= kStages) mbarrier::wait(empty(s), uint32_t(it / kStages - 1) & 1);
+        if (it >= kStages) mbarrier::wait(ring.empty(s), uint32_t(it / kStages - 1) & 1);
         const uint32_t a = stage(s), b = a + kABytes;
         // Rows r0 + 16j share their swizzle (16j is a multiple of 8): 2 KB apart in the tile.
         const uint32_t a_dst = a + wgmma::sw128_offset(r0, kc, kBM);
@@ -103,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < kBPasses; ++j)
           cp_async_16(b + wgmma::sw128_offset(r0 + 16 * j, kc, kBN), b_src[j] + kt * kBK,
                       (b_valid >> j) & 1);
-        mbarrier::arrive_on_cp_async(full(s));
+        mbarrier::arrive_on_cp_async(ring.full(s));
       }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // leave nothing in flight
@@ -126,19 +119,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc[mb][j][0] = acc[mb][j][1] = acc[mb][j][2] = acc[mb][j][3] = 0.0f;
     for (int kt = 0; kt < KT; ++kt, ++it) {
       const int s = it % kStages;
-      mbarrier::wait(full(s), uint32_t(it / kStages) & 1);
+      mbarrier::wait(ring.full(s), uint32_t(it / kStages) & 1);
       wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
       const uint32_t a = stage(s) + c * kMb * 64 * 128, b = stage(s) + kABytes;
       moe_wgmma::mma_stage<kMb, kN>(acc, a, b);
       wgmma::wait<1>();  // the previous stage's wgmma are done: hand its slot back
-      if (kt > 0 && releaser) mbarrier::arrive(empty((it - 1) % kStages));
+      if (kt > 0 && releaser) mbarrier::arrive(ring.empty((it - 1) % kStages));
     }
     wgmma::wait<0>();
 #pragma unroll
     for (int mb = 0; mb < kMb; ++mb) wgmma::fence_operand(acc[mb]);
     // The item's last stage, so that the producer fills the next item's stages during the
     // epilogue.
-    if (releaser) mbarrier::arrive(empty((it - 1) % kStages));
+    if (releaser) mbarrier::arrive(ring.empty((it - 1) % kStages));
     moe_wgmma::store_tile<kGemm1, kBM, kMb, kN>(p, acc, item % m_blocks, (item / m_blocks) * kBN,
                                                 kMb * c, wq, lane);
   };
