@@ -12,8 +12,9 @@
 // query row per sequence) and the block-table entries of its first kStages tiles, guessed for a
 // split of one tile (exact whenever the context fits num_splits tiles; otherwise re-read once
 // the context is known). Then kStages shared-memory stages of [K tile | V tile] are filled by
-// cp.async; the block-table entries of the next tile to issue are fetched into registers one
-// iteration early, so no issue waits on a global load.
+// cp.async; the block-table entries of the next tile to issue are loaded into registers one
+// iteration before their slot arithmetic (from L1: the CTA's later entries are prefetched there),
+// so no issue waits on a global load.
 //
 // fp8 caches never go through an f16 tile: the mma fragments are built in registers from the
 // staged fp8 bytes (rows padded to D + 16 bytes, conflict-free). K: one 4-byte shared load gives
@@ -197,12 +198,13 @@ __device__ __forceinline__ void issue_tile(unsigned char* stage, const unsigned 
 // (the index clamped into the table row): they can be loaded before the context length is known.
 template <int D, DType C>
 __device__ __forceinline__ void fetch_entries(int (&entry)[DecodeShape<D, C>::kRowsPerThread],
-                                              const int32_t* __restrict__ table, int block_size,
-                                              int max_blocks_per_seq, int key0, int first) {
+                                              const int32_t* __restrict__ table,
+                                              const PagedBlocks& blocks, int max_blocks_per_seq,
+                                              int key0, int first) {
   using S = DecodeShape<D, C>;
 #pragma unroll
   for (int i = 0; i < S::kRowsPerThread; ++i)
-    entry[i] = table[min((key0 + first + i * S::kRowStep) / block_size, max_blocks_per_seq - 1)];
+    entry[i] = table[min(blocks.block(key0 + first + i * S::kRowStep), max_blocks_per_seq - 1)];
 }
 
 // Cache slots of this thread's key rows of the tile starting at key0 from their block-table
@@ -210,27 +212,24 @@ __device__ __forceinline__ void fetch_entries(int (&entry)[DecodeShape<D, C>::kR
 template <int D, DType C>
 __device__ __forceinline__ void entries_to_slots(
     int (&slot)[DecodeShape<D, C>::kRowsPerThread],
-    const int (&entry)[DecodeShape<D, C>::kRowsPerThread], int block_size, int key0, int key_end,
-    int first) {
+    const int (&entry)[DecodeShape<D, C>::kRowsPerThread], const PagedBlocks& blocks, int key0,
+    int key_end, int first) {
   using S = DecodeShape<D, C>;
 #pragma unroll
   for (int i = 0; i < S::kRowsPerThread; ++i) {
     const int key = key0 + first + i * S::kRowStep;
-    slot[i] = key < key_end ? entry[i] * block_size + key % block_size : -1;
+    slot[i] = key < key_end ? int(blocks.slot(entry[i], key)) : -1;
   }
 }
 
-// Cache slots of this thread's key rows of the tile starting at key0 (−1 past key_end).
-template <int D, DType C>
-__device__ __forceinline__ void fetch_slots(int (&slot)[DecodeShape<D, C>::kRowsPerThread],
-                                            const int32_t* __restrict__ table, int block_size,
-                                            int key0, int key_end, int first) {
-  using S = DecodeShape<D, C>;
-#pragma unroll
-  for (int i = 0; i < S::kRowsPerThread; ++i) {
-    const int key = key0 + first + i * S::kRowStep;
-    slot[i] = key < key_end ? table[key / block_size] * block_size + key % block_size : -1;
-  }
+// Brings the block-table entries [first, last] into L1, one prefetch per 128-byte line. The main
+// loop reads a tile's entries one iteration before it copies the tile; a read that goes to L2
+// queues behind the KV copies in flight, and the next copy's slot arithmetic waits for it (ncu,
+// batch 64, fp8: the largest long-scoreboard stalls of the loop).
+__device__ __forceinline__ void prefetch_table_l1(const int32_t* table, int first, int last) {
+  for (int e = first + int(threadIdx.x) * 32; e <= last; e += kThreads * 32)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(table + e));
+  if (threadIdx.x == 0) asm volatile("prefetch.global.L1 [%0];" ::"l"(table + last));
 }
 
 // The merge without a second kernel (fused_merge): the last active split CTA of each (sequence,
@@ -288,6 +287,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
   const int32_t* table = block_tables + int64_t(seq) * max_blocks_per_seq;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int copy_row = threadIdx.x / S::kChunks, copy_chunk = threadIdx.x % S::kChunks;
+  const PagedBlocks blocks(block_size);
 
   // Three independent loads in flight together: the context length, the table entries of the
   // first kStages tiles if this split starts at one tile per split, and q.
@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
   int entry[S::kStages][S::kRowsPerThread];
 #pragma unroll
   for (int s = 0; s < S::kStages; ++s)
-    fetch_entries<D, C>(entry[s], table, block_size, max_blocks_per_seq,
-                        guess_begin + s * kTileKeys, copy_row);
+    fetch_entries<D, C>(entry[s], table, blocks, max_blocks_per_seq, guess_begin + s * kTileKeys,
+                        copy_row);
   uint32_t qa[D / 16][4];
   {
     auto row_ptr = [&](int r) -> const __nv_bfloat16* {
@@ -316,25 +316,31 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
   if (key_begin != guess_begin) {  // longer context: re-read (CTA-uniform)
 #pragma unroll
     for (int s = 0; s < S::kStages; ++s)
-      fetch_entries<D, C>(entry[s], table, block_size, max_blocks_per_seq,
-                          key_begin + s * kTileKeys, copy_row);
+      fetch_entries<D, C>(entry[s], table, blocks, max_blocks_per_seq, key_begin + s * kTileKeys,
+                          copy_row);
   }
   const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
+  // Tiles past the first kStages read their entries in the loop: from L1 after this.
+  if (num_tiles > S::kStages)
+    prefetch_table_l1(table, blocks.block(key_begin + S::kStages * kTileKeys),
+                      blocks.block(key_end - 1));
 
-  // Prologue: tiles 0 .. kStages-2 in flight, the slots of tile kStages-1 ready.
+  // Prologue: tiles 0 .. kStages-2 in flight, the entries of tile kStages-1 loaded.
   int slot[S::kRowsPerThread];
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
     if (s < num_tiles) {
-      entries_to_slots<D, C>(slot, entry[s], block_size, key_begin + s * kTileKeys, key_end,
-                             copy_row);
+      entries_to_slots<D, C>(slot, entry[s], blocks, key_begin + s * kTileKeys, key_end, copy_row);
       issue_tile<D, C>(stage(s), k_cache, v_cache, slot, num_kv_heads, kv_head, copy_row,
                        copy_chunk);
     }
     cp_async_commit();
   }
-  entries_to_slots<D, C>(slot, entry[S::kStages - 1], block_size,
-                         key_begin + (S::kStages - 1) * kTileKeys, key_end, copy_row);
+  // The entries of the next tile to issue: loaded one iteration before the slot arithmetic that
+  // uses them, so that their latency hides behind a tile's compute.
+  int next[S::kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < S::kRowsPerThread; ++i) next[i] = entry[S::kStages - 1][i];
 
   // Every CTA of the grid is resident once the last wave starts: from here the next kernel (the
   // merge, or the layer's next kernel) may be scheduled; its pdl_wait() still waits for this
@@ -350,11 +356,12 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
     // Tile t + kStages - 1 goes into the stage freed at the end of iteration t - 1.
     const int ahead = t + S::kStages - 1;
     if (ahead < num_tiles) {
+      entries_to_slots<D, C>(slot, next, blocks, key_begin + ahead * kTileKeys, key_end, copy_row);
       issue_tile<D, C>(stage(ahead % S::kStages), k_cache, v_cache, slot, num_kv_heads, kv_head,
                        copy_row, copy_chunk);
       if (ahead + 1 < num_tiles)  // used next iteration: its latency hides behind this one
-        fetch_slots<D, C>(slot, table, block_size, key_begin + (ahead + 1) * kTileKeys, key_end,
-                          copy_row);
+        fetch_entries<D, C>(next, table, blocks, max_blocks_per_seq,
+                            key_begin + (ahead + 1) * kTileKeys, copy_row);
     }
     cp_async_commit();
     cp_async_wait<S::kStages - 1>();
@@ -417,24 +424,34 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
   __syncthreads();
   const bool single = part.active == 1;
   const int64_t part_row0 = (int64_t(seq) * num_q_heads + head0) * num_splits + split;
-  for (int i = threadIdx.x; i < num_rows * D; i += kThreads) {
-    const int r = i / D, d = i % D;
+  // Per row: each warp's weight exp2(m_w − max) / sum (0 for a warp that saw no key; v_scale
+  // folded in when this CTA writes the output), and the split's log2-sum-exp.
+  if (threadIdx.x < num_rows) {
+    const int r = threadIdx.x;
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, warp_m[w][r]);
-    float sum = 0.0f, acc = 0.0f;
+    float f[kWarps], sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      if (warp_m[w][r] == -INFINITY) continue;  // warp saw no key of this partition
-      const float f = exp2f(warp_m[w][r] - mx);
-      sum += warp_l[w][r] * f;
-      acc += so[(w * 16 + r) * S::kOStride + d] * f;
+      f[w] = warp_m[w][r] == -INFINITY ? 0.0f : exp2f(warp_m[w][r] - mx);
+      sum += warp_l[w][r] * f[w];
     }
+    const float norm = (single ? v_scale : 1.0f) / sum;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) warp_l[w][r] = f[w] * norm;  // m and l are read no more
+    if (!single) lse_part[part_row0 + int64_t(r) * num_splits] = mx + __log2f(sum);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < num_rows * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) acc += so[(w * 16 + r) * S::kOStride + d] * warp_l[w][r];
     if (single) {
-      out[(int64_t(seq) * num_q_heads + head0 + r) * D + d] = __float2bfloat16(acc / sum * v_scale);
+      out[(int64_t(seq) * num_q_heads + head0 + r) * D + d] = __float2bfloat16(acc);
     } else {
-      o_part[(part_row0 + int64_t(r) * num_splits) * D + d] = acc / sum;
-      if (d == 0) lse_part[part_row0 + int64_t(r) * num_splits] = mx + __log2f(sum);
+      o_part[(part_row0 + int64_t(r) * num_splits) * D + d] = acc;
     }
   }
   if (!single && fused_merge)  // (its barriers also end every read of `so` before the merge)
