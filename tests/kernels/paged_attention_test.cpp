@@ -80,6 +80,22 @@ TEST(CudaPagedAttention, DecodeManySplitsAndUnsplitBatch) {
   }
 }
 
+// A full batch under the loose bound of CUDA graphs: the host sizes 3 splits per (sequence, KV
+// head) for 40960 keys on an H200, two waves of CTAs. Sequences of a few tiles then take the most
+// splits that fit one wave (here 1: written directly, no merge) where the wave model finds them
+// no slower (decode_partition); the longest keep several splits and merge. Both share one launch,
+// with bf16 and fp8 caches.
+TEST(CudaPagedAttention, DecodeFullBatchUnderLooseBound) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (DType t : {DType::kBF16, DType::kF8E4M3}) {
+    PagedCase c{std::vector<int>(64, 1), {}, 32, 4, 128};
+    c.dtype = t;
+    c.max_context_bound = 40960;
+    for (int s = 0; s < 64; ++s) c.ctx_lens.push_back(s % 8 == 0 ? 5000 - 7 * s : 1024 - 3 * s);
+    EXPECT_LT(run_paged_case(c, 130 + int(t)), kTol) << dtype_name(t);
+  }
+}
+
 // Short and medium contexts at batch 1 and 3 (the Qwen3 shape and a D64 GQA-4 one), under the
 // exact bound and under loose ones (CUDA graphs bound by max_model_len): a single active split
 // (written directly, no merge), several one-tile splits merged by the last CTA (fast path of the

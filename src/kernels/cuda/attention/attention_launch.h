@@ -14,6 +14,17 @@ namespace serval::kernels::cuda {
 // own context length, read on the device, so graph replays and eager runs still agree.
 constexpr int kDecodeTileKeys = 64;  // keys per shared-memory tile of a decode CTA
 constexpr int kDecodeMaxSplits = 64;
+// Decode CTAs resident per SM at head_dim 128 (paged_decode.cu sizes its shared memory and
+// registers for it).
+constexpr int kDecodeCtasPerSm = 3;
+
+// Split-choice cost model (host and device), in units of one 64-key tile streamed by one CTA: a
+// CTA's fixed cost (launch, metadata, q, first-tile latency, epilogue) and the merge's fixed cost
+// (arrival, one L2 round trip). The CTAs run in waves of `slots` = SMs · resident CTAs per SM.
+// Fitted on an H200 (Qwen3 shape, batch 64, 1024 keys): 1 split of 16 tiles in one wave 31.1 µs,
+// 3 splits of 6 tiles in two waves 37.1 µs, i.e. (16 + F)·u and (2·(6 + F) + 2)·u with F ≈ 6.
+constexpr int kCtaFixedTiles = 6;
+constexpr int kMergeTiles = 2;
 
 #ifdef __CUDACC__
 // A sequence of `ctx` keys (T64 = ⌈ctx / 64⌉ tiles) served by CTAs of `rows` q heads: each active
@@ -23,14 +34,29 @@ constexpr int kDecodeMaxSplits = 64;
 // streaming against the merge, whose last CTA reads rows·D fp32 per split (1/64 of a tile per
 // row): T + T64·rows/(64·T) is least at T = √(T64·rows/64). Short contexts (T64 ≤ num_splits
 // and T64·rows < 256) get one tile per split. ctx ≤ 0: no active split.
+// The host sized num_splits for its context bound; when this sequence's splits, taken by all
+// `pairs` (sequence, head group) pairs of the grid, need more than one wave of `slots` CTAs, the
+// most splits that fit one wave are taken instead if the cost model finds them no slower (e.g.
+// batch 64, 4 KV heads, 1024 keys under a 40960 bound: 1 split of 16 tiles instead of 3 of 6 in
+// two waves).
 struct DecodePartition {
   int chunk_keys, active;
 };
-__device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_splits, int rows) {
+__device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_splits, int rows,
+                                                            int pairs, int slots) {
   if (ctx <= 0) return {kDecodeTileKeys, 0};
   const int tiles = (ctx + kDecodeTileKeys - 1) / kDecodeTileKeys;
-  const int balanced = int(sqrtf(float(tiles) * float(rows) * (1.0f / kDecodeTileKeys)));
-  const int per_split = max(max((tiles + num_splits - 1) / num_splits, balanced), 1);
+  const int balanced = max(int(sqrtf(float(tiles) * float(rows) * (1.0f / kDecodeTileKeys))), 1);
+  int per_split = max((tiles + num_splits - 1) / num_splits, balanced);
+  const int splits = (tiles + per_split - 1) / per_split;
+  const int wave_splits = max(slots / max(pairs, 1), 1);
+  if (splits > wave_splits) {
+    const int waves = (splits * pairs + slots - 1) / slots;
+    const int cost = waves * (per_split + kCtaFixedTiles) + kMergeTiles;
+    const int one_wave = max((tiles + wave_splits - 1) / wave_splits, balanced);
+    const int one_wave_cost = one_wave + kCtaFixedTiles + (one_wave < tiles ? kMergeTiles : 0);
+    if (one_wave_cost <= cost) per_split = one_wave;
+  }
   return {per_split * kDecodeTileKeys, (tiles + per_split - 1) / per_split};
 }
 #endif

@@ -9,19 +9,9 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 
 namespace serval::kernels::cuda {
-namespace {
 
-// Decode CTAs resident per SM at head_dim 128 (paged_decode.cu sizes its shared memory for it).
-constexpr int kDecodeCtasPerSm = 3;
-// Split-choice cost model, in units of one 64-key tile streamed by one CTA: a CTA's fixed cost
-// (metadata, q, first-tile latency, epilogue) and the merge's fixed cost (arrival, one L2 round
-// trip). The merge also reads rows·D fp32 per split, 1/64 of a tile per q-head row.
-constexpr int64_t kCtaFixedTiles = 2;
-constexpr int64_t kMergeTiles = 2;
-
-}  // namespace
-
-// Splits s = ceil(tiles / T) for T = 64-key tiles per split. The CTAs run in waves of
+// Splits s = ceil(tiles / T) for T = 64-key tiles per split (cost model of attention_launch.h; the
+// merge also reads rows·D fp32 per split, 1/64 of a tile per q-head row). The CTAs run in waves of
 // sm_count · kDecodeCtasPerSm; every CTA of a wave streams T tiles, so a step costs about
 // waves · (T + fixed) (+ the merge when s > 1: fixed + s · rows / 64). A partly filled last wave
 // costs a full one: this is what makes e.g. 2 splits of 256 CTAs (1.3 waves) slower than 3 (1.94

@@ -38,9 +38,6 @@ namespace {
 using namespace attn;
 constexpr int kWarps = kThreads / 32;
 static_assert(kDecodeTileKeys == kTileKeys);
-// Resident decode CTAs per SM that registers must allow (paged_attention.cu's split choice
-// assumes 3 at head_dim 128; shared memory is sized for it in DecodeShape).
-constexpr int kDecodeMinCtasPerSm = 3;
 
 // Shared memory of one decode CTA: kStages × [K tile | V tile], each [kTileKeys][kRowBytes].
 // bf16 rows are mma-ready (kMmaStride<D> elements); fp8 rows are D bytes + 16 of padding. Both
@@ -262,14 +259,14 @@ __device__ __forceinline__ void arrive_and_merge(const float* o_part, const floa
 }
 
 template <int D, DType C>
-__global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
+__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     decode_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
                   const unsigned char* __restrict__ k_cache,
                   const unsigned char* __restrict__ v_cache,
                   const int32_t* __restrict__ context_lens,
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
-                  int num_splits, bool fused_merge, float* __restrict__ o_part,
+                  int num_splits, int slots, bool fused_merge, float* __restrict__ o_part,
                   float* __restrict__ lse_part) {
   using S = DecodeShape<D, C>;
   constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
@@ -310,7 +307,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinCtasPerSm)
     }
   }
 
-  const DecodePartition part = decode_partition(ctx, num_splits, num_rows);
+  const DecodePartition part =
+      decode_partition(ctx, num_splits, num_rows, gridDim.y * gridDim.z, slots);
   if (split >= part.active) return;  // no key for this split (CTA-uniform)
   const int key_begin = split * part.chunk_keys, key_end = min(ctx, key_begin + part.chunk_keys);
   if (key_begin != guess_begin) {  // longer context: re-read (CTA-uniform)
@@ -466,7 +464,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     merge_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                  const int32_t* __restrict__ context_lens, __nv_bfloat16* __restrict__ out,
-                 int num_q_heads, int num_kv_heads, int num_splits, float v_scale) {
+                 int num_q_heads, int num_kv_heads, int num_splits, int slots, float v_scale) {
   __shared__ float scratch[kMergeScratchFloats];
   pdl_wait();  // the partials of decode_kernel
   pdl_launch_dependents();
@@ -476,7 +474,9 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_head = blockIdx.x / sub_groups;
   const int head0 = kv_head * group + (blockIdx.x % sub_groups) * 16;
   const int num_rows = min(16, kv_head * group + group - head0);
-  const int active = decode_partition(context_lens[seq], num_splits, num_rows).active;
+  const int active =
+      decode_partition(context_lens[seq], num_splits, num_rows, gridDim.x * gridDim.y, slots)
+          .active;
   if (active <= 1) return;
   merge_rows<D, kThreads>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
                           active, v_scale, scratch);
@@ -492,17 +492,18 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
   const dim3 grid(unsigned(num_splits), unsigned(p.num_kv_heads * ((group + 15) / 16)),
                   unsigned(p.num_seqs));
   const bool fused_merge = int64_t(grid.y) * grid.z <= kMaxMergeCounters;
+  const int slots = kDecodeCtasPerSm * sm_count();
   constexpr float kLog2e = 1.4426950408889634f;
   launch_pdl("paged_attention_decode", kernel, grid, dim3(kThreads), kSmem, stream,
              reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.context_lens, p.block_tables,
              p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads, p.scale * kLog2e,
-             p.v_scale, num_splits, fused_merge, o_part, lse_part);
+             p.v_scale, num_splits, slots, fused_merge, o_part, lse_part);
   if (num_splits > 1 && !fused_merge) {
     launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
                stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
-               p.num_q_heads, p.num_kv_heads, num_splits, p.v_scale);
+               p.num_q_heads, p.num_kv_heads, num_splits, slots, p.v_scale);
   }
 }
 
