@@ -115,8 +115,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const __nv_bfloat16* b_src[kBN / 16];
       const uint32_t b_valid = moe_wgmma::token_sources<kGemm1>(p, row0, r0, kc, narrow, b_src);
       for (int kt = 0; kt < KT; ++kt, ++it) {
-        const int s = it % kStages;
-        if (it >= kStages) mbarrier::wait(ring.empty(s), uint32_t(it / kStages - 1) & 1);
+        const int s = ring.wait_empty(it);
         const uint32_t b = stage(s), a = b + kBBytes;
 #pragma unroll
         for (int j = 0; j < kBN / 16; ++j)
@@ -177,8 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < kBN / 8; ++j)
       acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
     for (int kt = 0; kt < KT; ++kt, ++it) {
-      const int s = it % kStages;
-      mbarrier::wait(ring.full(s), uint32_t(it / kStages) & 1);
+      const int s = ring.wait_full(it);
       wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
       uint32_t a[4][4];
       decode(stage(s) + kBBytes, a);

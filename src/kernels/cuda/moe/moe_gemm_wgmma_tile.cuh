@@ -23,6 +23,19 @@ struct StageRing {
   uint32_t bars;
   __device__ __forceinline__ uint32_t full(int s) const { return bars + 8 * s; }
   __device__ __forceinline__ uint32_t empty(int s) const { return bars + 8 * (kStages + s); }
+  // Producer: waits until stage use `it` (every kStages-th use shares a slot) may refill its
+  // slot, i.e. both consumers released the slot's previous use; returns the slot.
+  __device__ __forceinline__ int wait_empty(int it) const {
+    const int s = it % kStages;
+    if (it >= kStages) mbarrier::wait(empty(s), uint32_t(it / kStages - 1) & 1);
+    return s;
+  }
+  // Consumer: waits until the copies of stage use `it` have landed; returns the slot.
+  __device__ __forceinline__ int wait_full(int it) const {
+    const int s = it % kStages;
+    mbarrier::wait(full(s), uint32_t(it / kStages) & 1);
+    return s;
+  }
   // One thread of the CTA, before the CTA barrier that publishes the mbarriers.
   __device__ __forceinline__ void init() const {
     for (int s = 0; s < kStages; ++s) {

@@ -83,8 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const __nv_bfloat16* b_src[kBPasses];
       const uint32_t b_valid = moe_wgmma::token_sources<kGemm1>(p, row0, r0, kc, narrow, b_src);
       for (int kt = 0; kt < KT; ++kt, ++it) {
-        const int s = it % kStages;
-        if (it >= kStages) mbarrier::wait(ring.empty(s), uint32_t(it / kStages - 1) & 1);
+        const int s = ring.wait_empty(it);
         const uint32_t a = stage(s), b = a + kABytes;
         // Rows r0 + 16j share their swizzle (16j is a multiple of 8): 2 KB apart in the tile.
         const uint32_t a_dst = a + wgmma::sw128_offset(r0, kc, kBM);
@@ -118,8 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < kBN / 8; ++j)
         acc[mb][j][0] = acc[mb][j][1] = acc[mb][j][2] = acc[mb][j][3] = 0.0f;
     for (int kt = 0; kt < KT; ++kt, ++it) {
-      const int s = it % kStages;
-      mbarrier::wait(ring.full(s), uint32_t(it / kStages) & 1);
+      const int s = ring.wait_full(it);
       wgmma::fence_proxy_async();  // the producer's cp.async writes, seen through the async proxy
       const uint32_t a = stage(s) + c * kMb * 64 * 128, b = stage(s) + kABytes;
       moe_wgmma::mma_stage<kMb, kN>(acc, a, b);
