@@ -199,7 +199,10 @@ fi
 
 if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
   port=8123
-  build-gpu/apps/serval serve "$configs/llama-3.3-70b-nvfp4" --load-format dummy --port $port \
+  # A stalled parallel step fails after 60 s (not the default 600) and the client gives up after
+  # 300 s, so that a hang shows in the logs instead of using up the device call.
+  SERVAL_PARALLEL_STALL_S=${SERVAL_PARALLEL_STALL_S:-60} build-gpu/apps/serval serve \
+    "$configs/llama-3.3-70b-nvfp4" --load-format dummy --port $port \
     --kv-cache-dtype fp8 --max-num-seqs 512 --max-model-len 2058 --max-num-batched-tokens 8192 \
     --tensor-parallel-size "$tp" $serve_flags >"$out/serve.log" 2>&1 &
   server=$!
@@ -208,11 +211,14 @@ if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
     kill -0 $server 2>/dev/null || break
     sleep 1
   done
-  build-gpu/apps/serval bench serve --port $port --dataset-name random --random-input-len 1024 \
-    --random-output-len 600 --ignore-eos --num-prompts 40 --max-concurrency 8 2>&1 |
-    tee "$out/serving-bench.txt"
+  timeout 300 build-gpu/apps/serval bench serve --port $port --dataset-name random \
+    --random-input-len 1024 --random-output-len 600 --ignore-eos --num-prompts 40 \
+    --max-concurrency 8 2>&1 | tee "$out/serving-bench.txt"
+  echo "serving benchmark client: exit ${PIPESTATUS[0]} (124: gave up after 300 s)" >>"$out/gpu.txt"
   echo "serving benchmark: serve flags '$serve_flags'" >>"$out/gpu.txt"
   kill $server 2>/dev/null
+  for _ in $(seq 1 30); do kill -0 $server 2>/dev/null || break; sleep 1; done
+  kill -9 $server 2>/dev/null  # a server stuck in a step does not stop on SIGTERM
   wait $server 2>/dev/null
   # The engine's shutdown line: steps, their wall time, the model's share, host work per step.
   grep -h "engine: .* steps" "$out/serve.log" | tee -a "$out/gpu.txt"
