@@ -215,6 +215,10 @@ class Backend {
   // Waits until every operation queued so far has finished (a no-op where calls complete
   // before returning, as on the CPU).
   virtual void synchronize() {}
+  // What the thread driving this backend is doing now, for diagnostics (a parallel step that
+  // stalls reports every rank's): the op being enqueued or the wait in progress; empty between
+  // calls and where the backend does not track it. Safe to call from any thread.
+  virtual std::string activity() const { return {}; }
   virtual void begin_step() {}
   virtual void end_step() {}
   // Scoped reuse inside a step: tensors allocated after step_mark() are dead after

@@ -71,12 +71,23 @@ void ParallelRunner::watch() {
       first_error_ = std::make_exception_ptr(
           Error("parallel step made no progress for " + limit +
                 " (SERVAL_PARALLEL_STALL_S): a rank is waiting for a peer that does not come; "
-                "the group's collectives were aborted"));
+                "the group's collectives were aborted; " +
+                rank_activities()));
     }
     lock.unlock();
     abort();  // outside the lock: a rank thread's error path takes it
     lock.lock();
   }
+}
+
+std::string ParallelRunner::rank_activities() {
+  std::string out = "where the ranks were:";
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const std::string a = ranks_[r]->backend().activity();
+    out += " rank " + std::to_string(r) + " " + (a.empty() ? "between backend calls" : "in " + a) +
+           (r + 1 < ranks_.size() ? ";" : "");
+  }
+  return out;
 }
 
 void ParallelRunner::rank_thread(int r) {

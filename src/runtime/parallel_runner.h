@@ -66,6 +66,8 @@ class ParallelRunner final : public StepRunner {
   // persistent rank threads (a thread per step would add its start-up to every decode step).
   void run_ranks(const std::function<void(int rank)>& fn);
   void rank_thread(int r);
+  // Every rank's Backend::activity, for the stall watch's error.
+  std::string rank_activities();
   // Every communicator's local-only mode (backend::Communicator::set_local_only); between steps.
   void set_local_only(bool on);
   // Aborts the group when a run_ranks call outlives stall_limit_ (the watch thread).

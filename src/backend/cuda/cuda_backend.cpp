@@ -149,7 +149,14 @@ class CudaBackend final : public Backend {
     arena_ = Tensor{};
     arena_ = empty(DType::kU8, {bytes});
   }
-  void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "synchronize"); }
+  void synchronize() override {
+    cuda::ActivityScope activity(profiler_, "synchronize (waiting for the GPU)");
+    cuda_check(cudaStreamSynchronize(stream_), "synchronize");
+  }
+  std::string activity() const override {
+    const char* a = profiler_.activity();
+    return a ? a : "";
+  }
   void begin_step() override {
     in_step_ = arena_.data != nullptr;
     arena_offset_ = 0;
@@ -218,6 +225,7 @@ class CudaBackend final : public Backend {
   }
 
   void download(const Tensor& src, void* dst) override {
+    cuda::ActivityScope activity(profiler_, "download (waiting for the GPU)");
     cuda_check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_),
                "download");
     cuda_check(cudaStreamSynchronize(stream_), "download sync");

@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,13 @@ class OpProfiler {
   void end(cudaStream_t stream);
   // Waits for the recorded ops and adds their times up (call outside graph capture).
   void collect(cudaStream_t stream);
+  // What the backend's thread is in now (an op's name, "synchronize", ...; null between calls),
+  // kept whether or not timing is enabled: read from other threads when a parallel step stalls.
+  const char* activity() const { return activity_.load(std::memory_order_relaxed); }
+  // Sets the activity and returns the one it replaces (scopes nest: restore it at the end).
+  const char* swap_activity(const char* a) {
+    return activity_.exchange(a, std::memory_order_relaxed);
+  }
 
  private:
   struct Pending {
@@ -40,18 +48,23 @@ class OpProfiler {
   cudaEvent_t take_event();
 
   bool enabled_ = false;
+  std::atomic<const char*> activity_{nullptr};
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
   std::map<std::string, Total> totals_;
 };
 
-// RAII: times one op when the profiler is enabled and no graph is being captured. With
-// SERVAL_LOG_LEVEL=trace it also logs the op's start and end on the host, with the GPU: where a
-// rank's thread stops when a parallel group hangs.
+// RAII: the op is the backend's activity while it is enqueued (OpProfiler::activity); it is timed
+// when the profiler is enabled and no graph is being captured. With SERVAL_LOG_LEVEL=trace it
+// also logs the op's start and end on the host, with the GPU: where a rank's thread stops when a
+// parallel group hangs.
 class OpScope {
  public:
   OpScope(OpProfiler& p, const char* op, cudaStream_t stream, bool capturing)
-      : p_(p.enabled() && !capturing ? &p : nullptr), stream_(stream) {
+      : owner_(p),
+        p_(p.enabled() && !capturing ? &p : nullptr),
+        stream_(stream),
+        outer_(p.swap_activity(op)) {
     if (log::tracing()) trace_ = op;
     if (trace_) trace_op("enqueueing");
     if (p_) p_->begin(op, stream_);
@@ -59,6 +72,7 @@ class OpScope {
   ~OpScope() {
     if (p_) p_->end(stream_);
     if (trace_) trace_op("enqueued");
+    owner_.swap_activity(outer_);
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -70,9 +84,24 @@ class OpScope {
     log::trace("GPU {}: {} {}", device, what, trace_);
   }
 
+  OpProfiler& owner_;
   OpProfiler* p_;
   cudaStream_t stream_;
+  const char* outer_;            // the activity before this op (restored at the end)
   const char* trace_ = nullptr;  // the op's name while tracing
+};
+
+// RAII: `what` is the backend's activity for the scope (no timing), e.g. a wait for the GPU.
+class ActivityScope {
+ public:
+  ActivityScope(OpProfiler& p, const char* what) : p_(p), outer_(p.swap_activity(what)) {}
+  ~ActivityScope() { p_.swap_activity(outer_); }
+  ActivityScope(const ActivityScope&) = delete;
+  ActivityScope& operator=(const ActivityScope&) = delete;
+
+ private:
+  OpProfiler& p_;
+  const char* outer_;
 };
 
 }  // namespace serval::backend::cuda
