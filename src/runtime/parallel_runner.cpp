@@ -153,6 +153,36 @@ void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
 void ParallelRunner::abort() {
   for (auto& comm : comms_) comm->abort();
   for (auto& comm : group_comms_) comm->abort();
+  if (launch_barrier_) launch_barrier_->abort();
+}
+
+namespace {
+
+// backend::FirstLaunchFence of one rank: its GPU drained, then every rank; after the launch,
+// every rank again.
+class RankLaunchFence final : public backend::FirstLaunchFence {
+ public:
+  RankLaunchFence(backend::Backend& b, std::shared_ptr<AbortableBarrier> barrier)
+      : b_(b), barrier_(std::move(barrier)) {}
+  void before() override {
+    b_.synchronize();
+    barrier_->arrive_and_wait();
+  }
+  void after() override { barrier_->arrive_and_wait(); }
+
+ private:
+  backend::Backend& b_;
+  std::shared_ptr<AbortableBarrier> barrier_;
+};
+
+}  // namespace
+
+void ParallelRunner::fence_first_launches() {
+  if (size() < 2 || launch_barrier_) return;
+  launch_barrier_ = std::make_shared<AbortableBarrier>(size());
+  for (auto& rank : ranks_)
+    rank->backend().set_first_launch_fence(
+        std::make_shared<RankLaunchFence>(rank->backend(), launch_barrier_));
 }
 
 // First every rank alone, its collectives local-only: each launches every kernel of its decode
@@ -284,6 +314,8 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
   }
   auto runner = std::make_unique<ParallelRunner>(std::move(comms), std::move(ranks),
                                                  std::move(bind), std::move(tp_comms));
+  // Data-parallel replicas run steps of different shapes: their first launches do not meet.
+  if (dp == 1) runner->fence_first_launches();
   runner->capture_decode_graphs();
   return runner;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/communicator.h"
+#include "base/abortable_barrier.h"
 #include "dist/layout.h"
 #include "model/weight_source.h"
 #include "runtime/model_runner.h"
@@ -50,6 +51,11 @@ class ParallelRunner final : public StepRunner {
   // Calls fn(r) for every rank at once, as a step does (rank 0 on the calling thread); a rank's
   // exception aborts the group's communicators and the first one is rethrown.
   void for_each_rank(const std::function<void(int rank)>& fn) { run_ranks(fn); }
+  // Installs a backend::FirstLaunchFence on every rank's backend: the first launch of a lazily
+  // loaded library kernel waits until every rank's GPU has drained (no collective in flight) and
+  // every rank has arrived, and no rank goes on before every rank has launched. Only for ranks
+  // that run the same shapes in every step (not data-parallel replicas); before the steps.
+  void fence_first_launches();
   // Makes every rank's pending and future collectives fail instead of waiting (a peer outside
   // this process is gone); the runner is unusable afterwards. Callable from any thread.
   void abort();
@@ -74,6 +80,7 @@ class ParallelRunner final : public StepRunner {
   void watch();
 
   std::vector<std::unique_ptr<backend::Communicator>> comms_, group_comms_;
+  std::shared_ptr<AbortableBarrier> launch_barrier_;  // fence_first_launches
   std::vector<std::unique_ptr<ModelRunner>> ranks_;
   std::function<void(int)> bind_;
   // Work hand-off to ranks 1..N-1: a new `job_` is announced by bumping `generation_`; the

@@ -240,6 +240,11 @@ class CudaBackend final : public Backend {
                "copy_to_device");
   }
 
+  void set_first_launch_fence(std::shared_ptr<FirstLaunchFence> fence) override {
+    first_launch_fence_ = std::move(fence);
+    if (gemm_) gemm_->set_first_launch_fence(first_launch_fence_);
+  }
+
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
     cuda::OpScope scope(profiler_, "embedding", stream_, capturing_);
     expect(table, DType::kBF16, "embedding table");
@@ -802,13 +807,17 @@ class CudaBackend final : public Backend {
   }
 
   cuda::CublasLtGemm& gemm() {
-    if (!gemm_) gemm_ = std::make_unique<cuda::CublasLtGemm>();
+    if (!gemm_) {
+      gemm_ = std::make_unique<cuda::CublasLtGemm>();
+      gemm_->set_first_launch_fence(first_launch_fence_);
+    }
     return *gemm_;
   }
 
   cudaStream_t stream_ = nullptr;
   int device_ = 0;  // the CUDA device current when the backend was created
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
+  std::shared_ptr<FirstLaunchFence> first_launch_fence_;  // set_first_launch_fence
   cuda::PinnedUploader uploader_;  // weight uploads (staging allocated on first use)
   cuda::OpProfiler profiler_;      // SERVAL_PROFILE_OPS=1
   Tensor arena_;                   // step memory, see reserve_step_memory

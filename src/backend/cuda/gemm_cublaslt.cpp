@@ -136,23 +136,26 @@ void CublasLtGemm::tune(Plan& p, const BucketKey& bucket, const void* x, const v
 
 void CublasLtGemm::run(const void* x, const void* w, const void* bias, void* y, DType y_dtype,
                        int m, int n, int k, cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  const bool eager = status == cudaStreamCaptureStatusNone;
+  const bool fenced =
+      fence_ && eager && plans_.find({m, n, k, int(y_dtype), bias != nullptr}) == plans_.end();
+  if (fenced) fence_->before();
   Plan& p = plan(m, n, k, y_dtype, bias != nullptr);
   if (bias) {
     cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof(bias)),
                  "bias pointer");
   }
-  if (!p.candidates.empty()) {
-    // Timing needs an eager stream; a capture keeps the heuristic's choice for now.
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
-    if (status == cudaStreamCaptureStatusNone)
-      tune(p, {gemm_tune_bucket(m), n, k, int(y_dtype), bias != nullptr}, x, w, y, stream);
-  }
+  // Timing needs an eager stream; a capture keeps the heuristic's choice for now.
+  if (!p.candidates.empty() && eager)
+    tune(p, {gemm_tune_bucket(m), n, k, int(y_dtype), bias != nullptr}, x, w, y, stream);
   const float alpha = 1.0f, beta = 0.0f;
   cublas_check(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
                               &p.algo, workspace_, workspace_bytes_, stream),
                "cublasLtMatmul");
+  if (fenced) fence_->after();
 }
 
 }  // namespace serval::backend::cuda
