@@ -137,6 +137,18 @@ void DecodeGraphs::capture_all(const Forward& forward) {
   log::info("captured {} CUDA graphs for decode batches up to {}", graphs_.size(), max_batch_);
 }
 
+std::vector<int> DecodeGraphs::captured() const {
+  std::vector<int> out;
+  for (const auto& [batch, graph] : graphs_) out.push_back(batch);
+  return out;
+}
+
+void DecodeGraphs::keep_only(const std::vector<int>& buckets) {
+  std::erase_if(graphs_, [&](const auto& entry) {
+    return std::find(buckets.begin(), buckets.end(), entry.first) == buckets.end();
+  });
+}
+
 bool DecodeGraphs::can_run(std::span<const SeqChunk> chunks) const {
   if (chunks.empty() || int(chunks.size()) > max_batch_ || bucket_for(int(chunks.size())) == 0)
     return false;

@@ -39,6 +39,11 @@ class DecodeGraphs {
   // eager or graph (max_context_len = max_model_len, so both pick the same attention split).
   backend::StepMetadata metadata(int batch) const;
   int num_captured() const { return int(graphs_.size()); }
+  // The captured batch buckets, ascending.
+  std::vector<int> captured() const;
+  // Drops every captured bucket not in `buckets` (those batch sizes then run in the next larger
+  // kept bucket, or eagerly): the ranks of a parallel group keep the buckets they all captured.
+  void keep_only(const std::vector<int>& buckets);
 
  private:
   void fill_host(std::span<const SeqChunk> chunks, int batch);

@@ -136,6 +136,14 @@ void ModelRunner::warm_up_decode_graphs() {
 
 ModelRunner::~ModelRunner() = default;
 
+std::vector<int> ModelRunner::decode_graph_buckets() const {
+  return graphs_ ? graphs_->captured() : std::vector<int>{};
+}
+
+void ModelRunner::keep_decode_graph_buckets(const std::vector<int>& buckets) {
+  if (graphs_) graphs_->keep_only(buckets);
+}
+
 int ModelRunner::num_decode_graphs() const {
   return graphs_ ? graphs_->num_captured() : 0;
 }

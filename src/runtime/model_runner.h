@@ -87,6 +87,9 @@ class ModelRunner final : public StepRunner {
   // since their steps run collectives.
   void warm_up_decode_graphs();
   void capture_decode_graphs();
+  // The batch buckets with a captured graph, and dropping all but `buckets` (DecodeGraphs).
+  std::vector<int> decode_graph_buckets() const;
+  void keep_decode_graph_buckets(const std::vector<int>& buckets);
 
  private:
   Tensor forward(std::span<const SeqChunk> chunks);

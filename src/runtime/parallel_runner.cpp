@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "model/model.h"
 
 namespace serval::runtime {
@@ -201,6 +202,22 @@ void ParallelRunner::capture_decode_graphs() {
   }
   run_ranks([&](int r) { ranks_[size_t(r)]->warm_up_decode_graphs(); });
   run_ranks([&](int r) { ranks_[size_t(r)]->capture_decode_graphs(); });
+  // A capture that failed on one rank only would have that rank run the batch eagerly (or in a
+  // larger bucket, with collectives of another size) while the others replay: every rank keeps
+  // only the buckets all of them captured.
+  std::vector<int> common = ranks_[0]->decode_graph_buckets();
+  for (size_t r = 1; r < ranks_.size(); ++r) {
+    const std::vector<int> mine = ranks_[r]->decode_graph_buckets();
+    std::erase_if(common,
+                  [&](int b) { return std::find(mine.begin(), mine.end(), b) == mine.end(); });
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const size_t before = ranks_[r]->decode_graph_buckets().size();
+    ranks_[r]->keep_decode_graph_buckets(common);
+    if (before != common.size())
+      log::warn("rank {}: {} decode graphs dropped that another rank failed to capture", r,
+                before - common.size());
+  }
 }
 
 void ParallelRunner::set_local_only(bool on) {
