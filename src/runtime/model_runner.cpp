@@ -159,7 +159,8 @@ Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
   meta.dp_row_offset = dp_row_offset_;
   meta.dp_rows_total = dp_rows_total_;
   // Every pure decode step, eager or graph, bounds the context by max_model_len so that the
-  // attention kernel splits the same way and graph replays equal eager runs bit for bit.
+  // attention kernel splits the same way and graph replays equal eager runs of the same (bucket)
+  // batch size bit for bit (other batch sizes split differently: equal up to rounding).
   if (options_.max_model_len > 0 && meta.max_query_len == 1)
     meta.max_context_len = std::max(meta.max_context_len, options_.max_model_len);
   const Tensor device = backend_->upload(meta.packed);

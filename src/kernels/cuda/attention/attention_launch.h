@@ -11,7 +11,8 @@ namespace serval::kernels::cuda {
 
 // Decode split-KV partition. The launch has `num_splits` CTAs per (sequence, head group), fixed by
 // the host bounds (paged_attention_num_splits); how many of them a sequence uses depends on its
-// own context length, read on the device, so graph replays and eager runs still agree.
+// own context length, read on the device, and on the grid's size (decode_partition), so a graph
+// replay agrees with an eager run of the same (padded) batch.
 constexpr int kDecodeTileKeys = 64;  // keys per shared-memory tile of a decode CTA
 constexpr int kDecodeMaxSplits = 64;
 // Decode CTAs resident per SM at head_dim 128 (paged_decode.cu sizes its shared memory and

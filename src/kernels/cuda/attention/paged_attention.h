@@ -45,7 +45,8 @@ struct PagedAttentionParams {
 // Decode split-KV partitions per (sequence, kv head), 1..64, chosen so the CTAs fill whole waves
 // of the GPU (paged_attention.cu). Depends only on its arguments (and the device's SM count),
 // never on the per-step context lengths, so graph replays agree. A sequence shorter than the
-// bound uses only some of them (its context length picks how many, on the device).
+// bound uses only some of them (its context length and the grid's size pick how many, on the
+// device).
 int paged_attention_num_splits(int num_seqs, int num_q_heads, int num_kv_heads,
                                int max_context_len);
 

@@ -10,11 +10,11 @@
 // Latency at small batch is a chain of dependent loads, so the kernel starts three independent
 // ones together right after pdl_wait(): the context length, q (row = sequence: decode has one
 // query row per sequence) and the block-table entries of its first kStages tiles, guessed for a
-// split of one tile (exact whenever the context fits num_splits tiles; otherwise re-read once
-// the context is known). Then kStages shared-memory stages of [K tile | V tile] are filled by
-// cp.async; the block-table entries of the next tile to issue are loaded into registers one
-// iteration before their slot arithmetic (from L1: the CTA's later entries are prefetched there),
-// so no issue waits on a global load.
+// split of one tile (exact whenever the sequence's splits get one tile each; otherwise re-read
+// once the context and the split choice are known). Then kStages shared-memory stages of [K tile |
+// V tile] are filled by cp.async; the block-table entries of the next tile to issue are loaded into
+// registers one iteration before their slot arithmetic (from L1: the CTA's later entries are
+// prefetched there), so no issue waits on a global load.
 //
 // fp8 caches never go through an f16 tile: the mma fragments are built in registers from the
 // staged fp8 bytes (rows padded to D + 16 bytes, conflict-free). K: one 4-byte shared load gives
