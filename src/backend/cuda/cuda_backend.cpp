@@ -71,18 +71,29 @@ cudaStream_t process_stream() {
 
 class CudaStepGraph final : public StepGraph {
  public:
-  CudaStepGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream)
-      : graph_(graph), exec_(exec), stream_(stream) {}
+  // marks: the timeline marks the capture made (SERVAL_OP_TIMELINE), adopted at each replay.
+  CudaStepGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream,
+                cuda::OpTimeline& timeline, std::vector<const char*> marks)
+      : graph_(graph),
+        exec_(exec),
+        stream_(stream),
+        timeline_(timeline),
+        marks_(std::move(marks)) {}
   ~CudaStepGraph() override {
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
   }
-  void replay() override { cuda_check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); }
+  void replay() override {
+    cuda_check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch");
+    if (timeline_.enabled()) timeline_.adopt(marks_);
+  }
 
  private:
   cudaGraph_t graph_;
   cudaGraphExec_t exec_;
   cudaStream_t stream_;
+  cuda::OpTimeline& timeline_;
+  std::vector<const char*> marks_;
 };
 
 class CudaBackend final : public Backend {
@@ -94,6 +105,7 @@ class CudaBackend final : public Backend {
     uint64_t keep_all = UINT64_MAX;
     cuda_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
                "cudaMemPoolSetAttribute");
+    if (timeline_.enabled()) profiler_.set_timeline(&timeline_);
   }
 
   ~CudaBackend() override {
@@ -160,8 +172,10 @@ class CudaBackend final : public Backend {
   void begin_step() override {
     in_step_ = arena_.data != nullptr;
     arena_offset_ = 0;
+    timeline_.restart(stream_);
   }
   void end_step() override {
+    if (!capturing_) timeline_.collect(stream_);
     in_step_ = false;
     if (!capturing_) profiler_.collect(stream_);
   }
@@ -175,11 +189,13 @@ class CudaBackend final : public Backend {
     capturing_ = true;
     std::string error;
     try {
+      timeline_.restart(stream_);  // the graph's own marks, from slot 0
       record();
     } catch (const std::exception& e) {
       error = e.what();
     }
     capturing_ = false;
+    std::vector<const char*> marks = timeline_.take_marks();
     cudaGraph_t graph = nullptr;
     cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (!error.empty() || end != cudaSuccess) {
@@ -191,7 +207,7 @@ class CudaBackend final : public Backend {
     }
     cudaGraphExec_t exec = nullptr;
     cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    return std::make_unique<CudaStepGraph>(graph, exec, stream_);
+    return std::make_unique<CudaStepGraph>(graph, exec, stream_, timeline_, std::move(marks));
   }
 
   // Weights of 8 MB and more go through the pinned double buffer (pinned_upload.h).
@@ -819,6 +835,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   std::shared_ptr<FirstLaunchFence> first_launch_fence_;  // set_first_launch_fence
   cuda::PinnedUploader uploader_;  // weight uploads (staging allocated on first use)
+  cuda::OpTimeline timeline_;      // SERVAL_OP_TIMELINE=1
   cuda::OpProfiler profiler_;      // SERVAL_PROFILE_OPS=1
   Tensor arena_;                   // step memory, see reserve_step_memory
   size_t arena_offset_ = 0;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/op_timeline.h"
 #include "base/log.h"
 
 namespace serval::backend::cuda {
@@ -34,6 +35,9 @@ class OpProfiler {
   const char* swap_activity(const char* a) {
     return activity_.exchange(a, std::memory_order_relaxed);
   }
+  // The timeline that outermost ops mark (SERVAL_OP_TIMELINE; null: none).
+  void set_timeline(OpTimeline* t) { timeline_ = t; }
+  OpTimeline* timeline() const { return timeline_; }
 
  private:
   struct Pending {
@@ -49,13 +53,15 @@ class OpProfiler {
 
   bool enabled_ = false;
   std::atomic<const char*> activity_{nullptr};
+  OpTimeline* timeline_ = nullptr;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
   std::map<std::string, Total> totals_;
 };
 
 // RAII: the op is the backend's activity while it is enqueued (OpProfiler::activity); it is timed
-// when the profiler is enabled and no graph is being captured. With SERVAL_LOG_LEVEL=trace it
+// when the profiler is enabled and no graph is being captured, and an outermost op marks the
+// timeline when there is one. With SERVAL_LOG_LEVEL=trace it
 // also logs the op's start and end on the host, with the GPU: where a rank's thread stops when a
 // parallel group hangs.
 class OpScope {
@@ -64,6 +70,7 @@ class OpScope {
       : owner_(p),
         p_(p.enabled() && !capturing ? &p : nullptr),
         stream_(stream),
+        op_(op),
         outer_(p.swap_activity(op)) {
     if (log::tracing()) trace_ = op;
     if (trace_) trace_op("enqueueing");
@@ -73,6 +80,7 @@ class OpScope {
     if (p_) p_->end(stream_);
     if (trace_) trace_op("enqueued");
     owner_.swap_activity(outer_);
+    if (outer_ == nullptr && owner_.timeline()) owner_.timeline()->mark(op_, stream_);
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -87,6 +95,7 @@ class OpScope {
   OpProfiler& owner_;
   OpProfiler* p_;
   cudaStream_t stream_;
+  const char* op_;
   const char* outer_;            // the activity before this op (restored at the end)
   const char* trace_ = nullptr;  // the op's name while tracing
 };

@@ -1,0 +1,85 @@
+#include "backend/cuda/op_timeline.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "base/log.h"
+#include "kernels/cuda/misc/timeline_probe.h"
+
+namespace serval::backend::cuda {
+
+namespace {
+constexpr size_t kSlots = 8192;  // marks per step (a 94-layer MoE model makes ~1000)
+}  // namespace
+
+OpTimeline::OpTimeline() {
+  const char* env = std::getenv("SERVAL_OP_TIMELINE");
+  enabled_ = env != nullptr && std::strcmp(env, "1") == 0;
+  if (!enabled_) return;
+  cuda_check(cudaMalloc(reinterpret_cast<void**>(&slots_), kSlots * sizeof(uint64_t)),
+             "op timeline slots");
+  host_.resize(kSlots);
+}
+
+OpTimeline::~OpTimeline() {
+  if (slots_) cudaFree(slots_);
+  if (!enabled_ || steps_ == 0) return;
+  std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  log::info(
+      "GPU timeline per step ({} steps, graphs and eager; an op is charged the time since "
+      "the op before it ended): {:.1f} us per step",
+      steps_, step_us_ / double(steps_));
+  for (const auto& [key, t] : rows)
+    log::info("  {:<40} {:>10.1f} us/step {:>6.1f} % {:>8.1f} calls/step {:>8.2f} us/call", key,
+              t.us / double(steps_), 100.0 * t.us / step_us_, double(t.calls) / double(steps_),
+              t.us / double(t.calls));
+}
+
+double OpTimeline::us_per_step(const std::string& key) const {
+  const auto it = totals_.find(key);
+  return it == totals_.end() || steps_ == 0 ? -1.0 : it->second.us / double(steps_);
+}
+
+void OpTimeline::restart(cudaStream_t stream) {
+  if (!enabled_) return;
+  marks_.clear();
+  mark("start", stream);
+}
+
+void OpTimeline::mark(const char* op, cudaStream_t stream) {
+  if (!enabled_ || marks_.size() >= kSlots) return;
+  kernels::cuda::timeline_probe(slots_ + marks_.size(), stream);
+  marks_.push_back(op);
+}
+
+std::vector<const char*> OpTimeline::take_marks() {
+  std::vector<const char*> out;
+  out.swap(marks_);
+  return out;
+}
+
+void OpTimeline::collect(cudaStream_t stream) {
+  if (!enabled_ || marks_.size() < 2) {
+    marks_.clear();
+    return;
+  }
+  cuda_check(cudaMemcpyAsync(host_.data(), slots_, marks_.size() * sizeof(uint64_t),
+                             cudaMemcpyDeviceToHost, stream),
+             "op timeline read-back");
+  cuda_check(cudaStreamSynchronize(stream), "op timeline read-back");
+  for (size_t i = 1; i < marks_.size(); ++i) {
+    const double us = double(int64_t(host_[i] - host_[i - 1])) * 1e-3;
+    Total& t = totals_[std::string(marks_[i - 1]) + " > " + marks_[i]];
+    t.us += us;
+    ++t.calls;
+  }
+  step_us_ += double(int64_t(host_[marks_.size() - 1] - host_[0])) * 1e-3;
+  ++steps_;
+  marks_.clear();
+}
+
+}  // namespace serval::backend::cuda
