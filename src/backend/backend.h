@@ -166,20 +166,6 @@ class StepGraph {
   virtual void replay() = 0;
 };
 
-// Calls around the first launch of a kernel that a library loads lazily (on CUDA: a cuBLASLt
-// GEMM of a shape this backend has not run). Loading a kernel waits, holding a driver lock, for
-// the GPUs to drain; a GPU spinning in a collective for a peer whose thread is blocked behind that
-// lock never does. Tensor-parallel ranks of one process install a fence (runtime/
-// parallel_runner.cpp) whose before() drains this rank's GPU and waits for every rank, and whose
-// after() waits until every rank has launched, so that no collective is in flight during a load.
-// Every rank meets the same first launches, since they run the same shapes.
-class FirstLaunchFence {
- public:
-  virtual ~FirstLaunchFence() = default;
-  virtual void before() = 0;
-  virtual void after() = 0;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -244,10 +230,8 @@ class Backend {
   virtual std::unique_ptr<StepGraph> capture(const std::function<void()>& record) {
     return nullptr;
   }
-
-  // The fence around first launches of lazily loaded kernels (null: none). Not called while a
-  // graph is being captured. The default ignores it (nothing is loaded lazily).
-  virtual void set_first_launch_fence(std::shared_ptr<FirstLaunchFence> fence) {}
+  // True inside capture()'s record (the device work is recorded, not run).
+  virtual bool capturing() const { return false; }
 
   // out[t] = table[ids[t]]; out: [num_tokens, hidden]
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/first_use_fence.h"
 #include "base/log.h"
 #include "model/model.h"
 
@@ -112,6 +113,11 @@ void ParallelRunner::rank_thread(int r) {
 
 void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
   const std::function<void(int)> body = [&](int r) {
+    // The rank's first-use fence is its thread's for the call (fence_first_uses).
+    struct ThreadFence {
+      explicit ThreadFence(FirstUseFence* f) { thread_first_use_fence() = f; }
+      ~ThreadFence() { thread_first_use_fence() = nullptr; }
+    } fence(first_use_fences_.empty() ? nullptr : first_use_fences_[size_t(r)].get());
     try {
       if (bind_) bind_(r);
       fn(r);
@@ -154,22 +160,26 @@ void ParallelRunner::run_ranks(const std::function<void(int)>& fn) {
 void ParallelRunner::abort() {
   for (auto& comm : comms_) comm->abort();
   for (auto& comm : group_comms_) comm->abort();
-  if (launch_barrier_) launch_barrier_->abort();
+  if (first_use_barrier_) first_use_barrier_->abort();
 }
 
 namespace {
 
-// backend::FirstLaunchFence of one rank: its GPU drained, then every rank; after the launch,
-// every rank again.
-class RankLaunchFence final : public backend::FirstLaunchFence {
+// The first-use fence of one rank (base/first_use_fence.h): its GPU drained, then every rank;
+// after the call, every rank again. Nothing while the rank captures a graph (nothing runs then,
+// and a capturing stream cannot be synchronized); the ranks capture together, so they skip alike.
+class RankFirstUseFence final : public FirstUseFence {
  public:
-  RankLaunchFence(backend::Backend& b, std::shared_ptr<AbortableBarrier> barrier)
+  RankFirstUseFence(backend::Backend& b, std::shared_ptr<AbortableBarrier> barrier)
       : b_(b), barrier_(std::move(barrier)) {}
   void before() override {
+    if (b_.capturing()) return;
     b_.synchronize();
     barrier_->arrive_and_wait();
   }
-  void after() override { barrier_->arrive_and_wait(); }
+  void after() override {
+    if (!b_.capturing()) barrier_->arrive_and_wait();
+  }
 
  private:
   backend::Backend& b_;
@@ -178,12 +188,12 @@ class RankLaunchFence final : public backend::FirstLaunchFence {
 
 }  // namespace
 
-void ParallelRunner::fence_first_launches() {
-  if (size() < 2 || launch_barrier_) return;
-  launch_barrier_ = std::make_shared<AbortableBarrier>(size());
+void ParallelRunner::fence_first_uses() {
+  if (size() < 2 || first_use_barrier_) return;
+  first_use_barrier_ = std::make_shared<AbortableBarrier>(size());
   for (auto& rank : ranks_)
-    rank->backend().set_first_launch_fence(
-        std::make_shared<RankLaunchFence>(rank->backend(), launch_barrier_));
+    first_use_fences_.push_back(
+        std::make_unique<RankFirstUseFence>(rank->backend(), first_use_barrier_));
 }
 
 // First every rank alone, its collectives local-only: each launches every kernel of its decode
@@ -332,7 +342,7 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
   auto runner = std::make_unique<ParallelRunner>(std::move(comms), std::move(ranks),
                                                  std::move(bind), std::move(tp_comms));
   // Data-parallel replicas run steps of different shapes: their first launches do not meet.
-  if (dp == 1) runner->fence_first_launches();
+  if (dp == 1) runner->fence_first_uses();
   runner->capture_decode_graphs();
   return runner;
 }

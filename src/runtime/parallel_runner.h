@@ -14,6 +14,7 @@
 
 #include "backend/communicator.h"
 #include "base/abortable_barrier.h"
+#include "base/first_use_fence.h"
 #include "dist/layout.h"
 #include "model/weight_source.h"
 #include "runtime/model_runner.h"
@@ -51,11 +52,12 @@ class ParallelRunner final : public StepRunner {
   // Calls fn(r) for every rank at once, as a step does (rank 0 on the calling thread); a rank's
   // exception aborts the group's communicators and the first one is rethrown.
   void for_each_rank(const std::function<void(int rank)>& fn) { run_ranks(fn); }
-  // Installs a backend::FirstLaunchFence on every rank's backend: the first launch of a lazily
-  // loaded library kernel waits until every rank's GPU has drained (no collective in flight) and
-  // every rank has arrived, and no rank goes on before every rank has launched. Only for ranks
-  // that run the same shapes in every step (not data-parallel replicas); before the steps.
-  void fence_first_launches();
+  // Gives every rank a first-use fence (base/first_use_fence.h), its thread's during its part of
+  // each call (run_ranks): a lazily loaded library kernel's first launch or a kernel attribute set
+  // at a kernel's first launch waits until every rank's GPU has drained and every rank has
+  // arrived, and no rank goes on before every rank is past it. Only for ranks that run the same
+  // shapes in every step (not data-parallel replicas); before the steps.
+  void fence_first_uses();
   // Makes every rank's pending and future collectives fail instead of waiting (a peer outside
   // this process is gone); the runner is unusable afterwards. Callable from any thread.
   void abort();
@@ -80,7 +82,8 @@ class ParallelRunner final : public StepRunner {
   void watch();
 
   std::vector<std::unique_ptr<backend::Communicator>> comms_, group_comms_;
-  std::shared_ptr<AbortableBarrier> launch_barrier_;  // fence_first_launches
+  std::shared_ptr<AbortableBarrier> first_use_barrier_;           // fence_first_uses
+  std::vector<std::unique_ptr<FirstUseFence>> first_use_fences_;  // one per rank
   std::vector<std::unique_ptr<ModelRunner>> ranks_;
   std::function<void(int)> bind_;
   // Work hand-off to ranks 1..N-1: a new `job_` is announced by bumping `generation_`; the

@@ -161,6 +161,7 @@ class CudaBackend final : public Backend {
     arena_ = Tensor{};
     arena_ = empty(DType::kU8, {bytes});
   }
+  bool capturing() const override { return capturing_; }
   void synchronize() override {
     cuda::ActivityScope activity(profiler_, "synchronize (waiting for the GPU)");
     cuda_check(cudaStreamSynchronize(stream_), "synchronize");
@@ -254,11 +255,6 @@ class CudaBackend final : public Backend {
   void copy_to_device(const void* src, Tensor& dst) override {
     cuda_check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_),
                "copy_to_device");
-  }
-
-  void set_first_launch_fence(std::shared_ptr<FirstLaunchFence> fence) override {
-    first_launch_fence_ = std::move(fence);
-    if (gemm_) gemm_->set_first_launch_fence(first_launch_fence_);
   }
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
@@ -823,17 +819,13 @@ class CudaBackend final : public Backend {
   }
 
   cuda::CublasLtGemm& gemm() {
-    if (!gemm_) {
-      gemm_ = std::make_unique<cuda::CublasLtGemm>();
-      gemm_->set_first_launch_fence(first_launch_fence_);
-    }
+    if (!gemm_) gemm_ = std::make_unique<cuda::CublasLtGemm>();
     return *gemm_;
   }
 
   cudaStream_t stream_ = nullptr;
   int device_ = 0;  // the CUDA device current when the backend was created
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
-  std::shared_ptr<FirstLaunchFence> first_launch_fence_;  // set_first_launch_fence
   cuda::PinnedUploader uploader_;  // weight uploads (staging allocated on first use)
   cuda::OpTimeline timeline_;      // SERVAL_OP_TIMELINE=1
   cuda::OpProfiler profiler_;      // SERVAL_PROFILE_OPS=1

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_tuning.h"
+#include "base/first_use_fence.h"
 #include "base/log.h"
 
 namespace serval::backend::cuda {
@@ -139,9 +140,13 @@ void CublasLtGemm::run(const void* x, const void* w, const void* bias, void* y, 
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
   const bool eager = status == cudaStreamCaptureStatusNone;
-  const bool fenced =
-      fence_ && eager && plans_.find({m, n, k, int(y_dtype), bias != nullptr}) == plans_.end();
-  if (fenced) fence_->before();
+  // The first eager run of a shape (algorithm choice, timing, launch: the kernels cuBLASLt may
+  // load then) inside the thread's first-use fence (base/first_use_fence.h).
+  FirstUseFence* fence =
+      eager && plans_.find({m, n, k, int(y_dtype), bias != nullptr}) == plans_.end()
+          ? thread_first_use_fence()
+          : nullptr;
+  if (fence) fence->before();
   Plan& p = plan(m, n, k, y_dtype, bias != nullptr);
   if (bias) {
     cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -155,7 +160,7 @@ void CublasLtGemm::run(const void* x, const void* w, const void* bias, void* y, 
   cublas_check(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
                               &p.algo, workspace_, workspace_bytes_, stream),
                "cublasLtMatmul");
-  if (fenced) fence_->after();
+  if (fence) fence->after();
 }
 
 }  // namespace serval::backend::cuda

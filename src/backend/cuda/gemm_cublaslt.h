@@ -7,11 +7,9 @@
 #include <cuda_runtime_api.h>
 
 #include <map>
-#include <memory>
 #include <tuple>
 #include <vector>
 
-#include "backend/backend.h"
 #include "base/dtype.h"
 
 namespace serval::backend::cuda {
@@ -27,11 +25,6 @@ class CublasLtGemm {
   // fp32 accumulation.
   void run(const void* x, const void* w, const void* bias, void* y, DType y_dtype, int m, int n,
            int k, cudaStream_t stream);
-  // Wraps the first eager run of each shape (its algorithm choice, timing and launch: the kernels
-  // cuBLASLt may load then) in fence->before() / after() (Backend::set_first_launch_fence).
-  void set_first_launch_fence(std::shared_ptr<FirstLaunchFence> fence) {
-    fence_ = std::move(fence);
-  }
 
  private:
   struct Plan {
@@ -53,7 +46,6 @@ class CublasLtGemm {
   std::map<std::tuple<int, int, int, int, bool>, Plan> plans_;
   std::map<BucketKey, cublasLtMatmulAlgo_t> tuned_;
   const bool tuning_;  // SERVAL_GEMM_TUNE != 0
-  std::shared_ptr<FirstLaunchFence> fence_;
 };
 
 }  // namespace serval::backend::cuda

@@ -14,6 +14,7 @@
 
 #include "backend/communicator.h"
 #include "base/error.h"
+#include "base/first_use_fence.h"
 #include "io/model_config.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -255,6 +256,28 @@ TEST(ParallelRunner, StalledStepIsAbortedWithAnError) {
         << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Each rank's thread holds its own first-use fence during its part of a call, and none outside;
+// the fences of all ranks pass together (the CPU backend never needs them: this checks the wiring).
+TEST(ParallelRunner, RanksHoldFirstUseFencesThatPassTogether) {
+  const io::ModelConfig config = io::load_model_config(fixture("qwen3").string());
+  auto weights = model::open_checkpoint_weights(fixture("qwen3").string());
+  const std::unique_ptr<StepRunner> runner = make_runner("qwen3", {2, 1, false}, weights, config);
+  auto* tp2 = dynamic_cast<ParallelRunner*>(runner.get());
+  ASSERT_NE(tp2, nullptr);
+  std::vector<FirstUseFence*> seen(2, nullptr);
+  tp2->for_each_rank([&](int r) {
+    FirstUseFence* f = thread_first_use_fence();
+    seen[size_t(r)] = f;
+    if (f == nullptr) return;
+    f->before();
+    f->after();
+  });
+  EXPECT_NE(seen[0], nullptr);
+  EXPECT_NE(seen[1], nullptr);
+  EXPECT_NE(seen[0], seen[1]);
+  EXPECT_EQ(thread_first_use_fence(), nullptr);
 }
 
 // Greedy generation through the engine: tensor_parallel_size 2 (and with expert parallel)

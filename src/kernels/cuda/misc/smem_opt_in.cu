@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/first_use_fence.h"
 
 namespace serval::kernels::cuda {
 
@@ -44,8 +45,13 @@ void allow_dynamic_smem(const void* kernel, size_t bytes, const char* who) {
   std::lock_guard<std::mutex> lock(g.mutex);
   size_t& have = g.granted[kernel];
   if (have >= bytes) return;
+  // A kernel's first attribute set may wait in the driver for the GPUs to drain: inside the
+  // thread's first-use fence (tensor-parallel ranks; base/first_use_fence.h).
+  FirstUseFence* fence = thread_first_use_fence();
+  if (fence) fence->before();
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (fence) fence->after();
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     throw Error(std::string(who) + ": cannot allow " + std::to_string(bytes) +
