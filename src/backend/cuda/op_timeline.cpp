@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "backend/cuda/cuda_check.h"
 #include "base/log.h"
@@ -50,9 +51,15 @@ void OpTimeline::restart(cudaStream_t stream) {
   mark("start", stream);
 }
 
-void OpTimeline::mark(const char* op, cudaStream_t stream) {
+void OpTimeline::mark(const char* op, cudaStream_t stream) noexcept {
   if (!enabled_ || marks_.size() >= kSlots) return;
-  kernels::cuda::timeline_probe(slots_ + marks_.size(), stream);
+  try {
+    kernels::cuda::timeline_probe(slots_ + marks_.size(), stream);
+  } catch (const std::exception& e) {  // called from destructors: never throws
+    log::warn("op timeline off: {}", e.what());
+    enabled_ = false;
+    return;
+  }
   marks_.push_back(op);
 }
 

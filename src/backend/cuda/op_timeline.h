@@ -26,8 +26,9 @@ class OpTimeline {
   bool enabled() const { return enabled_; }
   // Starts a step's marks: slot 0, "start" (also at the start of a graph capture).
   void restart(cudaStream_t stream);
-  // A mark after op `op` (a string literal), or nothing past the slot capacity.
-  void mark(const char* op, cudaStream_t stream);
+  // A mark after op `op` (a string literal), or nothing past the slot capacity. Never throws (it
+  // runs in OpScope's destructor): a failed probe launch turns the timeline off with a warning.
+  void mark(const char* op, cudaStream_t stream) noexcept;
   // The marks made since restart, for a graph captured over them: its replays write the same
   // slots, and adopt() makes them this step's marks.
   std::vector<const char*> take_marks();
