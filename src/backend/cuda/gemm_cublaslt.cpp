@@ -137,15 +137,17 @@ void CublasLtGemm::tune(Plan& p, const BucketKey& bucket, const void* x, const v
 
 void CublasLtGemm::run(const void* x, const void* w, const void* bias, void* y, DType y_dtype,
                        int m, int n, int k, cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
-  const bool eager = status == cudaStreamCaptureStatusNone;
-  // The first eager run of a shape (algorithm choice, timing, launch: the kernels cuBLASLt may
-  // load then) inside the thread's first-use fence (base/first_use_fence.h).
-  FirstUseFence* fence =
-      eager && plans_.find({m, n, k, int(y_dtype), bias != nullptr}) == plans_.end()
-          ? thread_first_use_fence()
-          : nullptr;
+  auto is_eager = [stream] {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+    return status == cudaStreamCaptureStatusNone;
+  };
+  // The first eager run of a shape (plan, timing, launch: the kernels cuBLASLt may load then)
+  // inside the thread's first-use fence (base/first_use_fence.h). Only a new shape, or one still
+  // to be timed, asks whether the stream is capturing.
+  const bool first = plans_.find({m, n, k, int(y_dtype), bias != nullptr}) == plans_.end();
+  const bool first_eager = first && is_eager();
+  FirstUseFence* fence = first_eager ? thread_first_use_fence() : nullptr;
   if (fence) fence->before();
   Plan& p = plan(m, n, k, y_dtype, bias != nullptr);
   if (bias) {
@@ -154,7 +156,7 @@ void CublasLtGemm::run(const void* x, const void* w, const void* bias, void* y, 
                  "bias pointer");
   }
   // Timing needs an eager stream; a capture keeps the heuristic's choice for now.
-  if (!p.candidates.empty() && eager)
+  if (!p.candidates.empty() && (first ? first_eager : is_eager()))
     tune(p, {gemm_tune_bucket(m), n, k, int(y_dtype), bias != nullptr}, x, w, y, stream);
   const float alpha = 1.0f, beta = 0.0f;
   cublas_check(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,

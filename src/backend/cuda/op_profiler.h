@@ -59,28 +59,42 @@ class OpProfiler {
   std::map<std::string, Total> totals_;
 };
 
-// RAII: the op is the backend's activity while it is enqueued (OpProfiler::activity); it is timed
-// when the profiler is enabled and no graph is being captured, and an outermost op marks the
-// timeline when there is one. With SERVAL_LOG_LEVEL=trace it
-// also logs the op's start and end on the host, with the GPU: where a rank's thread stops when a
-// parallel group hangs.
+// RAII: `what` is the backend's activity for the scope (OpProfiler::activity), e.g. a wait for
+// the GPU; the activity before it comes back at the end.
+class ActivityScope {
+ public:
+  ActivityScope(OpProfiler& p, const char* what) : p_(p), outer_(p.swap_activity(what)) {}
+  ~ActivityScope() { p_.swap_activity(outer_); }
+  ActivityScope(const ActivityScope&) = delete;
+  ActivityScope& operator=(const ActivityScope&) = delete;
+  // No scope was open around this one.
+  bool outermost() const { return outer_ == nullptr; }
+
+ private:
+  OpProfiler& p_;
+  const char* outer_;
+};
+
+// RAII: the op is the backend's activity while it is enqueued (ActivityScope); it is timed when
+// the profiler is enabled and no graph is being captured, and an outermost op marks the timeline
+// when there is one. With SERVAL_LOG_LEVEL=trace it also logs the op's start and end on the host,
+// with the GPU: where a rank's thread stops when a parallel group hangs.
 class OpScope {
  public:
   OpScope(OpProfiler& p, const char* op, cudaStream_t stream, bool capturing)
-      : owner_(p),
+      : activity_(p, op),
+        owner_(p),
         p_(p.enabled() && !capturing ? &p : nullptr),
         stream_(stream),
         op_(op),
-        outer_(p.swap_activity(op)) {
-    if (log::tracing()) trace_ = op;
+        trace_(log::tracing()) {
     if (trace_) trace_op("enqueueing");
     if (p_) p_->begin(op, stream_);
   }
   ~OpScope() {
     if (p_) p_->end(stream_);
     if (trace_) trace_op("enqueued");
-    owner_.swap_activity(outer_);
-    if (outer_ == nullptr && owner_.timeline()) owner_.timeline()->mark(op_, stream_);
+    if (activity_.outermost() && owner_.timeline()) owner_.timeline()->mark(op_, stream_);
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -89,28 +103,15 @@ class OpScope {
   void trace_op(const char* what) const {
     int device = -1;
     (void)cudaGetDevice(&device);
-    log::trace("GPU {}: {} {}", device, what, trace_);
+    log::trace("GPU {}: {} {}", device, what, op_);
   }
 
+  ActivityScope activity_;
   OpProfiler& owner_;
   OpProfiler* p_;
   cudaStream_t stream_;
   const char* op_;
-  const char* outer_;            // the activity before this op (restored at the end)
-  const char* trace_ = nullptr;  // the op's name while tracing
-};
-
-// RAII: `what` is the backend's activity for the scope (no timing), e.g. a wait for the GPU.
-class ActivityScope {
- public:
-  ActivityScope(OpProfiler& p, const char* what) : p_(p), outer_(p.swap_activity(what)) {}
-  ~ActivityScope() { p_.swap_activity(outer_); }
-  ActivityScope(const ActivityScope&) = delete;
-  ActivityScope& operator=(const ActivityScope&) = delete;
-
- private:
-  OpProfiler& p_;
-  const char* outer_;
+  const bool trace_;  // SERVAL_LOG_LEVEL=trace
 };
 
 }  // namespace serval::backend::cuda
