@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "kernels/cuda/misc/elementwise.h"
 #include "kernels/cuda_test_util.h"
@@ -25,23 +26,46 @@ TEST(CudaOpTimeline, ChargesEachOpItsOwnTime) {
   DeviceBuffer<bf16> out(size_t(big_rows) * inter);
   cudaStream_t stream = nullptr;
   cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  constexpr int kSteps = 5;
-  for (int step = 0; step < kSteps; ++step) {
-    timeline.restart(stream);
+  const auto run_ops = [&] {
     kernels::cuda::silu_mul({x.get(), out.get(), big_rows, inter}, stream);
     timeline.mark("big", stream);
     kernels::cuda::silu_mul({x.get(), out.get(), small_rows, inter}, stream);
     timeline.mark("small", stream);
+  };
+  using Steps = backend::cuda::OpTimeline::Steps;
+  constexpr int kEagerSteps = 5, kGraphSteps = 3;
+  for (int step = 0; step < kEagerSteps; ++step) {
+    timeline.restart(stream);
+    run_ops();
     timeline.collect(stream);
   }
+  // The same ops captured once (with their marks) and replayed: added up as graph steps.
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  timeline.restart(stream);
+  run_ops();
+  const std::vector<const char*> marks = timeline.take_marks();
+  cuda_check(cudaStreamEndCapture(stream, &graph), "capture");
+  cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int step = 0; step < kGraphSteps; ++step) {
+    timeline.restart(stream);
+    cuda_check(cudaGraphLaunch(exec, stream), "replay");
+    timeline.adopt(marks);
+    timeline.collect(stream);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
   cuda_check(cudaStreamDestroy(stream), "stream");
-  EXPECT_EQ(timeline.steps(), kSteps);
-  const double big = timeline.us_per_step("start > big");
-  const double small = timeline.us_per_step("big > small");
-  EXPECT_GT(big, 10.0);  // ≥ 96 MB at ≤ 4.8 TB/s
-  EXPECT_GT(small, 0.0);
-  EXPECT_LT(small, big);
-  EXPECT_LT(timeline.us_per_step("start > small"), 0.0);  // never adjacent
+  for (const Steps kind : {Steps::kEager, Steps::kGraph}) {
+    EXPECT_EQ(timeline.steps(kind), kind == Steps::kEager ? kEagerSteps : kGraphSteps);
+    const double big = timeline.us_per_step(kind, "start > big");
+    const double small = timeline.us_per_step(kind, "big > small");
+    EXPECT_GT(big, 10.0);  // ≥ 96 MB at ≤ 4.8 TB/s
+    EXPECT_GT(small, 0.0);
+    EXPECT_LT(small, big);
+    EXPECT_LT(timeline.us_per_step(kind, "start > small"), 0.0);  // never adjacent
+  }
 }
 
 }  // namespace

@@ -26,28 +26,37 @@ OpTimeline::OpTimeline() {
 
 OpTimeline::~OpTimeline() {
   if (slots_) cudaFree(slots_);
-  if (!enabled_ || steps_ == 0) return;
-  std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
-  log::info(
-      "GPU timeline per step ({} steps, graphs and eager; an op is charged the time since "
-      "the op before it ended): {:.1f} us per step",
-      steps_, step_us_ / double(steps_));
-  for (const auto& [key, t] : rows)
-    log::info("  {:<40} {:>10.1f} us/step {:>6.1f} % {:>8.1f} calls/step {:>8.2f} us/call", key,
-              t.us / double(steps_), 100.0 * t.us / step_us_, double(t.calls) / double(steps_),
-              t.us / double(t.calls));
+  if (!enabled_) return;
+  log_table("CUDA graph steps", graph_);
+  log_table("eager steps (prefills, warm-ups and their one-time tuning)", eager_);
 }
 
-double OpTimeline::us_per_step(const std::string& key) const {
-  const auto it = totals_.find(key);
-  return it == totals_.end() || steps_ == 0 ? -1.0 : it->second.us / double(steps_);
+void OpTimeline::log_table(const char* what, const Table& t) {
+  if (t.steps == 0) return;
+  std::vector<std::pair<std::string, Total>> rows(t.totals.begin(), t.totals.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  const double steps = double(t.steps);
+  log::info(
+      "GPU timeline of {} {} (an op is charged the time since the op before it ended): {:.1f} "
+      "us per step",
+      t.steps, what, t.step_us / steps);
+  for (const auto& [key, total] : rows)
+    log::info("  {:<40} {:>10.1f} us/step {:>6.1f} % {:>8.1f} calls/step {:>8.2f} us/call", key,
+              total.us / steps, 100.0 * total.us / t.step_us, double(total.calls) / steps,
+              total.us / double(total.calls));
+}
+
+double OpTimeline::us_per_step(Steps kind, const std::string& key) const {
+  const Table& t = table(kind);
+  const auto it = t.totals.find(key);
+  return it == t.totals.end() || t.steps == 0 ? -1.0 : it->second.us / double(t.steps);
 }
 
 void OpTimeline::restart(cudaStream_t stream) {
   if (!enabled_) return;
   marks_.clear();
+  replayed_ = false;
   mark("start", stream);
 }
 
@@ -78,14 +87,15 @@ void OpTimeline::collect(cudaStream_t stream) {
                              cudaMemcpyDeviceToHost, stream),
              "op timeline read-back");
   cuda_check(cudaStreamSynchronize(stream), "op timeline read-back");
+  Table& table = replayed_ ? graph_ : eager_;
   for (size_t i = 1; i < marks_.size(); ++i) {
     const double us = double(int64_t(host_[i] - host_[i - 1])) * 1e-3;
-    Total& t = totals_[std::string(marks_[i - 1]) + " > " + marks_[i]];
+    Total& t = table.totals[std::string(marks_[i - 1]) + " > " + marks_[i]];
     t.us += us;
     ++t.calls;
   }
-  step_us_ += double(int64_t(host_[marks_.size() - 1] - host_[0])) * 1e-3;
-  ++steps_;
+  table.step_us += double(int64_t(host_[marks_.size() - 1] - host_[0])) * 1e-3;
+  ++table.steps;
   marks_.clear();
 }
 
