@@ -648,9 +648,14 @@ class CudaBackend final : public Backend {
     p.routing.permuted_to_token = ws.permuted_to_token;
     p.routing.tile_expert = ws.tile_expert;
     p.routing.num_tiles = ws.num_tiles;
+    // SERVAL_MOE_ROUTE_IN_GEMV=1 (experiment): with the NVFP4 expert GEMVs, the norm + router
+    // kernel ends after the logits and residual, and every GEMV CTA routes its token itself.
+    const bool route_in_gemv = moe_route_in_gemv_ && moe::moe_runs_gemv(c.args);
+    p.logits_only = route_in_gemv;
     kc::moe_norm_router_topk(p, stream_);
     pad_moe_input(x, c);
-    c.args.routed = true;
+    c.args.routed = !route_in_gemv;
+    c.args.route_in_gemv = route_in_gemv;
     moe::moe_forward_cuda(c.args, stream_);
     unpad_moe_output(c, out);
   }
@@ -843,6 +848,11 @@ class CudaBackend final : public Backend {
   // Fused residual add + norm + router + routing before the MoE experts (add_rms_norm_moe);
   // SERVAL_NO_FUSED_MOE_NORM=1 turns it off (for side-by-side timing).
   const bool fuse_moe_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_NORM") == nullptr;
+  // SERVAL_MOE_ROUTE_IN_GEMV=1: see add_rms_norm_moe (off by default until measured).
+  const bool moe_route_in_gemv_ = [] {
+    const char* env = std::getenv("SERVAL_MOE_ROUTE_IN_GEMV");
+    return env != nullptr && std::string(env) == "1";
+  }();
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask
 };
 
