@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cuda/misc/elementwise.h"
+#include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 
@@ -29,6 +30,9 @@ TEST(CudaOpTimeline, ChargesEachOpItsOwnTime) {
   const auto run_ops = [&] {
     kernels::cuda::silu_mul({x.get(), out.get(), big_rows, inter}, stream);
     timeline.mark("big", stream);
+    // An op of two kernels with a sub-op mark between them (the sink restart() installed).
+    kernels::cuda::silu_mul({x.get(), out.get(), small_rows, inter}, stream);
+    kernels::cuda::timeline_sub_mark("first half", stream);
     kernels::cuda::silu_mul({x.get(), out.get(), small_rows, inter}, stream);
     timeline.mark("small", stream);
   };
@@ -60,10 +64,13 @@ TEST(CudaOpTimeline, ChargesEachOpItsOwnTime) {
   for (const Steps kind : {Steps::kEager, Steps::kGraph}) {
     EXPECT_EQ(timeline.steps(kind), kind == Steps::kEager ? kEagerSteps : kGraphSteps);
     const double big = timeline.us_per_step(kind, "start > big");
-    const double small = timeline.us_per_step(kind, "big > small");
+    const double first = timeline.us_per_step(kind, "big > first half");
+    const double second = timeline.us_per_step(kind, "first half > small");
     EXPECT_GT(big, 10.0);  // ≥ 96 MB at ≤ 4.8 TB/s
-    EXPECT_GT(small, 0.0);
-    EXPECT_LT(small, big);
+    EXPECT_GT(first, 0.0);
+    EXPECT_GT(second, 0.0);
+    EXPECT_LT(first + second, big);
+    EXPECT_LT(timeline.us_per_step(kind, "big > small"), 0.0);    // the sub-op mark is between
     EXPECT_LT(timeline.us_per_step(kind, "start > small"), 0.0);  // never adjacent
   }
 }

@@ -25,6 +25,7 @@
 #include "kernels/cuda/gemm/quant_gemv.h"
 #include "kernels/cuda/init/dummy_init.h"
 #include "kernels/cuda/misc/elementwise.h"
+#include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_norm_router.h"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
@@ -651,6 +652,7 @@ class CudaBackend final : public Backend {
     const bool route_in_gemv = moe_route_in_gemv_ && T == 1 && moe::moe_runs_gemv(c.args);
     p.logits_only = route_in_gemv;
     kc::moe_norm_router_topk(p, stream_);
+    kc::timeline_sub_mark("moe norm+router", stream_);
     pad_moe_input(x, c);
     c.args.routed = !route_in_gemv;
     c.args.route_in_gemv = route_in_gemv;

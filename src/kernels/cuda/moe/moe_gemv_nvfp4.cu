@@ -28,6 +28,7 @@
 #include "base/error.h"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
+#include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_routing_device.cuh"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
@@ -420,6 +421,7 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream) {
   if (!GateUpLaunch::run<8>(p, gate_up_ctas, false, stream) &&
       !GateUpLaunch::run<4>(p, gate_up_ctas, false, stream))
     GateUpLaunch::run<2>(p, gate_up_ctas, true, stream);
+  timeline_sub_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
   if (!DownLaunch::run<32>(p, down_ctas, false, stream) &&
       !DownLaunch::run<16>(p, down_ctas, false, stream))
