@@ -645,17 +645,10 @@ class CudaBackend final : public Backend {
     p.routing.permuted_to_token = ws.permuted_to_token;
     p.routing.tile_expert = ws.tile_expert;
     p.routing.num_tiles = ws.num_tiles;
-    // One token on the NVFP4 expert GEMVs: the norm + router kernel ends after the logits and
-    // residual, and every GEMV CTA routes the token itself (no one-CTA routing tail). Measured on
-    // the H200 (Qwen3-30B NVFP4): batch-1 TPOT 2.367 vs 2.417 ms; at 2 tokens 2.81 vs 2.78 ms,
-    // so 2 tokens keep the routing in the norm + router kernel. SERVAL_MOE_ROUTE_IN_GEMV=0: off.
-    const bool route_in_gemv = moe_route_in_gemv_ && T == 1 && moe::moe_runs_gemv(c.args);
-    p.logits_only = route_in_gemv;
     kc::moe_norm_router_topk(p, stream_);
     kc::timeline_sub_mark("moe norm+router", stream_);
     pad_moe_input(x, c);
-    c.args.routed = !route_in_gemv;
-    c.args.route_in_gemv = route_in_gemv;
+    c.args.routed = true;
     moe::moe_forward_cuda(c.args, stream_);
     unpad_moe_output(c, out);
   }
@@ -844,12 +837,6 @@ class CudaBackend final : public Backend {
   // Fused residual add + norm + router + routing before the MoE experts (add_rms_norm_moe);
   // SERVAL_NO_FUSED_MOE_NORM=1 turns it off (for side-by-side timing).
   const bool fuse_moe_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_NORM") == nullptr;
-  // SERVAL_MOE_ROUTE_IN_GEMV=0: the routing of one token stays in the norm + router kernel
-  // (add_rms_norm_moe; for side-by-side timing).
-  const bool moe_route_in_gemv_ = [] {
-    const char* env = std::getenv("SERVAL_MOE_ROUTE_IN_GEMV");
-    return env == nullptr || std::string(env) != "0";
-  }();
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask
 };
 

@@ -29,7 +29,6 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/timeline_probe.h"
-#include "kernels/cuda/moe/moe_routing_device.cuh"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
 namespace serval::kernels::cuda {
@@ -87,24 +86,6 @@ __device__ __forceinline__ void load_b(const uint32_t* staged, int kb, int t4, u
   b23 = p[1];
 }
 
-// Token t's routing (p.logits set): warp 0 copies its router logits from L2 (another grid wrote
-// them) into shared `row` and routes it with the routing kernels' device code into ids / weights
-// (top_k each, shared). Called by every thread of the CTA; ends with __syncthreads.
-__device__ __forceinline__ void route_in_cta(const MoeGemvNvfp4Params& p, int t, float* row,
-                                             int32_t* ids, float* weights) {
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x, E = p.routing.num_experts;
-    for (int e = lane; e < E; e += 32) row[e] = __ldcg(p.logits + size_t(t) * E + e);
-    __syncwarp();
-    MoeRoutingParams rp = p.routing;
-    rp.logits = row;
-    rp.topk_ids = ids;
-    rp.topk_weights = weights;
-    routing::route_token_warp(rp, 0, lane);
-  }
-  __syncthreads();
-}
-
 // Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row.
 constexpr size_t gate_up_smem(int warps, int hidden) {
   return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2;
@@ -121,19 +102,10 @@ __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params
   build_nvfp4_scale_table(lut);
   const int strips = p.inter / 16;
   const int pair = blockIdx.x / strips, mt = blockIdx.x % strips;
-  pdl_wait();  // the expert ids (or the router logits) come from the kernel before
+  pdl_wait();  // the expert ids come from the routing kernel
   pdl_launch_dependents();
-  int e;
-  if (p.logits) {
-    __shared__ float s_row[kMoeMaxExperts];
-    __shared__ int32_t s_ids[kMoeMaxTopK];
-    __shared__ float s_weights[kMoeMaxTopK];
-    route_in_cta(p, pair / p.top_k, s_row, s_ids, s_weights);
-    e = s_ids[pair % p.top_k] - p.local_offset;
-  } else {
-    e = p.topk_ids[pair] - p.local_offset;
-  }
-  if (e < 0 || e >= p.num_local) return;  // whole CTA, past every barrier before the loop
+  const int e = p.topk_ids[pair] - p.local_offset;
+  if (e < 0 || e >= p.num_local) return;  // whole CTA, before any barrier
 
   const int KT = p.hidden / 64;
   const int kb0 = warp * KT / kWarps, n = (warp + 1) * KT / kWarps - kb0;
@@ -231,20 +203,14 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p)
   build_nvfp4_scale_table(lut);
   const int strips = p.hidden / 16;
   const int t = blockIdx.x / strips, hs = blockIdx.x % strips;
-  // The ids (or the router logits) before the PDL wait: this grid starts only after every
-  // gate_up CTA has passed its wait, so the grid that wrote them has completed; L2 loads
-  // (ld.global.cg) cannot meet a stale L1 line (the argument of GEMM2 in moe_gemm.cu).
-  __shared__ float s_row[kMoeMaxExperts];
-  __shared__ int32_t s_ids[kMoeMaxTopK];
-  __shared__ float s_weights[kMoeMaxTopK];
-  if (p.logits) route_in_cta(p, t, s_row, s_ids, s_weights);
+  // The ids before the PDL wait: this grid starts only after every gate_up CTA has passed its
+  // wait, so the routing grid has completed; L2 loads (ld.global.cg) cannot meet a stale L1 line
+  // (the argument of GEMM2 in moe_gemm.cu).
   if (tid == 0) {
     int ids[kMaxTopK];
 #pragma unroll
     for (int j = 0; j < kMaxTopK; ++j)
-      ids[j] = j >= p.top_k ? -1
-               : p.logits   ? s_ids[j] - p.local_offset
-                            : __ldcg(p.topk_ids + t * p.top_k + j) - p.local_offset;
+      ids[j] = j < p.top_k ? __ldcg(p.topk_ids + t * p.top_k + j) - p.local_offset : -1;
     int count = 0;
 #pragma unroll
     for (int j = 0; j < kMaxTopK; ++j)
@@ -335,8 +301,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p)
   if (tid < 16) {  // the finalize: choice order, fp32
     float total = 0.0f;
     for (int c = 0; c < n_local; ++c)
-      total = fmaf(p.logits ? s_weights[c_j[c]] : p.topk_weights[t * p.top_k + c_j[c]],
-                   ys[c * 16 + tid], total);
+      total = fmaf(p.topk_weights[t * p.top_k + c_j[c]], ys[c * 16 + tid], total);
     reinterpret_cast<__nv_bfloat16*>(p.out)[size_t(t) * p.hidden + hs * 16 + tid] =
         __float2bfloat16_rn(total);
   }
@@ -398,12 +363,9 @@ bool moe_gemv_nvfp4_supported(int num_tokens, int top_k, int hidden, int inter) 
 }
 
 void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream) {
-  const bool routed = p.logits
-                          ? p.routing.num_experts >= 1 && p.routing.num_experts <= kMoeMaxExperts &&
-                                p.routing.top_k == p.top_k
-                          : p.topk_ids && p.topk_weights;
   const bool pointers = p.x && p.gate_up_codes && p.gate_up_scales && p.gate_up_global &&
-                        p.down_codes && p.down_scales && p.down_global && routed && p.act && p.out;
+                        p.down_codes && p.down_scales && p.down_global && p.topk_ids &&
+                        p.topk_weights && p.act && p.out;
   if (!moe_gemv_nvfp4_supported(p.num_tokens, p.top_k, p.hidden, p.inter) || !pointers ||
       !is_aligned16(p.x) || !is_aligned16(p.gate_up_codes) || !is_aligned16(p.gate_up_scales) ||
       !is_aligned16(p.down_codes) || !is_aligned16(p.down_scales) || !is_aligned16(p.act))
@@ -411,8 +373,7 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream) {
         "moe_gemv_nvfp4: need 1 <= tokens <= " + std::to_string(kMoeGemvMaxTokens) +
         ", 1 <= top_k <= " + std::to_string(kMaxTopK) +
         ", hidden and inter multiples of 64, hidden <= 16384, top_k·inter <= "
-        "12288, non-null 16-byte aligned buffers (routing in the kernels: at most " +
-        std::to_string(kMoeMaxExperts) + " experts, the GEMVs' top_k); got " +
+        "12288, non-null 16-byte aligned buffers; got " +
         std::to_string(p.num_tokens) + " tokens, top_k " + std::to_string(p.top_k) + ", hidden " +
         std::to_string(p.hidden) + ", inter " + std::to_string(p.inter));
   // Split K over as many warps as keep every CTA resident at once (one token: the whole layer's

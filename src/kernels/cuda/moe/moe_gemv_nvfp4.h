@@ -15,7 +15,6 @@
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "kernels/cuda/moe/moe_routing.h"
 
 namespace serval::kernels::cuda {
 
@@ -37,22 +36,15 @@ struct MoeGemvNvfp4Params {
   bf16* out;                             // [num_tokens, hidden], fully written
   int num_tokens, top_k, hidden, inter;  // hidden and inter as stored (padded)
   int local_offset, num_local;           // this rank's experts
-  // Set: the routing is not done yet; every CTA routes its token itself from these router logits
-  // [num_tokens, num_experts] (the routing kernels' device code, so the same ids and weights),
-  // and topk_ids / topk_weights are not read. `routing` gives the method, experts, top_k,
-  // renormalization and scaling (its pointers are not used).
-  const float* logits = nullptr;
-  MoeRoutingParams routing{};
 };
 
 // 1 ≤ num_tokens ≤ kMoeGemvMaxTokens , 1 ≤ top_k ≤ 8, hidden and inter multiples
 // of 64, hidden ≤ 16384 and top_k · inter ≤ 12288 (activations staged in shared memory).
 bool moe_gemv_nvfp4_supported(int num_tokens, int top_k, int hidden, int inter);
 
-// Both kernels, programmatic dependent launch: gate_up waits for the routing kernel (or, with
-// `logits`, for the router's kernel and routes per CTA); down reads the top-k ids or routes from
-// the logits (complete once every gate_up CTA has passed its wait) and requests its first weight
-// tiles before waiting for gate_up. Throws InvalidArgument unless supported and the
+// Both kernels, programmatic dependent launch: gate_up waits for the routing kernel; down reads
+// the top-k ids (complete once every gate_up CTA has passed its wait) and requests its first
+// weight tiles before waiting for gate_up. Throws InvalidArgument unless supported and the
 // pointers are non-null and 16-byte aligned.
 void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream);
 
