@@ -264,6 +264,17 @@ void run_case(const Shape& s) {
   std::vector<bf16> ref_x = ref.x.download<bf16>(size_t(s.tokens) * s.hidden);
   std::vector<bf16> ref_residual = ref.residual.download<bf16>(size_t(s.tokens) * s.hidden);
 
+  // logits_only (the consumer routes): the same residual, x and logits, no routing output.
+  Instance logits_only(s, d);
+  logits_only.p.logits_only = true;
+  logits_only.ids.poison();
+  ASSERT_NO_THROW(moe_norm_router_topk(logits_only.p, nullptr));
+  const Outputs lo = download(logits_only);
+  EXPECT_TRUE(same_bits(lo.residual, got.residual)) << "logits_only residual";
+  EXPECT_TRUE(same_bits(lo.x, got.x)) << "logits_only normed x";
+  EXPECT_TRUE(same_bits(lo.logits, got.logits)) << "logits_only logits";
+  for (int32_t id : lo.ids) EXPECT_EQ(id, -1) << "logits_only wrote the routing";
+
   EXPECT_TRUE(same_bits(got.residual, ref_residual)) << "residual vs rms_norm";
   EXPECT_TRUE(same_bits(got.residual, host_residual(d))) << "residual vs bf16(h + r)";
   EXPECT_TRUE(same_bits(got.x, ref_x)) << "normed x vs rms_norm";

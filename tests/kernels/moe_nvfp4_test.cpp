@@ -217,6 +217,37 @@ TEST_F(MoeNvfp4Gpu, GemvMatchesGroupedGemm) {
   }
 }
 
+// Routing inside the expert GEMVs (MoeCudaArgs::route_in_gemv: every CTA routes its token from the
+// router logits with the routing kernels' device code) gives the output of the routing kernel +
+// GEMVs bit for bit, for every routing method, with non-local choices and tokens without any.
+TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
+  Layer small(kSmall, 0, kSmall.experts, 24);
+  Layer mid(kSmall, 2, 4, 25);
+  Layer qslice(kQwen, 32, 32, 26);
+  for (Layer* l : {&qwen(), &small, &mid, &qslice}) {
+    for (kernels::RoutingMethod method :
+         {kernels::RoutingMethod::kSoftmaxTopK, kernels::RoutingMethod::kTopKSoftmax}) {
+      for (int T = 1; T <= 4; ++T) {
+        Call c(*l, T, 700 + T);
+        MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency, method);
+        ASSERT_TRUE(moe_runs_gemv(a));
+        const std::vector<float> routed = c.run(a);
+        a.route_in_gemv = true;
+        c.d_ws.poison();  // the routing kernel's ids and weights must not be read
+        const std::vector<float> in_gemv = c.run(a);
+        ASSERT_EQ(routed.size(), in_gemv.size());
+        for (size_t i = 0; i < routed.size(); ++i)
+          ASSERT_EQ(routed[i], in_gemv[i]) << "experts " << l->local_offset << "+" << l->num_local
+                                           << " tokens " << T << " " << i;
+      }
+    }
+  }
+  Call c(small, 8, 9);  // 8 tokens run the grouped GEMMs: routing in the GEMVs is refused
+  MoeCudaArgs a = c.args(small, MoeCudaBackend::kLatency);
+  a.route_in_gemv = true;
+  EXPECT_THROW(moe_forward_cuda(a, nullptr), InvalidArgument);
+}
+
 // One Qwen3-30B-A3B layer with NVFP4 experts: 0.5625 bytes per weight (moe_bench_util.h).
 TEST_F(MoeNvfp4Gpu, DISABLED_BenchmarkQwen3LayerNvfp4) {
   Layer& l = qwen();

@@ -645,10 +645,16 @@ class CudaBackend final : public Backend {
     p.routing.permuted_to_token = ws.permuted_to_token;
     p.routing.tile_expert = ws.tile_expert;
     p.routing.num_tiles = ws.num_tiles;
+    // Up to SERVAL_MOE_ROUTE_IN_GEMV tokens (default 1) on the NVFP4 expert GEMVs: this kernel
+    // ends after the logits and the residual, and every GEMV CTA routes its token itself (no
+    // routing tail of one CTA on the critical path).
+    const bool route_in_gemv = T <= moe_route_in_gemv_tokens_ && moe::moe_runs_gemv(c.args);
+    p.logits_only = route_in_gemv;
     kc::moe_norm_router_topk(p, stream_);
     kc::timeline_sub_mark("moe norm+router", stream_);
     pad_moe_input(x, c);
-    c.args.routed = true;
+    c.args.routed = !route_in_gemv;
+    c.args.route_in_gemv = route_in_gemv;
     moe::moe_forward_cuda(c.args, stream_);
     unpad_moe_output(c, out);
   }
@@ -837,6 +843,12 @@ class CudaBackend final : public Backend {
   // Fused residual add + norm + router + routing before the MoE experts (add_rms_norm_moe);
   // SERVAL_NO_FUSED_MOE_NORM=1 turns it off (for side-by-side timing).
   const bool fuse_moe_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_NORM") == nullptr;
+  // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
+  // (add_rms_norm_moe); 0 turns it off.
+  const int moe_route_in_gemv_tokens_ = [] {
+    const char* env = std::getenv("SERVAL_MOE_ROUTE_IN_GEMV");
+    return env ? std::atoi(env) : 1;
+  }();
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask
 };
 

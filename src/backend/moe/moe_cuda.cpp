@@ -92,6 +92,11 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
              : MoeCudaBackend::kLatency;
 }
 
+bool moe_runs_gemv(const MoeCudaArgs& a) {
+  return moe_step_kernels(a) == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kNvfp4 &&
+         kc::moe_gemv_nvfp4_supported(a.num_tokens, a.top_k, a.hidden, a.inter);
+}
+
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter) {
   // Rows grow with the token count for a fixed tile, so the maximum over tiles at max_tokens
   // bounds every smaller call.
@@ -198,7 +203,10 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   rp.permuted_to_token = ws.permuted_to_token;
   rp.tile_expert = ws.tile_expert;
   rp.num_tiles = ws.num_tiles;
-  if (!a.routed) {
+  const bool gemv = moe_runs_gemv(a);
+  if (a.route_in_gemv && (a.routed || !gemv))
+    throw InvalidArgument("moe_forward_cuda: routing in the expert GEMVs needs the GEMV path");
+  if (!a.routed && !a.route_in_gemv) {
     kc::moe_routing(rp, stream);
     kc::timeline_sub_mark("moe routing", stream);
   }
@@ -206,14 +214,13 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   // A few tokens with NVFP4 experts: two GEMV-style kernels (gate_up + SwiGLU; down with the
   // weighted combine, so no finalize) on the repacked stacks, dequantized as the grouped GEMM
   // does. (A bf16 counterpart measured no faster than the grouped GEMMs and was removed.)
-  const MoeCudaBackend kernels = moe_step_kernels(a);
-  if (kernels == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kNvfp4 &&
-      kc::moe_gemv_nvfp4_supported(a.num_tokens, a.top_k, a.hidden, a.inter)) {
+  if (gemv) {
+    const kc::MoeGemvRouting routing{a.router_logits, rp};
     kc::moe_gemv_nvfp4(
         {a.x, a.gate_up_q.codes, a.gate_up_q.scales, a.gate_up_q.global_scales, a.down_q.codes,
          a.down_q.scales, a.down_q.global_scales, ws.topk_ids, ws.topk_weights, ws.act, a.out,
          a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
-        stream);
+        stream, a.route_in_gemv ? &routing : nullptr);
     return;
   }
 

@@ -64,6 +64,9 @@ struct MoeCudaArgs {
   // call's routing into the workspace (topk ids/weights and maps at moe_workspace_view(*this),
   // with its tile), so moe_forward_cuda skips the routing kernel; router_logits is not read.
   bool routed = false;
+  // True (with routed false): an earlier kernel wrote router_logits but no routing, and the
+  // NVFP4 expert GEMVs route per CTA from them (moe_runs_gemv must hold); no routing kernel runs.
+  bool route_in_gemv = false;
 };
 
 // Token tile of the latency backend: nextPow2(ceil(tokens·top_k / num_local)) in [8, 64].
@@ -72,6 +75,10 @@ int moe_latency_tile(int num_tokens, int top_k, int num_local);
 // The kernels a call runs: a.backend, except a latency step past its tokens per expert limit
 // (moe_hand_over.h; and a.large_steps_on_throughput) runs the throughput kernels.
 MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a);
+
+// Whether moe_forward_cuda runs `a` on the few-token NVFP4 expert GEMVs (kernels/cuda/moe/
+// moe_gemv_nvfp4.h) rather than the grouped GEMMs.
+bool moe_runs_gemv(const MoeCudaArgs& a);
 
 // Workspace for any num_tokens ≤ max_tokens with either backend.
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter);

@@ -29,6 +29,7 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/timeline_probe.h"
+#include "kernels/cuda/moe/moe_routing_device.cuh"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
 namespace serval::kernels::cuda {
@@ -86,14 +87,35 @@ __device__ __forceinline__ void load_b(const uint32_t* staged, int kb, int t4, u
   b23 = p[1];
 }
 
+// Token t's routing from the router logits (MoeGemvRouting): warp 0 copies the token's logits
+// from L2 (another grid wrote them) into shared `row` and routes them with the routing kernels'
+// device code into shared ids / weights (top_k each). Called by every thread of the CTA; ends with
+// __syncthreads.
+__device__ __forceinline__ void route_in_cta(const MoeGemvRouting& r, int t, float* row,
+                                             int32_t* ids, float* weights) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, E = r.params.num_experts;
+    for (int e = lane; e < E; e += 32) row[e] = __ldcg(r.logits + size_t(t) * E + e);
+    __syncwarp();
+    MoeRoutingParams rp = r.params;
+    rp.logits = row;
+    rp.topk_ids = ids;
+    rp.topk_weights = weights;
+    routing::route_token_warp(rp, 0, lane);
+  }
+  __syncthreads();
+}
+
 // Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row.
 constexpr size_t gate_up_smem(int warps, int hidden) {
   return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2;
 }
 
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
-template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params p) {
+// kRoute: the pair's expert from the CTA's own routing of the token (route_in_cta) instead of
+// topk_ids.
+template <int kWarps, bool kRoute>
+__device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
   float* part = reinterpret_cast<float*>(lut + 256);
@@ -102,10 +124,19 @@ __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params
   build_nvfp4_scale_table(lut);
   const int strips = p.inter / 16;
   const int pair = blockIdx.x / strips, mt = blockIdx.x % strips;
-  pdl_wait();  // the expert ids come from the routing kernel
+  pdl_wait();  // the expert ids (or, kRoute, the router logits) come from the kernel before
   pdl_launch_dependents();
-  const int e = p.topk_ids[pair] - p.local_offset;
-  if (e < 0 || e >= p.num_local) return;  // whole CTA, before any barrier
+  int e;
+  if constexpr (kRoute) {
+    __shared__ float s_row[kMoeMaxExperts];
+    __shared__ int32_t s_ids[kMoeMaxTopK];
+    __shared__ float s_weights[kMoeMaxTopK];
+    route_in_cta(r, pair / p.top_k, s_row, s_ids, s_weights);
+    e = s_ids[pair % p.top_k] - p.local_offset;
+  } else {
+    e = p.topk_ids[pair] - p.local_offset;
+  }
+  if (e < 0 || e >= p.num_local) return;  // whole CTA, past every barrier before the loop
 
   const int KT = p.hidden / 64;
   const int kb0 = warp * KT / kWarps, n = (warp + 1) * KT / kWarps - kb0;
@@ -177,6 +208,16 @@ __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params
   }
 }
 
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params p) {
+  gate_up_body<kWarps, false>(p, {});
+}
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
+    gate_up_route_kernel(MoeGemvNvfp4Params p, MoeGemvRouting r) {
+  gate_up_body<kWarps, true>(p, r);
+}
+
 // Shared memory of the down kernel: scale table, choice list, partial sums
 // [kMaxTopK][warps][16], per-choice outputs [kMaxTopK][16], staged activations [top_k][inter].
 constexpr size_t kDownChoiceBytes = 2 * kMaxTopK * 4 + 16;
@@ -188,8 +229,9 @@ constexpr size_t down_smem(int warps, int top_k, int inter) {
 // CTA = (token t, strip hs of 16 hidden rows). The token's local choices c = 0 .. n_local − 1
 // (choice order) give the tile sequence q = c·KT + kb (KT = inter/64); warp w takes
 // [w·N/W, (w+1)·N/W) of the N = n_local·KT tiles and writes one partial per choice it touches.
-template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p) {
+// kRoute: ids and weights from the CTA's own routing of the token (route_in_cta).
+template <int kWarps, bool kRoute>
+__device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
   int* c_expert = reinterpret_cast<int*>(lut + 256);  // local expert of choice c
@@ -203,14 +245,28 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p)
   build_nvfp4_scale_table(lut);
   const int strips = p.hidden / 16;
   const int t = blockIdx.x / strips, hs = blockIdx.x % strips;
-  // The ids before the PDL wait: this grid starts only after every gate_up CTA has passed its
-  // wait, so the routing grid has completed; L2 loads (ld.global.cg) cannot meet a stale L1 line
-  // (the argument of GEMM2 in moe_gemm.cu).
+  // The ids (or, kRoute, the router logits) before the PDL wait: this grid starts only after
+  // every gate_up CTA has passed its wait, so the grid that wrote them has completed; L2 loads
+  // (ld.global.cg) cannot meet a stale L1 line (the argument of GEMM2 in moe_gemm.cu).
+  [[maybe_unused]] float* s_weights = nullptr;
+  [[maybe_unused]] int32_t* s_ids = nullptr;
+  if constexpr (kRoute) {
+    __shared__ float s_row[kMoeMaxExperts];
+    __shared__ int32_t s_ids_[kMoeMaxTopK];
+    __shared__ float s_weights_[kMoeMaxTopK];
+    route_in_cta(r, t, s_row, s_ids_, s_weights_);
+    s_ids = s_ids_;
+    s_weights = s_weights_;
+  }
   if (tid == 0) {
     int ids[kMaxTopK];
 #pragma unroll
-    for (int j = 0; j < kMaxTopK; ++j)
-      ids[j] = j < p.top_k ? __ldcg(p.topk_ids + t * p.top_k + j) - p.local_offset : -1;
+    for (int j = 0; j < kMaxTopK; ++j) {
+      if constexpr (kRoute)
+        ids[j] = j < p.top_k ? s_ids[j] - p.local_offset : -1;
+      else
+        ids[j] = j < p.top_k ? __ldcg(p.topk_ids + t * p.top_k + j) - p.local_offset : -1;
+    }
     int count = 0;
 #pragma unroll
     for (int j = 0; j < kMaxTopK; ++j)
@@ -300,11 +356,27 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p)
   __syncthreads();
   if (tid < 16) {  // the finalize: choice order, fp32
     float total = 0.0f;
-    for (int c = 0; c < n_local; ++c)
-      total = fmaf(p.topk_weights[t * p.top_k + c_j[c]], ys[c * 16 + tid], total);
+    for (int c = 0; c < n_local; ++c) {
+      float w;
+      if constexpr (kRoute)
+        w = s_weights[c_j[c]];
+      else
+        w = p.topk_weights[t * p.top_k + c_j[c]];
+      total = fmaf(w, ys[c * 16 + tid], total);
+    }
     reinterpret_cast<__nv_bfloat16*>(p.out)[size_t(t) * p.hidden + hs * 16 + tid] =
         __float2bfloat16_rn(total);
   }
+}
+
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p) {
+  down_body<kWarps, false>(p, {});
+}
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
+    down_route_kernel(MoeGemvNvfp4Params p, MoeGemvRouting r) {
+  down_body<kWarps, true>(p, r);
 }
 
 // Resident CTAs per SM of `kernel` at `threads` and `smem`, cached per kernel and smem size
@@ -325,31 +397,47 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
   return per_sm;
 }
 
-// run<W>: launches kernel<W> and returns true when `force` or when all `ctas` CTAs are resident at
-// once (and, gate_up, every warp has a K tile); false (nothing launched) otherwise.
+// run<W>: launches the kernel with W warps per CTA (the routing variant when `route`) and returns
+// true when `force` or when all `ctas` CTAs are resident at once (and, gate_up, every warp has a K
+// tile); false (nothing launched) otherwise.
 struct GateUpLaunch {
   template <int W>
-  static bool run(const MoeGemvNvfp4Params& p, long ctas, bool force, cudaStream_t stream) {
-    static std::atomic<uint64_t> cache{0};
+  static bool run(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ctas, bool force,
+                  cudaStream_t stream) {
+    static std::atomic<uint64_t> cache{0}, route_cache{0};
     const size_t smem = gate_up_smem(W, p.hidden);
-    if (!force && (p.hidden / 64 < W ||
-                   long(ctas_per_sm(gate_up_kernel<W>, W * 32, smem, cache)) * sm_count() < ctas))
-      return false;
-    launch_pdl("moe_gemv_nvfp4_gate_up", gate_up_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32),
-               smem, stream, p);
+    if (!force) {
+      const int per_sm = route ? ctas_per_sm(gate_up_route_kernel<W>, W * 32, smem, route_cache)
+                               : ctas_per_sm(gate_up_kernel<W>, W * 32, smem, cache);
+      if (p.hidden / 64 < W || long(per_sm) * sm_count() < ctas) return false;
+    }
+    if (route)
+      launch_pdl("moe_gemv_nvfp4_gate_up_route", gate_up_route_kernel<W>, dim3(unsigned(ctas)),
+                 dim3(W * 32), smem, stream, p, *route);
+    else
+      launch_pdl("moe_gemv_nvfp4_gate_up", gate_up_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32),
+                 smem, stream, p);
     return true;
   }
 };
 
 struct DownLaunch {
   template <int W>
-  static bool run(const MoeGemvNvfp4Params& p, long ctas, bool force, cudaStream_t stream) {
-    static std::atomic<uint64_t> cache{0};
+  static bool run(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ctas, bool force,
+                  cudaStream_t stream) {
+    static std::atomic<uint64_t> cache{0}, route_cache{0};
     const size_t smem = down_smem(W, p.top_k, p.inter);
-    if (!force && long(ctas_per_sm(down_kernel<W>, W * 32, smem, cache)) * sm_count() < ctas)
-      return false;
-    launch_pdl("moe_gemv_nvfp4_down", down_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32), smem,
-               stream, p);
+    if (!force) {
+      const int per_sm = route ? ctas_per_sm(down_route_kernel<W>, W * 32, smem, route_cache)
+                               : ctas_per_sm(down_kernel<W>, W * 32, smem, cache);
+      if (long(per_sm) * sm_count() < ctas) return false;
+    }
+    if (route)
+      launch_pdl("moe_gemv_nvfp4_down_route", down_route_kernel<W>, dim3(unsigned(ctas)),
+                 dim3(W * 32), smem, stream, p, *route);
+    else
+      launch_pdl("moe_gemv_nvfp4_down", down_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32), smem,
+                 stream, p);
     return true;
   }
 };
@@ -362,10 +450,14 @@ bool moe_gemv_nvfp4_supported(int num_tokens, int top_k, int hidden, int inter) 
          long(top_k) * inter <= kMaxActElems;
 }
 
-void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream) {
+void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeGemvRouting* route) {
+  const bool routing = route ? route->logits && route->params.num_experts >= 1 &&
+                                   route->params.num_experts <= kMoeMaxExperts &&
+                                   route->params.top_k == p.top_k &&
+                                   route->params.num_tokens == p.num_tokens
+                             : p.topk_ids && p.topk_weights;
   const bool pointers = p.x && p.gate_up_codes && p.gate_up_scales && p.gate_up_global &&
-                        p.down_codes && p.down_scales && p.down_global && p.topk_ids &&
-                        p.topk_weights && p.act && p.out;
+                        p.down_codes && p.down_scales && p.down_global && routing && p.act && p.out;
   if (!moe_gemv_nvfp4_supported(p.num_tokens, p.top_k, p.hidden, p.inter) || !pointers ||
       !is_aligned16(p.x) || !is_aligned16(p.gate_up_codes) || !is_aligned16(p.gate_up_scales) ||
       !is_aligned16(p.down_codes) || !is_aligned16(p.down_scales) || !is_aligned16(p.act))
@@ -373,20 +465,27 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream) {
         "moe_gemv_nvfp4: need 1 <= tokens <= " + std::to_string(kMoeGemvMaxTokens) +
         ", 1 <= top_k <= " + std::to_string(kMaxTopK) +
         ", hidden and inter multiples of 64, hidden <= 16384, top_k·inter <= "
-        "12288, non-null 16-byte aligned buffers; got " +
+        "12288, non-null 16-byte aligned buffers (routing in the kernels: at most " +
+        std::to_string(kMoeMaxExperts) + " experts, the GEMVs' tokens and top_k); got " +
         std::to_string(p.num_tokens) + " tokens, top_k " + std::to_string(p.top_k) + ", hidden " +
         std::to_string(p.hidden) + ", inter " + std::to_string(p.inter));
-  // Split K over as many warps as keep every CTA resident at once (one token: the whole layer's
-  // weights in flight), fewer when more CTAs are needed.
+  // Warps per CTA. One or two tokens: 2-warp gate_up CTAs (each warp a longer K range), which
+  // leave room on every SM for the 16-warp down CTAs to be resident early and request their first
+  // weights while gate_up runs (Qwen3-30B NVFP4 on the H200, 2 rounds side by side: batch-1 TPOT
+  // 2.267 ms vs 2.297-2.304 with 8 and 32 warps, batch 2 2.675 vs 2.691; batch 4 3.816 vs 3.598,
+  // so more tokens keep the rule below). Otherwise K is split over as many warps as keep every
+  // CTA resident at once (one token: the whole layer's weights in flight).
+  const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  if (!GateUpLaunch::run<8>(p, gate_up_ctas, false, stream) &&
-      !GateUpLaunch::run<4>(p, gate_up_ctas, false, stream))
-    GateUpLaunch::run<2>(p, gate_up_ctas, true, stream);
+  if (few || (!GateUpLaunch::run<8>(p, route, gate_up_ctas, false, stream) &&
+              !GateUpLaunch::run<4>(p, route, gate_up_ctas, false, stream)))
+    GateUpLaunch::run<2>(p, route, gate_up_ctas, true, stream);
   timeline_sub_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
-  if (!DownLaunch::run<32>(p, down_ctas, false, stream) &&
-      !DownLaunch::run<16>(p, down_ctas, false, stream))
-    DownLaunch::run<8>(p, down_ctas, true, stream);
+  if (few && DownLaunch::run<16>(p, route, down_ctas, false, stream)) return;
+  if (!DownLaunch::run<32>(p, route, down_ctas, false, stream) &&
+      !DownLaunch::run<16>(p, route, down_ctas, false, stream))
+    DownLaunch::run<8>(p, route, down_ctas, true, stream);
 }
 
 }  // namespace serval::kernels::cuda

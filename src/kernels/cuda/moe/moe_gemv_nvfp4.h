@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "base/dtype.h"
+#include "kernels/cuda/moe/moe_routing.h"
 
 namespace serval::kernels::cuda {
 
@@ -38,14 +39,27 @@ struct MoeGemvNvfp4Params {
   int local_offset, num_local;           // this rank's experts
 };
 
+// Routing inside the GEMVs: every CTA routes its token from the router logits with the routing
+// kernels' device code (so the same ids and weights), and topk_ids / topk_weights are not read.
+// Saves the routing kernel, or the routing tail of the fused norm + router kernel
+// (MoeNormRouterParams::logits_only), at one token.
+struct MoeGemvRouting {
+  const float* logits;      // [num_tokens, num_experts] fp32, written by an earlier kernel
+  MoeRoutingParams params;  // method, sizes (num_tokens, top_k as the GEMVs'), local slice,
+                            // scaling; its pointers are not used
+};
+
 // 1 ≤ num_tokens ≤ kMoeGemvMaxTokens , 1 ≤ top_k ≤ 8, hidden and inter multiples
 // of 64, hidden ≤ 16384 and top_k · inter ≤ 12288 (activations staged in shared memory).
 bool moe_gemv_nvfp4_supported(int num_tokens, int top_k, int hidden, int inter);
 
-// Both kernels, programmatic dependent launch: gate_up waits for the routing kernel; down reads
-// the top-k ids (complete once every gate_up CTA has passed its wait) and requests its first
+// Both kernels, programmatic dependent launch: gate_up waits for the routing kernel (with
+// `route`: for the router's kernel, then routes); down reads the top-k ids (with `route`: routes
+// from the logits), complete once every gate_up CTA has passed its wait, and requests its first
 // weight tiles before waiting for gate_up. Throws InvalidArgument unless supported and the
-// pointers are non-null and 16-byte aligned.
-void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream);
+// pointers are non-null and 16-byte aligned (with `route`: at most kMoeMaxExperts experts, its
+// tokens and top_k those of p).
+void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream,
+                    const MoeGemvRouting* route = nullptr);
 
 }  // namespace serval::kernels::cuda

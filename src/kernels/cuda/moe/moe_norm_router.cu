@@ -176,7 +176,8 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeNormRouterPara
   }
   __syncthreads();
 
-  // 5. The last CTA to arrive: residual and routing.
+  // 5. The last CTA to arrive: residual (in place: once every CTA has read the old rows) and
+  // routing.
   if (tid == 0) {
     __threadfence();
     s_last = atomicAdd(&g_norm_router_arrivals, 1u) == gridDim.x - 1;
@@ -193,6 +194,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeNormRouterPara
       const size_t at = size_t(t) * H + vec * 8;
       *reinterpret_cast<uint4*>(residual + at) = *reinterpret_cast<const uint4*>(s_r + at);
     }
+  if (p.logits_only) return;  // the consumer routes (MoeNormRouterParams::logits_only)
   MoeRoutingParams rp = p.routing;
   rp.logits = p.logits;
   routing::few_tokens_routing(rp);

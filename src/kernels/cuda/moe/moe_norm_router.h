@@ -38,6 +38,9 @@ struct MoeNormRouterParams {
   int hidden = 0;
   float eps = 1e-6f;
   MoeRoutingParams routing;  // sizes, method, local slice, tile and the routing outputs
+  // Set: the last CTA stores the residual and ends (no routing: its outputs are not written);
+  // the consumer routes from the logits itself (kernels/cuda/moe/moe_gemv_nvfp4.h).
+  bool logits_only = false;
 };
 
 // Whether the fused kernel takes these shapes: 1 ≤ T ≤ kMoeNormRouterMaxTokens,
