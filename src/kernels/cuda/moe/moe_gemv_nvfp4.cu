@@ -36,10 +36,7 @@ namespace serval::kernels::cuda {
 
 namespace {
 
-constexpr int kDepth = 4;  // tiles in flight per warp (per strip)
-// One or two tokens: few warps per CTA (see moe_gemv_nvfp4), each with a longer K range, so
-// registers allow a deeper ring.
-constexpr int kFewTokenDepth = 8;
+constexpr int kDepth = 4;            // tiles in flight per warp (per strip)
 constexpr int kMaxTopK = 8;          // choices per token the down kernel stages
 constexpr int kMaxHidden = 16384;    // gate_up stages one x row: 32 KB
 constexpr int kMaxActElems = 12288;  // down stages top_k · inter activations: 24 KB
@@ -117,7 +114,7 @@ constexpr size_t gate_up_smem(int warps, int hidden) {
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
 // kRoute: the pair's expert from the CTA's own routing of the token (route_in_cta) instead of
 // topk_ids.
-template <int kWarps, bool kRoute, int kDepth>
+template <int kWarps, bool kRoute>
 __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -211,14 +208,14 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 }
 
-template <int kWarps, int kDepth>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params p) {
-  gate_up_body<kWarps, false, kDepth>(p, {});
+  gate_up_body<kWarps, false>(p, {});
 }
-template <int kWarps, int kDepth>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_route_kernel(MoeGemvNvfp4Params p, MoeGemvRouting r) {
-  gate_up_body<kWarps, true, kDepth>(p, r);
+  gate_up_body<kWarps, true>(p, r);
 }
 
 // Shared memory of the down kernel: scale table, choice list, partial sums
@@ -233,7 +230,7 @@ constexpr size_t down_smem(int warps, int top_k, int inter) {
 // (choice order) give the tile sequence q = c·KT + kb (KT = inter/64); warp w takes
 // [w·N/W, (w+1)·N/W) of the N = n_local·KT tiles and writes one partial per choice it touches.
 // kRoute: ids and weights from the CTA's own routing of the token (route_in_cta).
-template <int kWarps, bool kRoute, int kDepth>
+template <int kWarps, bool kRoute>
 __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -372,14 +369,14 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
   }
 }
 
-template <int kWarps, int kDepth>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p) {
-  down_body<kWarps, false, kDepth>(p, {});
+  down_body<kWarps, false>(p, {});
 }
-template <int kWarps, int kDepth>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     down_route_kernel(MoeGemvNvfp4Params p, MoeGemvRouting r) {
-  down_body<kWarps, true, kDepth>(p, r);
+  down_body<kWarps, true>(p, r);
 }
 
 // Resident CTAs per SM of `kernel` at `threads` and `smem`, cached per kernel and smem size
@@ -404,42 +401,42 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
 // true when `force` or when all `ctas` CTAs are resident at once (and, gate_up, every warp has a K
 // tile); false (nothing launched) otherwise.
 struct GateUpLaunch {
-  template <int W, int D = kDepth>
+  template <int W>
   static bool run(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ctas, bool force,
                   cudaStream_t stream) {
     static std::atomic<uint64_t> cache{0}, route_cache{0};
     const size_t smem = gate_up_smem(W, p.hidden);
     if (!force) {
-      const int per_sm = route ? ctas_per_sm(gate_up_route_kernel<W, D>, W * 32, smem, route_cache)
-                               : ctas_per_sm(gate_up_kernel<W, D>, W * 32, smem, cache);
+      const int per_sm = route ? ctas_per_sm(gate_up_route_kernel<W>, W * 32, smem, route_cache)
+                               : ctas_per_sm(gate_up_kernel<W>, W * 32, smem, cache);
       if (p.hidden / 64 < W || long(per_sm) * sm_count() < ctas) return false;
     }
     if (route)
-      launch_pdl("moe_gemv_nvfp4_gate_up_route", gate_up_route_kernel<W, D>, dim3(unsigned(ctas)),
+      launch_pdl("moe_gemv_nvfp4_gate_up_route", gate_up_route_kernel<W>, dim3(unsigned(ctas)),
                  dim3(W * 32), smem, stream, p, *route);
     else
-      launch_pdl("moe_gemv_nvfp4_gate_up", gate_up_kernel<W, D>, dim3(unsigned(ctas)), dim3(W * 32),
+      launch_pdl("moe_gemv_nvfp4_gate_up", gate_up_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32),
                  smem, stream, p);
     return true;
   }
 };
 
 struct DownLaunch {
-  template <int W, int D = kDepth>
+  template <int W>
   static bool run(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ctas, bool force,
                   cudaStream_t stream) {
     static std::atomic<uint64_t> cache{0}, route_cache{0};
     const size_t smem = down_smem(W, p.top_k, p.inter);
     if (!force) {
-      const int per_sm = route ? ctas_per_sm(down_route_kernel<W, D>, W * 32, smem, route_cache)
-                               : ctas_per_sm(down_kernel<W, D>, W * 32, smem, cache);
+      const int per_sm = route ? ctas_per_sm(down_route_kernel<W>, W * 32, smem, route_cache)
+                               : ctas_per_sm(down_kernel<W>, W * 32, smem, cache);
       if (long(per_sm) * sm_count() < ctas) return false;
     }
     if (route)
-      launch_pdl("moe_gemv_nvfp4_down_route", down_route_kernel<W, D>, dim3(unsigned(ctas)),
+      launch_pdl("moe_gemv_nvfp4_down_route", down_route_kernel<W>, dim3(unsigned(ctas)),
                  dim3(W * 32), smem, stream, p, *route);
     else
-      launch_pdl("moe_gemv_nvfp4_down", down_kernel<W, D>, dim3(unsigned(ctas)), dim3(W * 32), smem,
+      launch_pdl("moe_gemv_nvfp4_down", down_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32), smem,
                  stream, p);
     return true;
   }
@@ -480,14 +477,12 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   // CTA resident at once (one token: the whole layer's weights in flight).
   const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  if (few)
-    GateUpLaunch::run<2, kFewTokenDepth>(p, route, gate_up_ctas, true, stream);
-  else if (!GateUpLaunch::run<8>(p, route, gate_up_ctas, false, stream) &&
-           !GateUpLaunch::run<4>(p, route, gate_up_ctas, false, stream))
+  if (few || (!GateUpLaunch::run<8>(p, route, gate_up_ctas, false, stream) &&
+              !GateUpLaunch::run<4>(p, route, gate_up_ctas, false, stream)))
     GateUpLaunch::run<2>(p, route, gate_up_ctas, true, stream);
   timeline_sub_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
-  if (few && DownLaunch::run<16, kFewTokenDepth>(p, route, down_ctas, false, stream)) return;
+  if (few && DownLaunch::run<16>(p, route, down_ctas, false, stream)) return;
   if (!DownLaunch::run<32>(p, route, down_ctas, false, stream) &&
       !DownLaunch::run<16>(p, route, down_ctas, false, stream))
     DownLaunch::run<8>(p, route, down_ctas, true, stream);
