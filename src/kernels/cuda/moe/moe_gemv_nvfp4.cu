@@ -397,50 +397,53 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
   return per_sm;
 }
 
-// run<W>: launches the kernel with W warps per CTA (the routing variant when `route`) and returns
-// true when `force` or when all `ctas` CTAs are resident at once (and, gate_up, every warp has a K
-// tile); false (nothing launched) otherwise.
-struct GateUpLaunch {
+// The two kernels of a stage (plain and routing variants), their shared memory and name.
+struct GateUpStage {
   template <int W>
-  static bool run(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ctas, bool force,
-                  cudaStream_t stream) {
-    static std::atomic<uint64_t> cache{0}, route_cache{0};
-    const size_t smem = gate_up_smem(W, p.hidden);
-    if (!force) {
-      const int per_sm = route ? ctas_per_sm(gate_up_route_kernel<W>, W * 32, smem, route_cache)
-                               : ctas_per_sm(gate_up_kernel<W>, W * 32, smem, cache);
-      if (p.hidden / 64 < W || long(per_sm) * sm_count() < ctas) return false;
-    }
-    if (route)
-      launch_pdl("moe_gemv_nvfp4_gate_up_route", gate_up_route_kernel<W>, dim3(unsigned(ctas)),
-                 dim3(W * 32), smem, stream, p, *route);
-    else
-      launch_pdl("moe_gemv_nvfp4_gate_up", gate_up_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32),
-                 smem, stream, p);
-    return true;
+  static constexpr auto plain = gate_up_kernel<W>;
+  template <int W>
+  static constexpr auto routed = gate_up_route_kernel<W>;
+  static constexpr const char* kName = "moe_gemv_nvfp4_gate_up";
+  static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
+    return gate_up_smem(warps, p.hidden);
   }
+  static bool has_work(int warps, const MoeGemvNvfp4Params& p) {
+    return p.hidden / 64 >= warps;  // every warp a K tile
+  }
+};
+struct DownStage {
+  template <int W>
+  static constexpr auto plain = down_kernel<W>;
+  template <int W>
+  static constexpr auto routed = down_route_kernel<W>;
+  static constexpr const char* kName = "moe_gemv_nvfp4_down";
+  static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
+    return down_smem(warps, p.top_k, p.inter);
+  }
+  static bool has_work(int, const MoeGemvNvfp4Params&) { return true; }
 };
 
-struct DownLaunch {
-  template <int W>
-  static bool run(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ctas, bool force,
-                  cudaStream_t stream) {
-    static std::atomic<uint64_t> cache{0}, route_cache{0};
-    const size_t smem = down_smem(W, p.top_k, p.inter);
-    if (!force) {
-      const int per_sm = route ? ctas_per_sm(down_route_kernel<W>, W * 32, smem, route_cache)
-                               : ctas_per_sm(down_kernel<W>, W * 32, smem, cache);
-      if (long(per_sm) * sm_count() < ctas) return false;
-    }
-    if (route)
-      launch_pdl("moe_gemv_nvfp4_down_route", down_route_kernel<W>, dim3(unsigned(ctas)),
-                 dim3(W * 32), smem, stream, p, *route);
-    else
-      launch_pdl("moe_gemv_nvfp4_down", down_kernel<W>, dim3(unsigned(ctas)), dim3(W * 32), smem,
-                 stream, p);
-    return true;
+// Launches stage `Stage` with W warps per CTA (the routing variant when `route`) and returns true
+// when `force` or when all `ctas` CTAs are resident at once and every warp has work; false
+// (nothing launched) otherwise.
+template <typename Stage, int W>
+bool run_stage(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ctas, bool force,
+               cudaStream_t stream) {
+  static std::atomic<uint64_t> cache{0}, route_cache{0};
+  const size_t smem = Stage::smem(W, p);
+  if (!force) {
+    const int per_sm = route ? ctas_per_sm(Stage::template routed<W>, W * 32, smem, route_cache)
+                             : ctas_per_sm(Stage::template plain<W>, W * 32, smem, cache);
+    if (!Stage::has_work(W, p) || long(per_sm) * sm_count() < ctas) return false;
   }
-};
+  if (route)
+    launch_pdl(Stage::kName, Stage::template routed<W>, dim3(unsigned(ctas)), dim3(W * 32), smem,
+               stream, p, *route);
+  else
+    launch_pdl(Stage::kName, Stage::template plain<W>, dim3(unsigned(ctas)), dim3(W * 32), smem,
+               stream, p);
+  return true;
+}
 
 }  // namespace
 
@@ -477,15 +480,15 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   // CTA resident at once (one token: the whole layer's weights in flight).
   const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  if (few || (!GateUpLaunch::run<8>(p, route, gate_up_ctas, false, stream) &&
-              !GateUpLaunch::run<4>(p, route, gate_up_ctas, false, stream)))
-    GateUpLaunch::run<2>(p, route, gate_up_ctas, true, stream);
+  if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
+              !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
+    run_stage<GateUpStage, 2>(p, route, gate_up_ctas, true, stream);
   timeline_sub_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
-  if (few && DownLaunch::run<16>(p, route, down_ctas, false, stream)) return;
-  if (!DownLaunch::run<32>(p, route, down_ctas, false, stream) &&
-      !DownLaunch::run<16>(p, route, down_ctas, false, stream))
-    DownLaunch::run<8>(p, route, down_ctas, true, stream);
+  if (few && run_stage<DownStage, 16>(p, route, down_ctas, false, stream)) return;
+  if (!run_stage<DownStage, 32>(p, route, down_ctas, false, stream) &&
+      !run_stage<DownStage, 16>(p, route, down_ctas, false, stream))
+    run_stage<DownStage, 8>(p, route, down_ctas, true, stream);
 }
 
 }  // namespace serval::kernels::cuda
