@@ -3,50 +3,37 @@
 // multi-node group, local rank 0 sums the node's buffers and trades that partial for the total
 // through the NodeExchange; the other local ranks copy the total.
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include "backend/communicator.h"
+#include "base/abortable_barrier.h"
 #include "base/error.h"
 
 namespace serval::backend {
 
 namespace {
 
-// Shared state of one group. A barrier generation counter lets the barrier be reused; abort()
-// wakes every waiter with an Error.
+// Shared state of one group: the rank buffers and a reusable barrier; abort() wakes every waiter
+// with an Error.
 class CpuGroup {
  public:
   CpuGroup(int size, std::shared_ptr<NodeExchange> nodes)
-      : size_(size), nodes_(std::move(nodes)), buffers_(size_t(size)), numels_(size_t(size)) {}
+      : size_(size),
+        nodes_(std::move(nodes)),
+        barrier_(size, "CPU all-reduce aborted: another tensor-parallel rank failed"),
+        buffers_(size_t(size)),
+        numels_(size_t(size)) {}
 
   int size() const { return size_; }
   NodeExchange* nodes() const { return nodes_.get(); }
   // The cross-node total of the current all-reduce (written by local rank 0 between barriers).
   std::vector<float>& total() { return total_; }
 
-  void barrier() {
-    std::unique_lock lock(mu_);
-    throw_if_aborted();
-    const uint64_t gen = generation_;
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
-    throw_if_aborted();
-  }
+  void barrier() { barrier_.arrive_and_wait(); }
 
   void abort() {
-    {
-      std::lock_guard lock(mu_);
-      aborted_ = true;
-      cv_.notify_all();
-    }
+    barrier_.abort();
     if (nodes_) nodes_->abort();
   }
 
@@ -58,18 +45,10 @@ class CpuGroup {
   int64_t numel(int rank) const { return numels_[size_t(rank)]; }
 
  private:
-  void throw_if_aborted() const {
-    if (aborted_) throw Error("CPU all-reduce aborted: another tensor-parallel rank failed");
-  }
-
   const int size_;
   const std::shared_ptr<NodeExchange> nodes_;
   std::vector<float> total_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  bool aborted_ = false;
+  AbortableBarrier barrier_;
   // Written by each rank for its own index before a barrier, read by all after it.
   std::vector<float*> buffers_;
   std::vector<int64_t> numels_;
