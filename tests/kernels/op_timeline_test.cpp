@@ -32,7 +32,7 @@ TEST(CudaOpTimeline, ChargesEachOpItsOwnTime) {
     timeline.mark("big", stream);
     // An op of two kernels with a sub-op mark between them (the sink restart() installed).
     kernels::cuda::silu_mul({x.get(), out.get(), small_rows, inter}, stream);
-    kernels::cuda::timeline_sub_mark("first half", stream);
+    kernels::cuda::timeline_mark("first half", stream);
     kernels::cuda::silu_mul({x.get(), out.get(), small_rows, inter}, stream);
     timeline.mark("small", stream);
   };

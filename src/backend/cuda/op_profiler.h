@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/op_timeline.h"
 #include "base/log.h"
+#include "kernels/cuda/misc/timeline_probe.h"
 
 namespace serval::backend::cuda {
 
@@ -35,9 +35,6 @@ class OpProfiler {
   const char* swap_activity(const char* a) {
     return activity_.exchange(a, std::memory_order_relaxed);
   }
-  // The timeline that outermost ops mark (SERVAL_OP_TIMELINE; null: none).
-  void set_timeline(OpTimeline* t) { timeline_ = t; }
-  OpTimeline* timeline() const { return timeline_; }
 
  private:
   struct Pending {
@@ -53,7 +50,6 @@ class OpProfiler {
 
   bool enabled_ = false;
   std::atomic<const char*> activity_{nullptr};
-  OpTimeline* timeline_ = nullptr;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
   std::map<std::string, Total> totals_;
@@ -76,9 +72,10 @@ class ActivityScope {
 };
 
 // RAII: the op is the backend's activity while it is enqueued (ActivityScope); it is timed when
-// the profiler is enabled and no graph is being captured, and an outermost op marks the timeline
-// when there is one. With SERVAL_LOG_LEVEL=trace it also logs the op's start and end on the host,
-// with the GPU: where a rank's thread stops when a parallel group hangs.
+// the profiler is enabled and no graph is being captured, and an outermost op marks its stream's
+// timeline when there is one (kernels::cuda::timeline_mark). With SERVAL_LOG_LEVEL=trace it also
+// logs the op's start and end on the host, with the GPU: where a rank's thread stops when a
+// parallel group hangs.
 class OpScope {
  public:
   OpScope(OpProfiler& p, const char* op, cudaStream_t stream, bool capturing)
@@ -94,7 +91,7 @@ class OpScope {
   ~OpScope() {
     if (p_) p_->end(stream_);
     if (trace_) trace_op("enqueued");
-    if (activity_.outermost() && owner_.timeline()) owner_.timeline()->mark(op_, stream_);
+    if (activity_.outermost()) kernels::cuda::timeline_mark(op_, stream_);
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;

@@ -26,8 +26,8 @@ OpTimeline::OpTimeline() {
 
 OpTimeline::~OpTimeline() {
   if (slots_) cudaFree(slots_);
-  if (sink_added_) kernels::cuda::remove_timeline_sinks(this);
   if (!enabled_) return;
+  kernels::cuda::remove_timeline_sinks(this);
   log_table("CUDA graph steps", graph_);
   log_table("eager steps (prefills, warm-ups and their one-time tuning)", eager_);
 }
@@ -56,17 +56,13 @@ double OpTimeline::us_per_step(Steps kind, const std::string& key) const {
 
 void OpTimeline::restart(cudaStream_t stream) {
   if (!enabled_) return;
-  if (!sink_added_ ||
-      sink_stream_ != stream) {  // sub-op marks on this stream come here (timeline_sub_mark)
-    kernels::cuda::add_timeline_sink(
-        stream,
-        [](void* self, const char* what, cudaStream_t s) {
-          static_cast<OpTimeline*>(self)->mark(what, s);
-        },
-        this);
-    sink_stream_ = stream;
-    sink_added_ = true;
-  }
+  // Marks on this stream (timeline_mark: ops and sub-ops) come here.
+  kernels::cuda::add_timeline_sink(
+      stream,
+      [](void* self, const char* what, cudaStream_t s) {
+        static_cast<OpTimeline*>(self)->mark(what, s);
+      },
+      this);
   marks_.clear();
   replayed_ = false;
   mark("start", stream);

@@ -28,8 +28,8 @@ class OpTimeline {
 
   bool enabled() const { return enabled_; }
   // Starts a step's marks: slot 0, "start" (also at the start of a graph capture). Registers this
-  // timeline as the stream's sink of sub-op marks (timeline_sub_mark of
-  // kernels/cuda/misc/timeline_probe.h) until it is destroyed.
+  // timeline as the stream's sink of marks (timeline_mark of kernels/cuda/misc/timeline_probe.h,
+  // called by every outermost op and between an op's kernels) until it is destroyed.
   void restart(cudaStream_t stream);
   // A mark after op `op` (a string literal), or nothing past the slot capacity. Never throws (it
   // runs in OpScope's destructor): a failed probe launch turns the timeline off with a warning.
@@ -64,9 +64,7 @@ class OpTimeline {
   bool enabled_ = false;
   uint64_t* slots_ = nullptr;  // device [kSlots]
   std::vector<const char*> marks_;
-  bool replayed_ = false;
-  bool sink_added_ = false;             // a stream is registered for sub-op marks:
-  cudaStream_t sink_stream_ = nullptr;  // this one  // this step's marks came from a graph replay
+  bool replayed_ = false;  // this step's marks came from a graph replay
   std::vector<uint64_t> host_;
   Table graph_, eager_;
 };

@@ -208,7 +208,7 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
     throw InvalidArgument("moe_forward_cuda: routing in the expert GEMVs needs the GEMV path");
   if (!a.routed && !a.route_in_gemv) {
     kc::moe_routing(rp, stream);
-    kc::timeline_sub_mark("moe routing", stream);
+    kc::timeline_mark("moe routing", stream);
   }
 
   // A few tokens with NVFP4 experts: two GEMV-style kernels (gate_up + SwiGLU; down with the
@@ -226,9 +226,9 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
 
   const MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
   kc::moe_grouped_gemm(g.gemm1, stream);
-  kc::timeline_sub_mark("moe gemm1", stream);
+  kc::timeline_mark("moe gemm1", stream);
   kc::moe_grouped_gemm(g.gemm2, stream);
-  kc::timeline_sub_mark("moe gemm2", stream);
+  kc::timeline_mark("moe gemm2", stream);
 
   kc::moe_finalize(
       {ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k, a.hidden},

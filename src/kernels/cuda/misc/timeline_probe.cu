@@ -40,7 +40,7 @@ void remove_timeline_sinks(void* ctx) {
   g_sink_count = int(g_sinks.size());
 }
 
-void timeline_sub_mark(const char* what, cudaStream_t stream) {
+void timeline_mark(const char* what, cudaStream_t stream) {
   if (g_sink_count.load(std::memory_order_relaxed) == 0) return;
   Sink sink{};
   {

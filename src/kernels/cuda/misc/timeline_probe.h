@@ -13,13 +13,14 @@ namespace serval::kernels::cuda {
 // chain keeps its overlap and the next kernel's wait still covers everything before the probe.
 void timeline_probe(uint64_t* slot, cudaStream_t stream);
 
-// Marks inside an op that launches several kernels (e.g. the MoE experts' gate_up, then down):
-// while the op timeline runs it registers a sink for its stream, and timeline_sub_mark(what,
-// stream) then marks that stream as if an op `what` (a string literal) had just ended. Without a
-// sink for the stream (the default) it does nothing; the check costs one atomic load.
+// Marks between ops, and inside an op that launches several kernels (e.g. the MoE experts'
+// gate_up, then down): while the op timeline runs it registers a sink for its stream, and
+// timeline_mark(what, stream) then marks that stream as if an op `what` (a string literal) had
+// just ended. Without a sink for the stream (the default) it does nothing; the check costs one
+// atomic load.
 using TimelineSink = void (*)(void* ctx, const char* what, cudaStream_t stream);
 void add_timeline_sink(cudaStream_t stream, TimelineSink sink, void* ctx);  // replaces any
 void remove_timeline_sinks(void* ctx);  // every stream's sink with this ctx
-void timeline_sub_mark(const char* what, cudaStream_t stream);
+void timeline_mark(const char* what, cudaStream_t stream);
 
 }  // namespace serval::kernels::cuda

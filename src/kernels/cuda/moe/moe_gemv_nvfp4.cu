@@ -483,7 +483,7 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
               !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
     run_stage<GateUpStage, 2>(p, route, gate_up_ctas, true, stream);
-  timeline_sub_mark("moe gate_up", stream);
+  timeline_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
   if (few && run_stage<DownStage, 16>(p, route, down_ctas, false, stream)) return;
   if (!run_stage<DownStage, 32>(p, route, down_ctas, false, stream) &&
