@@ -179,9 +179,9 @@ TEST_P(ParallelGpu, GraphsEqualEagerWithCollectives) {
       run(*make_runner({2, 1, false}, true, *weights, config), config.vocab_size), eager);
 }
 
-// One and two sequences: decode steps of 1-2 tokens take the CUDA backend's fused MoE norm +
-// router kernel after the (P2P) all-reduce, which three sequences never do; eager and CUDA
-// graphs (their replays, not only the warm-ups) against one GPU and each other.
+// One and two sequences: decode steps of 1-4 tokens take the CUDA backend's fused MoE norm +
+// router kernel after the (P2P) all-reduce (and 1-2 tokens route inside the expert GEMVs); eager
+// and CUDA graphs (their replays, not only the warm-ups) against one GPU and each other.
 TEST_P(ParallelGpu, OneAndTwoSequencesMatchOneGpu) {
   if (testing::gpu_count_for_collectives() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
   const io::ModelConfig config = io::load_model_config(fixture(GetParam()));

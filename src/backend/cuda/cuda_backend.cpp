@@ -619,10 +619,11 @@ class CudaBackend final : public Backend {
     p.routing.local_offset = w.local_offset;
     p.routing.num_local = w.num_local;
     auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };
-    // Fused only up to 2 tokens: measured on the H200 (MoeNormRouterBench) it saves 1.4 µs per
-    // layer at 1 token and 0.7 at 2, and costs 3.6 µs at 8 (one CTA per 4 router rows reads
-    // every token's whole row; the unfused router GEMM shares the rows across tokens).
-    constexpr int kFusedMaxTokens = 2;
+    // Fused up to 4 tokens: measured in the engine on the H200 (Qwen3-30B NVFP4, bench latency,
+    // 2 rounds): batch 3 TPOT 3.11 vs 3.21 ms unfused, batch 4 3.45 vs 3.51; at 8 tokens fused
+    // loses (5.17-5.19 vs 5.09: one CTA per 4 router rows reads every token's whole row, where the
+    // unfused router GEMM shares the rows across tokens).
+    constexpr int kFusedMaxTokens = 4;
     const bool fuse = fuse_moe_norm_ && T <= kFusedMaxTokens && w.expert_backend == "latency" &&
                       is_bf16(delta) && is_bf16(residual) && is_bf16(x) && is_bf16(norm_w) &&
                       is_bf16(w.router) && delta.dim(-1) == H &&
