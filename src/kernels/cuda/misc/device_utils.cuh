@@ -12,26 +12,26 @@
 
 namespace serval::kernels::cuda {
 
-// Eight bf16 values: one 16-byte load or store. Pointers must be 16-byte aligned.
-struct alignas(16) Bf16x8 {
-  __nv_bfloat162 h[4];
-};
-
+// Eight bf16 values: one 16-byte load or store (as uint4: a struct of bf16 pairs compiled to four
+// 4-byte accesses). Pointers must be 16-byte aligned.
 __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
-  Bf16x8 x = *reinterpret_cast<const Bf16x8*>(p);
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 f = __bfloat1622float2(x.h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
+  for (int i = 0; i < 4; ++i) {  // a bf16's fp32 value is its bits shifted up 16 (exact)
+    v[2 * i] = __uint_as_float(words[i] << 16);
+    v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
   }
 }
 
 __device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[8]) {
-  Bf16x8 x;
+  uint32_t words[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) x.h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-  *reinterpret_cast<Bf16x8*>(p) = x;
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    words[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
 }
 
 // d = a · b on bf16x2, round to nearest even (fma with −0, so signed zeros and exact products are

@@ -28,18 +28,24 @@ __global__ void __launch_bounds__(kMaxThreads)
   pdl_wait();
   pdl_launch_dependents();
   const size_t row = size_t(blockIdx.x) * hidden;
-  float v[V][8];
-  float sum_sq = 0.0f;
+  // Every load before the first store: x and residual may alias as far as the compiler knows, so
+  // loads placed after a residual store would wait for it (one L2 round trip per vector).
+  float v[V][8], r[V][8];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int vec = threadIdx.x + i * blockDim.x;
     if (vec >= num_vecs) continue;
     load8(x + row + vec * 8, v[i]);
-    if (residual != nullptr) {
-      float r[8];
-      load8(residual + row + vec * 8, r);
+    if (residual != nullptr) load8(residual + row + vec * 8, r[i]);
+  }
+  float sum_sq = 0.0f;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[i][j] += r[j];
+  for (int i = 0; i < V; ++i) {
+    const int vec = threadIdx.x + i * blockDim.x;
+    if (vec >= num_vecs) continue;
+    if (residual != nullptr) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[i][j] += r[i][j];
       store8(residual + row + vec * 8, v[i]);
     }
 #pragma unroll
