@@ -861,10 +861,11 @@ TEST(QuantGemm, GateUpSiluMatchesCpuBackend) {
 }
 
 // The fused RMSNorm input (GemvNorm) against kernels::cuda::rms_norm then the GEMV on its output:
-// the same bits for y and for the stored residual sum, whatever the rms_norm CTA shape (k = 1024:
+// the same bits for the stored residual sum and y within bf16 rounding (bit-equal where both
+// choose the same K split), whatever the rms_norm CTA shape (k = 1024:
 // 128 threads of one vector; 2048: 256 of one; 3072 and 4096: 256 of two, the first with idle
-// vectors; 8192: 256 of four), the kernel kinds, one and two tokens, SwiGLU and bias epilogues,
-// in-CTA and cross-CTA splits. Random delta, residual and norm weight.
+// vectors; 8192: 256 of four), the kernel kinds, SwiGLU and bias epilogues, in-CTA and cross-CTA
+// splits. Random delta, residual and norm weight.
 TEST(QuantGemv, FusedNormMatchesRmsNormThenGemv) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   struct Case {
@@ -915,8 +916,10 @@ TEST(QuantGemv, FusedNormMatchesRmsNormThenGemv) {
         p.norm = &norm;
         ASSERT_TRUE(kc::quant_gemv_norm_supported(p));
         kc::quant_gemv(p, nullptr);
-        const std::vector<bf16> a = y_ref.download(), b = y.download();
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)), 0);
+        // The same normed rows, but the fused kernel may split K differently (it takes CTAs of
+        // at least four warps and has its own register count), so the fp32 sums may differ in
+        // order: bf16 outputs within a rounding step.
+        EXPECT_LT(rel_l2(y.download(), to_float(y_ref.download())), 1e-3);
         const std::vector<bf16> r_ref = sum_ref.download(), r = sum.download();
         EXPECT_EQ(std::memcmp(r_ref.data(), r.data(), size_t(m) * c.k * sizeof(bf16)), 0);
         // delta and residual are only read.
@@ -939,7 +942,7 @@ TEST(QuantGemv, FusedNormSupportedShapes) {
   EXPECT_TRUE(kc::quant_gemv_norm_supported(p));
   p.m = kc::kQuantGemvNormMaxM + 1;
   EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
-  p.m = 2;
+  p.m = 1;
   p.w.k = kc::kQuantGemvNormMaxK + 64;
   EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
   p.w.k = 4096 + 32;  // whole 64-column blocks only
