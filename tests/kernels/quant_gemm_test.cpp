@@ -12,6 +12,7 @@
 // --gtest_filter='QuantGemmBench.*').
 #include "kernels/cuda/gemm/quant_gemm.h"
 #include "kernels/cuda/gemm/quant_gemv.h"
+#include "kernels/cuda/norm_rope/rms_norm.h"
 #include "kernels/nvfp4_word.h"
 
 #include <cuda_runtime_api.h>
@@ -857,6 +858,98 @@ TEST(QuantGemm, GateUpSiluMatchesCpuBackend) {
                    InvalidArgument);
     }
   }
+}
+
+// The fused RMSNorm input (GemvNorm) against kernels::cuda::rms_norm then the GEMV on its output:
+// the same bits for the stored residual sum and y within bf16 rounding (bit-equal where both
+// choose the same K split), whatever the rms_norm CTA shape (k = 1024:
+// 128 threads of one vector; 2048: 256 of one; 3072 and 4096: 256 of two, the first with idle
+// vectors; 8192: 256 of four), the kernel kinds, SwiGLU and bias epilogues, in-CTA and cross-CTA
+// splits. Random delta, residual and norm weight.
+TEST(QuantGemv, FusedNormMatchesRmsNormThenGemv) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  struct Case {
+    int n, k;
+    bool swiglu;
+  };
+  const Case cases[] = {{1536, 1024, false}, {5120, 2048, false}, {4096, 2048, true},
+                        {2048, 3072, false}, {8460, 4096, false}, {10240, 8192, false},
+                        {2048, 8192, true}};
+  constexpr float kEps = 1e-5f;
+  uint32_t seed = 900;
+  for (WeightFormat format : kKernelKinds) {
+    for (const Case& c : cases) {
+      TestWeight tw = make_weight(format, c.n, c.k, seed++);
+      if (c.swiglu) tw = tiled_rows(tw);
+      DeviceWeight dw(tw);
+      constexpr int M = kc::kQuantGemvNormMaxM;
+      DeviceBuffer<bf16> delta(random_bf16(size_t(M) * c.k, seed++, -2.0f, 2.0f));
+      const std::vector<bf16> residual_host = random_bf16(size_t(M) * c.k, seed++, -4.0f, 4.0f);
+      DeviceBuffer<bf16> residual(residual_host);
+      DeviceBuffer<bf16> weight(random_bf16(c.k, seed++, 0.5f, 1.5f));
+      DeviceBuffer<bf16> bias(random_bf16(c.n, seed++, -0.5f, 0.5f));
+      const int n_out = c.swiglu ? c.n / 2 : c.n;
+      for (int m = 1; m <= M; ++m) {
+        SCOPED_TRACE(::testing::Message() << format_name(format) << " n " << c.n << " k " << c.k
+                                          << (c.swiglu ? " swiglu" : "") << " m " << m);
+        // Unfused: rms_norm on a copy of the residual, then the GEMV.
+        DeviceBuffer<bf16> sum_ref(residual_host);
+        DeviceBuffer<bf16> x(size_t(m) * c.k);
+        kc::rms_norm({delta.get(), sum_ref.get(), weight.get(), x.get(), m, c.k, kEps}, nullptr);
+        DeviceBuffer<bf16> y_ref(size_t(m) * n_out), y(size_t(m) * n_out);
+        y_ref.poison();
+        kc::QuantGemmParams p{};
+        p.x = x.get();
+        p.w = dw.w;
+        p.bias = c.swiglu ? nullptr : bias.get();
+        p.y = y_ref.get();
+        p.m = m;
+        p.swiglu = c.swiglu;
+        kc::quant_gemv(p, nullptr);
+        // Fused.
+        DeviceBuffer<bf16> sum(size_t(m) * c.k);
+        sum.poison();
+        y.poison();
+        const kc::GemvNorm norm{delta.get(), residual.get(), weight.get(), sum.get(), kEps};
+        p.x = nullptr;
+        p.y = y.get();
+        p.norm = &norm;
+        ASSERT_TRUE(kc::quant_gemv_norm_supported(p));
+        kc::quant_gemv(p, nullptr);
+        // The same normed rows, but the fused kernel may split K differently (it takes CTAs of
+        // at least four warps and has its own register count), so the fp32 sums may differ in
+        // order: bf16 outputs within a rounding step.
+        EXPECT_LT(rel_l2(y.download(), to_float(y_ref.download())), 1e-3);
+        const std::vector<bf16> r_ref = sum_ref.download(), r = sum.download();
+        EXPECT_EQ(std::memcmp(r_ref.data(), r.data(), size_t(m) * c.k * sizeof(bf16)), 0);
+        // delta and residual are only read.
+        const std::vector<bf16> after = residual.download();
+        EXPECT_EQ(std::memcmp(after.data(), residual_host.data(), after.size() * sizeof(bf16)), 0);
+      }
+    }
+  }
+}
+
+TEST(QuantGemv, FusedNormSupportedShapes) {
+  alignas(16) static uint8_t scales[16];
+  alignas(16) static bf16 rows[4][16];
+  kc::QuantGemmParams p{};
+  p.w = kc::QuantGemmWeight{WeightFormat::kNvfp4, 4096, 4096, nullptr, scales, 1.0f, 0, 0};
+  p.m = 1;
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));  // no norm
+  kc::GemvNorm norm{rows[0], rows[1], rows[2], rows[3], 1e-6f};
+  p.norm = &norm;
+  EXPECT_TRUE(kc::quant_gemv_norm_supported(p));
+  p.m = kc::kQuantGemvNormMaxM + 1;
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  p.m = 1;
+  p.w.k = kc::kQuantGemvNormMaxK + 64;
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  p.w.k = 4096 + 32;  // whole 64-column blocks only
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  p.w.k = 4096;
+  norm.residual_out = reinterpret_cast<bf16*>(reinterpret_cast<uint8_t*>(rows[3]) + 8);
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
 }
 
 // Random bytes stored straight into the device layout (speed does not depend on values); NVFP4

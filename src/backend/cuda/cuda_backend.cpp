@@ -519,6 +519,22 @@ class CudaBackend final : public Backend {
     kernels::cuda::silu_mul({bf(h), bf_mut(out), int(m), w.n / 2, 16}, stream_);
   }
 
+  bool add_rms_norm_linear(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
+                           Tensor& x, const Weight& w, const Tensor* bias, Tensor& y) override {
+    if (w.q && !w.q->rows_reordered &&
+        fused_norm_gemv(delta, residual, norm_w, eps, x, *w.q, bias, y, false))
+      return true;
+    return Backend::add_rms_norm_linear(delta, residual, norm_w, eps, x, w, bias, y);
+  }
+
+  bool add_rms_norm_linear_silu_mul(const Tensor& delta, Tensor& residual, const Tensor& norm_w,
+                                    float eps, Tensor& x, const Weight& w, Tensor& out) override {
+    if (w.q && w.q->rows_reordered &&
+        fused_norm_gemv(delta, residual, norm_w, eps, x, *w.q, nullptr, out, true))
+      return true;
+    return Backend::add_rms_norm_linear_silu_mul(delta, residual, norm_w, eps, x, w, out);
+  }
+
   void silu_mul(const Tensor& x, Tensor& out) override {
     cuda::OpScope scope(profiler_, "silu_mul", stream_, capturing_);
     const int inter = int(out.dim(-1));
@@ -680,6 +696,53 @@ class CudaBackend final : public Backend {
  private:
   // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
   // = silu(gate) · up from the decode GEMV's epilogue.
+  static kernels::cuda::QuantGemmWeight quant_gemm_weight(const QuantizedWeight& w) {
+    kernels::cuda::QuantGemmWeight qw{};
+    qw.format = w.format;
+    qw.n = w.n;
+    qw.k = w.k;
+    qw.data = static_cast<const uint8_t*>(w.data.data);
+    qw.scales = w.scales.data;
+    qw.global_scale = w.global_scale.empty() ? 1.0f : w.global_scale[0];
+    qw.block_n = w.block_n;
+    qw.block_k = w.block_k;
+    return qw;
+  }
+
+  // The residual add + RMSNorm fused into the decode GEMV (quant_gemv's GemvNorm): launches it
+  // and returns true, or returns false (nothing launched) where it does not apply. Every CTA
+  // normalizes the rows itself, so there is no rms_norm kernel and no normed rows; the sum goes
+  // to x (Backend::add_rms_norm_linear).
+  bool fused_norm_gemv(const Tensor& delta, const Tensor& residual, const Tensor& norm_w, float eps,
+                       Tensor& x, const QuantizedWeight& w, const Tensor* bias, Tensor& y,
+                       bool swiglu) {
+    namespace kc = kernels::cuda;
+    auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };
+    if (!fuse_norm_gemv_ || w.quantize_activations || w.experts != 0 || w.k <= 0 ||
+        !is_bf16(delta) || !is_bf16(residual) || !is_bf16(x) || !is_bf16(norm_w) ||
+        (bias && !is_bf16(*bias)) || !(is_bf16(y) || (y.dtype == DType::kF32 && !swiglu)))
+      return false;
+    const int64_t m = delta.numel() / w.k, n_out = swiglu ? w.n / 2 : w.n;
+    if (m < 1 || m > kc::kQuantGemvNormMaxM || delta.numel() != m * w.k ||
+        residual.numel() != delta.numel() || x.numel() != delta.numel() || norm_w.numel() != w.k ||
+        y.numel() != m * n_out)
+      return false;
+    const kc::GemvNorm norm{bf(delta), bf(residual), bf(norm_w), bf_mut(x), eps};
+    kc::QuantGemmParams p{};
+    p.w = quant_gemm_weight(w);
+    p.bias = bias ? bf(*bias) : nullptr;
+    p.y = y.data;
+    p.y_f32 = y.dtype == DType::kF32;
+    p.m = int(m);
+    p.swiglu = swiglu;
+    p.norm = &norm;
+    if (!kc::quant_gemv_norm_supported(p)) return false;
+    cuda::OpScope scope(profiler_, swiglu ? "add_rms_norm_linear_silu_mul" : "add_rms_norm_linear",
+                        stream_, capturing_);
+    kc::quant_gemv(p, stream_);
+    return true;
+  }
+
   void run_quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
                             Tensor& y, bool swiglu) {
     expect(x, DType::kBF16, "quantized_linear input");
@@ -707,15 +770,7 @@ class CudaBackend final : public Backend {
                                    stream_);
       input = &xq;
     }
-    kernels::cuda::QuantGemmWeight qw{};
-    qw.format = w.format;
-    qw.n = w.n;
-    qw.k = w.k;
-    qw.data = static_cast<const uint8_t*>(w.data.data);
-    qw.scales = w.scales.data;
-    qw.global_scale = w.global_scale.empty() ? 1.0f : w.global_scale[0];
-    qw.block_n = w.block_n;
-    qw.block_k = w.block_k;
+    const kernels::cuda::QuantGemmWeight qw = quant_gemm_weight(w);
     if (m > kernels::cuda::kQuantGemmMaxM) {
       Tensor dense = empty(DType::kBF16, {w.n, w.k});
       kernels::cuda::quant_dequant_bf16(qw, bf_mut(dense), stream_);
@@ -846,6 +901,9 @@ class CudaBackend final : public Backend {
   // Fused residual add + norm + router + routing before the MoE experts (add_rms_norm_moe);
   // SERVAL_NO_FUSED_MOE_NORM=1 turns it off (for side-by-side timing).
   const bool fuse_moe_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_NORM") == nullptr;
+  // SERVAL_NO_FUSED_NORM_GEMV=1: the add + RMSNorm before a quantized projection as its own
+  // rms_norm kernel (A/B and bisection).
+  const bool fuse_norm_gemv_ = std::getenv("SERVAL_NO_FUSED_NORM_GEMV") == nullptr;
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
   const int moe_route_in_gemv_tokens_ = [] {

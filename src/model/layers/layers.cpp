@@ -97,11 +97,24 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
 
 void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
                         backend::KvCacheLayer& cache, Tensor& out) {
-  const int64_t T = x.dim(0);
-  const DType act = b_.activation_dtype();
-  Tensor qkv = b_.empty(act, {T, wqkv_.out_features()});
+  Tensor qkv = b_.empty(b_.activation_dtype(), {x.dim(0), wqkv_.out_features()});
   b_.linear(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
-  Tensor attn = b_.empty(act, {T, q_dim_});
+  attend(qkv, meta, inv_freq, cache, out);
+}
+
+bool Attention::forward_add_norm(const AddNorm& norm, const backend::StepMetadata& meta,
+                                 const Tensor& inv_freq, backend::KvCacheLayer& cache,
+                                 Tensor& out) {
+  Tensor qkv = b_.empty(b_.activation_dtype(), {norm.x.dim(0), wqkv_.out_features()});
+  const bool moved = b_.add_rms_norm_linear(norm.delta, norm.residual, norm.weight, norm.eps,
+                                            norm.x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
+  attend(qkv, meta, inv_freq, cache, out);
+  return moved;
+}
+
+void Attention::attend(const Tensor& qkv, const backend::StepMetadata& meta, const Tensor& inv_freq,
+                       backend::KvCacheLayer& cache, Tensor& out) {
+  Tensor attn = b_.empty(b_.activation_dtype(), {qkv.dim(0), q_dim_});
   backend::AttentionParams p = params_;
   p.inv_freq = &inv_freq;
   b_.attention(qkv, p, cache, meta, attn);
@@ -121,10 +134,17 @@ Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Ba
 }
 
 void Mlp::forward(const Tensor& x, Tensor& out) {
-  const int64_t T = x.dim(0);
-  Tensor a = b_.empty(b_.activation_dtype(), {T, inter_});
+  Tensor a = b_.empty(b_.activation_dtype(), {x.dim(0), inter_});
   b_.linear_silu_mul(x, gate_up_, a);
   b_.linear(a, down_, nullptr, out);
+}
+
+bool Mlp::forward_add_norm(const AddNorm& norm, Tensor& out) {
+  Tensor a = b_.empty(b_.activation_dtype(), {norm.x.dim(0), inter_});
+  const bool moved = b_.add_rms_norm_linear_silu_mul(norm.delta, norm.residual, norm.weight,
+                                                     norm.eps, norm.x, gate_up_, a);
+  b_.linear(a, down_, nullptr, out);
+  return moved;
 }
 
 namespace {

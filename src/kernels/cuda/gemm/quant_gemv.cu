@@ -46,6 +46,7 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
+#include "kernels/cuda/norm_rope/rms_norm.h"
 
 namespace serval::kernels::cuda {
 
@@ -86,6 +87,83 @@ struct GemvArgs {
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
 };
+
+// The fused RMSNorm input (GemvNorm), a parameter of the fused kernel only (so that the others
+// are compiled as before): the emulated rms_norm CTA has `threads` threads of `vecs` 8-element
+// vectors each.
+struct NormArgs {
+  const __nv_bfloat16* delta;
+  const __nv_bfloat16* residual;
+  const __nv_bfloat16* weight;
+  __nv_bfloat16* residual_out;
+  float eps;
+  int threads, vecs;
+};
+
+// Eight bf16 of read-only global memory (the non-coherent path: the loads may be issued ahead of
+// earlier stores), as fp32.
+__device__ __forceinline__ void ldg8(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(words[i] << 16);
+    v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+  }
+}
+
+// The fused RMSNorm input (kNorm): rows t < m of RMSNorm(residual + delta) · weight into xs
+// ([m][k] bf16), bit for bit what kernels::cuda::rms_norm with a residual stores: its register
+// kernel's CTA of nm.threads threads is emulated (virtual thread vt owns the vectors
+// vt + i·nm.threads, i < nm.vecs, and sums their squares in that order; block_sum over its
+// warps), and the sum residual + delta is rounded to bf16 before the scaling. This CTA also stores
+// its share of the rounded sums (vectors ≡ blockIdx.x mod gridDim.x) to residual_out. Call after
+// pdl_wait; ends with __syncthreads.
+__device__ __forceinline__ void norm_rows(const GemvArgs& a, const NormArgs& nm,
+                                          __nv_bfloat16* xs) {
+  constexpr int kMaxVecs = kQuantGemvNormMaxK / (8 * 256);  // rms_norm: ≤ 256 threads
+  __shared__ float s_sq[kQuantGemvNormMaxM][8];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int T = nm.threads, virtual_warps = T / 32, vecs = a.k / 8;
+  for (int t = 0; t < a.m; ++t) {
+    const size_t row = size_t(t) * a.k;
+    for (int vw = warp; vw < virtual_warps; vw += warps) {
+      const int vt = vw * 32 + lane;
+      float sum_sq = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxVecs; ++i) {
+        const int vec = vt + i * T;
+        if (i >= nm.vecs || vec >= vecs) continue;
+        float v[8], r[8];
+        ldg8(nm.delta + row + vec * 8, v);
+        ldg8(nm.residual + row + vec * 8, r);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] += r[j];
+        store8(xs + row + vec * 8, v);
+        if (vec % gridDim.x == blockIdx.x) store8(nm.residual_out + row + vec * 8, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+      }
+      sum_sq = warp_sum(sum_sq);
+      if (lane == 0) s_sq[t][vw] = sum_sq;
+    }
+  }
+  __syncthreads();
+  for (int t = 0; t < a.m; ++t) {
+    const float inv =
+        rsqrtf(warp_sum(lane < virtual_warps ? s_sq[t][lane] : 0.0f) / float(a.k) + nm.eps);
+    const size_t row = size_t(t) * a.k;
+    for (int vec = threadIdx.x; vec < vecs; vec += blockDim.x) {
+      float v[8], w[8];
+      load8(xs + row + vec * 8, v);  // the bf16-rounded sum, as rms_norm scales it
+      ldg8(nm.weight + vec * 8, w);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = v[j] * inv * w[j];
+      store8(xs + row + vec * 8, v);
+    }
+  }
+  __syncthreads();
+}
 
 // One k block of a lane's ring: codes of groups h = 0, 1 and the multiplier data.
 template <int kKind>
@@ -130,15 +208,20 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
 // two plain 16-byte loads per block, without the per-quarter bounds predicate, zero fill and
 // alignment branch. NVFP4, one token block: 97 registers instead of 128 (and no spill), so more
 // resident warps, and fewer instructions per k block in the streaming loop.
-template <int kKind, int NB, bool kPlainB>
-__global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) {
+// The kernel body. kNorm (NB = 1, kPlainB): x is RMSNorm(residual + delta) · weight, made by
+// norm_rows into shared memory after the PDL wait (the B fragments are then read from there).
+template <int kKind, int NB, bool kPlainB, bool kNorm>
+__device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm) {
+  static_assert(!kNorm || (NB == 1 && kPlainB), "the fused norm takes the plain one-block variant");
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
   constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
   constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB of codes in flight per warp (even)
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);  // [256] nvfp4_mult
-  float* part = reinterpret_cast<float*>(lut + 256);     // [warps][8·NB tokens][32 rows]
+  uint32_t* xs = lut + 256;  // kNorm: the normed rows, [m][k / 2] bf16 pairs
+  // [warps][8·NB tokens][32 rows]
+  float* part = reinterpret_cast<float*>(xs + (kNorm ? a.m * (a.k / 2) : 0));
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int S = a.splits, item = blockIdx.x * a.cta_warps + warp;
@@ -215,9 +298,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   // when x is 16-byte aligned. k % 8 == 0, so each 4-word quarter is wholly inside the row or
   // wholly past it.
   const uint32_t* xl[NB];
+  const uint32_t* x_rows = kNorm ? xs : a.x;
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
-    xl[nb] = a.x + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
+    xl[nb] = x_rows + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
   const int words = a.k / 2;  // valid words of a token row
   auto load_b = [&](int i, uint32_t(&b)[NB][8]) {
     const int left = words - 32 * (kb0 + i) - 8 * t;  // valid words from a row's k block i on
@@ -227,7 +311,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         uint4 v = make_uint4(0, 0, 0, 0);
-        if constexpr (kPlainB) {
+        if constexpr (kNorm) {
+          v = reinterpret_cast<const uint4*>(p)[q];  // shared memory
+        } else if constexpr (kPlainB) {
           v = __ldg(reinterpret_cast<const uint4*>(p) + q);
         } else if (4 * q < left) {
           if (a.x_aligned16) {
@@ -244,8 +330,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
       }
     }
   };
-  pdl_wait();  // x comes from the previous kernel
+  pdl_wait();  // x (or delta and residual) comes from the previous kernel
   pdl_launch_dependents();
+  if constexpr (kNorm) norm_rows(a, nm, reinterpret_cast<__nv_bfloat16*>(xs));
   uint32_t bq[2][NB][8];  // B of k blocks i and i + 1, in bq[i % 2] and bq[(i + 1) % 2]
   if (n > 0) load_b(0, bq[0]);
 
@@ -427,14 +514,40 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   store_tile(v);
 }
 
-// Scale table, plus the partial sums of 8·NB tokens × 32 rows per warp for the shared-memory merge.
-size_t smem_bytes(int warps, int nb, bool smem_merge) {
-  return 1024 + (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
+template <int kKind, int NB, bool kPlainB>
+__global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) {
+  gemv_body<kKind, NB, kPlainB, false>(a, {});
 }
 
-constexpr size_t smem_cap(int nb) {
-  return 1024 + size_t(kMaxWarps) * nb * 256 * 4;
+template <int kKind>
+__global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_norm_kernel(GemvArgs a, NormArgs nm) {
+  gemv_body<kKind, 1, true, true>(a, nm);
 }
+
+// The kernel of a variant.
+template <int kKind, int NB, bool kPlainB, bool kNorm>
+constexpr auto gemv_kernel() {
+  if constexpr (kNorm)
+    return quant_gemv_norm_kernel<kKind>;
+  else
+    return quant_gemv_kernel<kKind, NB, kPlainB>;
+}
+
+// Scale table, plus the partial sums of 8·NB tokens × 32 rows per warp for the shared-memory merge.
+// Scale table, the fused norm's rows (norm_bytes: m·k bf16), plus the partial sums of 8·NB tokens
+// × 32 rows per warp for the shared-memory merge.
+size_t smem_bytes(int warps, int nb, bool smem_merge, size_t norm_bytes = 0) {
+  return 1024 + norm_bytes + (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
+}
+
+constexpr size_t kMaxNormBytes = size_t(kQuantGemvNormMaxM) * kQuantGemvNormMaxK * 2;
+
+constexpr size_t smem_cap(int nb, bool norm) {
+  return 1024 + (norm ? kMaxNormBytes : 0) + size_t(kMaxWarps) * nb * 256 * 4;
+}
+
+// Warps per CTA of the fused-norm kernel at least: every CTA normalizes the whole rows.
+constexpr int kNormMinCtaWarps = 4;
 
 int kind_of(const QuantGemmWeight& w) {
   return w.format == WeightFormat::kNvfp4      ? kNvfp4Kind
@@ -443,20 +556,23 @@ int kind_of(const QuantGemmWeight& w) {
 }
 
 // Warps of kernel<kKind, NB> resident per SM (register-limited; one-warp CTAs with the scale
-// table), queried once (the split model needs it on every eager launch). Also makes the kernel's
-// shared-memory opt-in on the current device.
-template <int kKind, int NB, bool kPlainB>
+// table; with kNorm kNormMinCtaWarps-warp CTAs holding the largest rows), queried once (the split
+// model needs it on every eager launch). Also makes the kernel's shared-memory opt-in on the
+// current device.
+template <int kKind, int NB, bool kPlainB, bool kNorm = false>
 int resident_warps_per_sm() {
-  allow_dynamic_smem(quant_gemv_kernel<kKind, NB, kPlainB>, smem_cap(NB), "quant_gemv");
-  static const int warps = [] {
+  auto kernel = gemv_kernel<kKind, NB, kPlainB, kNorm>();
+  allow_dynamic_smem(kernel, smem_cap(NB, kNorm), "quant_gemv");
+  static const int warps = [kernel] {
+    const int cta_warps = kNorm ? kNormMinCtaWarps : 1;
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm,
-                                                      quant_gemv_kernel<kKind, NB, kPlainB>, 32,
-                                                      smem_bytes(1, NB, false)) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, kernel, 32 * cta_warps, smem_bytes(1, NB, false, kNorm ? kMaxNormBytes : 0)) !=
+        cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 1;
     }
-    return std::max(per_sm, 1);
+    return std::max(per_sm * cta_warps, 1);
   }();
   return warps;
 }
@@ -464,14 +580,15 @@ int resident_warps_per_sm() {
 // choose_gemv_split for (n_tiles, k_blocks, sms, warps per SM), memoized in a small direct-mapped
 // table per kernel (≈ 256 cost evaluations otherwise, on every eager launch). One 64-bit word per
 // entry: key n_tiles (21 bits) | k_blocks (17) | sms (10) | warps (6), value S − 1 (4) | W − 1 (4).
-// NB = 2 slots take twice the workspace: half as many cross-CTA items.
-template <int kKind, int NB>
+// NB = 2 slots take twice the workspace: half as many cross-CTA items. kMinWarps: the least warps
+// per CTA (choose_gemv_split).
+template <int kKind, int NB, int kMinWarps = 1>
 GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   constexpr int kEntries = 64;
   constexpr int kMaxItems = kGemvMaxSplitItems / NB;
   static std::atomic<uint64_t> cache[kEntries];
   const bool fits = n_tiles < (1 << 21) && k_blocks < (1 << 17) && sms < (1 << 10) && warps < 64;
-  if (!fits) return choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems);
+  if (!fits) return choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems, kMinWarps);
   const uint64_t key = (uint64_t(n_tiles) << 33) | (uint64_t(k_blocks) << 16) |
                        (uint64_t(sms) << 6) | uint64_t(warps);  // < 2^54
   std::atomic<uint64_t>& entry = cache[(n_tiles * 31 + k_blocks) % kEntries];
@@ -484,31 +601,38 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
     c.ctas = int((int64_t(n_tiles) * c.splits + c.cta_warps - 1) / c.cta_warps);
     return c;
   }
-  c = choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems);
+  c = choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems, kMinWarps);
   entry.store((key << 8) | (uint64_t(c.splits - 1) << 4) | uint64_t(c.cta_warps - 1),
               std::memory_order_relaxed);
   return c;
 }
 
-template <int kKind, int NB, bool kPlainB>
-void launch_blocks(GemvArgs a, cudaStream_t stream) {
-  // Resident warps per SM (register-limited) from one-warp CTAs with the scale table.
-  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB>();
-  const GemvSplit c = cached_split<kKind, NB>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
+template <int kKind, int NB, bool kPlainB, bool kNorm = false>
+void launch_blocks(GemvArgs a, cudaStream_t stream, const NormArgs& nm = {}) {
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kNorm>();
+  const GemvSplit c = cached_split < kKind, NB,
+                  kNorm ? kNormMinCtaWarps : 1 > (a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
-  launch_pdl("quant_gemv", quant_gemv_kernel<kKind, NB, kPlainB>, dim3(unsigned(c.ctas)),
-             dim3(c.cta_warps * 32), smem_bytes(c.cta_warps, NB, c.splits > 1 && c.in_cta), stream,
-             a);
+  const size_t smem =
+      smem_bytes(c.cta_warps, NB, c.splits > 1 && c.in_cta, kNorm ? size_t(a.m) * a.k * 2 : 0);
+  if constexpr (kNorm)
+    launch_pdl("quant_gemv", quant_gemv_norm_kernel<kKind>, dim3(unsigned(c.ctas)),
+               dim3(c.cta_warps * 32), smem, stream, a, nm);
+  else
+    launch_pdl("quant_gemv", quant_gemv_kernel<kKind, NB, kPlainB>, dim3(unsigned(c.ctas)),
+               dim3(c.cta_warps * 32), smem, stream, a);
 }
 
 // One token block up to 8 tokens, two up to 16.
 template <int kKind>
-void launch(const GemvArgs& a, cudaStream_t stream) {
+void launch(const GemvArgs& a, cudaStream_t stream, const NormArgs* nm) {
   // Plain B loads for one token block only: with two, the NVFP4 kernel reaches the 128-register
   // cap either way and the plain variant spills more.
-  if (a.m > 8) {
+  if (nm) {
+    launch_blocks<kKind, 1, true, true>(a, stream, *nm);  // quant_gemv_norm_supported
+  } else if (a.m > 8) {
     launch_blocks<kKind, 2, false>(a, stream);
   } else if (a.x_aligned16 && a.k % 64 == 0) {
     launch_blocks<kKind, 1, true>(a, stream);
@@ -534,11 +658,24 @@ bool quant_gemv_supported(const QuantGemmParams& p) {
   return true;
 }
 
+bool quant_gemv_norm_supported(const QuantGemmParams& p) {
+  const GemvNorm* nm = p.norm;
+  return nm != nullptr && quant_gemv_supported(p) && p.m <= kQuantGemvNormMaxM && p.w.k % 64 == 0 &&
+         p.w.k <= kQuantGemvNormMaxK && is_aligned16(nm->delta) && is_aligned16(nm->residual) &&
+         is_aligned16(nm->weight) && is_aligned16(nm->residual_out);
+}
+
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   const QuantGemmWeight& w = p.w;
-  if (!quant_gemv_supported(p) || w.data == nullptr || p.x == nullptr || p.y == nullptr ||
-      (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data) ||
-      (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
+  if (p.norm && !quant_gemv_norm_supported(p))
+    throw InvalidArgument(
+        "quant_gemv: the fused RMSNorm input needs m <= " + std::to_string(kQuantGemvNormMaxM) +
+        ", k % 64 == 0, k <= " + std::to_string(kQuantGemvNormMaxK) +
+        " and 16-byte aligned delta, residual, weight and residual_out; got m = " +
+        std::to_string(p.m) + ", k = " + std::to_string(w.k));
+  const bool has_x = p.norm || (p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0);
+  if (!quant_gemv_supported(p) || w.data == nullptr || !has_x || p.y == nullptr ||
+      (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data))
     throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
                           ", k % 8 == 0, 16-byte aligned weight data, 4-byte aligned x and scales, "
                           "FP8 blocks of 32k x 64k, and for SwiGLU n % 32 == 0, no bias and bf16 "
@@ -559,6 +696,18 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.swiglu = p.swiglu;
   a.x_aligned16 = is_aligned16(p.x);
   a.m = p.m;
+  NormArgs nm{};
+  if (p.norm) {
+    const RmsNormCta cta = rms_norm_cta(w.k);
+    nm.delta = reinterpret_cast<const __nv_bfloat16*>(p.norm->delta);
+    nm.residual = reinterpret_cast<const __nv_bfloat16*>(p.norm->residual);
+    nm.weight = reinterpret_cast<const __nv_bfloat16*>(p.norm->weight);
+    nm.residual_out = reinterpret_cast<__nv_bfloat16*>(p.norm->residual_out);
+    nm.eps = p.norm->eps;
+    nm.threads = cta.threads;
+    nm.vecs = cta.vecs;
+  }
+  const NormArgs* norm = p.norm ? &nm : nullptr;
   a.n = w.n;
   a.k = w.k;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;
@@ -574,13 +723,13 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   }
   switch (kind_of(w)) {
     case kNvfp4Kind:
-      launch<kNvfp4Kind>(a, stream);
+      launch<kNvfp4Kind>(a, stream, norm);
       break;
     case kFp8Kind:
-      launch<kFp8Kind>(a, stream);
+      launch<kFp8Kind>(a, stream, norm);
       break;
     default:
-      launch<kFp8BlockKind>(a, stream);
+      launch<kFp8BlockKind>(a, stream, norm);
       break;
   }
   check_launch("quant_gemv");

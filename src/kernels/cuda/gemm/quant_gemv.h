@@ -18,6 +18,18 @@ constexpr int kQuantGemvMaxM = 16;  // two blocks of the eight columns of the MM
 // and a bf16 y. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);
 
+// Tokens of the fused RMSNorm input (p.norm): each CTA normalizes the m rows itself (reading
+// delta and residual whole) into shared memory. One token: measured on the H200 (Llama-70B NVFP4
+// b1 TPOT 13.78-13.81 vs 14.0 ms unfused, Qwen3-30B NVFP4 b1 2.20 vs 2.22); at two tokens the
+// doubled prologue made the step slower (Llama b2 14.67 vs 14.08 ms).
+constexpr int kQuantGemvNormMaxM = 1;
+constexpr int kQuantGemvNormMaxK = 8192;  // rms_norm's register kernel (hidden ≤ 8192)
+
+// Whether quant_gemv takes p with p.norm set: quant_gemv_supported, m ≤ kQuantGemvNormMaxM,
+// k % 64 == 0, k ≤ kQuantGemvNormMaxK, and 16-byte aligned delta, residual, weight and
+// residual_out.
+bool quant_gemv_norm_supported(const QuantGemmParams& p);
+
 // y = x · dequant(W)ᵀ (+ bias); needs no caller workspace. Throws InvalidArgument unless supported
 // and w.data 16-byte / x 4-byte aligned. Programmatic dependent launch; deterministic (the same
 // bits for the same inputs, shape and device; graph replays included).

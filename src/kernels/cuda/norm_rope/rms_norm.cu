@@ -8,7 +8,7 @@
 namespace serval::kernels::cuda {
 namespace {
 
-constexpr int kMaxThreads = 256;
+constexpr int kMaxThreads = kRmsNormMaxThreads;
 constexpr int kMaxVecs = 4;  // vectors of 8 per thread held in registers (hidden ≤ 8192)
 
 // V vectors per thread: vector i of the thread is threadIdx.x + i·blockDim.x.
@@ -113,10 +113,8 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
                           ") must be a multiple of 8 and pointers 16-byte aligned");
   }
   if (p.rows == 0) return;
-  // One vector per thread up to 256 threads; more vectors loop.
-  int threads = ((p.hidden / 8 + 31) / 32) * 32;
-  threads = threads < 32 ? 32 : (threads > kMaxThreads ? kMaxThreads : threads);
-  const int vecs_per_thread = (p.hidden / 8 + threads - 1) / threads;
+  const RmsNormCta cta = rms_norm_cta(p.hidden);
+  const int threads = cta.threads, vecs_per_thread = cta.vecs;
   auto kernel = vecs_per_thread == 1   ? rms_norm_reg_kernel<1>
                 : vecs_per_thread == 2 ? rms_norm_reg_kernel<2>
                 : vecs_per_thread <= 4 ? rms_norm_reg_kernel<kMaxVecs>
