@@ -694,8 +694,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
-  // = silu(gate) · up from the decode GEMV's epilogue.
+  // The kernels' view of an uploaded quantized weight.
   static kernels::cuda::QuantGemmWeight quant_gemm_weight(const QuantizedWeight& w) {
     kernels::cuda::QuantGemmWeight qw{};
     qw.format = w.format;
@@ -743,6 +742,8 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
+  // = silu(gate) · up from the decode GEMV's epilogue.
   void run_quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
                             Tensor& y, bool swiglu) {
     expect(x, DType::kBF16, "quantized_linear input");
