@@ -30,6 +30,12 @@
 //     finds it zero. The workspace is fixed (kGemvMaxSplitItems slots, kGemvMaxSplitTiles
 //     counters, ≈ 4 MB per device); larger shapes get in-CTA or single splits from the model.
 //     Hence one quant_gemv at a time per device (quant_gemv.h).
+//
+// Fused RMSNorm input (GemvNorm, one token; quant_gemv_norm_kernel): after the PDL wait every CTA
+// computes residual + delta and its RMSNorm into shared memory (norm_rows, bit for bit rms_norm's
+// result) and the warps read their B fragments from there; the CTAs take at least four warps
+// (the norm is paid once per CTA) and store the sums to residual_out between them. It replaces an
+// rms_norm kernel and its place in the step's chain (Llama-70B b1: 3.9 µs per norm).
 #include "kernels/cuda/gemm/quant_gemv.h"
 
 #include <cuda_bf16.h>
