@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/quantized_pack.h"
 #include "kernels/bench_timing.h"
 #include "kernels/cpu/dummy_init.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
@@ -193,16 +194,9 @@ backend::DummyQuantized recipe(quant::QuantConfig::Method method, int experts, i
 // dequantizer; returns [n, k] as float.
 std::vector<float> dequant(backend::Backend& b, const backend::QuantizedWeight& q) {
   (void)download<uint8_t>(b, q.data);  // synchronises the backend's stream
-  kernels::cuda::QuantGemmWeight w{};
-  w.format = q.format;
-  w.n = q.n;
-  w.k = q.k;
-  w.data = static_cast<const uint8_t*>(q.data.data);
-  w.scales = q.scales.data;
-  w.global_scale = q.global_scale.at(0);
   DeviceBuffer<bf16> out(size_t(q.n) * q.k);
   out.poison();
-  kernels::cuda::quant_dequant_bf16(w, out.get(), nullptr);
+  kernels::cuda::quant_dequant_bf16(backend::cuda::quant_gemm_weight(q), out.get(), nullptr);
   return to_float(out.download());
 }
 

@@ -16,6 +16,7 @@
 #include "backend/cuda/op_timeline.h"
 #include "backend/cuda/pinned_upload.h"
 #include "backend/cuda/quantized_pack.h"
+#include "backend/cuda/step_graph.h"
 #include "backend/moe/moe_cuda.h"
 #include "base/log.h"
 #include "base/math.h"
@@ -70,33 +71,6 @@ cudaStream_t process_stream() {
                "cudaStreamCreate");
   return streams[size_t(device)];
 }
-
-class CudaStepGraph final : public StepGraph {
- public:
-  // marks: the timeline marks the capture made (SERVAL_OP_TIMELINE), adopted at each replay.
-  CudaStepGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream,
-                cuda::OpTimeline& timeline, std::vector<const char*> marks)
-      : graph_(graph),
-        exec_(exec),
-        stream_(stream),
-        timeline_(timeline),
-        marks_(std::move(marks)) {}
-  ~CudaStepGraph() override {
-    cudaGraphExecDestroy(exec_);
-    cudaGraphDestroy(graph_);
-  }
-  void replay() override {
-    cuda_check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch");
-    if (timeline_.enabled()) timeline_.adopt(marks_);
-  }
-
- private:
-  cudaGraph_t graph_;
-  cudaGraphExec_t exec_;
-  cudaStream_t stream_;
-  cuda::OpTimeline& timeline_;
-  std::vector<const char*> marks_;
-};
 
 class CudaBackend final : public Backend {
  public:
@@ -209,7 +183,7 @@ class CudaBackend final : public Backend {
     }
     cudaGraphExec_t exec = nullptr;
     cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    return std::make_unique<CudaStepGraph>(graph, exec, stream_, timeline_, std::move(marks));
+    return std::make_unique<cuda::CudaStepGraph>(graph, exec, stream_, timeline_, std::move(marks));
   }
 
   // Weights of 8 MB and more go through the pinned double buffer (pinned_upload.h).
@@ -694,20 +668,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // The kernels' view of an uploaded quantized weight.
-  static kernels::cuda::QuantGemmWeight quant_gemm_weight(const QuantizedWeight& w) {
-    kernels::cuda::QuantGemmWeight qw{};
-    qw.format = w.format;
-    qw.n = w.n;
-    qw.k = w.k;
-    qw.data = static_cast<const uint8_t*>(w.data.data);
-    qw.scales = w.scales.data;
-    qw.global_scale = w.global_scale.empty() ? 1.0f : w.global_scale[0];
-    qw.block_n = w.block_n;
-    qw.block_k = w.block_k;
-    return qw;
-  }
-
   // The residual add + RMSNorm fused into the decode GEMV (quant_gemv's GemvNorm): launches it
   // and returns true, or returns false (nothing launched) where it does not apply. Every CTA
   // normalizes the rows itself, so there is no rms_norm kernel and no normed rows; the sum goes
@@ -728,7 +688,7 @@ class CudaBackend final : public Backend {
       return false;
     const kc::GemvNorm norm{bf(delta), bf(residual), bf(norm_w), bf_mut(x), eps};
     kc::QuantGemmParams p{};
-    p.w = quant_gemm_weight(w);
+    p.w = cuda::quant_gemm_weight(w);
     p.bias = bias ? bf(*bias) : nullptr;
     p.y = y.data;
     p.y_f32 = y.dtype == DType::kF32;
@@ -771,7 +731,7 @@ class CudaBackend final : public Backend {
                                    stream_);
       input = &xq;
     }
-    const kernels::cuda::QuantGemmWeight qw = quant_gemm_weight(w);
+    const kernels::cuda::QuantGemmWeight qw = cuda::quant_gemm_weight(w);
     if (m > kernels::cuda::kQuantGemmMaxM) {
       Tensor dense = empty(DType::kBF16, {w.n, w.k});
       kernels::cuda::quant_dequant_bf16(qw, bf_mut(dense), stream_);

@@ -97,4 +97,17 @@ PackedLinear pack_quantized_linear(const QuantizedWeight& host) {
   return out;
 }
 
+kernels::cuda::QuantGemmWeight quant_gemm_weight(const QuantizedWeight& dev) {
+  kernels::cuda::QuantGemmWeight w{};
+  w.format = dev.format;
+  w.n = dev.n;
+  w.k = dev.k;
+  w.data = static_cast<const uint8_t*>(dev.data.data);
+  w.scales = dev.scales.data;
+  w.global_scale = dev.global_scale.empty() ? 1.0f : dev.global_scale[0];
+  w.block_n = dev.block_n;
+  w.block_k = dev.block_k;
+  return w;
+}
+
 }  // namespace serval::backend::cuda

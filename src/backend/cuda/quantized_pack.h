@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "base/dtype.h"
+#include "kernels/cuda/gemm/quant_gemm.h"
 
 namespace serval::backend::cuda {
 
@@ -32,5 +33,8 @@ void check_quantized_linear_shape(const QuantizedWeight& w);
 // QuantizedWeight describes). Throws InvalidArgument on a shape the layout cannot hold or on
 // scales of the wrong dtype.
 PackedLinear pack_quantized_linear(const QuantizedWeight& host);
+
+// The kernels' view (kernels/cuda/gemm/quant_gemm.h) of a single linear uploaded in that layout.
+kernels::cuda::QuantGemmWeight quant_gemm_weight(const QuantizedWeight& dev);
 
 }  // namespace serval::backend::cuda
