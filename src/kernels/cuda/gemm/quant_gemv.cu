@@ -291,10 +291,26 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
     if constexpr (kFp4) sc += 128 * kDepth;
   };
 
+  // The ring's first kDepth k blocks, requested before the PDL wait. With kNorm only into L2
+  // (prefetches hold no registers: the norm's code runs between here and the main loop, and ring
+  // registers live across it cost the kernel 128 registers instead of ~100); loaded after it.
+  auto fill_ring = [&]() {
 #pragma unroll
-  for (int j = 0; j < kDepth; ++j)
-    if (j < n) load(ring[j], j);
-  advance();
+    for (int j = 0; j < kDepth; ++j)
+      if (j < n) load(ring[j], j);
+    advance();
+  };
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j)
+      if (j < n) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) prefetch_l2(codes + j * kKbBytes + h * 32 * kLaneBytes);
+        if constexpr (kFp4) prefetch_l2(sc + 128 * j);
+      }
+  } else {
+    fill_ring();
+  }
 
   __syncthreads();  // scale table built
 
@@ -338,7 +354,10 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   };
   pdl_wait();  // x (or delta and residual) comes from the previous kernel
   pdl_launch_dependents();
-  if constexpr (kNorm) norm_rows(a, nm, reinterpret_cast<__nv_bfloat16*>(xs));
+  if constexpr (kNorm) {
+    norm_rows(a, nm, reinterpret_cast<__nv_bfloat16*>(xs));
+    fill_ring();  // L2 hits (prefetched above)
+  }
   uint32_t bq[2][NB][8];  // B of k blocks i and i + 1, in bq[i % 2] and bq[(i + 1) % 2]
   if (n > 0) load_b(0, bq[0]);
 
