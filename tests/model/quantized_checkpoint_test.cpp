@@ -27,6 +27,7 @@ namespace serval {
 namespace {
 
 namespace fs = std::filesystem;
+using io::testing::safetensors_dtype;
 using io::testing::TensorSpec;
 
 enum class Scheme { kModelOptNvfp4, kCompressedNvfp4, kModelOptFp8, kFp8Block };
@@ -195,17 +196,6 @@ bool is_quantized_linear(const std::string& name, const io::TensorInfo& t) {
   static const std::regex kLinear(
       R"(model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(experts\.\d+\.)?(gate|up|down)_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight)");
   return t.shape.size() == 2 && std::regex_match(name, kLinear);
-}
-
-std::string safetensors_dtype(DType t) {
-  switch (t) {
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF16:
-      return "F16";
-    default:
-      return "F32";
-  }
 }
 
 // Writes `quant_dir` (the quantized checkpoint) and `dense_dir` (the same weights dequantized,

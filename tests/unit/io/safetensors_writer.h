@@ -11,6 +11,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "base/dtype.h"
 
 namespace serval::io::testing {
 
@@ -20,6 +23,20 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
+
+// The safetensors dtype string of the float types the tests write (bf16, f16, f32).
+inline std::string safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kF32:
+      return "F32";
+    default:
+      throw std::invalid_argument("safetensors_dtype: the test writer takes bf16, f16 or f32");
+  }
+}
 
 // 8-byte little-endian header length + header text + data.
 inline std::vector<uint8_t> raw_file(uint64_t header_len, const std::string& header,

@@ -17,6 +17,7 @@ namespace serval::runtime {
 namespace {
 
 namespace fs = std::filesystem;
+using io::testing::safetensors_dtype;
 using io::testing::TensorSpec;
 
 const fs::path kFixture = fs::path(SERVAL_SOURCE_DIR) / "tests/fixtures/llama";  // 3 layers
@@ -25,17 +26,6 @@ TensorSpec scalar(const std::string& name, float v) {
   std::vector<uint8_t> bytes(4);
   std::memcpy(bytes.data(), &v, 4);
   return {name, "F32", {}, bytes};
-}
-
-std::string safetensors_dtype(DType t) {
-  switch (t) {
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF16:
-      return "F16";
-    default:
-      return "F32";
-  }
 }
 
 // A copy of the llama fixture whose model.safetensors also holds `extra`.
