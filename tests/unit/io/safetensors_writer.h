@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 
 #include "base/dtype.h"
 
