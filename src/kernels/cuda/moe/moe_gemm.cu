@@ -205,28 +205,39 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
     cp_async_commit();
   }
 
+  // Pipeline slots of K tile kt (read) and kt + STAGES − 1 (written), stepped without a modulo.
+  int slot_rd = 0, slot_wr = STAGES - 1;
+  auto next_slot = [](int s) { return s + 1 == STAGES ? 0 : s + 1; };
   for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<STAGES - 2>();  // stage kt has landed (this thread's copies)
     __syncthreads();              // ... and everyone's; stage kt-1 is free to overwrite
     const int pre = kt + STAGES - 1;
     if (pre < KT) {
-      load_a(pre % STAGES, pre);
-      load_b(pre % STAGES, pre);
+      load_a(slot_wr, pre);
+      load_b(slot_wr, pre);
     }
     cp_async_commit();
 
-    const uint8_t* a_stage = smem + (kt % STAGES) * kAStageBytes;
-    const __nv_bfloat16* b = sB + (kt % STAGES) * BN * kBK;
+    const uint8_t* a_stage = smem + slot_rd * kAStageBytes;
+    const __nv_bfloat16* b = sB + slot_rd * BN * kBK;
+    slot_rd = next_slot(slot_rd);
+    slot_wr = next_slot(slot_wr);
     // NVFP4: this thread's codes (4 words, one per k16 step) and the 8 scale bytes of its rows
-    // g and g+8, for both m16 fragments.
+    // g and g+8, for both m16 fragments. The tile-8 kernels (NI = 1, issue-bound: each A
+    // fragment feeds a single mma) share the scale lookups within each quad by shuffles; with
+    // more token fragments per warp the lookups are amortized and the shuffles' latency costs
+    // (tile 16-64: +1.5-6 % in the layer bench).
+    constexpr bool kShareScales = kFp4 && NI == 1;
     uint4 wq[2];
     uint2 sq[2];
+    QuadScales qs[2];
     if constexpr (kFp4) {
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         const int f = wm * 2 + mi;
         wq[mi] = *reinterpret_cast<const uint4*>(a_stage + (f * 32 + lane) * 16);
         sq[mi] = *reinterpret_cast<const uint2*>(a_stage + BM * (kBK / 2) + f * 64 + g * 8);
+        if constexpr (kShareScales) qs[mi] = quad_scales(sq[mi], t4, lut);
       }
     }
 #pragma unroll
@@ -239,8 +250,12 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
                                 : kk == 1 ? wq[mi].y
                                 : kk == 2 ? wq[mi].z
                                           : wq[mi].w;
-          const uint32_t sb = ((kk < 2 ? sq[mi].x : sq[mi].y) >> (16 * (kk & 1))) & 0xffffu;
-          dequant_nvfp4(af[mi], word, lut[sb & 0xffu], lut[sb >> 8]);
+          if constexpr (kShareScales) {
+            dequant_nvfp4_step(af[mi], word, qs[mi], kk, lane);
+          } else {
+            const uint32_t sb = ((kk < 2 ? sq[mi].x : sq[mi].y) >> (16 * (kk & 1))) & 0xffffu;
+            dequant_nvfp4(af[mi], word, lut[sb & 0xffu], lut[sb >> 8]);
+          }
         } else {
           // x4: lanes 0-15 address rows 0-15 at k 0-7, lanes 16-31 rows 0-15 at k 8-15 →
           // registers {rows 0-7 k0-7, rows 8-15 k0-7, rows 0-7 k8-15, rows 8-15 k8-15} = a0..a3.

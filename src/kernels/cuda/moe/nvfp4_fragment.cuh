@@ -52,4 +52,27 @@ __device__ __forceinline__ void dequant_nvfp4(uint32_t (&a)[4], uint32_t w, uint
   for (int j = 0; j < 4; ++j) a[j] = bf16x2_mul(nvfp4_bf16x2_bits(w, j), (j & 1) ? s_hi : s_lo);
 }
 
+// Block scales of one 16×64 repacked tile, shared within each quad of lanes (t4 = lane & 3):
+// `s` holds the tile's scale bytes of rows g and g + 8 (byte 2·kk + h: row g + 8h, k16 step kk),
+// the same 8 bytes for the quad's four lanes. Lane t4 looks up step t4's two scales and step kk's
+// come from lane kk of the quad by shuffles: 2 table reads per lane and tile instead of 8 (the
+// grouped GEMM's tile-8 kernel is instruction-bound at 8 tokens: each read costs a shared load
+// and ~2.5 integer ops). The one- and two-token GEMVs keep their own reads (measured: sharing
+// costs them 1-4 % at b1 / b2: more registers).
+struct QuadScales {
+  uint32_t lo, hi;  // bf16x2 copies of 2⁶⁴·scale of rows g and g + 8 at k16 step t4
+};
+
+__device__ __forceinline__ QuadScales quad_scales(const uint2& s, int t4, const uint32_t* lut) {
+  const uint32_t sb = ((t4 < 2 ? s.x : s.y) >> (16 * (t4 & 1))) & 0xffffu;
+  return {lut[sb & 0xffu], lut[sb >> 8]};
+}
+
+// dequant_nvfp4 of code word w at k16 step kk with the quad's scales. Whole warp (shuffles).
+__device__ __forceinline__ void dequant_nvfp4_step(uint32_t (&a)[4], uint32_t w,
+                                                   const QuadScales& q, int kk, int lane) {
+  const int src = (lane & ~3) | kk;
+  dequant_nvfp4(a, w, __shfl_sync(0xffffffffu, q.lo, src), __shfl_sync(0xffffffffu, q.hi, src));
+}
+
 }  // namespace serval::kernels::cuda
