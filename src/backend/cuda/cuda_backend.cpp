@@ -11,12 +11,14 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_moe_call.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/op_timeline.h"
 #include "backend/cuda/pinned_upload.h"
 #include "backend/cuda/quantized_pack.h"
 #include "backend/cuda/step_graph.h"
+#include "backend/cuda/tensor_data.h"
 #include "backend/moe/moe_cuda.h"
 #include "base/log.h"
 #include "base/math.h"
@@ -47,12 +49,8 @@ void expect(const Tensor& t, DType dtype, const char* what) {
                 std::string(dtype_name(dtype)) + ", got " + std::string(dtype_name(t.dtype)));
 }
 
-const bf16* bf(const Tensor& t) {
-  return static_cast<const bf16*>(t.data);
-}
-bf16* bf_mut(Tensor& t) {
-  return static_cast<bf16*>(t.data);
-}
+using cuda::bf;
+using cuda::bf_mut;
 
 // The stream every backend enqueues on. It lives as long as the process: tensors free their
 // memory with cudaFreeAsync on it from their deleters, which may run after the backend that
@@ -548,30 +546,7 @@ class CudaBackend final : public Backend {
                                  "down of " + what);
       return;
     }
-    if (w.padded_hidden == H && w.padded_inter == I) return;
-    // The local experts only: under expert parallel the rank holds num_local of them.
-    const int local = int(w.gate_up.dim(0));
-    const int Hp = w.padded_hidden, Ip = w.padded_inter;
-    Tensor gate_up = empty(DType::kBF16, {local, 2 * Ip, Hp});
-    Tensor down = empty(DType::kBF16, {local, Hp, Ip});
-    zero(gate_up);
-    zero(down);
-    for (int e = 0; e < local; ++e) {
-      const bf16* src = bf(w.gate_up) + size_t(e) * 2 * I * H;
-      bf16* dst = bf_mut(gate_up) + size_t(e) * 2 * Ip * Hp;
-      for (int half = 0; half < 2; ++half) {  // gate rows, then up rows
-        cuda_check(
-            cudaMemcpy2DAsync(dst + size_t(half) * Ip * Hp, Hp * 2, src + size_t(half) * I * H,
-                              H * 2, H * 2, I, cudaMemcpyDeviceToDevice, stream_),
-            "pad gate_up");
-      }
-      cuda_check(cudaMemcpy2DAsync(bf_mut(down) + size_t(e) * Hp * Ip, Ip * 2,
-                                   bf(w.down) + size_t(e) * H * I, I * 2, I * 2, H,
-                                   cudaMemcpyDeviceToDevice, stream_),
-                 "pad down");
-    }
-    w.gate_up = gate_up;
-    w.down = down;
+    cuda::pad_bf16_experts(*this, w, stream_);
   }
 
   void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override {
@@ -580,10 +555,10 @@ class CudaBackend final : public Backend {
     const int T = int(x.dim(0));
     Tensor router_logits = empty(DType::kF32, {T, w.num_experts});
     linear(x, w.router, nullptr, router_logits);
-    MoeCall c = moe_call(x, w, out, router_logits);
-    pad_moe_input(x, c);
+    cuda::MoeCall c = cuda::make_moe_call(*this, x, w, out, router_logits);
+    cuda::pad_moe_input(x, c, stream_);
     moe::moe_forward_cuda(c.args, stream_);
-    unpad_moe_output(c, out);
+    cuda::unpad_moe_output(c, out, stream_);
   }
 
   // A few tokens on the latency experts: one kernel for the residual add, the norm, the router
@@ -626,7 +601,7 @@ class CudaBackend final : public Backend {
     }
     cuda::OpScope scope(profiler_, "add_rms_norm_moe", stream_, capturing_);
     Tensor router_logits = empty(DType::kF32, {T, E});
-    MoeCall c = moe_call(x, w, out, router_logits);
+    cuda::MoeCall c = cuda::make_moe_call(*this, x, w, out, router_logits);
     const moe::MoeWorkspaceView ws = moe::moe_workspace_view(c.args);
     p.logits = router_logits.as<float>();
     p.routing.tile = ws.tile;
@@ -645,11 +620,11 @@ class CudaBackend final : public Backend {
     p.logits_only = route_in_gemv;
     kc::moe_norm_router_topk(p, stream_);
     kc::timeline_mark("moe norm+router", stream_);
-    pad_moe_input(x, c);
+    cuda::pad_moe_input(x, c, stream_);
     c.args.routed = !route_in_gemv;
     c.args.route_in_gemv = route_in_gemv;
     moe::moe_forward_cuda(c.args, stream_);
-    unpad_moe_output(c, out);
+    cuda::unpad_moe_output(c, out, stream_);
   }
 
   void argmax(const Tensor& logits, Tensor& out) override {
@@ -754,70 +729,6 @@ class CudaBackend final : public Backend {
       p.workspace = workspace.data;
     }
     kernels::cuda::quant_gemm(p, stream_);
-  }
-
-  // One moe_forward_cuda call on x [T, H]: the input and output padded to the experts' hidden
-  // when it differs from the model's (fresh step tensors; the input's padding zeroed, its rows
-  // copied in by pad_moe_input), the workspace, and the arguments pointing at them. x/out are
-  // the caller's when no padding is needed.
-  struct MoeCall {
-    Tensor xp, outp, workspace;
-    moe::MoeCudaArgs args;
-  };
-
-  MoeCall moe_call(const Tensor& x, const MoeWeights& w, Tensor& out, const Tensor& router_logits) {
-    const int T = int(x.dim(0)), H = w.hidden, Hp = w.padded_hidden;
-    MoeCall c;
-    if (Hp != H) {
-      c.xp = empty(DType::kBF16, {T, Hp});
-      c.outp = empty(DType::kBF16, {T, Hp});
-      zero(c.xp);
-    }
-    moe::MoeCudaArgs& a = c.args;
-    a.x = Hp != H ? bf(c.xp) : bf(x);
-    a.router_logits = router_logits.as<float>();
-    a.out = Hp != H ? bf_mut(c.outp) : bf_mut(out);
-    if (w.gate_up_q) {  // NVFP4, prepared by prepare_moe
-      a.format = moe::MoeExpertFormat::kNvfp4;
-      a.gate_up_q = moe::nvfp4_stack_view(*w.gate_up_q);
-      a.down_q = moe::nvfp4_stack_view(*w.down_q);
-    } else {
-      a.gate_up = bf(w.gate_up);
-      a.down = bf(w.down);
-    }
-    a.num_tokens = T;
-    a.num_experts = w.num_experts;
-    a.top_k = w.top_k;
-    a.hidden = Hp;
-    a.inter = w.padded_inter;
-    a.routing = w.routing;
-    a.renormalize = w.renormalize;
-    a.local_offset = w.local_offset;
-    a.num_local = w.num_local;
-    a.backend = w.expert_backend == "throughput" ? moe::MoeCudaBackend::kThroughput
-                                                 : moe::MoeCudaBackend::kLatency;
-    const size_t ws = moe::moe_workspace_bytes(T, w.top_k, w.num_local, Hp, w.padded_inter);
-    c.workspace = empty(DType::kU8, {int64_t(ws)});
-    a.workspace = c.workspace.data;
-    a.workspace_bytes = ws;
-    return c;
-  }
-
-  // Copies x's rows into the padded input (once x holds them), when the widths differ.
-  void pad_moe_input(const Tensor& x, const MoeCall& c) {
-    if (!c.xp.data) return;
-    const int T = c.args.num_tokens, H = int(x.dim(-1)), Hp = c.args.hidden;
-    cuda_check(cudaMemcpy2DAsync(c.xp.data, Hp * 2, x.data, H * 2, H * 2, T,
-                                 cudaMemcpyDeviceToDevice, stream_),
-               "pad moe input");
-  }
-
-  void unpad_moe_output(const MoeCall& c, Tensor& out) {
-    if (!c.outp.data) return;
-    const int T = c.args.num_tokens, H = int(out.dim(-1)), Hp = c.args.hidden;
-    cuda_check(cudaMemcpy2DAsync(out.data, H * 2, c.outp.data, Hp * 2, H * 2, T,
-                                 cudaMemcpyDeviceToDevice, stream_),
-               "unpad moe output");
   }
 
   // W4A4: the device copy of 1/input_scale the activation quantizer reads.
