@@ -265,11 +265,15 @@ std::string render_chat(const Json& body, const ModelContext& ctx, bool default_
     if (content != m.end() && content->is_array()) {
       std::string text;
       for (const auto& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
+        // find() is end() for a non-object; Json::value() would throw a type_error (a 500) for a
+        // "type" that is not a string.
+        const auto type = part.find("type");
+        const auto part_text = part.find("text");
+        if (!part.is_object() || type == part.end() || *type != "text" || part_text == part.end() ||
+            !part_text->is_string())
           throw bad_request("messages", "content parts must be {\"type\":\"text\",\"text\":...}");
         if (!text.empty()) text += "\n";
-        text += part["text"].get<std::string>();
+        text += part_text->get<std::string>();
       }
       out["content"] = text;
     } else if (content != m.end() && !content->is_string() && !content->is_null()) {

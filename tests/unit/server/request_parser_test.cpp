@@ -93,5 +93,23 @@ TEST_F(RequestParserTest, ReturnTokensAsTokenIds) {
       ApiError);
 }
 
+// Found by request_parser_fuzz_test: a content part whose "type" is not a string threw
+// nlohmann's type_error (a 500) instead of the 400 for a malformed part.
+TEST_F(RequestParserTest, ContentPartWithNonStringTypeIsA400) {
+  for (const Json& type : {Json(nullptr), Json(3), Json::array(), Json::object()}) {
+    const Json body = {
+        {"messages",
+         Json::array({Json{{"role", "user"},
+                           {"content", Json::array({Json{{"type", type}, {"text", "hi"}}})}}})}};
+    try {
+      parse_chat_request(body, ctx_);
+      ADD_FAILURE() << "accepted " << body.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "messages");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace serval::server

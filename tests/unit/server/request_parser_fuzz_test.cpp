@@ -1,0 +1,307 @@
+// Structure-aware fuzzing of the request parser: valid completion and chat bodies with random
+// fields replaced by random JSON values (wrong types, huge and negative numbers, nested
+// containers), removed or added, and random byte-level damage to serialized bodies. Whatever
+// comes in, parsing must either succeed or throw an ApiError with a 4xx status: any other
+// exception would reach the client as a 500 for a request that is simply malformed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/request_parser.h"
+#include "server_test_support.h"
+
+namespace serval::server {
+namespace {
+
+// Every field the parser reads, and a few it does not.
+const std::vector<std::string> kFields = {"model",
+                                          "prompt",
+                                          "messages",
+                                          "max_tokens",
+                                          "max_completion_tokens",
+                                          "temperature",
+                                          "top_p",
+                                          "top_k",
+                                          "min_p",
+                                          "n",
+                                          "stop",
+                                          "stop_token_ids",
+                                          "seed",
+                                          "logprobs",
+                                          "top_logprobs",
+                                          "stream",
+                                          "stream_options",
+                                          "presence_penalty",
+                                          "frequency_penalty",
+                                          "repetition_penalty",
+                                          "min_tokens",
+                                          "ignore_eos",
+                                          "echo",
+                                          "skip_special_tokens",
+                                          "add_special_tokens",
+                                          "add_generation_prompt",
+                                          "chat_template_kwargs",
+                                          "tools",
+                                          "return_tokens_as_token_ids",
+                                          "unknown_field"};
+
+class Fuzzer {
+ public:
+  explicit Fuzzer(uint32_t seed) : rng_(seed) {}
+
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
+
+  // A random JSON value, containers at most `depth` deep.
+  Json value(int depth) {
+    switch (pick(depth > 0 ? 12 : 10)) {
+      case 0:
+        return nullptr;
+      case 1:
+        return pick(2) == 1;
+      case 2:
+        return pick(64) - 8;  // small ints, some negative
+      case 3: {
+        static const int64_t extremes[] = {std::numeric_limits<int64_t>::max(),
+                                           std::numeric_limits<int64_t>::min(),
+                                           int64_t(1) << 31,
+                                           -(int64_t(1) << 31),
+                                           int64_t(1) << 53,
+                                           0};
+        return extremes[pick(6)];
+      }
+      case 4:
+        return std::numeric_limits<uint64_t>::max() - uint64_t(pick(3));
+      case 5: {
+        static const double doubles[] = {0.5, -0.5, 1e308, -1e308, 1e-320, 2.5, 100.0, -0.0};
+        return doubles[pick(8)];
+      }
+      case 6:
+        return text();
+      case 7:
+        return std::string();
+      case 8:
+        return Json::array();
+      case 9:
+        return Json::object();
+      case 10: {
+        Json a = Json::array();
+        for (int i = pick(4); i > 0; --i) a.push_back(value(depth - 1));
+        return a;
+      }
+      default: {
+        Json o = Json::object();
+        for (int i = pick(4); i > 0; --i) o[field()] = value(depth - 1);
+        return o;
+      }
+    }
+  }
+
+  // Short strings: valid UTF-8 as parse_body guarantees (it refuses ill-formed bytes and lone
+  // surrogates), with multi-byte characters, a NUL and template-like text.
+  std::string text() {
+    static const std::vector<std::string> words = {"hi",
+                                                   "user",
+                                                   "system",
+                                                   "assistant",
+                                                   "tool",
+                                                   "text",
+                                                   "content",
+                                                   "role",
+                                                   "\xc3\xa9",
+                                                   "\xe2\x82\xac",
+                                                   "\xf0\x9f\x98\x80",
+                                                   std::string("\0x", 2),
+                                                   "{{",
+                                                   "{%",
+                                                   "</s>",
+                                                   "\n",
+                                                   "token_id:3",
+                                                   ""};
+    std::string s;
+    for (int i = pick(4); i >= 0; --i) s += words[size_t(pick(int(words.size())))];
+    return s;
+  }
+
+  std::string field() {
+    static const std::vector<std::string> inner = {"role",          "content", "type", "text",
+                                                   "include_usage", "name",    "x"};
+    return pick(2) ? kFields[size_t(pick(int(kFields.size())))]
+                   : inner[size_t(pick(int(inner.size())))];
+  }
+
+  // 1-4 mutations of `body`: set a field to a random value, remove one, or mutate a message.
+  void mutate(Json& body) {
+    for (int i = pick(4); i >= 0; --i) {
+      const int op = pick(6);
+      if (op <= 2) {
+        body[kFields[size_t(pick(int(kFields.size())))]] = value(3);
+      } else if (op == 3 && !body.empty()) {
+        auto it = body.begin();
+        std::advance(it, pick(int(body.size())));
+        body.erase(it);
+      } else if (body.contains("messages") && body["messages"].is_array() &&
+                 !body["messages"].empty()) {
+        Json& messages = body["messages"];
+        Json& m = messages[size_t(pick(int(messages.size())))];
+        if (m.is_object()) {
+          m[field()] = value(2);
+        } else {
+          m = value(2);
+        }
+      } else {
+        body[field()] = value(3);
+      }
+    }
+  }
+
+  // Byte-level damage to a serialized body: flips, insertions, deletions, truncation.
+  std::string damage(std::string s) {
+    for (int i = pick(4); i >= 0 && !s.empty(); --i) {
+      const size_t at = size_t(pick(int(s.size())));
+      switch (pick(4)) {
+        case 0:
+          s[at] = char(pick(256));
+          break;
+        case 1:
+          s.insert(at, 1, "{}[]\",:0-e\\"[pick(12)]);
+          break;
+        case 2:
+          s.erase(at, 1);
+          break;
+        default:
+          s.resize(at);
+          break;
+      }
+    }
+    return s;
+  }
+
+ private:
+  std::mt19937 rng_;
+};
+
+// Bodies per fuzz test: 20000 (~0.1 s), or SERVAL_FUZZ_ITERATIONS for a longer local hunt;
+// SERVAL_FUZZ_SEED offsets the fixed seeds.
+int fuzz_iterations() {
+  const char* env = std::getenv("SERVAL_FUZZ_ITERATIONS");
+  return env ? std::max(1, std::atoi(env)) : 20000;
+}
+uint32_t fuzz_seed(uint32_t base) {
+  const char* env = std::getenv("SERVAL_FUZZ_SEED");
+  return base + (env ? uint32_t(std::strtoul(env, nullptr, 10)) : 0u);
+}
+
+class RequestParserFuzzTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tok_ = testing::make_byte_tokenizer();
+    tmpl_ = std::make_unique<tokenizer::ChatTemplate>(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}");
+    info_.max_model_len = 256;
+    info_.vocab_size = tok_->vocab_size();
+    ctx_.info = &info_;
+    ctx_.tokenizer = tok_.get();
+    ctx_.chat_template = tmpl_.get();
+  }
+
+  // Parses and resolves `body`; records a failure for anything but success or a 4xx ApiError.
+  // Returns whether it parsed.
+  bool check(const Json& body, ApiKind kind) {
+    try {
+      GenerationRequest req = kind == ApiKind::kChat ? parse_chat_request(body, ctx_)
+                                                     : parse_completion_request(body, ctx_);
+      for (const PromptInput& p : req.prompts)
+        resolve_max_tokens(req, int(p.token_ids.size()), info_.max_model_len);
+      return true;
+    } catch (const ApiError& e) {
+      EXPECT_GE(e.status(), 400) << body.dump(-1, ' ', false, Json::error_handler_t::replace);
+      EXPECT_LT(e.status(), 500) << body.dump(-1, ' ', false, Json::error_handler_t::replace);
+      EXPECT_FALSE(std::string(e.what()).empty());
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not an ApiError: " << e.what()
+                    << "\nbody: " << body.dump(-1, ' ', false, Json::error_handler_t::replace);
+    }
+    return false;
+  }
+
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::unique_ptr<tokenizer::ChatTemplate> tmpl_;
+  runtime::ModelInfo info_;
+  ModelContext ctx_;
+};
+
+const Json kCompletion = {
+    {"model", "m"}, {"prompt", "hello there"},     {"max_tokens", 8}, {"temperature", 0.7},
+    {"top_p", 0.9}, {"stop", Json::array({"\n"})}, {"logprobs", 2},   {"seed", 1}};
+const Json kChat = {{"model", "m"},
+                    {"messages", Json::array({Json{{"role", "system"}, {"content", "be brief"}},
+                                              Json{{"role", "user"}, {"content", "hi"}}})},
+                    {"max_completion_tokens", 8},
+                    {"stream", true},
+                    {"stream_options", Json{{"include_usage", true}}},
+                    {"logprobs", true},
+                    {"top_logprobs", 3}};
+
+TEST_F(RequestParserFuzzTest, BaseBodiesParse) {
+  EXPECT_TRUE(check(kCompletion, ApiKind::kCompletion));
+  EXPECT_TRUE(check(kChat, ApiKind::kChat));
+}
+
+TEST_F(RequestParserFuzzTest, MutatedBodiesParseOrGiveA4xx) {
+  Fuzzer f(fuzz_seed(20261201));
+  int parsed = 0;
+  const int iterations = fuzz_iterations();
+  for (int i = 0; i < iterations; ++i) {
+    const ApiKind kind = i % 2 ? ApiKind::kChat : ApiKind::kCompletion;
+    Json body = kind == ApiKind::kChat ? kChat : kCompletion;
+    f.mutate(body);
+    parsed += check(body, kind) ? 1 : 0;
+    if (HasFailure()) return;  // the first failing body is the useful one
+  }
+  // The mutations must leave a fair share valid, or the fuzzer only tests the first check.
+  EXPECT_GT(parsed, iterations / 20);
+  EXPECT_LT(parsed, iterations);
+}
+
+TEST_F(RequestParserFuzzTest, DamagedBytesGiveA4xx) {
+  Fuzzer f(fuzz_seed(7));
+  const int iterations = fuzz_iterations();
+  for (int i = 0; i < iterations; ++i) {
+    const ApiKind kind = i % 2 ? ApiKind::kChat : ApiKind::kCompletion;
+    Json base = kind == ApiKind::kChat ? kChat : kCompletion;
+    if (i % 3 == 0) f.mutate(base);
+    const std::string bytes = f.damage(base.dump());
+    try {
+      check(parse_body(bytes), kind);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << bytes;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not an ApiError: " << e.what() << "\nbytes: " << bytes;
+    }
+    if (HasFailure()) return;
+  }
+}
+
+TEST_F(RequestParserFuzzTest, DeepNestingIsRefusedBeforeParsing) {
+  for (const char* open : {"[", "{\"a\":"}) {
+    std::string s;
+    for (int i = 0; i < 100000; ++i) s += open;
+    try {
+      parse_body(s);
+      ADD_FAILURE() << "accepted " << open << " x 100000";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace serval::server
