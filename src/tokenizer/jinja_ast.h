@@ -38,6 +38,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negated = false;
+  int depth = 1;  // levels of this subtree (1: no children); the parser bounds it
 };
 
 struct Stmt;

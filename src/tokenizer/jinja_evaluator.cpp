@@ -1,7 +1,9 @@
 // Jinja evaluator.
 #include "tokenizer/jinja_evaluator.h"
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "base/error.h"
 #include "tokenizer/jinja_filters.h"
@@ -30,6 +32,18 @@ using ScopePtr = std::shared_ptr<Scope>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// Per-render budgets. A chat template runs on every request: one that recurses without end,
+// loops past any real conversation's size or builds gigabytes of text is an error (the parser
+// already bounds the nesting of blocks and expressions: jinja_parser.cpp).
+constexpr int kMaxMacroDepth = 32;             // macro calls in progress
+constexpr int64_t kMaxIterations = 1'000'000;  // for-loop iterations, all loops together
+
+// out += text, within kMaxTextBytes for any one output buffer.
+void append(std::string& out, const std::string& text) {
+  check_size(out.size() + text.size(), kMaxTextBytes, "the rendered text");
+  out += text;
+}
+
 class Evaluator {
  public:
   Flow exec_body(const Body& body, const ScopePtr& scope, std::string& out) {
@@ -54,10 +68,10 @@ class Evaluator {
   Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
     switch (s.kind) {
       case Stmt::Kind::kText:
-        out += s.text;
+        append(out, s.text);
         return Flow::kNormal;
       case Stmt::Kind::kEmit:
-        out += eval(*s.expr, scope).str();
+        append(out, eval(*s.expr, scope).str());
         return Flow::kNormal;
       case Stmt::Kind::kIf:
         for (size_t i = 0; i < s.conds.size(); ++i)
@@ -84,7 +98,7 @@ class Evaluator {
         const Expr& call = *s.expr;
         CallArgs args = eval_args(call, scope);
         args.keyword.emplace_back("caller", caller);
-        out += call_value(eval(*call.args[0], scope), args).str();
+        append(out, call_value(eval(*call.args[0], scope), args).str());
         return Flow::kNormal;
       }
       case Stmt::Kind::kBreak:
@@ -109,12 +123,19 @@ class Evaluator {
     for (size_t i = 0; i < names.size(); ++i) scope.vars.set(names[i], items[i]);
   }
 
+  void count_iteration() {
+    if (++iterations_ > kMaxIterations)
+      throw InvalidArgument("more than " + std::to_string(kMaxIterations) +
+                            " loop iterations in one render");
+  }
+
   void exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
     ValueList items = iterate(eval(*s.expr, scope));
     if (s.cond) {
       // `for x in seq if cond`: filtered before loop.* is computed.
       ValueList kept;
       for (const auto& item : items) {
+        count_iteration();
         auto probe = std::make_shared<Scope>();
         probe->parent = scope;
         bind_targets(s.names, item, *probe);
@@ -124,6 +145,7 @@ class Evaluator {
     }
     const auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      count_iteration();
       auto inner = std::make_shared<Scope>();
       inner->parent = scope;
       ValueDict loop;
@@ -164,11 +186,30 @@ class Evaluator {
 
   // A macro (or the caller of a call block): parameters bind positionally or by keyword;
   // missing ones take their default, evaluated at call time, or Undefined.
+  // One macro call in progress for the scope of the object (kMaxMacroDepth).
+  class MacroCall {
+   public:
+    explicit MacroCall(Evaluator& ev) : ev_(ev) {
+      if (++ev_.macro_depth_ > kMaxMacroDepth) {
+        --ev_.macro_depth_;
+        throw InvalidArgument("macro calls nested deeper than " + std::to_string(kMaxMacroDepth) +
+                              " (unbounded recursion?)");
+      }
+    }
+    ~MacroCall() { --ev_.macro_depth_; }
+    MacroCall(const MacroCall&) = delete;
+    MacroCall& operator=(const MacroCall&) = delete;
+
+   private:
+    Evaluator& ev_;
+  };
+
   Value make_macro(const Stmt& s, const ScopePtr& scope, const std::string& name) {
     const Stmt* def = &s;
     // The closure holds its defining scope weakly: that scope usually holds the macro.
     std::weak_ptr<Scope> weak = scope;
     return Value::function(name, [this, def, weak](const CallArgs& a) {
+      const MacroCall call(*this);
       auto inner = std::make_shared<Scope>();
       inner->parent = weak.lock();
       if (!inner->parent) throw InvalidArgument("macro called after its scope ended");
@@ -304,6 +345,9 @@ class Evaluator {
     }
     return Value();
   }
+
+  int macro_depth_ = 0;
+  int64_t iterations_ = 0;
 };
 
 }  // namespace

@@ -155,6 +155,7 @@ Value string_method(const std::string& s, const std::string& name, const CallArg
       if (!first) out += s;
       first = false;
       out += need_string(v, "join");
+      check_size(out.size(), kMaxTextBytes, "join");
     }
     return Value::string(out);
   }
@@ -232,6 +233,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
         ++done;
       }
       out += utf8_encode(c);
+      check_size(out.size(), kMaxTextBytes, "replace");
     }
     if (count < 0 || done < count) out += repl;
     return out;
@@ -244,6 +246,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     if (at == std::string::npos) break;
     out.append(s, start, at - start);
     out += repl;
+    check_size(out.size(), kMaxTextBytes, "replace");
     start = at + old.size();
     ++done;
   }

@@ -26,9 +26,19 @@ int64_t floor_div(int64_t a, int64_t b) {
   return q;
 }
 
+// seq * n; n ≤ 0 or an empty seq give an empty result at once (no loop of n steps).
 Value repeat(const Value& seq, int64_t n) {
+  const int64_t size =
+      seq.is_string() ? int64_t(seq.as_string().size()) : int64_t(seq.as_list().size());
+  const int64_t limit = int64_t(seq.is_string() ? kMaxTextBytes : kMaxListItems);
+  if (n <= 0 || size == 0) n = 0;
+  if (n > 0 && n > limit / size)
+    throw InvalidArgument("'*' would make " + std::to_string(size) + " x " + std::to_string(n) +
+                          (seq.is_string() ? " bytes" : " items") + " (at most " +
+                          std::to_string(limit) + ")");
   if (seq.is_string()) {
     std::string out;
+    out.reserve(size_t(size * n));
     for (int64_t i = 0; i < n; ++i) out += seq.as_string();
     return Value::string(out);
   }
@@ -39,6 +49,13 @@ Value repeat(const Value& seq, int64_t n) {
 
 }  // namespace
 
+void check_size(size_t size, size_t limit, const std::string& what) {
+  if (size > limit)
+    throw InvalidArgument(what + " would make " + std::to_string(size) +
+                          (limit == kMaxListItems ? " items" : " bytes") + " (at most " +
+                          std::to_string(limit) + ")");
+}
+
 Value arg(const CallArgs& args, size_t index, const char* name, Value fallback) {
   if (index < args.positional.size()) return args.positional[index];
   if (const Value* v = args.kwarg(name)) return *v;
@@ -46,14 +63,23 @@ Value arg(const CallArgs& args, size_t index, const char* name, Value fallback) 
 }
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value::string(a.str() + b.str());
+  if (op == "~") {
+    std::string sa = a.str();
+    const std::string sb = b.str();
+    check_size(sa.size() + sb.size(), kMaxTextBytes, "'~'");
+    return Value::string(sa + sb);
+  }
   const bool nums = a.is_number() && b.is_number();
   const bool ints = nums && !a.is_float() && !b.is_float();
   if (op == "+") {
     if (ints) return Value::integer(as_int(a) + as_int(b));
     if (nums) return Value::number(a.as_double() + b.as_double());
-    if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      check_size(a.as_string().size() + b.as_string().size(), kMaxTextBytes, "'+'");
+      return Value::string(a.as_string() + b.as_string());
+    }
     if (a.is_sequence_like() && a.kind() == b.kind()) {
+      check_size(a.as_list().size() + b.as_list().size(), kMaxListItems, "'+'");
       ValueList out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return a.is_tuple() ? Value::tuple(out) : Value::list(out);

@@ -9,6 +9,14 @@
 
 namespace serval::tokenizer::jinja {
 
+// Largest string (bytes) and list (items) one template operation may build. A chat template
+// renders on every request: past these it is in error (a bug or an attack), not a multi-GB
+// allocation.
+inline constexpr size_t kMaxTextBytes = size_t(64) << 20;
+inline constexpr size_t kMaxListItems = size_t(1) << 20;
+// Throws InvalidArgument when `size` exceeds `limit`, naming `what` (e.g. "'~'").
+void check_size(size_t size, size_t limit, const std::string& what);
+
 // op in {+ - * / // % ** ~}.
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 // Python `needle in haystack` (substring, list membership, dict key); Undefined is empty.

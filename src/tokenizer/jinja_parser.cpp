@@ -1,6 +1,7 @@
 // Jinja parser: recursive descent with jinja2/parser.py's operator precedence.
 #include "tokenizer/jinja_parser.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -9,6 +10,12 @@
 
 namespace serval::tokenizer::jinja {
 namespace {
+
+// Deepest nesting of blocks, of the parser's recursion, and of any expression tree: the parser,
+// the evaluator and the AST's destructors all recurse, so a template nested deeper (hostile or
+// broken: jinja2 itself ends in a RecursionError) must be refused here instead of overflowing
+// the stack. Real chat templates nest fewer than 20 levels.
+constexpr int kMaxNesting = 100;
 
 class Parser {
  public:
@@ -24,6 +31,22 @@ class Parser {
     throw LoadError("chat template syntax error at line " +
                     std::to_string(line < 0 ? cur().line : line) + ": " + what);
   }
+
+  // One level of the parser's recursion (blocks, parenthesized / bracketed expressions, unary
+  // chains) for the scope of the object.
+  class Nest {
+   public:
+    explicit Nest(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxNesting)
+        p_.fail("nested deeper than " + std::to_string(kMaxNesting) + " levels");
+    }
+    ~Nest() { --p_.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
   const Token& cur() const { return t_[pos_]; }
   const Token& peek(size_t k = 1) const { return t_[std::min(pos_ + k, t_.size() - 1)]; }
   bool is_op(const char* op) const {
@@ -62,6 +85,7 @@ class Parser {
   // Parses statements until a block tag whose name is in `end_tags` (left unconsumed: pos_ at
   // its name) or the end of input (only allowed when end_tags is empty).
   Body subparse(const std::set<std::string>& end_tags) {
+    const Nest nest(*this);
     Body body;
     while (true) {
       const Token& tok = cur();
@@ -289,6 +313,20 @@ class Parser {
     return e;
   }
 
+  // `e` with its children attached: sets its depth, refusing trees deeper than kMaxNesting
+  // (chains such as a + b + ... or x|f|f|... grow them without the parser recursing).
+  ExprPtr sealed(ExprPtr e) {
+    int deepest = 0;
+    for (const ExprPtr& a : e->args)
+      if (a) deepest = std::max(deepest, a->depth);
+    for (const auto& kw : e->kwargs)
+      if (kw.second) deepest = std::max(deepest, kw.second->depth);
+    e->depth = deepest + 1;
+    if (e->depth > kMaxNesting)
+      fail("expression nested deeper than " + std::to_string(kMaxNesting) + " levels", e->line);
+    return e;
+  }
+
   ExprPtr parse_tuple_or_expr(bool no_condexpr = false) {
     const int line = cur().line;
     ExprPtr first = no_condexpr ? parse_or() : parse_expression();
@@ -302,10 +340,11 @@ class Parser {
         break;
       t->args.push_back(no_condexpr ? parse_or() : parse_expression());
     }
-    return t;
+    return sealed(std::move(t));
   }
 
   ExprPtr parse_expression() {
+    const Nest nest(*this);
     ExprPtr expr = parse_or();
     while (is_name("if")) {
       const int line = cur().line;
@@ -319,7 +358,7 @@ class Parser {
       } else {
         c->args.push_back(nullptr);
       }
-      expr = std::move(c);
+      expr = sealed(std::move(c));
     }
     return expr;
   }
@@ -329,7 +368,7 @@ class Parser {
     b->name = op;
     b->args.push_back(std::move(lhs));
     b->args.push_back(std::move(rhs));
-    return b;
+    return sealed(std::move(b));
   }
 
   ExprPtr parse_or() {
@@ -354,11 +393,12 @@ class Parser {
 
   ExprPtr parse_not() {
     if (is_name("not")) {
+      const Nest nest(*this);
       auto u = node(Expr::Kind::kUnary, cur().line);
       ++pos_;
       u->name = "not";
       u->args.push_back(parse_not());
-      return u;
+      return sealed(std::move(u));
     }
     return parse_compare();
   }
@@ -390,7 +430,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->args.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? sealed(std::move(cmp)) : std::move(first);
   }
 
   ExprPtr parse_math1() {
@@ -438,11 +478,12 @@ class Parser {
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr expr;
     if (is_op("-") || is_op("+")) {
+      const Nest nest(*this);
       auto u = node(Expr::Kind::kUnary, cur().line);
       u->name = cur().value;
       ++pos_;
       u->args.push_back(parse_unary(false));
-      expr = std::move(u);
+      expr = sealed(std::move(u));
     } else {
       expr = parse_primary();
     }
@@ -497,7 +538,7 @@ class Parser {
           if (is_op(")")) break;
           t->args.push_back(parse_expression());
         }
-        inner = std::move(t);
+        inner = sealed(std::move(t));
       }
       expect_op(")");
       return inner;
@@ -511,7 +552,7 @@ class Parser {
         l->args.push_back(parse_expression());
       }
       ++pos_;
-      return l;
+      return sealed(std::move(l));
     }
     if (is_op("{")) {
       ++pos_;
@@ -524,7 +565,7 @@ class Parser {
         d->args.push_back(parse_expression());
       }
       ++pos_;
-      return d;
+      return sealed(std::move(d));
     }
     fail("unexpected " + describe(tok));
   }
@@ -568,7 +609,7 @@ class Parser {
           g->name = expect_name();
           g->args.push_back(std::move(expr));
         }
-        expr = std::move(g);
+        expr = sealed(std::move(g));
       } else if (is_op("[")) {
         ++pos_;
         expr = parse_subscript(std::move(expr), line);
@@ -576,7 +617,7 @@ class Parser {
         auto c = node(Expr::Kind::kCall, line);
         c->args.push_back(std::move(expr));
         parse_call_args(*c);
-        expr = std::move(c);
+        expr = sealed(std::move(c));
       } else {
         return expr;
       }
@@ -601,12 +642,12 @@ class Parser {
       auto g = node(Expr::Kind::kGetItem, line);
       g->args.push_back(std::move(obj));
       g->args.push_back(std::move(parts[0]));
-      return g;
+      return sealed(std::move(g));
     }
     auto s = node(Expr::Kind::kSlice, line);
     s->args.push_back(std::move(obj));
     for (auto& p : parts) s->args.push_back(std::move(p));
-    return s;
+    return sealed(std::move(s));
   }
 
   ExprPtr parse_filter_expr(ExprPtr expr) {
@@ -625,7 +666,7 @@ class Parser {
                           std::to_string(line));
         f->args.push_back(std::move(expr));
         if (is_op("(")) parse_call_args(*f);
-        expr = std::move(f);
+        expr = sealed(std::move(f));
       } else if (is_name("is")) {
         ++pos_;
         auto t = node(Expr::Kind::kTest, line);
@@ -647,7 +688,7 @@ class Parser {
           if (is_name("is")) fail("you cannot chain multiple tests with 'is'");
           t->args.push_back(parse_postfix(parse_primary()));
         }
-        expr = std::move(t);
+        expr = sealed(std::move(t));
       } else {
         return expr;
       }
@@ -657,6 +698,7 @@ class Parser {
   const std::vector<Token>& t_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;  // levels of recursion open (Nest)
 };
 
 }  // namespace

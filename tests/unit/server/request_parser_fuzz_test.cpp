@@ -5,9 +5,7 @@
 // exception would reach the client as a 500 for a request that is simply malformed.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -16,6 +14,7 @@
 #include "server/api_error.h"
 #include "server/request_parser.h"
 #include "server_test_support.h"
+#include "support/fuzz_budget.h"
 
 namespace serval::server {
 namespace {
@@ -187,16 +186,11 @@ class Fuzzer {
   std::mt19937 rng_;
 };
 
-// Bodies per fuzz test: 20000 (~0.1 s), or SERVAL_FUZZ_ITERATIONS for a longer local hunt;
-// SERVAL_FUZZ_SEED offsets the fixed seeds.
+// Bodies per fuzz test: 20000 (~0.1 s) unless SERVAL_FUZZ_ITERATIONS says otherwise.
 int fuzz_iterations() {
-  const char* env = std::getenv("SERVAL_FUZZ_ITERATIONS");
-  return env ? std::max(1, std::atoi(env)) : 20000;
+  return serval::testing::fuzz_iterations(20000);
 }
-uint32_t fuzz_seed(uint32_t base) {
-  const char* env = std::getenv("SERVAL_FUZZ_SEED");
-  return base + (env ? uint32_t(std::strtoul(env, nullptr, 10)) : 0u);
-}
+using serval::testing::fuzz_seed;
 
 class RequestParserFuzzTest : public ::testing::Test {
  protected:
