@@ -101,6 +101,11 @@ struct EngineConfig {
   std::string cudagraph_mode = "FULL_DECODE_ONLY";
 };
 
+// Throws InvalidArgument, naming the `serve` flag, when a numeric field is out of range (sizes
+// and counts below their minimum, gpu_memory_utilization outside (0, 1]). load_model calls it
+// first; `serve` calls it before anything loads.
+void check_engine_config(const EngineConfig& config);
+
 // Facts about the loaded model, for logs, /v1/models and request validation.
 struct ModelInfo {
   std::string served_model_name;

@@ -171,7 +171,28 @@ LoadedModel replica_model(const LoadedModel& first, int d) {
   return m;
 }
 
+void check_engine_config(const EngineConfig& e) {
+  const auto at_least = [](const char* flag, int64_t value, int64_t least, const char* note) {
+    if (value < least)
+      throw InvalidArgument(fmt::format("{} must be >= {}{}, got {}", flag, least, note, value));
+  };
+  at_least("--max-model-len", e.max_model_len, 0, " (0: from config.json)");
+  at_least("--max-num-seqs", e.max_num_seqs, 1, "");
+  at_least("--max-num-batched-tokens", e.max_num_batched_tokens, 0,
+           " (0: max(8192, --max-model-len))");
+  at_least("--max-waiting-requests", e.max_waiting_requests, 1, "");
+  at_least("--block-size", e.block_size, 1, "");
+  at_least("--kv-cache-memory-bytes", e.cpu_kv_cache_bytes, 0, " (0: the default)");
+  at_least("--tensor-parallel-size", e.tensor_parallel_size, 1, "");
+  at_least("--data-parallel-size", e.data_parallel_size, 1, "");
+  at_least("--nnodes", e.nnodes, 1, "");
+  if (!(e.gpu_memory_utilization > 0.0f && e.gpu_memory_utilization <= 1.0f))
+    throw InvalidArgument(fmt::format("--gpu-memory-utilization must be in (0, 1], got {}",
+                                      e.gpu_memory_utilization));
+}
+
 LoadedModel load_model(const EngineConfig& cfg) {
+  check_engine_config(cfg);
   // This process's ranks (tensor parallel, or expert parallel over data-parallel replicas) wait
   // on each other in collectives when there are several: load kernels eagerly, before CUDA starts.
   const int ep_replicas = cfg.enable_expert_parallel ? std::max(1, cfg.data_parallel_size) : 1;

@@ -240,11 +240,10 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--block-size", e.block_size, "KV block size in tokens")->capture_default_str();
   app.add_option("--tensor-parallel-size", e.tensor_parallel_size, "GPUs per model");
   app.add_option("--data-parallel-size", e.data_parallel_size,
-                 "Engine replicas (each with --tensor-parallel-size GPUs), balanced by load")
-      ->check(CLI::PositiveNumber);
+                 "Engine replicas (each with --tensor-parallel-size GPUs), balanced by load");
   app.add_flag("--enable-expert-parallel", e.enable_expert_parallel, "Shard experts over GPUs");
-  app.add_option("--nnodes", e.nnodes, "Nodes sharing the tensor-parallel group (one process each)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--nnodes", e.nnodes,
+                 "Nodes sharing the tensor-parallel group (one process each)");
   std::optional<int> node_rank;
   app.add_option("--node-rank", node_rank,
                  "This node's rank (else SLURM_PROCID, OMPI_COMM_WORLD_RANK, 0); node 0 serves");
@@ -292,6 +291,11 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   if (prefix && no_prefix)
     throw InvalidArgument("--enable-prefix-caching and --no-enable-prefix-caching conflict");
   e.enable_prefix_caching = !no_prefix;
+  // Ranges before anything loads (load_model checks again): --block-size 0 used to divide by
+  // zero at engine start, --gpu-memory-utilization 2 was taken as given.
+  runtime::check_engine_config(e);
+  if (s.num_http_threads < 1)
+    throw InvalidArgument(fmt::format("--http-threads must be >= 1, got {}", s.num_http_threads));
   if (e.dtype == "half") e.dtype = "float16";
   if (e.dtype == "float") e.dtype = "float32";
   if (e.dtype == "bf16") e.dtype = "bfloat16";

@@ -113,6 +113,41 @@ TEST(ServeArgs, MoeBackendFlagEnvAndValidation) {
   EXPECT_THROW(parse_serve_args({"/m"}, "bogus"), InvalidArgument);
 }
 
+// Numeric flags out of range are refused before anything loads (--block-size 0 used to divide
+// by zero at engine start; --gpu-memory-utilization 2 was taken as given).
+TEST(ServeArgs, NumericRangesAreChecked) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--block-size", "0"}, "--block-size must be >= 1, got 0"},
+      {{"--max-model-len", "-5"}, "--max-model-len must be >= 0"},
+      {{"--max-num-seqs", "0"}, "--max-num-seqs must be >= 1"},
+      {{"--max-num-batched-tokens", "-1"}, "--max-num-batched-tokens must be >= 0"},
+      {{"--max-waiting-requests", "0"}, "--max-waiting-requests must be >= 1"},
+      {{"--kv-cache-memory-bytes", "-5"}, "--kv-cache-memory-bytes must be >= 0"},
+      {{"--tensor-parallel-size", "0"}, "--tensor-parallel-size must be >= 1"},
+      {{"--data-parallel-size", "0"}, "--data-parallel-size must be >= 1, got 0"},
+      {{"--nnodes", "0"}, "--nnodes must be >= 1, got 0"},
+      {{"--http-threads", "0"}, "--http-threads must be >= 1"},
+      {{"--gpu-memory-utilization", "2"}, "--gpu-memory-utilization must be in (0, 1], got 2"},
+      {{"--gpu-memory-utilization", "0"}, "--gpu-memory-utilization must be in (0, 1]"},
+  };
+  for (const auto& [flags, needle] : bad) {
+    std::vector<std::string> args = {"/m"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    try {
+      parse_serve_args(args, nullptr);
+      ADD_FAILURE() << "accepted " << flags[0] << " " << flags[1];
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+  // The edges are accepted.
+  const ServeArgs ok = parse_serve_args({"/m", "--block-size", "1", "--max-model-len", "0",
+                                         "--gpu-memory-utilization", "1", "--nnodes", "1"},
+                                        nullptr);
+  EXPECT_EQ(ok.engine.block_size, 1);
+  EXPECT_FLOAT_EQ(ok.engine.gpu_memory_utilization, 1.0f);
+}
+
 TEST(ServeArgs, HelpIsNotAnError) {
   ServeArgs a = parse_serve_args({"--help"}, nullptr);
   EXPECT_TRUE(a.help);
