@@ -7,6 +7,7 @@
 #include <iostream>
 #include <random>
 
+#include "apps/cli_checks.h"
 #include "apps/commands.h"
 #include "base/error.h"
 #include "base/math.h"
@@ -109,11 +110,11 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--model,model", o->engine.model_dir, "Model folder")->required();
   cmd->add_option("--load-format", o->engine.load_format)
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
-  cmd->add_option("--batch-size", o->batch_size)->check(CLI::PositiveNumber);
-  cmd->add_option("--input-len", o->input_len)->check(CLI::PositiveNumber);
-  cmd->add_option("--output-len", o->output_len)->check(CLI::PositiveNumber);
-  cmd->add_option("--num-iters", o->iters)->check(CLI::PositiveNumber);
-  cmd->add_option("--num-iters-warmup", o->warmup_iters)->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch-size", o->batch_size)->check(at_least(1));
+  cmd->add_option("--input-len", o->input_len)->check(at_least(1));
+  cmd->add_option("--output-len", o->output_len)->check(at_least(1));
+  cmd->add_option("--num-iters", o->iters)->check(at_least(1));
+  cmd->add_option("--num-iters-warmup", o->warmup_iters)->check(at_least(0));
   cmd->add_option("--dtype", o->engine.dtype);
   cmd->add_option("--device", o->engine.device)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--kv-cache-dtype", o->engine.kv_cache_dtype);
@@ -121,11 +122,10 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--max-model-len", o->engine.max_model_len);
   cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens,
                   "tokens of the largest step (default: batch size × input length)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--gpu-memory-utilization", o->engine.gpu_memory_utilization);
   cmd->add_flag("--enforce-eager", o->engine.enforce_eager);
-  cmd->add_option("--tensor-parallel-size", o->engine.tensor_parallel_size)
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tensor-parallel-size", o->engine.tensor_parallel_size)->check(at_least(1));
   cmd->add_flag("--enable-expert-parallel", o->engine.enable_expert_parallel);
   cmd->add_flag("--nvfp4-activations", o->engine.nvfp4_activations);
   cmd->callback([o] {

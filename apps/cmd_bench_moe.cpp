@@ -13,6 +13,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "apps/cli_checks.h"
 #include "apps/commands.h"
 #include "backend/backend.h"
 #include "base/error.h"
@@ -134,7 +135,7 @@ void register_bench_moe(CLI::App& bench) {
   cmd->add_option("--config,config", o->config_dir, "Model folder with config.json")->required();
   cmd->add_option("--tokens", o->tokens, "Comma-separated token counts");
   cmd->add_option("--device", o->device)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--iters", o->iters)->check(CLI::PositiveNumber);
+  cmd->add_option("--iters", o->iters)->check(at_least(1));
   cmd->callback([o] {
     try {
       run_bench_moe(*o);

@@ -90,7 +90,7 @@ void register_bench_serve(CLI::App& bench) {
       f.o.base_url = !f.base_url.empty() ? f.base_url : fmt::format("http://{}:{}", f.host, f.port);
       while (!f.o.base_url.empty() && f.o.base_url.back() == '/') f.o.base_url.pop_back();
       f.o.request_rate = parse_double("--request-rate", f.request_rate);
-      if (f.max_concurrency > 0) f.o.max_concurrency = f.max_concurrency;
+      if (f.max_concurrency != 0) f.o.max_concurrency = f.max_concurrency;  // 0: no cap
       if (f.vocab_size > 0) f.o.vocab_size = f.vocab_size;
       f.o.percentile_metrics = split_commas(f.percentile_metrics);
       f.o.metric_percentiles.clear();

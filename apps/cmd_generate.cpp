@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "apps/cli_checks.h"
 #include "apps/commands.h"
 #include "base/error.h"
 #include "runtime/engine.h"
@@ -100,10 +101,10 @@ void register_generate_command(CLI::App& app) {
   cmd->add_flag("--chat", o->chat, "Apply the model's chat template to the prompt");
   cmd->add_option("--max-tokens", o->sampling.max_tokens, "Tokens to generate")
       ->default_val(16)
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--temperature", o->temperature, "0 = greedy")
       ->default_val(0.0f)
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--top-p", o->sampling.top_p)->default_val(1.0f)->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--top-k", o->sampling.top_k)->default_val(0);
   cmd->add_option("--min-p", o->sampling.min_p)->default_val(0.0f);

@@ -109,7 +109,35 @@ GoodputSlo parse_goodput(const std::vector<std::string>& items) {
   return slo;
 }
 
+namespace {
+
+// Numeric options that the dataset and load generator would refuse only after connecting (or,
+// for a count, silently run with).
+void check_numbers(const BenchServeOptions& o) {
+  const auto fail = [](const std::string& what) { throw InvalidArgument(what); };
+  if (o.num_prompts < 1) fail(fmt::format("--num-prompts must be >= 1, got {}", o.num_prompts));
+  if (o.random_input_len < 0)
+    fail(fmt::format("--random-input-len must be >= 0, got {}", o.random_input_len));
+  if (o.random_output_len < 1)
+    fail(fmt::format("--random-output-len must be >= 1, got {}", o.random_output_len));
+  if (o.random_prefix_len < 0)
+    fail(fmt::format("--random-prefix-len must be >= 0, got {}", o.random_prefix_len));
+  if (!(o.random_range_ratio >= 0 && o.random_range_ratio < 1))
+    fail(fmt::format("--random-range-ratio must be in [0, 1), got {}", o.random_range_ratio));
+  if (!(o.request_rate > 0))
+    fail(fmt::format("--request-rate must be > 0 (or inf), got {}", o.request_rate));
+  if (!(o.burstiness > 0)) fail(fmt::format("--burstiness must be > 0, got {}", o.burstiness));
+  if (o.max_concurrency && *o.max_concurrency < 1)
+    fail(fmt::format("--max-concurrency must be >= 1, got {}", *o.max_concurrency));
+  if (o.num_warmups < 0) fail(fmt::format("--num-warmups must be >= 0, got {}", o.num_warmups));
+  if (!(o.request_timeout_s > 0))
+    fail(fmt::format("--request-timeout must be > 0 seconds, got {}", o.request_timeout_s));
+}
+
+}  // namespace
+
 int bench_serve(const BenchServeOptions& o) {
+  check_numbers(o);
   if (o.dataset_name != "random")
     throw InvalidArgument(
         fmt::format("--dataset-name {}: only 'random' is supported", o.dataset_name));

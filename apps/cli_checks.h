@@ -1,0 +1,24 @@
+// CLI11 validators with messages that name the bound: CLI::PositiveNumber reports
+// "Value 0 not in range 0.000000 to 1.797693e+308".
+#pragma once
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <string>
+
+namespace serval::apps {
+
+// The value parses as a number >= least ("must be >= 1, got 0").
+inline CLI::Validator at_least(double least) {
+  return CLI::Validator(
+      [least](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0') return fmt::format("'{}' is not a number", s);
+        return v >= least ? std::string() : fmt::format("must be >= {}, got {}", least, s);
+      },
+      fmt::format("NUMBER >= {}", least));
+}
+
+}  // namespace serval::apps
