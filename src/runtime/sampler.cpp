@@ -52,7 +52,10 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p, const Sam
 // without any truncation the draw runs over the vocabulary in id order.
 int32_t sample_truncated(std::span<const float> logits, const SamplingParams& params,
                          std::mt19937_64& rng) {
-  const float temp = params.temperature;
+  // A request's temperature of 1e308 arrives as inf: -inf / inf (a banned token) would be NaN,
+  // and NaN weights are undefined in std::discrete_distribution. Past 1e30 every finite logit
+  // scales to ~0 (uniform) while banned ones stay at weight 0.
+  const float temp = std::min(params.temperature, 1e30f);
   const size_t vocab = logits.size();
   const size_t limit = params.top_k > 0 ? std::min(vocab, size_t(params.top_k)) : vocab;
   auto before = [&](int32_t a, int32_t b) {

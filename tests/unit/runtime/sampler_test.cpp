@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -45,6 +46,29 @@ TEST(Sampler, TemperatureOneFollowsTheDistribution) {
   EXPECT_NEAR(h[1] / 20000.0, 0.25, 0.02);
   EXPECT_NEAR(h[2] / 20000.0, 0.15, 0.02);
   EXPECT_NEAR(h[3] / 20000.0, 0.10, 0.02);
+}
+
+// A temperature past float's range (a request's 1e308 becomes inf) is uniform over the tokens
+// that are not banned: -inf / inf was NaN, and NaN weights are undefined behaviour in
+// std::discrete_distribution (a banned token, e.g. EOS under min_tokens, could come out).
+TEST(Sampler, InfiniteTemperatureIsUniformOverAllowedTokens) {
+  for (const bool truncated : {false, true}) {
+    SamplingParams p;
+    p.temperature = std::numeric_limits<float>::infinity();
+    if (truncated) p.top_k = 2;  // ids 1 and 2 (the banned 0 sorts last)
+    SamplerState state;
+    state.rng.seed(3);
+    std::map<int32_t, int> counts;
+    const int32_t banned[] = {0};
+    for (int i = 0; i < 6000; ++i) {
+      std::vector<float> l = kLogits;
+      ++counts[sample(l, p, state, {}, banned).token];
+      state.output_counts.clear();
+    }
+    EXPECT_EQ(counts.count(0), 0u) << "banned token sampled (truncated " << truncated << ")";
+    for (int32_t id = 1; id < (truncated ? 3 : 4); ++id)
+      EXPECT_NEAR(counts[id] / 6000.0, truncated ? 0.5 : 1.0 / 3, 0.03) << id;
+  }
 }
 
 TEST(Sampler, TopKTopPAndMinPTruncate) {
