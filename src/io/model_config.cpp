@@ -54,6 +54,14 @@ int checked_int(const JsonReader& r, std::string_view key, int64_t v, int64_t lo
     r.fail(key, fmt::format("must be in [{}, {}], got {}", lo, INT_MAX, v));
   return int(v);
 }
+// Layer and expert counts: the loader walks every layer and expert several times (names,
+// sizes, shapes) before it reads a tensor, so 10^9 layers took minutes to fail. Real models
+// have ~100 layers and at most a few hundred experts.
+constexpr int kMaxCount = 65536;
+void check_count(const JsonReader& r, std::string_view key, int v) {
+  if (v > kMaxCount) r.fail(key, fmt::format("must be at most {}, got {}", kMaxCount, v));
+}
+
 int req_int(const JsonReader& r, std::string_view key, int64_t lo) {
   return checked_int(r, key, r.get_int(key), lo);
 }
@@ -129,6 +137,7 @@ void parse_rope(const JsonReader& top, float default_theta, ModelConfig& c) {
 void parse_moe(const JsonReader& r, const ArchDefaults& d, ModelConfig& c) {
   const char* experts_key = r.has("num_local_experts") ? "num_local_experts" : "num_experts";
   c.num_experts = opt_int(r, experts_key, d.num_experts, 0);
+  check_count(r, experts_key, c.num_experts);
   if (c.num_experts == 0) return;
   c.num_experts_per_tok = opt_int(r, "num_experts_per_tok", d.num_experts_per_tok, 1);
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts) {
@@ -203,6 +212,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.hidden_size = req_int(r, "hidden_size", 1);
   c.intermediate_size = req_int(r, "intermediate_size", 1);
   c.num_hidden_layers = req_int(r, "num_hidden_layers", 1);
+  check_count(r, "num_hidden_layers", c.num_hidden_layers);
   c.num_attention_heads = req_int(r, "num_attention_heads", 1);
   c.num_key_value_heads = opt_int(r, "num_key_value_heads", c.num_attention_heads, 1);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {

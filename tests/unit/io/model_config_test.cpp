@@ -239,6 +239,16 @@ TEST(ModelConfig, ErrorsNameFileAndKey) {
   j["architectures"] = json::array();
   expect_bad(j, {"'architectures'"});
   j = llama_json();
+  j["num_hidden_layers"] = 1000000000;  // walked layer by layer before any tensor is read
+  expect_bad(j, {"'num_hidden_layers'", "at most 65536", "1000000000"});
+  j = llama_json();
+  j["num_hidden_layers"] = 65536;
+  EXPECT_EQ(parse(j).num_hidden_layers, 65536);
+  j = llama_json();
+  j["num_local_experts"] = 100000;
+  j["num_experts_per_tok"] = 2;
+  expect_bad(j, {"'num_local_experts'", "at most 65536"});
+  j = llama_json();
   j["hidden_size"] = "64";
   expect_bad(j, {"'hidden_size'", "integer", "string"});
   j = llama_json();
