@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <filesystem>
+#include <limits>
 
 #include "base/error.h"
 #include "io/json_reader.h"
@@ -267,15 +268,20 @@ GenerationConfig load_generation_config(const std::string& model_dir) {
   if (!std::filesystem::exists(path, ec)) return g;
   json j = parse_json(read_text_file(path), path);
   JsonReader r(j, path);
-  auto num = [&](const char* key) -> std::optional<float> {
+  // The ranges a request may set them to (server/request_parser.cpp); repetition_penalty 0
+  // divided logits by zero, top_p 5 truncated nothing silently.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  auto num = [&](const char* key, double lo, bool lo_open, double hi) -> std::optional<float> {
     auto v = r.opt_number(key);
-    if (v && *v < 0) r.fail(key, fmt::format("must be >= 0, got {}", *v));
-    return v ? std::optional<float>(float(*v)) : std::nullopt;
+    if (!v) return std::nullopt;
+    if (!((lo_open ? *v > lo : *v >= lo) && *v <= hi))
+      r.fail(key, fmt::format("must be in {}{}, {}], got {}", lo_open ? "(" : "[", lo, hi, *v));
+    return float(*v);
   };
-  g.temperature = num("temperature");
-  g.top_p = num("top_p");
-  g.min_p = num("min_p");
-  g.repetition_penalty = num("repetition_penalty");
+  g.temperature = num("temperature", 0, false, kInf);
+  g.top_p = num("top_p", 0, true, 1);
+  g.min_p = num("min_p", 0, false, 1);
+  g.repetition_penalty = num("repetition_penalty", 0, true, kInf);
   if (auto k = r.opt_int("top_k")) {
     if (*k < -1 || *k > INT_MAX)
       r.fail("top_k", fmt::format("must be in [-1, {}], got {}", INT_MAX, *k));

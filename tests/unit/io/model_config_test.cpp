@@ -338,6 +338,11 @@ TEST(GenerationConfig, LoadsSamplingDefaults) {
   const std::string path = (dir / "generation_config.json").string();
   write_file(path, std::string(R"({"top_k": "20"})"));
   expect_load_error([&] { load_generation_config(dir.str()); }, {path, "'top_k'"});
+  for (const char* bad : {R"({"top_p": 5})", R"({"top_p": 0})", R"({"min_p": 1.5})",
+                          R"({"repetition_penalty": 0})", R"({"temperature": -1})"}) {
+    write_file(path, std::string(bad));
+    expect_load_error([&] { load_generation_config(dir.str()); }, {path, "must be in"});
+  }
   write_file(path, std::string(R"({"temperature": 0.6,)"));
   expect_load_error([&] { load_generation_config(dir.str()); }, {path, "invalid JSON"});
 }
