@@ -178,6 +178,7 @@ class Evaluator {
       if (!target || !target->is_namespace())
         throw InvalidArgument("cannot assign attribute '" + s.attr + "' on '" + s.names[0] +
                               "': not a namespace object");
+      Value::check_namespace_content(v);
       target->namespace_dict().set(s.attr, v);
       return;
     }

@@ -1,6 +1,8 @@
 // Jinja runtime values.
 #include "tokenizer/jinja_value.h"
 
+#include <algorithm>
+
 #include <cstdio>
 
 #include "base/error.h"
@@ -58,9 +60,44 @@ Value Value::string(std::string s) {
   v.s_ = std::move(s);
   return v;
 }
+namespace {
+
+// 1 + the deepest of `depths`, refused past kMaxValueDepth.
+template <typename Range, typename DepthOf>
+int container_depth(const Range& items, DepthOf depth_of) {
+  int deepest = 0;
+  for (const auto& item : items) deepest = std::max(deepest, depth_of(item));
+  if (deepest + 1 > kMaxValueDepth)
+    throw InvalidArgument("a list, dict or namespace nested deeper than " +
+                          std::to_string(kMaxValueDepth) + " levels");
+  return deepest + 1;
+}
+
+bool holds_namespace(const Value& v) {
+  if (v.is_namespace()) return true;
+  if (v.is_sequence_like())
+    for (const Value& item : v.as_list())
+      if (holds_namespace(item)) return true;
+  if (v.is_dict())
+    for (const auto& kv : v.as_dict().items)
+      if (holds_namespace(kv.second)) return true;
+  return false;
+}
+
+}  // namespace
+
+void Value::check_namespace_content(const Value& v) {
+  if (holds_namespace(v))
+    throw InvalidArgument("a namespace cannot hold a namespace (directly or in a list or dict)");
+  if (v.depth() + 1 > kMaxValueDepth)
+    throw InvalidArgument("a namespace attribute nested deeper than " +
+                          std::to_string(kMaxValueDepth) + " levels");
+}
+
 Value Value::list(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
+  v.depth_ = container_depth(items, [](const Value& x) { return x.depth(); });
   v.list_ = std::make_shared<const ValueList>(std::move(items));
   return v;
 }
@@ -72,10 +109,12 @@ Value Value::tuple(ValueList items) {
 Value Value::dict(ValueDict d) {
   Value v;
   v.kind_ = Kind::kDict;
+  v.depth_ = container_depth(d.items, [](const auto& kv) { return kv.second.depth(); });
   v.dict_ = std::make_shared<ValueDict>(std::move(d));
   return v;
 }
 Value Value::make_namespace(ValueDict d) {
+  for (const auto& kv : d.items) check_namespace_content(kv.second);
   Value v = dict(std::move(d));
   v.kind_ = Kind::kNamespace;
   return v;

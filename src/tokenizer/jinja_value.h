@@ -15,6 +15,13 @@ namespace serval::tokenizer::jinja {
 class Value;
 using ValueList = std::vector<Value>;
 
+// Deepest nesting of lists, tuples, dicts and namespaces a value may have. str(), tojson and
+// comparisons recurse through values; a template that nests them in a loop (`set ns.a =
+// [ns.a]`) is refused at the level past this instead of overflowing the stack. A namespace
+// never holds a namespace (directly or inside a container: Value::check_namespace_content), so
+// no value refers to itself and a container holding a namespace is at most twice this deep.
+inline constexpr int kMaxValueDepth = 128;
+
 // Insertion-ordered string-keyed mapping (Python dict with str keys). Lookup is linear:
 // template values are small.
 struct ValueDict {
@@ -62,8 +69,14 @@ class Value {
   // `name` is shown in errors and by str().
   static Value function(std::string name, Function fn);
   static Value from_json(const nlohmann::ordered_json& j);
+  // Throws InvalidArgument unless `v` may be stored in a namespace: no namespace in it, and
+  // shallow enough to stay within kMaxValueDepth there.
+  static void check_namespace_content(const Value& v);
 
   Kind kind() const { return kind_; }
+  // Nesting levels: 0 for scalars, 1 + the deepest element for containers (a namespace counts
+  // its content when it was made).
+  int depth() const { return depth_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_bool() const { return kind_ == Kind::kBool; }
@@ -102,6 +115,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  int depth_ = 0;
   bool b_ = false;
   int64_t i_ = 0;
   double f_ = 0;

@@ -84,6 +84,32 @@ TEST(JinjaLimits, LoopBudget) {
             "done");
 }
 
+// Values referring to themselves or nested without bound (str / tojson recursed until the
+// stack overflowed): a namespace cannot hold a namespace, values nest at most 128 levels.
+TEST(JinjaLimits, SelfReferenceAndDeepValues) {
+  expect_error<InvalidArgument>("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}",
+                                "cannot hold a namespace");
+  expect_error<InvalidArgument>("{% set ns = namespace(a=1) %}{% set ns.a = [{'k': ns}] %}",
+                                "cannot hold a namespace");
+  expect_error<InvalidArgument>("{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}",
+                                "cannot hold a namespace");
+  expect_error<InvalidArgument>(
+      "{% set ns = namespace(a=1) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}"
+      "{% endfor %}{{ ns.a }}",
+      "nested deeper than 128");
+  expect_error<InvalidArgument>(
+      "{% set ns = namespace(a=1) %}{% for i in range(100000) %}{% set ns.a = {'k': ns.a} %}"
+      "{% endfor %}{{ ns.a|tojson }}",
+      "nested deeper than 128");
+  // Within the limits: nesting, and namespaces in lists outside namespaces (shared state).
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% for i in range(3) %}{% set ns.a = [ns.a] %}"
+                   "{% endfor %}{{ ns.a|tojson }}"),
+            "[[[1]]]");
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set l = [ns] %}{% set ns.a = 5 %}"
+                   "{{ l[0].a }}"),
+            "5");
+}
+
 TEST(JinjaLimits, SizeBudgets) {
   expect_error<InvalidArgument>("{{ 'x' * 1000000000 }}", "at most");
   expect_error<InvalidArgument>("{{ [1, 2] * 1000000000 }}", "at most");
