@@ -305,7 +305,9 @@ class Evaluator {
                                 "'");
         if (e.name == "+") return v.is_bool() ? Value::integer(v.as_bool()) : v;
         if (v.is_float()) return Value::number(-v.as_double());
-        return Value::integer(-(v.is_bool() ? v.as_bool() : v.as_int()));
+        const int64_t i = v.is_bool() ? v.as_bool() : v.as_int();
+        if (i == INT64_MIN) integer_overflow("-");
+        return Value::integer(-i);
       }
       case Expr::Kind::kBinary: {
         const Value a = eval(*e.args[0], scope);

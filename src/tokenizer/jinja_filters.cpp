@@ -362,7 +362,10 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
   }
   if (name == "abs") {
     if (v.is_float()) return Value::number(std::fabs(v.as_double()));
-    if (v.is_int() || v.is_bool()) return Value::integer(std::llabs(to_int(v)));
+    if (v.is_int() || v.is_bool()) {
+      if (to_int(v) == INT64_MIN) integer_overflow("abs");
+      return Value::integer(std::llabs(to_int(v)));
+    }
     throw InvalidArgument("bad operand type for abs(): '" + v.type_name() + "'");
   }
   if (name == "unique") {

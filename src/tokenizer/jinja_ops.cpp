@@ -1,7 +1,9 @@
 // Jinja operators and access with Python semantics.
 #include "tokenizer/jinja_ops.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 
 #include "base/error.h"
@@ -49,6 +51,10 @@ Value repeat(const Value& seq, int64_t n) {
 
 }  // namespace
 
+void integer_overflow(const std::string& op) {
+  throw InvalidArgument("integer overflow in '" + op + "' (template integers are 64-bit)");
+}
+
 void check_size(size_t size, size_t limit, const std::string& what) {
   if (size > limit)
     throw InvalidArgument(what + " would make " + std::to_string(size) +
@@ -72,7 +78,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   const bool nums = a.is_number() && b.is_number();
   const bool ints = nums && !a.is_float() && !b.is_float();
   if (op == "+") {
-    if (ints) return Value::integer(as_int(a) + as_int(b));
+    if (ints) {
+      int64_t r;
+      if (__builtin_add_overflow(as_int(a), as_int(b), &r)) integer_overflow("+");
+      return Value::integer(r);
+    }
     if (nums) return Value::number(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) {
       check_size(a.as_string().size() + b.as_string().size(), kMaxTextBytes, "'+'");
@@ -87,12 +97,20 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     type_error("+", a, b);
   }
   if (op == "-") {
-    if (ints) return Value::integer(as_int(a) - as_int(b));
+    if (ints) {
+      int64_t r;
+      if (__builtin_sub_overflow(as_int(a), as_int(b), &r)) integer_overflow("-");
+      return Value::integer(r);
+    }
     if (nums) return Value::number(a.as_double() - b.as_double());
     type_error("-", a, b);
   }
   if (op == "*") {
-    if (ints) return Value::integer(as_int(a) * as_int(b));
+    if (ints) {
+      int64_t r;
+      if (__builtin_mul_overflow(as_int(a), as_int(b), &r)) integer_overflow("*");
+      return Value::integer(r);
+    }
     if (nums) return Value::number(a.as_double() * b.as_double());
     if ((a.is_string() || a.is_sequence_like()) && (b.is_int() || b.is_bool()))
       return repeat(a, as_int(b));
@@ -108,6 +126,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "//" || op == "%") {
     if (b.as_double() == 0) throw InvalidArgument("integer division or modulo by zero");
     if (ints) {
+      if (as_int(a) == INT64_MIN && as_int(b) == -1) {  // the one quotient past int64
+        if (op == "//") integer_overflow("//");
+        return Value::integer(0);
+      }
       const int64_t q = floor_div(as_int(a), as_int(b));
       return Value::integer(op == "//" ? q : as_int(a) - q * as_int(b));
     }
@@ -125,9 +147,12 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     return Value::number(floordiv);
   }
   if (op == "**") {
-    if (ints && as_int(b) >= 0) {
+    if (ints && as_int(b) >= 0) {  // by squaring: 64 steps at most
       int64_t r = 1, base = as_int(a);
-      for (int64_t e = as_int(b); e > 0; --e) r *= base;
+      for (int64_t e = as_int(b); e > 0; e >>= 1) {
+        if ((e & 1) && __builtin_mul_overflow(r, base, &r)) integer_overflow("**");
+        if (e > 1 && __builtin_mul_overflow(base, base, &base)) integer_overflow("**");
+      }
       return Value::integer(r);
     }
     return Value::number(std::pow(a.as_double(), b.as_double()));

@@ -17,6 +17,10 @@ inline constexpr size_t kMaxListItems = size_t(1) << 20;
 // Throws InvalidArgument when `size` exceeds `limit`, naming `what` (e.g. "'~'").
 void check_size(size_t size, size_t limit, const std::string& what);
 
+// Integers are 64-bit (Python's are unbounded): a result past int64 is an error naming `op`,
+// never a wrap-around, a hang (** looped `exponent` times) or a SIGFPE (INT64_MIN // -1).
+[[noreturn]] void integer_overflow(const std::string& op);
+
 // op in {+ - * / // % ** ~}.
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 // Python `needle in haystack` (substring, list membership, dict key); Undefined is empty.

@@ -2,6 +2,7 @@
 #include "tokenizer/jinja_parser.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 
@@ -517,7 +518,11 @@ class Parser {
     }
     if (tok.type == TokenType::kInteger) {
       ++pos_;
-      return lit(Value::integer(std::strtoll(tok.value.c_str(), nullptr, 10)));
+      errno = 0;
+      const long long v = std::strtoll(tok.value.c_str(), nullptr, 10);
+      if (errno == ERANGE)  // Python's integers are unbounded; ours are 64-bit
+        fail("integer literal " + tok.value + " does not fit in 64 bits", line);
+      return lit(Value::integer(v));
     }
     if (tok.type == TokenType::kFloat) {
       ++pos_;

@@ -110,6 +110,24 @@ TEST(JinjaLimits, SelfReferenceAndDeepValues) {
             "5");
 }
 
+// 64-bit integers: overflow is an error (it wrapped; ** looped `exponent` times; INT64_MIN // -1
+// was a SIGFPE), results that fit match Python.
+TEST(JinjaLimits, IntegerOverflowIsAnError) {
+  for (const char* t :
+       {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+        "{{ 4611686018427387904 * 2 }}", "{{ 2 ** 9999 }}", "{{ 3 ** 9223372036854775807 }}",
+        "{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}",
+        "{{ (-9223372036854775807 - 1)|abs }}"})
+    expect_error<InvalidArgument>(t, "integer overflow");
+  expect_error<LoadError>("{{ 99999999999999999999 }}", "does not fit in 64 bits");
+  EXPECT_EQ(render("{{ (-2) ** 63 }} {{ 2 ** 62 }} {{ 1 ** 9223372036854775807 }} "
+                   "{{ (-1) ** 9223372036854775807 }} {{ 0 ** 0 }}"),
+            "-9223372036854775808 4611686018427387904 1 -1 1");
+  EXPECT_EQ(render("{{ (-9223372036854775807 - 1) % -1 }} {{ 7 // -2 }} {{ 7 % -2 }} "
+                   "{{ -7 // 2 }} {{ 9223372036854775806 + 1 }}"),
+            "0 -4 -1 -4 9223372036854775807");
+}
+
 TEST(JinjaLimits, SizeBudgets) {
   expect_error<InvalidArgument>("{{ 'x' * 1000000000 }}", "at most");
   expect_error<InvalidArgument>("{{ [1, 2] * 1000000000 }}", "at most");
