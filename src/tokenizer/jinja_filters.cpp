@@ -174,26 +174,43 @@ Value do_indent(const std::string& s, const CallArgs& args) {
 Value do_tojson(const Value& v, const CallArgs& args) {
   JsonDumpsOptions o;
   const Value indent = arg(args, 0, "indent", Value::none());
-  if (!indent.is_none() && !indent.is_undefined()) o.indent = static_cast<int>(to_int(indent));
+  if (!indent.is_none() && !indent.is_undefined()) {
+    // Wider indents only make gigabytes of spaces (10^9 hung building them).
+    constexpr int64_t kMaxIndent = 4096;
+    const int64_t width = to_int(indent);
+    if (width > kMaxIndent)
+      throw InvalidArgument("tojson(indent=" + std::to_string(width) + "): at most " +
+                            std::to_string(kMaxIndent));
+    o.indent = static_cast<int>(std::max<int64_t>(width, 0));  // Python: " " * -5 == ""
+  }
   o.ensure_ascii = arg(args, 100, "ensure_ascii", Value::boolean(false)).truthy();
   o.sort_keys = arg(args, 100, "sort_keys", Value::boolean(false)).truthy();
   if (args.kwarg("separators")) throw InvalidArgument("tojson(separators=...) is not supported");
   return Value::string(json_dumps(v.to_json(), o));
 }
 
+// Python int(d) for the int filter: NaN is a ValueError (Jinja returns the default), infinity
+// an OverflowError, and a finite float past int64 our integers' limit (the cast was undefined:
+// INT64_MIN came out).
+Value float_to_int(double d, const Value& dflt) {
+  if (std::isnan(d)) return dflt;
+  if (std::isinf(d)) throw InvalidArgument("cannot convert float infinity to integer");
+  if (!(d >= -0x1p63 && d < 0x1p63)) integer_overflow("int");
+  return Value::integer(static_cast<int64_t>(d));
+}
+
 Value do_int(const Value& v, const CallArgs& args) {
   const Value dflt = arg(args, 0, "default", Value::integer(0));
   if (v.is_int()) return v;
   if (v.is_bool()) return Value::integer(v.as_bool());
-  if (v.is_float()) return Value::integer(static_cast<int64_t>(v.as_double()));
+  if (v.is_float()) return float_to_int(v.as_double(), dflt);
   if (v.is_string()) {
     std::string s = py_strip(v.as_string(), Value(), true, true);
     char* end = nullptr;
     const long long i = std::strtoll(s.c_str(), &end, 10);
     if (!s.empty() && *end == '\0') return Value::integer(i);
     const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == '\0' && std::isfinite(d))
-      return Value::integer(static_cast<int64_t>(d));
+    if (!s.empty() && *end == '\0' && std::isfinite(d)) return float_to_int(d, dflt);
   }
   return dflt;
 }

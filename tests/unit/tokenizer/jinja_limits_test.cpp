@@ -146,6 +146,11 @@ TEST(JinjaLimits, SizeBudgets) {
   expect_error<InvalidArgument>("{{ ('a' * 10000000).replace('a', 'bbbbbbbbbb') }}", "at most");
   expect_error<InvalidArgument>("{{ (['a' * 1000] * 100000)|join('b') }}", "at most");
   expect_error<InvalidArgument>("{{ 'x'|indent(1000000000000) }}", "at most");
+  expect_error<InvalidArgument>("{{ [1, [2]]|tojson(indent=1000000000) }}", "at most 4096");
+  expect_error<InvalidArgument>("{{ 1e300|int }}", "integer overflow");
+  expect_error<InvalidArgument>("{{ (1e300 * 1e300)|int }}", "infinity");
+  EXPECT_EQ(render("{{ 3.9|int }} {{ -3.9|int }} {{ '2.5'|int }} {{ ('nan'|float)|int(7) }}"),
+            "3 -3 2 7");
   EXPECT_EQ(render("{{ 'a\nb'|indent(-3) }}|{{ 'a\nb'|indent(2) }}"), "a\nb|a\n  b");
   // Empty and non-positive repeats are empty, at once.
   EXPECT_EQ(render("[{{ '' * 1000000000000000000 }}][{{ 'ab' * -3 }}][{{ ([] * 1000000000)|length "
