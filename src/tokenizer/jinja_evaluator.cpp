@@ -124,6 +124,7 @@ class Evaluator {
   }
 
   void count_iteration() {
+    spend(1);
     if (++iterations_ > kMaxIterations)
       throw InvalidArgument("more than " + std::to_string(kMaxIterations) +
                             " loop iterations in one render");
@@ -356,6 +357,8 @@ class Evaluator {
 }  // namespace
 
 std::string render(const Body& body, const ValueDict& globals) {
+  // Under a second of work; real chat templates use well under 10^5 units.
+  const RenderBudget budget(20'000'000);
   auto root = std::make_shared<Scope>();
   root->vars = globals;
   auto top = std::make_shared<Scope>();

@@ -391,6 +391,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
     for (const auto& item : iterate(v)) {
       bool seen = false;
       for (const auto& o : out) {
+        spend(1);
         if (!cs && item.is_string() && o.is_string())
           seen = str_lower(item.as_string()) == str_lower(o.as_string());
         else

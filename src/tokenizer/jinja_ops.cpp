@@ -181,6 +181,7 @@ bool contains(const Value& haystack, const Value& needle) {
 }
 
 ValueList iterate(const Value& v) {
+  if (v.is_sequence_like()) spend(int64_t(v.as_list().size()));
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return {};

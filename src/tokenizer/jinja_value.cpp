@@ -10,7 +10,29 @@
 
 namespace serval::tokenizer::jinja {
 
+namespace {
+thread_local RenderBudget* current_budget = nullptr;
+}  // namespace
+
+RenderBudget::RenderBudget(int64_t units) : previous_(current_budget), left_(units) {
+  current_budget = this;
+}
+RenderBudget::~RenderBudget() {
+  current_budget = previous_;
+}
+
+void spend(int64_t units) {
+  RenderBudget* b = current_budget;
+  if (b == nullptr) return;
+  b->left_ -= units;
+  if (b->left_ < 0)
+    throw InvalidArgument(
+        "the template does too much work for one render (loops, or walks over very large "
+        "values)");
+}
+
 const Value* ValueDict::find(const std::string& key) const {
+  spend(1 + int64_t(items.size()) / 8);
   for (const auto& [k, v] : items)
     if (k == key) return &v;
   return nullptr;
@@ -242,6 +264,7 @@ std::string join_repr(const ValueList& items, const char* open, const char* clos
 }  // namespace
 
 std::string Value::repr() const {
+  spend(1);
   switch (kind_) {
     case Kind::kString:
       return python_string_repr(s_);
@@ -265,6 +288,7 @@ std::string Value::repr() const {
 }
 
 std::string Value::str() const {
+  spend(1);
   switch (kind_) {
     case Kind::kUndefined:
       return "";
@@ -319,6 +343,7 @@ std::string Value::type_name() const {
 }
 
 nlohmann::ordered_json Value::to_json() const {
+  spend(1);
   switch (kind_) {
     case Kind::kNone:
       return nullptr;
@@ -347,6 +372,7 @@ nlohmann::ordered_json Value::to_json() const {
 }
 
 bool values_equal(const Value& a, const Value& b) {
+  spend(1);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
     return (a.is_bool() ? a.as_bool() : a.as_int()) == (b.is_bool() ? b.as_bool() : b.as_int());
@@ -385,6 +411,7 @@ bool values_equal(const Value& a, const Value& b) {
 }
 
 bool values_less(const Value& a, const Value& b) {
+  spend(1);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() < b.as_double();
     return (a.is_bool() ? a.as_bool() : a.as_int()) < (b.is_bool() ? b.as_bool() : b.as_int());

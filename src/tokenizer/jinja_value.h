@@ -125,6 +125,25 @@ class Value {
   std::shared_ptr<const Function> fn_;
 };
 
+// The work budget of one render: loop iterations and the elements that walks visit (str, repr,
+// tojson, comparisons, iteration copies, dict lookups) each cost units. Values may share
+// sub-lists ([[0] * 10**5] * 10**5 is cheap to build), so sizes alone do not bound the work:
+// printing that list looped for minutes. A RenderBudget in scope (jinja::render makes one)
+// makes spend() throw InvalidArgument once `units` are used; without one spend() is free.
+class RenderBudget {
+ public:
+  explicit RenderBudget(int64_t units);
+  ~RenderBudget();
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+
+ private:
+  friend void spend(int64_t units);
+  RenderBudget* previous_;
+  int64_t left_;
+};
+void spend(int64_t units);
+
 // Python ==: numbers compare by value across int/float/bool, containers deeply.
 bool values_equal(const Value& a, const Value& b);
 // Python <: numbers, strings (code point order), lists/tuples lexicographically;

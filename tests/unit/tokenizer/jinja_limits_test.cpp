@@ -128,6 +128,19 @@ TEST(JinjaLimits, IntegerOverflowIsAnError) {
             "0 -4 -1 -4 9223372036854775807");
 }
 
+// Shared sub-lists make values whose walks are huge though cheap to build: printing, tojson,
+// unique or comparing them ran for minutes; the render's work budget stops them in < 1 s.
+TEST(JinjaLimits, WorkBudget) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* t : {"{{ ([[0] * 100000] * 100000)|tojson|length }}",
+                        "{{ ([[0] * 100000] * 100000)|string|length }}",
+                        "{{ ([[0] * 100000] * 100000)|unique|list|length }}",
+                        "{{ ([[0] * 100000] * 100000) == ([[0] * 100000] * 100000) }}"})
+    expect_error<InvalidArgument>(t, "too much work");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_EQ(render("{{ ([[0] * 1000] * 1000)|tojson|length }}"), "3002000");
+}
+
 TEST(JinjaLimits, SizeBudgets) {
   expect_error<InvalidArgument>("{{ 'x' * 1000000000 }}", "at most");
   expect_error<InvalidArgument>("{{ [1, 2] * 1000000000 }}", "at most");
