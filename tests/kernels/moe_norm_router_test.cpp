@@ -5,7 +5,7 @@
 // run on the host logits: ids and maps identical, weights within 1e-5). The test data is drawn
 // (fixed seeds, retried in a fixed sequence) so that no token has two of its top k + 1 logits
 // within 1e-3 of the logits' standard deviation: summation order cannot change the choice.
-// Also: back-to-back launches without a sync (the arrival counter resets), graph replays equal
+// Also: back-to-back launches without a sync (the arrival counters reset), graph replays equal
 // the eager run, and a DISABLED_ benchmark of fused vs unfused in a CUDA graph.
 #include "kernels/cuda/moe/moe_norm_router.h"
 
@@ -312,7 +312,7 @@ void run_case(const Shape& s) {
 TEST(MoeNormRouter, MatchesUnfused) {
   if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   for (int hidden : {2048, 4096})
-    for (int T : {1, 2, 3, 8}) {
+    for (int T : {1, 2, 3, 5, 8}) {
       run_case({T, 128, 8, hidden});  // Qwen3-30B-A3B
       run_case({T, 8, 2, hidden});    // Mixtral-like
     }
@@ -324,7 +324,8 @@ TEST(MoeNormRouter, OtherShapes) {
   run_case({4, 256, 8, 7168});          // 4 rows per CTA, 4 chunks per thread (3.5 in use)
   run_case({4, 64, 6, 1024});           // one row per CTA, half the threads idle in the norm
   run_case({3, 128, 8, 2048, 32, 64});  // expert-parallel slice [32, 96)
-  run_case({6, 160, 6, 5120});          // 640 vectors: 3 of 4 chunks per thread, 40 CTAs
+  run_case({6, 160, 6, 5120});          // 640 vectors: 3 of 4 chunks per thread, 40 CTAs a token
+  run_case({8, 256, 8, 7168});          // 4 rows per CTA, 512 CTAs (the grid bound is soft)
 }
 
 TEST(MoeNormRouter, Supported) {
@@ -349,7 +350,7 @@ TEST(MoeNormRouter, Supported) {
   EXPECT_FALSE(moe_norm_router_supported(params(0, 2048, 128)));  // no tokens
   EXPECT_FALSE(moe_norm_router_supported(params(1, 2052, 128)));  // hidden % 8
   EXPECT_FALSE(moe_norm_router_supported(params(1, 8200, 128)));  // hidden > 8192
-  EXPECT_FALSE(moe_norm_router_supported(params(8, 8192, 128)));  // 256 KB of shared memory
+  EXPECT_TRUE(moe_norm_router_supported(params(8, 8192, 128)));   // rows held in registers
   EXPECT_FALSE(moe_norm_router_supported(params(1, 2048, 512)));  // > 256 experts
   MoeNormRouterParams p = params(1, 2048, 128);
   p.h = buf + 1;  // misaligned
@@ -366,7 +367,7 @@ TEST(MoeNormRouter, Supported) {
 // at zero after each launch; the kernel is deterministic).
 TEST(MoeNormRouter, BackToBackAndGraphReplay) {
   if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  for (const Shape& s : {Shape{3, 128, 8, 2048}, Shape{8, 8, 2, 4096}}) {
+  for (const Shape& s : {Shape{3, 128, 8, 2048}, Shape{8, 8, 2, 4096}, Shape{8, 128, 8, 2048}}) {
     SCOPED_TRACE(::testing::Message() << "tokens " << s.tokens << ", E " << s.experts);
     const HostData d = make_data(s);
     Instance one(s, d);
@@ -415,8 +416,9 @@ TEST(MoeNormRouterBench, DISABLED_FusedVsUnfused) {
   backend::cuda::CublasLtGemm gemm;
   std::printf("µs per layer, %d layers in one CUDA graph (median of 30 replays)\n", kLaunches);
   std::printf("tokens    E  k hidden | unfused (norm + router + routing) | fused | saved\n");
-  for (const Shape& s : {Shape{1, 128, 8, 2048}, Shape{2, 128, 8, 2048}, Shape{8, 128, 8, 2048},
-                         Shape{1, 8, 2, 4096}, Shape{8, 8, 2, 4096}}) {
+  for (const Shape& s : {Shape{1, 128, 8, 2048}, Shape{2, 128, 8, 2048}, Shape{4, 128, 8, 2048},
+                         Shape{6, 128, 8, 2048}, Shape{8, 128, 8, 2048}, Shape{1, 8, 2, 4096},
+                         Shape{8, 8, 2, 4096}}) {
     const HostData d = make_data(s);
     Instance in(s, d);
     const MoeNormRouterParams& p = in.p;

@@ -584,14 +584,12 @@ class CudaBackend final : public Backend {
     p.routing.local_offset = w.local_offset;
     p.routing.num_local = w.num_local;
     auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };
-    // Fused up to 4 tokens: measured in the engine on the H200 (Qwen3-30B NVFP4, bench latency,
-    // 2 rounds): batch 3 TPOT 3.11 vs 3.21 ms unfused, batch 4 3.45 vs 3.51; at 8 tokens fused
-    // loses (5.17-5.19 vs 5.09: one CTA per 4 router rows reads every token's whole row, where the
-    // unfused router GEMM shares the rows across tokens).
-    constexpr int kFusedMaxTokens = 4;
-    const bool fuse = fuse_moe_norm_ && T <= kFusedMaxTokens && w.expert_backend == "latency" &&
-                      is_bf16(delta) && is_bf16(residual) && is_bf16(x) && is_bf16(norm_w) &&
-                      is_bf16(w.router) && delta.dim(-1) == H &&
+    // Fused up to kMoeNormRouterMaxTokens (8): one CTA per (token, router rows) measured faster
+    // than the unfused kernels at every size on the H200 (Qwen3-30B NVFP4, fp8 KV, 1024 context:
+    // b8 TPOT 4.76-4.81 vs 5.01 ms, b5 4.06-4.11 vs 4.34-4.38).
+    const bool fuse = fuse_moe_norm_ && T <= kc::kMoeNormRouterMaxTokens &&
+                      w.expert_backend == "latency" && is_bf16(delta) && is_bf16(residual) &&
+                      is_bf16(x) && is_bf16(norm_w) && is_bf16(w.router) && delta.dim(-1) == H &&
                       residual.numel() == delta.numel() && x.numel() == delta.numel() &&
                       norm_w.numel() == H && w.router.numel() == int64_t(E) * H &&
                       kc::moe_norm_router_supported(p);

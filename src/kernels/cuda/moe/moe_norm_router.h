@@ -44,10 +44,9 @@ struct MoeNormRouterParams {
 };
 
 // Whether the fused kernel takes these shapes: 1 ≤ T ≤ kMoeNormRouterMaxTokens,
-// hidden % 8 == 0 and ≤ 8192, 4·T·hidden bytes of shared memory ≤ 128 KB, E ≤ kMoeMaxExperts,
-// top_k ≤ kMoeMaxTopK, num_local ≤ kMoeMaxExperts, and h, residual, norm_weight, router, x
-// 16-byte aligned (the output pointers are not looked at: the backend asks before it allocates
-// them).
+// hidden % 8 == 0 and ≤ 8192, E ≤ kMoeMaxExperts, top_k ≤ kMoeMaxTopK, num_local ≤ kMoeMaxExperts,
+// and h, residual, norm_weight, router, x 16-byte aligned (the output pointers are not looked at:
+// the backend asks before it allocates them).
 bool moe_norm_router_supported(const MoeNormRouterParams& p);
 
 // Throws InvalidArgument unless moe_norm_router_supported, logits is set and moe_routing's own
