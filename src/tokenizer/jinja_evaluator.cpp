@@ -40,7 +40,7 @@ constexpr int64_t kMaxIterations = 1'000'000;  // for-loop iterations, all loops
 
 // out += text, within kMaxTextBytes for any one output buffer.
 void append(std::string& out, const std::string& text) {
-  check_size(out.size() + text.size(), kMaxTextBytes, "the rendered text");
+  check_text_size(out.size() + text.size(), "the rendered text");
   out += text;
 }
 

@@ -144,7 +144,7 @@ Value do_indent(const std::string& s, const CallArgs& args) {
   const Value w = arg(args, 0, "width", Value::integer(4));
   // Python: ' ' * width ('' for width ≤ 0).
   const int64_t width = w.is_string() ? 0 : std::max<int64_t>(to_int(w), 0);
-  check_size(size_t(width), kMaxTextBytes, "indent width");
+  check_text_size(size_t(width), "indent width");
   const std::string ind = w.is_string() ? w.as_string() : std::string(size_t(width), ' ');
   const bool first = arg(args, 1, "first", Value::boolean(false)).truthy();
   const bool blank = arg(args, 2, "blank", Value::boolean(false)).truthy();
@@ -300,7 +300,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
       if (!first) out += sep;
       first = false;
       out += (attr.is_string() ? attribute_path(item, attr.as_string()) : item).str();
-      check_size(out.size(), kMaxTextBytes, "join");
+      check_text_size(out.size(), "join");
     }
     return Value::string(out);
   }

@@ -155,7 +155,7 @@ Value string_method(const std::string& s, const std::string& name, const CallArg
       if (!first) out += s;
       first = false;
       out += need_string(v, "join");
-      check_size(out.size(), kMaxTextBytes, "join");
+      check_text_size(out.size(), "join");
     }
     return Value::string(out);
   }
@@ -233,7 +233,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
         ++done;
       }
       out += utf8_encode(c);
-      check_size(out.size(), kMaxTextBytes, "replace");
+      check_text_size(out.size(), "replace");
     }
     if (count < 0 || done < count) out += repl;
     return out;
@@ -246,7 +246,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     if (at == std::string::npos) break;
     out.append(s, start, at - start);
     out += repl;
-    check_size(out.size(), kMaxTextBytes, "replace");
+    check_text_size(out.size(), "replace");
     start = at + old.size();
     ++done;
   }

@@ -55,11 +55,22 @@ void integer_overflow(const std::string& op) {
   throw InvalidArgument("integer overflow in '" + op + "' (template integers are 64-bit)");
 }
 
-void check_size(size_t size, size_t limit, const std::string& what) {
+namespace {
+
+void check_size(size_t size, size_t limit, const char* unit, const std::string& what) {
   if (size > limit)
-    throw InvalidArgument(what + " would make " + std::to_string(size) +
-                          (limit == kMaxListItems ? " items" : " bytes") + " (at most " +
+    throw InvalidArgument(what + " would make " + std::to_string(size) + " " + unit + " (at most " +
                           std::to_string(limit) + ")");
+}
+
+}  // namespace
+
+void check_text_size(size_t bytes, const std::string& what) {
+  check_size(bytes, kMaxTextBytes, "bytes", what);
+}
+
+void check_list_size(size_t items, const std::string& what) {
+  check_size(items, kMaxListItems, "items", what);
 }
 
 Value arg(const CallArgs& args, size_t index, const char* name, Value fallback) {
@@ -72,7 +83,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") {
     std::string sa = a.str();
     const std::string sb = b.str();
-    check_size(sa.size() + sb.size(), kMaxTextBytes, "'~'");
+    check_text_size(sa.size() + sb.size(), "'~'");
     return Value::string(sa + sb);
   }
   const bool nums = a.is_number() && b.is_number();
@@ -85,11 +96,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     }
     if (nums) return Value::number(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) {
-      check_size(a.as_string().size() + b.as_string().size(), kMaxTextBytes, "'+'");
+      check_text_size(a.as_string().size() + b.as_string().size(), "'+'");
       return Value::string(a.as_string() + b.as_string());
     }
     if (a.is_sequence_like() && a.kind() == b.kind()) {
-      check_size(a.as_list().size() + b.as_list().size(), kMaxListItems, "'+'");
+      check_list_size(a.as_list().size() + b.as_list().size(), "'+'");
       ValueList out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return a.is_tuple() ? Value::tuple(out) : Value::list(out);

@@ -14,8 +14,10 @@ namespace serval::tokenizer::jinja {
 // allocation.
 inline constexpr size_t kMaxTextBytes = size_t(64) << 20;
 inline constexpr size_t kMaxListItems = size_t(1) << 20;
-// Throws InvalidArgument when `size` exceeds `limit`, naming `what` (e.g. "'~'").
-void check_size(size_t size, size_t limit, const std::string& what);
+// Throw InvalidArgument when a string of `bytes` (a list of `items`) would exceed kMaxTextBytes
+// (kMaxListItems), naming `what` (e.g. "'~'").
+void check_text_size(size_t bytes, const std::string& what);
+void check_list_size(size_t items, const std::string& what);
 
 // Integers are 64-bit (Python's are unbounded): a result past int64 is an error naming `op`,
 // never a wrap-around, a hang (** looped `exponent` times) or a SIGFPE (INT64_MIN // -1).
