@@ -165,8 +165,11 @@ Value do_indent(const std::string& s, const CallArgs& args) {
     for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
   } else {
     rv = lines.empty() ? "" : lines[0];
-    for (size_t i = 1; i < lines.size(); ++i)
-      rv += "\n" + (lines[i].empty() ? lines[i] : ind + lines[i]);
+    for (size_t i = 1; i < lines.size(); ++i) {
+      rv += '\n';
+      if (!lines[i].empty()) rv += ind;
+      rv += lines[i];
+    }
   }
   return Value::string(first ? ind + rv : rv);
 }

@@ -196,7 +196,7 @@ std::string python_float_repr(double value) {
     return sign + out;
   }
   std::string mant = digits.substr(0, 1);
-  if (digits.size() > 1) mant += "." + digits.substr(1);
+  if (digits.size() > 1) mant.append(".").append(digits, 1);
   char ebuf[16];
   std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
   return sign + mant + ebuf;
