@@ -177,22 +177,38 @@ bool ModelConfig::is_moe_layer(int i) const {
   return (i + 1) % decoder_sparse_step == 0;
 }
 
-int64_t ModelConfig::num_parameters() const {
-  const int64_t h = hidden_size, q_dim = int64_t(num_attention_heads) * head_dim,
-                kv_dim = int64_t(num_key_value_heads) * head_dim;
-  int64_t attn = h * q_dim + 2 * h * kv_dim + q_dim * h;  // q, k, v, o
-  if (attention_bias) attn += q_dim + 2 * kv_dim + h;
-  if (qk_norm) attn += 2 * int64_t(head_dim);
-  int64_t dense_mlp =
-      3 * h * intermediate_size + (mlp_bias ? 2 * int64_t(intermediate_size) + h : 0);
-  int64_t moe = int64_t(num_experts) * h                                          // router
-                + int64_t(num_experts) * 3 * h * int64_t(moe_intermediate_size);  // experts
-  int64_t total = int64_t(vocab_size) * h + h;  // embeddings, final norm
-  if (!tie_word_embeddings) total += int64_t(vocab_size) * h;
-  for (int i = 0; i < num_hidden_layers; ++i) {
-    total += attn + 2 * h + (is_moe_layer(i) ? moe : dense_mlp);
-  }
+namespace {
+
+// Parameters of the weights, exactly: every dimension is below 2^31 and the layer and expert
+// counts at most 2^16 (parse_model_config), so no product here comes near 2^127. (In int64 a
+// hostile config.json overflowed into a negative count, and the weight sizes derived from it.)
+__int128 parameter_count(const ModelConfig& c) {
+  using i128 = __int128;
+  const i128 h = c.hidden_size, q_dim = i128(c.num_attention_heads) * c.head_dim,
+             kv_dim = i128(c.num_key_value_heads) * c.head_dim;
+  i128 attn = h * q_dim + 2 * h * kv_dim + q_dim * h;  // q, k, v, o
+  if (c.attention_bias) attn += q_dim + 2 * kv_dim + h;
+  if (c.qk_norm) attn += 2 * i128(c.head_dim);
+  const i128 dense_mlp =
+      3 * h * c.intermediate_size + (c.mlp_bias ? 2 * i128(c.intermediate_size) + h : 0);
+  const i128 moe = i128(c.num_experts) * h                                         // router
+                   + i128(c.num_experts) * 3 * h * i128(c.moe_intermediate_size);  // experts
+  i128 total = i128(c.vocab_size) * h + h;  // embeddings, final norm
+  if (!c.tie_word_embeddings) total += i128(c.vocab_size) * h;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    total += attn + 2 * h + (c.is_moe_layer(i) ? moe : dense_mlp);
   return total;
+}
+
+// Far above any real model (the largest hold ~2·10^12 parameters), and low enough that every
+// size derived from the config (tensor elements, weight bytes at 4 bytes a parameter) fits int64.
+constexpr int64_t kMaxParameters = int64_t(1) << 46;
+
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const {
+  const __int128 n = parameter_count(*this);
+  return n > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max() : int64_t(n);
 }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& path) {
@@ -250,6 +266,15 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (!bos.empty()) c.bos_token_id = bos[0];
 
   parse_moe(r, d, c);
+  if (parameter_count(c) > kMaxParameters) {
+    const __int128 n = parameter_count(c);
+    throw LoadError(fmt::format(
+        "{}: these sizes (hidden_size {}, intermediate_size {}, num_hidden_layers {}, vocab_size "
+        "{}, {} heads of {}, {} experts of {}) make {:.3g} parameters, more than 2^46: not a model "
+        "serval can hold",
+        path, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size,
+        c.num_attention_heads, c.head_dim, c.num_experts, c.moe_intermediate_size, double(n)));
+  }
   return c;
 }
 

@@ -260,6 +260,11 @@ TEST(ModelConfig, ErrorsNameFileAndKey) {
   j = llama_json();
   j["vocab_size"] = 1e12;
   expect_bad(j, {"'vocab_size'"});
+  j = llama_json();  // every size in range, the product not: 2^61 parameters wrapped int64
+  j["hidden_size"] = 1 << 30;
+  j["intermediate_size"] = 1 << 30;
+  j["num_hidden_layers"] = 4096;
+  expect_bad(j, {"parameters", "more than 2^46", "hidden_size 1073741824"});
   j = llama_json();
   j["num_key_value_heads"] = 3;
   expect_bad(j, {"'num_key_value_heads'", "divide"});

@@ -8,14 +8,13 @@
 
 #include <algorithm>
 #include <fstream>
-#include <iterator>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
 #include "support/fuzz_budget.h"
+#include "support/json_mutator.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serval::tokenizer {
@@ -30,65 +29,6 @@ std::string read(const std::string& path) {
   return ss.str();
 }
 
-class Mutator {
- public:
-  explicit Mutator(uint32_t seed) : rng_(seed) {}
-  size_t pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
-
-  json value() {
-    switch (pick(10)) {
-      case 0:
-        return nullptr;
-      case 1:
-        return pick(2) == 1;
-      case 2:
-        return int64_t(pick(600)) - 50;
-      case 3:
-        return int64_t(1) << 40;
-      case 4:
-        return -1.5;
-      case 5:
-        return "";
-      case 6:
-        return std::vector<std::string>{"Ġ", "a", "<s>"}[pick(3)];
-      case 7:
-        return json::array();
-      case 8:
-        return json::object();
-      default:
-        return json::array({"a b", int64_t(pick(600))});
-    }
-  }
-
-  // Replaces (or removes) one node reached by a random walk from the root.
-  void mutate(json& root) {
-    json* node = &root;
-    for (int depth = 0; depth < 6; ++depth) {
-      if (!(node->is_object() || node->is_array()) || node->empty() || pick(3) == 0) break;
-      auto it = node->begin();
-      std::advance(it, pick(std::min<size_t>(node->size(), 64)));
-      json& child = *it;
-      if (!(child.is_object() || child.is_array()) || pick(4) == 0) {
-        if (node->is_object() && pick(5) == 0) {
-          node->erase(it);
-        } else {
-          child = value();
-        }
-        return;
-      }
-      node = &child;
-    }
-    if (node->is_object())
-      (*node)[std::vector<std::string>{"type", "vocab", "merges", "content", "id"}[pick(5)]] =
-          value();
-    else
-      *node = value();
-  }
-
- private:
-  std::mt19937 rng_;
-};
-
 TEST(TokenizerLoadFuzz, DamagedFilesLoadOrGiveAnError) {
   struct Source {
     json tok, cfg;
@@ -99,7 +39,8 @@ TEST(TokenizerLoadFuzz, DamagedFilesLoadOrGiveAnError) {
     sources.push_back({json::parse(read(dir + "/tokenizer.json")),
                        json::parse(read(dir + "/tokenizer_config.json"))});
   }
-  Mutator m(testing::fuzz_seed(31));
+  testing::JsonMutator m(testing::fuzz_seed(31), {"Ġ", "a", "<s>", "a b"},
+                         {"type", "vocab", "merges", "content", "id"});
   int loaded = 0;
   const int iterations = testing::fuzz_iterations(1500);
   for (int i = 0; i < iterations; ++i) {
