@@ -58,6 +58,7 @@ class EngineImpl final : public Engine {
           "async scheduling: outputs are delivered on their own thread while the next step is "
           "scheduled and run");
     }
+    update_stats();  // /metrics shows the KV cache's size before the first step
     thread_ = std::thread([this] { loop(); });
   }
 
