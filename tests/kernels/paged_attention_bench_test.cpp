@@ -104,5 +104,18 @@ TEST(CudaPagedAttentionBench, DISABLED_Qwen3ShapeFp8) {
   }
 }
 
+// Long contexts at small batch (the many-split regime, where each CTA's tile loop and the merge
+// of up to 64 partials set the time): graph-timed like a decode step under a 40960-token bound.
+TEST(CudaPagedAttentionBench, DISABLED_LongContext) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (DType t : {DType::kBF16, DType::kF8E4M3}) {
+    std::printf("-- %s KV cache\n", t == DType::kBF16 ? "bf16" : "e4m3");
+    bench("decode batch 1 ctx 8192", 1, 1, 8192, t, 40960);
+    bench("decode batch 1 ctx 16384", 1, 1, 16384, t, 40960);
+    bench("decode batch 1 ctx 32000", 1, 1, 32000, t, 40960);
+    bench("decode batch 4 ctx 32000", 4, 1, 32000, t, 40960);
+  }
+}
+
 }  // namespace
 }  // namespace serval::testing
