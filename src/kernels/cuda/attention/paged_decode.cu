@@ -25,6 +25,8 @@
 // register of an n-tile holding the even (or odd) dims of a 16-dim block. The accumulator
 // columns are therefore permuted, which the epilogue undoes (o_dim()).
 
+#include <cstdlib>
+
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/decode_merge.cuh"
@@ -230,32 +232,65 @@ __device__ __forceinline__ void prefetch_table_l1(const int32_t* table, int firs
 }
 
 // The merge without a second kernel (fused_merge): the last active split CTA of each (sequence,
-// head group) to finish combines the group's partials. Arrival counters live in device memory
-// that is zero at module load; that last CTA resets its counter, so they are zero again for the
-// next launch, which touches them only after pdl_wait (after this launch completed). Grids with
-// more (sequence, head group) pairs use merge_kernel.
+// head group) to finish combines the group's partials. Up to kFlatMergeMaxSplits active splits it
+// merges them all at once. With more, the merge is a two-level tree, so that no CTA reads more
+// than kMergeGroup partials (one L2 round trip of merge_rows' loads instead of up to eight): the
+// last CTA of each group of kMergeGroup consecutive splits merges the group into the group's first
+// slot, and the last of those group CTAs merges the group partials. Arrival counters live in
+// device memory that is zero at module load; each last CTA resets its counter, so they are zero
+// again for the next launch, which touches them only after pdl_wait (after this launch
+// completed). Grids with more (sequence, head group) pairs use merge_kernel.
 constexpr int kMaxMergeCounters = 8192;
+constexpr int kMergeGroup = attn::kMergeBatch;
+constexpr int kMergeGroups = kDecodeMaxSplits / kMergeGroup;
+constexpr int kFlatMergeMaxSplits = 2 * kMergeGroup;
 __device__ unsigned int g_decode_arrivals[kMaxMergeCounters];
+__device__ unsigned int g_decode_group_arrivals[kMaxMergeCounters * kMergeGroups];
 
-// Counts this CTA's arrival among the `active` splits; the last of its (sequence, head group)
-// merges. Called by all threads after the CTA's partials are written. scratch: shared memory of
-// kMergeScratchFloats floats, free from here on.
+// Counts this CTA's arrival among the `active` splits; the last arrivals merge (above). Called by
+// all threads after the CTA's partials are written. scratch: shared memory of kMergeScratchFloats
+// floats, free from here on.
 template <int D>
-__device__ __forceinline__ void arrive_and_merge(const float* o_part, const float* lse_part,
-                                                 __nv_bfloat16* out, int seq, int head0,
-                                                 int num_rows, int num_q_heads, int num_splits,
-                                                 int active, float v_scale, float* scratch) {
+__device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part, __nv_bfloat16* out,
+                                                 int seq, int head0, int num_rows, int num_q_heads,
+                                                 int num_splits, int active, float v_scale,
+                                                 float* scratch, int flat_max) {
   __shared__ bool last;
   const int counter = blockIdx.z * gridDim.y + blockIdx.y;
+  const bool tree = active > flat_max;
   __threadfence();  // this CTA's partials are visible before its arrival is counted
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(active - 1);
+  if (tree) {
+    const int group = blockIdx.x / kMergeGroup, first = group * kMergeGroup;
+    const int size = min(kMergeGroup, active - first);
+    if (size > 1) {
+      unsigned int* arrivals = &g_decode_group_arrivals[counter * kMergeGroups + group];
+      if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == unsigned(size - 1);
+      __syncthreads();
+      if (!last) return;
+      __threadfence();  // see the group's partials
+      if (threadIdx.x == 0) *arrivals = 0;
+      MergeOut group_out;
+      group_out.o_part = o_part;
+      group_out.lse_part = lse_part;
+      group_out.slot = first;
+      merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits,
+                              first, 1, size, scratch, group_out);
+      __threadfence();  // the group partial is visible before the group's arrival is counted
+      __syncthreads();  // (merge_rows' barriers ended every read of `last`)
+    }
+  }
+  const int expected = tree ? (active + kMergeGroup - 1) / kMergeGroup : active;
+  if (threadIdx.x == 0) last = atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(expected - 1);
   __syncthreads();
   if (!last) return;
-  __threadfence();  // see the other splits' partials
+  __threadfence();  // see the other partials
   if (threadIdx.x == 0) g_decode_arrivals[counter] = 0;
-  merge_rows<D, kThreads>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
-                          active, v_scale, scratch);
+  MergeOut final_out;
+  final_out.out = out;
+  final_out.v_scale = v_scale;
+  merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0,
+                          tree ? kMergeGroup : 1, expected, scratch, final_out);
 }
 
 template <int D, DType C>
@@ -267,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
                   int num_splits, int slots, bool fused_merge, float* __restrict__ o_part,
-                  float* __restrict__ lse_part) {
+                  float* __restrict__ lse_part, int flat_merge_max) {
   using S = DecodeShape<D, C>;
   constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -454,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   }
   if (!single && fused_merge)  // (its barriers also end every read of `so` before the merge)
     arrive_and_merge<D>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
-                        part.active, v_scale, reinterpret_cast<float*>(smem_raw));
+                        part.active, v_scale, reinterpret_cast<float*>(smem_raw), flat_merge_max);
 }
 
 // The merge for grids beyond kMaxMergeCounters (sequence, head group) pairs: one CTA of kThreads
@@ -478,8 +513,18 @@ __global__ void __launch_bounds__(kThreads)
       decode_partition(context_lens[seq], num_splits, num_rows, gridDim.x * gridDim.y, slots)
           .active;
   if (active <= 1) return;
-  merge_rows<D, kThreads>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
-                          active, v_scale, scratch);
+  MergeOut final_out;
+  final_out.out = out;
+  final_out.v_scale = v_scale;
+  merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0, 1,
+                          active, scratch, final_out);
+}
+
+// SERVAL_DECODE_FLAT_MERGE=1 (A/B experiment): every fused merge flat.
+int flat_merge_max() {
+  static const int v =
+      std::getenv("SERVAL_DECODE_FLAT_MERGE") ? kDecodeMaxSplits : kFlatMergeMaxSplits;
+  return v;
 }
 
 template <int D, DType C>
@@ -499,7 +544,7 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.context_lens, p.block_tables,
              p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads, p.scale * kLog2e,
-             p.v_scale, num_splits, slots, fused_merge, o_part, lse_part);
+             p.v_scale, num_splits, slots, fused_merge, o_part, lse_part, flat_merge_max());
   if (num_splits > 1 && !fused_merge) {
     launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
                stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
