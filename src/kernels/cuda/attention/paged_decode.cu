@@ -4,8 +4,9 @@
 // softmax state and are merged through shared memory at the end. A sequence uses the first
 // decode_partition(...).active splits of the grid (attention_launch.h); the others exit at once.
 // With one active split the CTA writes the output; with several each writes a normalized partial
-// (o, log2-sum-exp) and the last to finish merges them (decode_merge.cuh), or merge_kernel does
-// for very large grids. Both kernels are launched with programmatic dependent launch.
+// (o, log2-sum-exp) and the last to finish merges them (decode_merge.cuh; above 16 active splits
+// in two levels, groups of 8 then the groups: arrive_and_merge), or merge_kernel does for very
+// large grids. Both kernels are launched with programmatic dependent launch.
 //
 // Latency at small batch is a chain of dependent loads, so the kernel starts three independent
 // ones together right after pdl_wait(): the context length, q (row = sequence: decode has one
@@ -24,8 +25,6 @@
 // (2c, 2c+1) of dims (2g, 2g+1); one byte permute per dim makes an e4m3x2 key pair, i.e. a B
 // register of an n-tile holding the even (or odd) dims of a 16-dim block. The accumulator
 // columns are therefore permuted, which the epilogue undoes (o_dim()).
-
-#include <cstdlib>
 
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
@@ -254,10 +253,10 @@ template <int D>
 __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part, __nv_bfloat16* out,
                                                  int seq, int head0, int num_rows, int num_q_heads,
                                                  int num_splits, int active, float v_scale,
-                                                 float* scratch, int flat_max) {
+                                                 float* scratch) {
   __shared__ bool last;
   const int counter = blockIdx.z * gridDim.y + blockIdx.y;
-  const bool tree = active > flat_max;
+  const bool tree = active > kFlatMergeMaxSplits;
   __threadfence();  // this CTA's partials are visible before its arrival is counted
   __syncthreads();
   if (tree) {
@@ -302,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
                   int num_splits, int slots, bool fused_merge, float* __restrict__ o_part,
-                  float* __restrict__ lse_part, int flat_merge_max) {
+                  float* __restrict__ lse_part) {
   using S = DecodeShape<D, C>;
   constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -489,7 +488,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   }
   if (!single && fused_merge)  // (its barriers also end every read of `so` before the merge)
     arrive_and_merge<D>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
-                        part.active, v_scale, reinterpret_cast<float*>(smem_raw), flat_merge_max);
+                        part.active, v_scale, reinterpret_cast<float*>(smem_raw));
 }
 
 // The merge for grids beyond kMaxMergeCounters (sequence, head group) pairs: one CTA of kThreads
@@ -520,13 +519,6 @@ __global__ void __launch_bounds__(kThreads)
                           active, scratch, final_out);
 }
 
-// SERVAL_DECODE_FLAT_MERGE=1 (A/B experiment): every fused merge flat.
-int flat_merge_max() {
-  static const int v =
-      std::getenv("SERVAL_DECODE_FLAT_MERGE") ? kDecodeMaxSplits : kFlatMergeMaxSplits;
-  return v;
-}
-
 template <int D, DType C>
 void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
                    cudaStream_t stream) {
@@ -544,7 +536,7 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.context_lens, p.block_tables,
              p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads, p.scale * kLog2e,
-             p.v_scale, num_splits, slots, fused_merge, o_part, lse_part, flat_merge_max());
+             p.v_scale, num_splits, slots, fused_merge, o_part, lse_part);
   if (num_splits > 1 && !fused_merge) {
     launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
                stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
