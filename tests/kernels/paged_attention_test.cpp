@@ -56,6 +56,25 @@ TEST(CudaPagedAttention, DecodeExactBoundVScaleAndBigGroup) {
   EXPECT_LT(run_paged_case(bs32, 102), kTol) << "block_size 32";
 }
 
+// More than 16 active splits take the two-level merge (groups of 8 splits, then the groups). One
+// sequence with one q head per KV head under a 4096 bound gets 64 splits of one tile each, so a
+// context of T tiles has T active splits: 17 (groups 8, 8, 1), 37 (8, 8, 8, 8, 5), 62 (the last
+// group 6), 64 (eight full groups); 16 merges flat.
+TEST(CudaPagedAttention, DecodeTwoLevelMergeGroupSizes) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  ASSERT_EQ(kernels::cuda::paged_attention_num_splits(1, 2, 2, 4096), 64);
+  uint32_t seed = 120;
+  for (int d : {64, 128}) {
+    for (int ctx : {1088, 2363, 3950, 4096, 1024}) {
+      PagedCase c{{1}, {ctx}, 2, 2, d};
+      c.max_context_bound = 4096;
+      EXPECT_LT(run_paged_case(c, seed++), kTol) << "D=" << d << " ctx=" << ctx;
+      c.v_scale = 0.25f;
+      EXPECT_LT(run_paged_case(c, seed++), kTol) << "D=" << d << " ctx=" << ctx << " v_scale";
+    }
+  }
+}
+
 // Split counts from the wave model (paged_attention.cu): a loose bound on few sequences gives
 // many splits of uneven fill (on an H200 32 splits of 256 keys: all used for 8191 keys, 5 of 64
 // keys for 300, 1 for 64), and a full batch at an exact bound a single split streaming 8 tiles
@@ -165,7 +184,9 @@ TEST(CudaPagedAttention, DecodeGraphReplayEqualsEager) {
     for (const bf16& x : dev.out.download()) bits.push_back(x.bits);
     return bits;
   };
-  const std::vector<std::vector<int32_t>> steps = {{56, 300, 1024}, {1, 1024, 17}, {1024, 15, 512}};
+  // The last step's long contexts take the two-level merge (32, 19 and 17 active splits).
+  const std::vector<std::vector<int32_t>> steps = {
+      {56, 300, 1024}, {1, 1024, 17}, {1024, 15, 512}, {4096, 2363, 1088}};
   std::vector<std::vector<uint16_t>> eager;
   for (const auto& ctx : steps) {
     eager.push_back(run(ctx, nullptr));

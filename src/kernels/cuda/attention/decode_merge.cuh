@@ -17,26 +17,42 @@ namespace serval::kernels::cuda::attn {
 // L2 round trip.
 constexpr int kMergeBatch = 8;
 constexpr int kMergeItems = 2;
-// Shared memory of merge_rows: weights [16 rows][kDecodeMaxSplits] and row sums [16], fp32.
-constexpr int kMergeScratchFloats = 16 * kDecodeMaxSplits + 16;
+// Shared memory of merge_rows: weights [16 rows][kDecodeMaxSplits], row sums [16] and row maxima
+// [16], fp32.
+constexpr int kMergeScratchFloats = 16 * kDecodeMaxSplits + 32;
 
-// out[seq, head0 + r] = Σ_j 2^(lse_j − max) · o_j / Σ_j 2^(lse_j − max) · v_scale over the n
-// active splits j, for rows r < num_rows (≤ 16), by all kThreads threads of the CTA (contains
-// __syncthreads). Partial row (r, j) is (seq·Hq + head0 + r)·num_splits + j of o_part (D floats,
-// 16-byte aligned) and lse_part. The sums are a fixed tree over j (a pure function of the
-// partials): graph replays and eager runs agree bit for bit. The partials are read through L2
-// (ld.global.cg): other CTAs of the running grid wrote them.
+// Where merge_rows' result goes. out set: the bf16 output rows, times v_scale. Otherwise (the
+// first level of a two-level merge) a normalized fp32 partial and its log2-sum-exp, like a split's
+// own, in split slot `slot` of o_part / lse_part.
+struct MergeOut {
+  __nv_bfloat16* out = nullptr;
+  float v_scale = 1.0f;
+  float* o_part = nullptr;
+  float* lse_part = nullptr;
+  int slot = 0;
+};
+
+// Merges the normalized partials (o, log2-sum-exp) of n splits, partial j being split first +
+// j·stride, for rows r < num_rows (≤ 16) of (seq, head0 + r): o = Σ_j 2^(lse_j − max) · o_j /
+// Σ_j 2^(lse_j − max), lse = max + log2 Σ_j 2^(lse_j − max). By all kThreads threads of the CTA
+// (contains __syncthreads). Partial row (r, s) is (seq·Hq + head0 + r)·num_splits + s of o_part
+// (D floats, 16-byte aligned) and lse_part. The sums are a fixed tree over j (a pure function of
+// the partials): graph replays and eager runs agree bit for bit. The partials are read through L2
+// (ld.global.cg): other CTAs of the running grid wrote them. Writing a partial into one of the
+// merged slots is safe: each thread stores an item only after it has loaded all of that item's
+// partials, and the lse after the barrier that ends their loads.
 template <int D, int kThreads>
-__device__ __forceinline__ void merge_rows(const float* o_part, const float* lse_part,
-                                           __nv_bfloat16* out, int seq, int head0, int num_rows,
-                                           int num_q_heads, int num_splits, int n, float v_scale,
-                                           float* scratch) {
+__device__ __forceinline__ void merge_rows(const float* o_part, const float* lse_part, int seq,
+                                           int head0, int num_rows, int num_q_heads, int num_splits,
+                                           int first, int stride, int n, float* scratch,
+                                           const MergeOut& dst) {
   constexpr int kVec = D / 4;  // float4 per row
   constexpr int kWarps = kThreads / 32;
   constexpr int kRowsPerWarp = (16 + kWarps - 1) / kWarps;
   static_assert(kDecodeMaxSplits <= 64, "one warp holds a row's weights in two registers");
   float* weight = scratch;                         // [16][kDecodeMaxSplits]
   float* total = scratch + 16 * kDecodeMaxSplits;  // [16]
+  float* row_max = total + 16;                     // [16]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t row_base = (int64_t(seq) * num_q_heads + head0) * num_splits;
   const int items = num_rows * kVec;
@@ -48,10 +64,10 @@ __device__ __forceinline__ void merge_rows(const float* o_part, const float* lse
     for (int k = 0; k < kMergeItems; ++k) {
       const int i = i0 + k * kThreads + tid;
       const int r = i / kVec, v = i % kVec;
-      const int64_t at = (row_base + int64_t(r) * num_splits) * kVec + v;
+      const int64_t at = (row_base + int64_t(r) * num_splits + first) * kVec + v;
 #pragma unroll
       for (int b = 0; b < kMergeBatch; ++b)
-        part[k][b] = i < items && j0 + b < n ? __ldcg(o4 + at + int64_t(j0 + b) * kVec)
+        part[k][b] = i < items && j0 + b < n ? __ldcg(o4 + at + int64_t(j0 + b) * stride * kVec)
                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   };
@@ -65,8 +81,10 @@ __device__ __forceinline__ void merge_rows(const float* o_part, const float* lse
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int j = lane + 32 * h;
-      lse[q][h] = r < num_rows && j < n ? __ldcg(lse_part + row_base + int64_t(r) * num_splits + j)
-                                        : -INFINITY;
+      lse[q][h] =
+          r < num_rows && j < n
+              ? __ldcg(lse_part + row_base + int64_t(r) * num_splits + first + int64_t(j) * stride)
+              : -INFINITY;
     }
   }
 #pragma unroll
@@ -83,9 +101,15 @@ __device__ __forceinline__ void merge_rows(const float* o_part, const float* lse
       if (lane + 32 * h < n) weight[r * kDecodeMaxSplits + lane + 32 * h] = w[h];
     }
     const float sum = warp_sum(w[0] + w[1]);
-    if (lane == 0) total[r] = sum;
+    if (lane == 0) {
+      total[r] = sum;
+      row_max[r] = mx;
+    }
   }
-  __syncthreads();
+  __syncthreads();  // every lse is loaded: the first level may overwrite its slot's
+  if (dst.out == nullptr && tid < num_rows)
+    dst.lse_part[row_base + int64_t(tid) * num_splits + dst.slot] =
+        row_max[tid] + __log2f(total[tid]);
 
   for (int i0 = 0;;) {
     float4 acc[kMergeItems];
@@ -115,11 +139,17 @@ __device__ __forceinline__ void merge_rows(const float* o_part, const float* lse
       if (i < items) {
         const int r = i / kVec, v = i % kVec;
         const float sum = total[r];
-        // out rows are 4-byte aligned by contract: two bf16x2 stores.
-        auto* dst = reinterpret_cast<__nv_bfloat162*>(
-            out + (int64_t(seq) * num_q_heads + head0 + r) * D + 4 * v);
-        dst[0] = __floats2bfloat162_rn(acc[k].x / sum * v_scale, acc[k].y / sum * v_scale);
-        dst[1] = __floats2bfloat162_rn(acc[k].z / sum * v_scale, acc[k].w / sum * v_scale);
+        if (dst.out != nullptr) {
+          // out rows are 4-byte aligned by contract: two bf16x2 stores.
+          auto* o = reinterpret_cast<__nv_bfloat162*>(
+              dst.out + (int64_t(seq) * num_q_heads + head0 + r) * D + 4 * v);
+          o[0] = __floats2bfloat162_rn(acc[k].x / sum * dst.v_scale, acc[k].y / sum * dst.v_scale);
+          o[1] = __floats2bfloat162_rn(acc[k].z / sum * dst.v_scale, acc[k].w / sum * dst.v_scale);
+        } else {
+          reinterpret_cast<float4*>(
+              dst.o_part)[(row_base + int64_t(r) * num_splits + dst.slot) * kVec + v] =
+              make_float4(acc[k].x / sum, acc[k].y / sum, acc[k].z / sum, acc[k].w / sum);
+        }
       }
     }
     i0 += kMergeItems * kThreads;

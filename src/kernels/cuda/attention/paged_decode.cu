@@ -4,8 +4,9 @@
 // softmax state and are merged through shared memory at the end. A sequence uses the first
 // decode_partition(...).active splits of the grid (attention_launch.h); the others exit at once.
 // With one active split the CTA writes the output; with several each writes a normalized partial
-// (o, log2-sum-exp) and the last to finish merges them (decode_merge.cuh), or merge_kernel does
-// for very large grids. Both kernels are launched with programmatic dependent launch.
+// (o, log2-sum-exp) and the last to finish merges them (decode_merge.cuh; above 16 active splits
+// in two levels, groups of 8 then the groups: arrive_and_merge), or merge_kernel does for very
+// large grids. Both kernels are launched with programmatic dependent launch.
 //
 // Latency at small batch is a chain of dependent loads, so the kernel starts three independent
 // ones together right after pdl_wait(): the context length, q (row = sequence: decode has one
@@ -230,32 +231,65 @@ __device__ __forceinline__ void prefetch_table_l1(const int32_t* table, int firs
 }
 
 // The merge without a second kernel (fused_merge): the last active split CTA of each (sequence,
-// head group) to finish combines the group's partials. Arrival counters live in device memory
-// that is zero at module load; that last CTA resets its counter, so they are zero again for the
-// next launch, which touches them only after pdl_wait (after this launch completed). Grids with
-// more (sequence, head group) pairs use merge_kernel.
+// head group) to finish combines the group's partials. Up to kFlatMergeMaxSplits active splits it
+// merges them all at once. With more, the merge is a two-level tree, so that no CTA reads more
+// than kMergeGroup partials (one L2 round trip of merge_rows' loads instead of up to eight): the
+// last CTA of each group of kMergeGroup consecutive splits merges the group into the group's first
+// slot, and the last of those group CTAs merges the group partials. Arrival counters live in
+// device memory that is zero at module load; each last CTA resets its counter, so they are zero
+// again for the next launch, which touches them only after pdl_wait (after this launch
+// completed). Grids with more (sequence, head group) pairs use merge_kernel.
 constexpr int kMaxMergeCounters = 8192;
+constexpr int kMergeGroup = attn::kMergeBatch;
+constexpr int kMergeGroups = kDecodeMaxSplits / kMergeGroup;
+constexpr int kFlatMergeMaxSplits = 2 * kMergeGroup;
 __device__ unsigned int g_decode_arrivals[kMaxMergeCounters];
+__device__ unsigned int g_decode_group_arrivals[kMaxMergeCounters * kMergeGroups];
 
-// Counts this CTA's arrival among the `active` splits; the last of its (sequence, head group)
-// merges. Called by all threads after the CTA's partials are written. scratch: shared memory of
-// kMergeScratchFloats floats, free from here on.
+// Counts this CTA's arrival among the `active` splits; the last arrivals merge (above). Called by
+// all threads after the CTA's partials are written. scratch: shared memory of kMergeScratchFloats
+// floats, free from here on.
 template <int D>
-__device__ __forceinline__ void arrive_and_merge(const float* o_part, const float* lse_part,
-                                                 __nv_bfloat16* out, int seq, int head0,
-                                                 int num_rows, int num_q_heads, int num_splits,
-                                                 int active, float v_scale, float* scratch) {
+__device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part, __nv_bfloat16* out,
+                                                 int seq, int head0, int num_rows, int num_q_heads,
+                                                 int num_splits, int active, float v_scale,
+                                                 float* scratch) {
   __shared__ bool last;
   const int counter = blockIdx.z * gridDim.y + blockIdx.y;
+  const bool tree = active > kFlatMergeMaxSplits;
   __threadfence();  // this CTA's partials are visible before its arrival is counted
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(active - 1);
+  if (tree) {
+    const int group = blockIdx.x / kMergeGroup, first = group * kMergeGroup;
+    const int size = min(kMergeGroup, active - first);
+    if (size > 1) {
+      unsigned int* arrivals = &g_decode_group_arrivals[counter * kMergeGroups + group];
+      if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == unsigned(size - 1);
+      __syncthreads();
+      if (!last) return;
+      __threadfence();  // see the group's partials
+      if (threadIdx.x == 0) *arrivals = 0;
+      MergeOut group_out;
+      group_out.o_part = o_part;
+      group_out.lse_part = lse_part;
+      group_out.slot = first;
+      merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits,
+                              first, 1, size, scratch, group_out);
+      __threadfence();  // the group partial is visible before the group's arrival is counted
+      __syncthreads();  // (merge_rows' barriers ended every read of `last`)
+    }
+  }
+  const int expected = tree ? (active + kMergeGroup - 1) / kMergeGroup : active;
+  if (threadIdx.x == 0) last = atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(expected - 1);
   __syncthreads();
   if (!last) return;
-  __threadfence();  // see the other splits' partials
+  __threadfence();  // see the other partials
   if (threadIdx.x == 0) g_decode_arrivals[counter] = 0;
-  merge_rows<D, kThreads>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
-                          active, v_scale, scratch);
+  MergeOut final_out;
+  final_out.out = out;
+  final_out.v_scale = v_scale;
+  merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0,
+                          tree ? kMergeGroup : 1, expected, scratch, final_out);
 }
 
 template <int D, DType C>
@@ -478,8 +512,11 @@ __global__ void __launch_bounds__(kThreads)
       decode_partition(context_lens[seq], num_splits, num_rows, gridDim.x * gridDim.y, slots)
           .active;
   if (active <= 1) return;
-  merge_rows<D, kThreads>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
-                          active, v_scale, scratch);
+  MergeOut final_out;
+  final_out.out = out;
+  final_out.v_scale = v_scale;
+  merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0, 1,
+                          active, scratch, final_out);
 }
 
 template <int D, DType C>
