@@ -78,6 +78,9 @@ fi
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 commit=$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "commit $commit" | tee -a "$out/gpu.txt"
+# The commit above comes from git metadata that may predate the copied tree: the source digest
+# identifies the tree itself (run tools/source-hash.sh locally to match it).
+echo "source $(bash tools/source-hash.sh 2>/dev/null || echo unknown)" | tee -a "$out/gpu.txt"
 
 if [[ $quant_fixtures -eq 1 ]]; then
   python3 tools/make_quant_fixtures.py --fixtures tests/fixtures >"$out/quant-fixtures.log" 2>&1
