@@ -30,6 +30,13 @@ struct MergeOut {
   float* o_part = nullptr;
   float* lse_part = nullptr;
   int slot = 0;
+
+  __device__ static MergeOut to_output(__nv_bfloat16* out, float v_scale) {
+    return {out, v_scale, nullptr, nullptr, 0};
+  }
+  __device__ static MergeOut to_slot(float* o_part, float* lse_part, int slot) {
+    return {nullptr, 1.0f, o_part, lse_part, slot};
+  }
 };
 
 // Merges the normalized partials (o, log2-sum-exp) of n splits, partial j being split first +

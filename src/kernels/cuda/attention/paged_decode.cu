@@ -269,12 +269,8 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
       if (!last) return;
       __threadfence();  // see the group's partials
       if (threadIdx.x == 0) *arrivals = 0;
-      MergeOut group_out;
-      group_out.o_part = o_part;
-      group_out.lse_part = lse_part;
-      group_out.slot = first;
       merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits,
-                              first, 1, size, scratch, group_out);
+                              first, 1, size, scratch, MergeOut::to_slot(o_part, lse_part, first));
       __threadfence();  // the group partial is visible before the group's arrival is counted
       __syncthreads();  // (merge_rows' barriers ended every read of `last`)
     }
@@ -285,11 +281,9 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
   if (!last) return;
   __threadfence();  // see the other partials
   if (threadIdx.x == 0) g_decode_arrivals[counter] = 0;
-  MergeOut final_out;
-  final_out.out = out;
-  final_out.v_scale = v_scale;
   merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0,
-                          tree ? kMergeGroup : 1, expected, scratch, final_out);
+                          tree ? kMergeGroup : 1, expected, scratch,
+                          MergeOut::to_output(out, v_scale));
 }
 
 template <int D, DType C>
@@ -512,11 +506,8 @@ __global__ void __launch_bounds__(kThreads)
       decode_partition(context_lens[seq], num_splits, num_rows, gridDim.x * gridDim.y, slots)
           .active;
   if (active <= 1) return;
-  MergeOut final_out;
-  final_out.out = out;
-  final_out.v_scale = v_scale;
   merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0, 1,
-                          active, scratch, final_out);
+                          active, scratch, MergeOut::to_output(out, v_scale));
 }
 
 template <int D, DType C>
