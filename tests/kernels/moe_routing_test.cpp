@@ -1,7 +1,8 @@
 // GPU MoE routing vs kernels::cpu::route (ids exact, weights within 1e-5) and the tile maps
 // checked against their definition; the few-token kernel (≤ 8 tokens) also against its exact
 // row assignment (ranks in pair order). Every kernel path: few-token (1–8 tokens), top-k + maps
-// (> 8), and the fused single CTA of moe_routing_single_cta (any count ≤ 128).
+// (> 8) with either map builder (one CTA, or the multi-CTA kernels over chunks of pairs), and
+// the fused single CTA of moe_routing_single_cta (any count ≤ 128).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,11 +32,28 @@ struct Case {
 
 using Launch = void (*)(const MoeRoutingParams&, cudaStream_t);
 
-void run_case(const Case& c, Launch launch = moe_routing) {
+void routing_default(const MoeRoutingParams& p, cudaStream_t s) {
+  moe_routing(p, s);
+}
+void routing_single_cta_maps(const MoeRoutingParams& p, cudaStream_t s) {
+  moe_routing(p, s, MoeMapsKernel::kSingleCta);
+}
+void routing_chunked_maps(const MoeRoutingParams& p, cudaStream_t s) {
+  moe_routing(p, s, MoeMapsKernel::kChunked);
+}
+
+const char* launch_name(Launch launch) {
+  return launch == routing_default           ? ""
+         : launch == routing_single_cta_maps ? ", single-CTA maps"
+         : launch == routing_chunked_maps    ? ", multi-CTA maps"
+                                             : ", fused single-CTA kernel";
+}
+
+void run_case(const Case& c, Launch launch = routing_default) {
   SCOPED_TRACE(::testing::Message()
                << "tokens " << c.tokens << ", E " << c.experts << ", k " << c.top_k << ", method "
                << int(c.method) << ", local [" << c.local_offset << ", +" << c.num_local
-               << "), tile " << c.tile << (launch == moe_routing ? "" : ", single-CTA kernel"));
+               << "), tile " << c.tile << launch_name(launch));
   const int T = c.tokens, E = c.experts, k = c.top_k;
   const int num_local = c.num_local < 0 ? E : c.num_local;
   Rng rng(1000 + T * 7 + E + k + int(c.method));
@@ -65,10 +83,10 @@ void run_case(const Case& c, Launch launch = moe_routing) {
   const int max_tiles = moe_max_tiles(pairs, num_local, c.tile);
   DeviceBuffer d_logits(logits.size() * 4), d_bias(bias.size() * 4), d_ids(pairs * 4),
       d_w(pairs * 4), d_e2p(pairs * 4), d_p2t(size_t(max_tiles) * c.tile * 4),
-      d_te(max_tiles * 4 + 4), d_nt(4);
+      d_te(max_tiles * 4 + 4), d_nt(4), d_cc(size_t(kMoeMaxMapChunks) * std::max(num_local, 1) * 4);
   d_logits.upload(logits);
   d_bias.upload(bias);
-  for (DeviceBuffer* b : {&d_ids, &d_w, &d_e2p, &d_p2t, &d_te, &d_nt}) b->poison();
+  for (DeviceBuffer* b : {&d_ids, &d_w, &d_e2p, &d_p2t, &d_te, &d_nt, &d_cc}) b->poison();
 
   MoeRoutingParams p{};
   p.logits = d_logits.as<float>();
@@ -90,6 +108,7 @@ void run_case(const Case& c, Launch launch = moe_routing) {
   p.permuted_to_token = d_p2t.as<int32_t>();
   p.tile_expert = d_te.as<int32_t>();
   p.num_tiles = d_nt.as<int32_t>();
+  p.chunk_counts = d_cc.as<int32_t>();
   launch(p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
@@ -138,7 +157,7 @@ void run_case(const Case& c, Launch launch = moe_routing) {
     ASSERT_LE(used[r], 1) << "row " << r;
   }
   // The few-token kernel assigns each expert's rows in pair order.
-  if (launch == moe_routing && T <= 8) {
+  if (launch != moe_routing_single_cta && T <= 8) {
     std::vector<int> next(num_local, 0);
     for (int i = 0; i < pairs; ++i) {
       const int local = ref_ids[i] - c.local_offset;
@@ -225,6 +244,22 @@ TEST_F(MoeRoutingGpu, FewTokensTiesAndSlices) {
     run_case({T, 256, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, 256, 8});
     // Ties pick experts 0, 1: nothing in the slice, no tiles.
     run_case({T, 8, 2, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 4, 4, 8, true});
+  }
+}
+
+// Both map builders forced at every size above the few-token kernel (the default takes the
+// multi-CTA one from kMoeChunkedMapsMinTokens tokens): one chunk, several, the chunk cap with
+// longer chunks (9000 tokens), ties (every pair on experts 0..k−1), slices, grouped routing.
+TEST_F(MoeRoutingGpu, MapBuilders) {
+  for (Launch l : {routing_single_cta_maps, routing_chunked_maps}) {
+    for (int T : {9, 127, 128, 129, 1000, 8192, 9000})
+      run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 128}, l);
+    run_case({300, 128, 8, RoutingMethod::kSoftmaxTopK, true}, l);
+    run_case({2000, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 8, true}, l);
+    run_case({1000, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 64, 32, 16}, l);
+    run_case({1000, 256, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, 256, 64}, l);
+    run_case({1000, 8, 2, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 4, 4, 8, true}, l);
+    run_case({600, 256, 8, RoutingMethod::kSigmoidGroupedTopK, true, 8, 4, 2.5f}, l);
   }
 }
 

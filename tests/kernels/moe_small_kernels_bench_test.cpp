@@ -33,19 +33,20 @@ constexpr int kLaunches = 200, kRotate = 64;
 // Routing inputs and outputs of one token count, shaped as moe_forward_cuda's workspace.
 struct Routing {
   int tokens, max_tiles;
-  DeviceBuffer logits, ids, weights, e2p, p2t, tile_expert, num_tiles;
+  DeviceBuffer logits, ids, weights, e2p, p2t, tile_expert, num_tiles, chunk_counts;
   MoeRoutingParams p{};
 
-  explicit Routing(int T)
+  explicit Routing(int T, int tile = kTile)
       : tokens(T),
-        max_tiles(moe_max_tiles(T * kTopK, kExperts, kTile)),
+        max_tiles(moe_max_tiles(T * kTopK, kExperts, tile)),
         logits(size_t(T) * kExperts * 4),
         ids(size_t(T) * kTopK * 4),
         weights(size_t(T) * kTopK * 4),
         e2p(size_t(T) * kTopK * 4),
-        p2t(size_t(max_tiles) * kTile * 4),
+        p2t(size_t(max_tiles) * tile * 4),
         tile_expert(size_t(max_tiles) * 4),
-        num_tiles(4) {
+        num_tiles(4),
+        chunk_counts(size_t(kMoeMaxMapChunks) * kExperts * 4) {
     Rng rng(31 + T);
     std::vector<float> l(size_t(T) * kExperts);
     for (auto& v : l) v = 2.0f * rng.normal();
@@ -57,13 +58,14 @@ struct Routing {
     p.method = RoutingMethod::kSoftmaxTopK;
     p.renormalize = true;
     p.num_local = kExperts;
-    p.tile = kTile;
+    p.tile = tile;
     p.topk_ids = ids.as<int32_t>();
     p.topk_weights = weights.as<float>();
     p.expanded_to_permuted = e2p.as<int32_t>();
     p.permuted_to_token = p2t.as<int32_t>();
     p.tile_expert = tile_expert.as<int32_t>();
     p.num_tiles = num_tiles.as<int32_t>();
+    p.chunk_counts = chunk_counts.as<int32_t>();
   }
 };
 
@@ -126,6 +128,28 @@ TEST(MoeSmallKernelsBench, DISABLED_Latency) {
     const double floor_us = double(T) * kVocab * 4 / 4.3e12 * 1e6;
     std::printf("%6d | %11.2f %16.2f | %8.2f | %15.2f %5.2f | %16.2f %5.2f  (%.2f)\n", T, route_new,
                 route_old, fin, am_new, am_old, am_new_rot, am_old_rot, floor_us);
+  }
+}
+
+// The map builders above the few-token sizes (prefill and large decode batches): one 1024-thread
+// CTA vs the two multi-CTA kernels over chunks of pairs, top-k included, at the latency tile (8)
+// and the throughput tile (128).
+TEST(MoeSmallKernelsBench, DISABLED_RoutingMaps) {
+  if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  std::printf(
+      "µs per routing (top-k + maps), %d back to back in one CUDA graph\n"
+      "tokens | tile 8: one CTA  chunks | tile 128: one CTA  chunks\n",
+      kLaunches);
+  for (int T : {16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}) {
+    float us[2][2];
+    for (int i = 0; i < 2; ++i) {
+      Routing r(T, i == 0 ? 8 : 128);
+      us[i][0] = per_launch_us(
+          [&](int, cudaStream_t s) { moe_routing(r.p, s, MoeMapsKernel::kSingleCta); });
+      us[i][1] =
+          per_launch_us([&](int, cudaStream_t s) { moe_routing(r.p, s, MoeMapsKernel::kChunked); });
+    }
+    std::printf("%6d | %15.2f %6.2f | %17.2f %6.2f\n", T, us[0][0], us[0][1], us[1][0], us[1][1]);
   }
 }
 

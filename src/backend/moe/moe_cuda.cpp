@@ -27,7 +27,7 @@ size_t align256(size_t n) {
 
 // Byte offsets of the workspace pieces for `tokens` tokens and token tile `tile`.
 struct Layout {
-  size_t topk_ids, topk_weights, e2p, p2t, tile_expert, num_tiles, act, y, total;
+  size_t topk_ids, topk_weights, e2p, p2t, tile_expert, num_tiles, chunk_counts, act, y, total;
   int max_tiles, max_rows;
 };
 
@@ -48,6 +48,7 @@ Layout layout(int tokens, int top_k, int num_local, int hidden, int inter, int t
   l.p2t = take(size_t(l.max_rows) * 4);
   l.tile_expert = take(size_t(l.max_tiles) * 4);
   l.num_tiles = take(4);
+  l.chunk_counts = take(size_t(kc::kMoeMaxMapChunks) * num_local * 4);
   l.act = take(size_t(l.max_rows) * inter * 2);
   l.y = take(size_t(l.max_rows) * hidden * 2);
   l.total = off;
@@ -121,6 +122,7 @@ MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a) {
   v.permuted_to_token = reinterpret_cast<int32_t*>(base + l.p2t);
   v.tile_expert = reinterpret_cast<int32_t*>(base + l.tile_expert);
   v.num_tiles = reinterpret_cast<int32_t*>(base + l.num_tiles);
+  v.chunk_counts = reinterpret_cast<int32_t*>(base + l.chunk_counts);
   v.act = reinterpret_cast<bf16*>(base + l.act);
   v.y = reinterpret_cast<bf16*>(base + l.y);
   v.tile = tile;
@@ -203,6 +205,7 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   rp.permuted_to_token = ws.permuted_to_token;
   rp.tile_expert = ws.tile_expert;
   rp.num_tiles = ws.num_tiles;
+  rp.chunk_counts = ws.chunk_counts;
   const bool gemv = moe_runs_gemv(a);
   if (a.route_in_gemv && (a.routed || !gemv))
     throw InvalidArgument("moe_forward_cuda: routing in the expert GEMVs needs the GEMV path");

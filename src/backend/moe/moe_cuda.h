@@ -91,6 +91,7 @@ struct MoeWorkspaceView {
   int32_t* permuted_to_token;     // [max_rows]
   int32_t* tile_expert;           // [max_tiles]
   int32_t* num_tiles;             // [1]
+  int32_t* chunk_counts;          // [kMoeMaxMapChunks, num_local]: the map builder's scratch
   bf16* act;                      // [max_rows, inter]
   bf16* y;                        // [max_rows, hidden]
   int tile, max_tiles, max_rows;

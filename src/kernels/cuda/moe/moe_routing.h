@@ -14,6 +14,9 @@ namespace serval::kernels::cuda {
 inline constexpr int kMoeMaxExperts = 256;
 // Largest top_k.
 inline constexpr int kMoeMaxTopK = 32;
+// Most chunks (CTAs) of the multi-CTA map builder; MoeRoutingParams::chunk_counts holds
+// kMoeMaxMapChunks · num_local ints.
+inline constexpr int kMoeMaxMapChunks = 64;
 
 // Worst-case number of token tiles: Σ_e ceil(count_e / tile) ≤ pairs / tile + min(E_local, pairs).
 inline int moe_max_tiles(int num_pairs, int num_local, int tile) {
@@ -42,11 +45,25 @@ struct MoeRoutingParams {
   int32_t* permuted_to_token;     // [moe_max_tiles · tile]; −1 for padding rows (valid tiles)
   int32_t* tile_expert;           // [moe_max_tiles]: local expert of each valid tile
   int32_t* num_tiles;             // [1]: tiles in use; GEMM CTAs at or past it exit
+
+  // Scratch of the multi-CTA map builder: [kMoeMaxMapChunks, num_local] per-chunk expert counts.
+  // Null: the single-CTA map kernel at every size.
+  int32_t* chunk_counts = nullptr;
 };
 
+// Which kernels build the maps above the few-token sizes: kAuto picks the multi-CTA builder
+// (kChunked) from kMoeChunkedMapsMinTokens tokens when chunk_counts is given, else one
+// 1024-thread CTA (kSingleCta). Tests and benchmarks force either. Top-k + maps on the H200
+// (Qwen3: 128 experts, top-8; MoeSmallKernelsBench.DISABLED_RoutingMaps), one CTA / chunked:
+// 256 tokens 7.5 / 8.4 µs, 512 10.3 / 7.8, 1024 15.7 / 7.2, 8192 108.6 / 18.5.
+enum class MoeMapsKernel { kAuto, kSingleCta, kChunked };
+inline constexpr int kMoeChunkedMapsMinTokens = 512;
+
 // Up to 8 tokens one 256-thread CTA (maps built in shared memory, ranks in pair order), above that
-// a top-k kernel (a warp per token) and a single-CTA map kernel.
-void moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
+// a top-k kernel (a warp per token) and the map kernels `maps` picks. Throws InvalidArgument for
+// kChunked without chunk_counts.
+void moe_routing(const MoeRoutingParams& p, cudaStream_t stream,
+                 MoeMapsKernel maps = MoeMapsKernel::kAuto);
 
 // Throws InvalidArgument unless moe_routing takes p's sizes and routing method (pointers are
 // not checked).
