@@ -86,6 +86,9 @@ TEST(CudaPagedPrefill, Fp8CachesEveryPacking) {
     PagedCase bs32{{70, 5}, {70, 500}, 8, 2, 128, t};
     bs32.block_size = 32;
     EXPECT_LT(run_paged_case(bs32, seed++), kTol) << "block_size 32";
+    PagedCase bs24{{300, 5}, {300, 700}, 8, 2, 128, t};  // the copies' division path
+    bs24.block_size = 24;
+    EXPECT_LT(run_paged_case(bs24, seed++), kTol) << "block_size 24";
   }
 }
 
