@@ -91,8 +91,9 @@ inline dim3 prefill_grid(const PagedAttentionParams& p, int log_hpc, int cta_row
 // Any query lengths (prefill, chunked prefill, mixed batches).
 void paged_attention_prefill(const PagedAttentionParams& p, cudaStream_t stream);
 
-// The wgmma prefill (paged_prefill_wgmma.cu) when it takes these parameters (bf16 cache,
-// head_dim 128, SERVAL_PREFILL_MMA_SYNC unset): launches it and returns true; false otherwise.
+// The wgmma prefill (paged_prefill_wgmma.cu) when it takes these parameters (head_dim 128; a bf16
+// cache with v_scale 1, or an fp8 cache; SERVAL_PREFILL_MMA_SYNC unset): launches it and returns
+// true; false otherwise.
 bool paged_attention_prefill_wgmma(const PagedAttentionParams& p, cudaStream_t stream);
 
 }  // namespace serval::kernels::cuda

@@ -1,6 +1,6 @@
 // Causal paged attention over a bf16 or fp8 (e4m3, e5m2) KV cache: a split-KV decode path and a
-// flash-attention prefill path (tensor cores, mma.sync m16n8k16), chosen on the host from
-// max_query_len.
+// flash-attention prefill path (tensor cores: wgmma at head_dim 128, mma.sync m16n8k16 otherwise),
+// chosen on the host from max_query_len.
 #pragma once
 #include <cuda_runtime_api.h>
 

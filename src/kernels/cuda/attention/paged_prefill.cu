@@ -1,5 +1,6 @@
 // Flash-attention prefill over the paged cache (FlashAttention-2 style, mma.sync m16n8k16, fp32
-// accumulators).
+// accumulators), for every case the wgmma kernel (paged_prefill_wgmma.cu: head_dim 128) does not
+// take.
 //
 // Work split: a CTA of 8 warps owns 128 (query row, q head) pairs of one sequence: hpc q heads of
 // one KV head (hpc = the largest power of two ≤ 8 dividing the GQA group) × 128 / hpc consecutive
