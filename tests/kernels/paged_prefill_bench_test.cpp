@@ -1,9 +1,8 @@
 // DISABLED_ benchmark of the prefill attention path (paged_attention_prefill: the wgmma kernel at
 // this head_dim) at the Qwen3-30B-A3B shape (Hq 32, Hkv 4, D 128): full prompts, several prompts,
 // and chunked prefill over a prefix, on bf16 and fp8 e4m3 caches. Figures are causal FLOPs / time
-// against the 761 TFLOP/s bf16 rate. Run on the GPU with: kernels_gpu
-// --gtest_also_run_disabled_tests
-//   --gtest_filter='CudaPagedPrefillBench.*'
+// against the 761 TFLOP/s bf16 rate. Run on the GPU with:
+//   kernels_gpu --gtest_also_run_disabled_tests --gtest_filter='CudaPagedPrefillBench.*'
 #include <gtest/gtest.h>
 
 #include <cmath>
