@@ -105,6 +105,19 @@ __device__ __forceinline__ void fp8x4_to_f16x4(uint32_t w, uint32_t& lo, uint32_
   }
 }
 
+// Eight fp8 values at `src` (shared memory, 8-byte aligned) stored as eight f16 at shared address
+// `dst` (16-byte aligned): one 8-byte load, one 16-byte store. Exact.
+template <DType C>
+__device__ __forceinline__ void fp8x8_to_f16_shared(uint32_t dst, const unsigned char* src) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(src);
+  uint32_t h0, h1, h2, h3;
+  fp8x4_to_f16x4<C>(raw.x, h0, h1);
+  fp8x4_to_f16x4<C>(raw.y, h2, h3);
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(h0), "r"(h1), "r"(h2),
+               "r"(h3)
+               : "memory");
+}
+
 // A fragments of 16 query rows (bf16 in global memory, re-encoded as f16 when kF16); a null row
 // pointer gives a zero row.
 template <int D, bool kF16>

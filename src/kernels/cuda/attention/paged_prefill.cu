@@ -99,16 +99,9 @@ __device__ __forceinline__ void convert_tile(uint16_t* dk, uint16_t* dv, const u
     const int u = int(threadIdx.x) + it * kThreads;
     const int r = u / (D / 8), col = (u % (D / 8)) * 8;
 #pragma unroll
-    for (int kv = 0; kv < 2; ++kv) {
-      const uint2 raw = *reinterpret_cast<const uint2*>((kv ? sv8 : sk8) + r * D + col);
-      uint32_t h0, h1, h2, h3;
-      fp8x4_to_f16x4<C>(raw.x, h0, h1);
-      fp8x4_to_f16x4<C>(raw.y, h2, h3);
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                       smem_addr((kv ? dv : dk) + r * kStride + col)),
-                   "r"(h0), "r"(h1), "r"(h2), "r"(h3)
-                   : "memory");
-    }
+    for (int kv = 0; kv < 2; ++kv)
+      fp8x8_to_f16_shared<C>(smem_addr((kv ? dv : dk) + r * kStride + col),
+                             (kv ? sv8 : sk8) + r * D + col);
   }
 }
 

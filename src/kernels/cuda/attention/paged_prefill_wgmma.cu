@@ -138,15 +138,8 @@ __device__ __forceinline__ void convert_fp8_tile(unsigned char* dst, const unsig
   const unsigned char* from = src + r0 * 128 + c * 8;
   const uint32_t to = smem_addr(dst) + wgmma::sw128_offset(r0, c, kKeys);
 #pragma unroll
-  for (int i = 0; i < kKeys / kRowStep; ++i) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(from + i * kRowStep * 128);
-    uint32_t h0, h1, h2, h3;
-    fp8x4_to_f16x4<C>(raw.x, h0, h1);
-    fp8x4_to_f16x4<C>(raw.y, h2, h3);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(to + i * kRowStep * 128),
-                 "r"(h0), "r"(h1), "r"(h2), "r"(h3)
-                 : "memory");
-  }
+  for (int i = 0; i < kKeys / kRowStep; ++i)
+    fp8x8_to_f16_shared<C>(to + i * kRowStep * 128, from + i * kRowStep * 128);
 }
 
 // q, out: [num_tokens, num_q_heads, 128] bf16; caches of element type C. scale_log2 = scale ·
