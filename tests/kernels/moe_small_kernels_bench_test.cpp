@@ -1,7 +1,8 @@
 // DISABLED_ benchmark of the small per-layer kernels of a decode step at 1 to 256 tokens
 // (Qwen3-30B-A3B: 128 experts, top-8, hidden 2048, vocab 151936): MoE routing (few-token kernel
 // or the multi-CTA top-k + maps vs the fused 1024-thread CTA up to 128 tokens), MoE finalize, and
-// argmax (split over CTAs vs one CTA per row). Each figure: 200 launches back to back (PDL-chained)
+// argmax (split over CTAs vs one CTA per row); and (DISABLED_RoutingMaps) the two map builders of
+// larger steps, 16 to 8192 tokens. Each figure: 200 launches back to back (PDL-chained)
 // in one CUDA graph, µs per launch, median of 30 replays. "warm": the same input every launch
 // (L2-resident); argmax "rotating": 64 different logit buffers in turn (39 MB at 1 row, 311 MB at
 // 8: mostly from DRAM). Run: kernels_gpu --gtest_also_run_disabled_tests

@@ -7,8 +7,9 @@
 // positions from 16·(w / hpc). Here the 8 warps form two warpgroups of 64 rows each: a warpgroup
 // computes S = Q·Kᵀ as one m64n128 tile (8 wgmma k-steps, Q from registers, K from shared memory)
 // and O += P·V as one m64n128 tile (8 k-steps, P from registers, V from shared memory MN-major).
-// Both warpgroups share every K/V tile (128 keys); one barrier per tile. The wgmma read tiles in
-// the 128-byte swizzled layout of wgmma.cuh: K and V alike, [2 dim chunks][128 keys][64 dims].
+// Both warpgroups share every K/V tile (128 keys); one barrier per tile (fp8: two). The wgmma
+// read tiles in the 128-byte swizzled layout of wgmma.cuh: K and V alike,
+// [2 dim chunks][128 keys][64 dims].
 //   - bf16 caches: cp.async copies straight into that layout, a ring of kStages tiles, the page
 //     table looked up per key row.
 //   - fp8 caches: cp.async stages the tile dense (128 bytes a key row, two stages); after a
