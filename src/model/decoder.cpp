@@ -125,6 +125,9 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     for (int64_t i = 0; i < T; ++i) host.as<int32_t>()[i] = int32_t(meta.dp_row_offset + i);
     dp_rows = b_.upload(host);
   }
+  // True when the last block already ran the add + norm in front of the next one (fused into
+  // its own last kernel): residual holds the sum and x the next block's input; delta is spent.
+  bool x_ready = false;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& layer = layers_[i];
     // Everything a layer allocates is dead once it has written `delta` and `residual`.
@@ -132,7 +135,10 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     // With a complete delta, the add + norm in front of q/k/v and of a dense MLP's gate/up go into
     // the block, which the backend may fuse into the GEMM (the sum then lands in x: the two
     // tensors swap roles).
-    if (i > 0 && !delta_partial) {
+    if (x_ready) {
+      layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
+      x_ready = false;
+    } else if (i > 0 && !delta_partial) {
       if (layer.attn->forward_add_norm({delta, residual, layer.input_norm, c_.rms_norm_eps, x},
                                        meta, inv_freq_, kv_cache[i], delta))
         std::swap(residual, x);
@@ -160,10 +166,15 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     } else if (layer.moe) {
       // Post-attention norm and MoE block in one backend op (the CUDA backend fuses the norm,
       // the router and the routing for a few tokens), so the o_proj sum is all-reduced alone.
+      // With a complete output, the add + norm in front of the next block (or the final norm)
+      // may go into the block's last kernel.
       if (delta_partial) shard_.comm->all_reduce_sum(delta);
-      layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm, c_.rms_norm_eps, x,
-                                  delta);
       delta_partial = shard_.moe_all_reduce();
+      const Tensor* next_norm = nullptr;
+      if (!delta_partial)
+        next_norm = i + 1 < layers_.size() ? &layers_[i + 1].input_norm : &final_norm_;
+      x_ready = layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm,
+                                            c_.rms_norm_eps, x, delta, next_norm);
     } else {
       if (!delta_partial) {
         if (layer.mlp->forward_add_norm(
@@ -177,7 +188,7 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     }
     b_.step_release(mark);
   }
-  add_norm(final_norm_);
+  if (!x_ready) add_norm(final_norm_);
   Tensor last = b_.empty(act, {meta.num_logits, H});
   b_.gather_rows(x, meta.logits_indices, last);
   Tensor logits = b_.empty(DType::kF32, {meta.num_logits, c_.vocab_size});

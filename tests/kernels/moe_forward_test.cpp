@@ -15,6 +15,7 @@
 #include "backend/moe/moe_cuda.h"
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_routing.h"
+#include "kernels/cuda/norm_rope/rms_norm.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_bench_util.h"
@@ -280,6 +281,71 @@ TEST_F(MoeForwardGpu, FinalizeBitExact) {
   check_finalize(4, 12, 1024);  // a second group of choices, partly filled
   check_finalize(2, 32, 2048);  // four full groups
   check_finalize(17, 2, 8);     // one chunk per token
+}
+
+// moe_finalize with the next add + RMSNorm fused in vs moe_finalize then rms_norm with a residual
+// on the same random inputs: the updated residual and the normed rows bit-identical (the fused
+// kernel repeats rms_norm's arithmetic in its CTA shape). About one choice in five is −1.
+void check_finalize_norm(int T, int k, int hidden) {
+  SCOPED_TRACE(::testing::Message()
+               << "finalize + norm, tokens " << T << ", top_k " << k << ", hidden " << hidden);
+  Rng rng(uint64_t(T) * 7919 + k * 131 + hidden);
+  const int rows = T * k + 3;
+  const size_t n = size_t(T) * hidden;
+  const std::vector<bf16> y = mu::random_bf16(size_t(rows) * hidden, 2.0f, rng);
+  const std::vector<bf16> residual = mu::random_bf16(n, 4.0f, rng);
+  const std::vector<bf16> weight = mu::random_bf16(size_t(hidden), 1.5f, rng);
+  std::vector<int32_t> e2p(size_t(T) * k);
+  std::vector<float> w(e2p.size());
+  for (size_t i = 0; i < e2p.size(); ++i) {
+    e2p[i] = rng.next() % 5 == 0 ? -1 : int32_t(rng.next() % uint32_t(rows));
+    w[i] = rng.uniform();
+  }
+  constexpr float kEps = 1e-6f;
+  DeviceBuffer d_y(y), d_e2p(e2p), d_w(w), d_weight(weight);
+  // Reference: finalize into out, then rms_norm(out, residual) into x.
+  DeviceBuffer d_out(n * 2), d_res_ref(residual), d_x_ref(n * 2);
+  d_out.poison();
+  d_x_ref.poison();
+  kernels::cuda::moe_finalize(
+      {d_y.as<bf16>(), d_e2p.as<int32_t>(), d_w.as<float>(), d_out.as<bf16>(), T, k, hidden},
+      nullptr);
+  kernels::cuda::rms_norm({d_out.as<bf16>(), d_res_ref.as<bf16>(), d_weight.as<bf16>(),
+                           d_x_ref.as<bf16>(), T, hidden, kEps},
+                          nullptr);
+  // Fused: out must stay untouched.
+  DeviceBuffer d_out2(n * 2), d_res(residual), d_x(n * 2);
+  d_out2.poison();
+  d_x.poison();
+  kernels::cuda::MoeFinalizeParams p{
+      d_y.as<bf16>(), d_e2p.as<int32_t>(), d_w.as<float>(), d_out2.as<bf16>(), T, k, hidden};
+  p.residual = d_res.as<bf16>();
+  p.norm_weight = d_weight.as<bf16>();
+  p.norm_out = d_x.as<bf16>();
+  p.eps = kEps;
+  kernels::cuda::moe_finalize(p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(d_res.download<uint16_t>(n), d_res_ref.download<uint16_t>(n)) << "residual";
+  EXPECT_EQ(d_x.download<uint16_t>(n), d_x_ref.download<uint16_t>(n)) << "normed rows";
+  const auto untouched = d_out2.download<uint16_t>(n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(untouched[i], 0xFFFFu) << "out written at " << i;
+}
+
+TEST_F(MoeForwardGpu, FinalizeNormEqualsFinalizeThenRmsNorm) {
+  for (int T : {1, 3, 8, 40}) check_finalize_norm(T, 8, 2048);  // Qwen3-30B-A3B: 256 threads
+  check_finalize_norm(2, 8, 4096);                              // two chunks per thread
+  check_finalize_norm(3, 8, 7168);   // DeepSeek-V3 width: up to four chunks, the last partial
+  check_finalize_norm(5, 12, 520);   // 65 chunks → 96 threads; a second group of choices
+  check_finalize_norm(4, 1, 64);     // one warp, one choice
+  check_finalize_norm(2, 32, 1024);  // four full groups
+}
+
+TEST_F(MoeForwardGpu, FinalizeNormRejectsWideRows) {
+  DeviceBuffer d(size_t(64));
+  kernels::cuda::MoeFinalizeParams p{nullptr, nullptr, nullptr, nullptr, 1, 8, 8192 + 8};
+  p.residual = p.norm_out = d.as<bf16>();
+  p.norm_weight = d.as<bf16>();
+  EXPECT_THROW(kernels::cuda::moe_finalize(p, nullptr), InvalidArgument);
 }
 
 // One Qwen3-30B-A3B layer with bf16 experts (moe_bench_util.h).

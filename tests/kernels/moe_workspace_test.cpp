@@ -63,9 +63,10 @@ void check_layout(int max_tokens, int tokens, int num_local, MoeCudaBackend back
     EXPECT_EQ(p.begin % 256, 0u) << p.name;
     EXPECT_GE(p.begin, base) << p.name;
     EXPECT_LE(p.begin + p.bytes, base + bytes) << p.name << " ends past the workspace";
-    if (i + 1 < pieces.size())
+    if (i + 1 < pieces.size()) {
       EXPECT_LE(p.begin + p.bytes, pieces[i + 1].begin)
           << p.name << " overlaps " << pieces[i + 1].name;
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // call into the driver).
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -30,6 +31,7 @@
 #include "kernels/cuda/init/dummy_init.h"
 #include "kernels/cuda/misc/elementwise.h"
 #include "kernels/cuda/misc/timeline_probe.h"
+#include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_norm_router.h"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
@@ -549,23 +551,16 @@ class CudaBackend final : public Backend {
     cuda::pad_bf16_experts(*this, w, stream_);
   }
 
-  void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override {
-    cuda::OpScope scope(profiler_, "moe", stream_, capturing_);
-    expect(x, DType::kBF16, "moe input");
-    const int T = int(x.dim(0));
-    Tensor router_logits = empty(DType::kF32, {T, w.num_experts});
-    linear(x, w.router, nullptr, router_logits);
-    cuda::MoeCall c = cuda::make_moe_call(*this, x, w, out, router_logits);
-    cuda::pad_moe_input(x, c, stream_);
-    moe::moe_forward_cuda(c.args, stream_);
-    cuda::unpad_moe_output(c, out, stream_);
-  }
+  void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override { run_moe(x, w, out, {}); }
 
   // A few tokens on the latency experts: one kernel for the residual add, the norm, the router
   // GEMV and the routing (kernels/cuda/moe/moe_norm_router.h), then the expert stages with the
-  // routing done. Everything else (and SERVAL_NO_FUSED_MOE_NORM=1): rms_norm, then moe.
-  void add_rms_norm_moe(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
-                        Tensor& x, const MoeWeights& w, Tensor& out) override {
+  // routing done. Everything else (and SERVAL_NO_FUSED_MOE_NORM=1): rms_norm, then the block.
+  // Either way the next add + norm goes into the block's finalize where it ends with one.
+  bool add_rms_norm_moe(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
+                        Tensor& x, const MoeWeights& w, Tensor& out,
+                        const Tensor* next_norm) override {
+    const NextNorm next{next_norm, &residual, &x, eps};
     namespace kc = kernels::cuda;
     const int T = int(delta.dim(0)), H = w.hidden, E = w.num_experts;
     kc::MoeNormRouterParams p{};
@@ -594,8 +589,8 @@ class CudaBackend final : public Backend {
                       norm_w.numel() == H && w.router.numel() == int64_t(E) * H &&
                       kc::moe_norm_router_supported(p);
     if (!fuse) {
-      Backend::add_rms_norm_moe(delta, residual, norm_w, eps, x, w, out);
-      return;
+      rms_norm(delta, &residual, norm_w, eps, x);
+      return run_moe(x, w, out, next);
     }
     cuda::OpScope scope(profiler_, "add_rms_norm_moe", stream_, capturing_);
     Tensor router_logits = empty(DType::kF32, {T, E});
@@ -621,8 +616,10 @@ class CudaBackend final : public Backend {
     cuda::pad_moe_input(x, c, stream_);
     c.args.routed = !route_in_gemv;
     c.args.route_in_gemv = route_in_gemv;
-    moe::moe_forward_cuda(c.args, stream_);
+    set_next_norm(c, out, next);
+    if (moe::moe_forward_cuda(c.args, stream_)) return true;
     cuda::unpad_moe_output(c, out, stream_);
+    return false;
   }
 
   void argmax(const Tensor& logits, Tensor& out) override {
@@ -641,6 +638,54 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The add + RMSNorm after an MoE block (Backend::add_rms_norm_moe's next_norm): the norm weight
+  // (null: none), the residual it adds the block's output to, its output x, and eps.
+  struct NextNorm {
+    const Tensor* weight;
+    Tensor* residual;
+    Tensor* x;
+    float eps;
+  };
+
+  // The router GEMM and the expert stages on x; with next.weight set, the add + norm after the
+  // block fused into its finalize where it can (returns true: x then holds the next block's
+  // input and out is not written).
+  bool run_moe(const Tensor& x, const MoeWeights& w, Tensor& out, const NextNorm& next) {
+    cuda::OpScope scope(profiler_, "moe", stream_, capturing_);
+    expect(x, DType::kBF16, "moe input");
+    const int T = int(x.dim(0));
+    Tensor router_logits = empty(DType::kF32, {T, w.num_experts});
+    linear(x, w.router, nullptr, router_logits);
+    cuda::MoeCall c = cuda::make_moe_call(*this, x, w, out, router_logits);
+    cuda::pad_moe_input(x, c, stream_);
+    set_next_norm(c, out, next);
+    if (moe::moe_forward_cuda(c.args, stream_)) return true;
+    cuda::unpad_moe_output(c, out, stream_);
+    return false;
+  }
+
+  // Points c's finalize at the next add + norm (residual += out, x = rms_norm(residual) ·
+  // next.weight), unless SERVAL_NO_FUSED_MOE_FINALIZE_NORM=1, the output is padded or the shapes
+  // or dtypes do not fit the fused kernel. x (the experts' input) is free again by the finalize.
+  void set_next_norm(cuda::MoeCall& c, const Tensor& out, const NextNorm& next) const {
+    if (!fuse_moe_finalize_norm_ || next.weight == nullptr || c.outp.data != nullptr) return;
+    const Tensor& nw = *next.weight;
+    Tensor &residual = *next.residual, &x = *next.x;
+    const int64_t H = out.dim(-1);
+    auto fits = [&](const Tensor& t, int64_t numel) {
+      return t.dtype == DType::kBF16 && t.numel() == numel &&
+             reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+    };
+    if (H > kernels::cuda::kMoeFinalizeNormMaxHidden || H != c.args.hidden ||
+        !fits(out, out.numel()) || !fits(residual, out.numel()) || !fits(x, out.numel()) ||
+        !fits(nw, H))
+      return;
+    c.args.next_residual = bf_mut(residual);
+    c.args.next_norm_weight = bf(nw);
+    c.args.next_x = bf_mut(x);
+    c.args.next_eps = next.eps;
+  }
+
   // The residual add + RMSNorm fused into the decode GEMV (quant_gemv's GemvNorm): launches it
   // and returns true, or returns false (nothing launched) where it does not apply. Every CTA
   // normalizes the rows itself, so there is no rms_norm kernel and no normed rows; the sum goes
@@ -771,6 +816,9 @@ class CudaBackend final : public Backend {
   // Fused residual add + norm + router + routing before the MoE experts (add_rms_norm_moe);
   // SERVAL_NO_FUSED_MOE_NORM=1 turns it off (for side-by-side timing).
   const bool fuse_moe_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_NORM") == nullptr;
+  // SERVAL_NO_FUSED_MOE_FINALIZE_NORM=1: the add + RMSNorm after an MoE block as its own rms_norm
+  // kernel instead of inside the block's finalize (A/B and bisection).
+  const bool fuse_moe_finalize_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_FINALIZE_NORM") == nullptr;
   // SERVAL_NO_FUSED_NORM_GEMV=1: the add + RMSNorm before a quantized projection as its own
   // rms_norm kernel (A/B and bisection).
   const bool fuse_norm_gemv_ = std::getenv("SERVAL_NO_FUSED_NORM_GEMV") == nullptr;

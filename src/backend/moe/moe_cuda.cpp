@@ -174,8 +174,8 @@ MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspace
   return {g1, g2};
 }
 
-void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
-  if (a.num_tokens <= 0) return;
+bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
+  if (a.num_tokens <= 0) return false;
   if (a.hidden % 128 != 0 || a.inter % 64 != 0 || a.hidden <= 0 || a.inter <= 0)
     throw InvalidArgument(
         "moe_forward_cuda: hidden must be a multiple of 128 and inter of 64 "
@@ -224,7 +224,7 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
          a.down_q.scales, a.down_q.global_scales, ws.topk_ids, ws.topk_weights, ws.act, a.out,
          a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
         stream, a.route_in_gemv ? &routing : nullptr);
-    return;
+    return false;
   }
 
   const MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
@@ -233,9 +233,14 @@ void moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   kc::moe_grouped_gemm(g.gemm2, stream);
   kc::timeline_mark("moe gemm2", stream);
 
-  kc::moe_finalize(
-      {ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k, a.hidden},
-      stream);
+  kc::MoeFinalizeParams fin{
+      ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k, a.hidden};
+  fin.residual = a.next_residual;
+  fin.norm_weight = a.next_norm_weight;
+  fin.norm_out = a.next_x;
+  fin.eps = a.next_eps;
+  kc::moe_finalize(fin, stream);
+  return a.next_residual != nullptr;
 }
 
 void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Backend& backend,

@@ -228,9 +228,9 @@ void MoeBlock::forward(const Tensor& x, Tensor& out) {
   b_.moe(x, w_, out);
 }
 
-void MoeBlock::forward_add_norm(const Tensor& delta, Tensor& residual, const Tensor& norm_w,
-                                float eps, Tensor& x, Tensor& out) {
-  b_.add_rms_norm_moe(delta, residual, norm_w, eps, x, w_, out);
+bool MoeBlock::forward_add_norm(const Tensor& delta, Tensor& residual, const Tensor& norm_w,
+                                float eps, Tensor& x, Tensor& out, const Tensor* next_norm) {
+  return b_.add_rms_norm_moe(delta, residual, norm_w, eps, x, w_, out, next_norm);
 }
 
 }  // namespace serval::model

@@ -93,9 +93,11 @@ class MoeBlock {
            const std::optional<dist::MoeShard>& shard = std::nullopt);
   void forward(const Tensor& x, Tensor& out);
   // With the norm before the block (Backend::add_rms_norm_moe): residual += delta,
-  // x = rms_norm(residual) · norm_w, out = the block on x. out may alias delta.
-  void forward_add_norm(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
-                        Tensor& x, Tensor& out);
+  // x = rms_norm(residual) · norm_w, out = the block on x. out may alias delta. With next_norm
+  // (the next block's norm weight, same eps) the backend may also add out to residual and
+  // normalize it into x: it returns true then, and out was not written.
+  bool forward_add_norm(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
+                        Tensor& x, Tensor& out, const Tensor* next_norm = nullptr);
 
  private:
   backend::Backend& b_;

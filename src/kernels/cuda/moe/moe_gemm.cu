@@ -316,60 +316,6 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
       }
 }
 
-// Finalize: out[t, :] = Σ_j w[t, j] · Y[e2p[t·k + j], :] in fp32, j = 0 … top_k − 1 in order,
-// skipping −1 rows. Grid (tokens, column slices): each thread owns one 16-byte chunk (8 columns)
-// of one token, so a decode token is spread over hidden / (8 · kFinalizeThreads) CTAs. The
-// choices are taken kFinalizeGroup at a time: all their row indices and weights are loaded
-// first, then all their Y chunks, so a group costs two dependent memory round trips instead of
-// one per choice. Accumulation stays in choice order (same fp32 sums as one load at a time).
-constexpr int kFinalizeThreads = 64;
-constexpr int kFinalizeGroup = 8;
-
-__global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(MoeFinalizeParams p) {
-  pdl_wait();  // y comes from GEMM2, the maps from routing
-  const int t = blockIdx.x;
-  const __nv_bfloat16* Y = reinterpret_cast<const __nv_bfloat16*>(p.y);
-  const int chunks = p.hidden / 8;
-  const int32_t* e2p = p.expanded_to_permuted + size_t(t) * p.top_k;
-  const float* weights = p.topk_weights + size_t(t) * p.top_k;
-  for (int c = blockIdx.y * kFinalizeThreads + threadIdx.x; c < chunks;
-       c += gridDim.y * kFinalizeThreads) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j0 = 0; j0 < p.top_k; j0 += kFinalizeGroup) {
-      int row[kFinalizeGroup];
-      float w[kFinalizeGroup];
-#pragma unroll
-      for (int u = 0; u < kFinalizeGroup; ++u) {
-        const bool in = j0 + u < p.top_k;
-        row[u] = in ? e2p[j0 + u] : -1;
-        w[u] = in ? weights[j0 + u] : 0.0f;
-      }
-      uint4 v[kFinalizeGroup];
-#pragma unroll
-      for (int u = 0; u < kFinalizeGroup; ++u)
-        v[u] = row[u] >= 0 ? *reinterpret_cast<const uint4*>(Y + size_t(row[u]) * p.hidden + c * 8)
-                           : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int u = 0; u < kFinalizeGroup; ++u) {
-        if (row[u] < 0) continue;
-        const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&v[u]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(h2[i]);
-          acc[2 * i] += w[u] * f.x;
-          acc[2 * i + 1] += w[u] * f.y;
-        }
-      }
-    }
-    uint4 o;
-    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o2[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    *reinterpret_cast<uint4*>(reinterpret_cast<__nv_bfloat16*>(p.out) + size_t(t) * p.hidden +
-                              c * 8) = o;
-  }
-}
-
 template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4>
 void launch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
@@ -454,15 +400,6 @@ void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   } else {
     dispatch<false>(p, stream);
   }
-}
-
-void moe_finalize(const MoeFinalizeParams& p, cudaStream_t stream) {
-  if (p.hidden % 8 != 0) throw InvalidArgument("moe_finalize: hidden % 8 != 0");
-  if (p.num_tokens <= 0 || p.hidden <= 0) return;
-  const int chunks = p.hidden / 8;
-  const int slices = (chunks + kFinalizeThreads - 1) / kFinalizeThreads;
-  launch_pdl("moe_finalize", finalize_kernel, dim3(unsigned(p.num_tokens), unsigned(slices)),
-             dim3(kFinalizeThreads), 0, stream, p);
 }
 
 }  // namespace serval::kernels::cuda
