@@ -297,16 +297,19 @@ class Backend {
   // rms_norm with a residual), then out = moe(x, w). x is left holding the experts' input.
   // out may alias delta. The default runs the two ops; a backend may fuse the norm, the router
   // linear and the routing (the CUDA backend does for a few tokens).
-  // With next_norm, a backend may also run the add + norm that follows the block, as rms_norm
-  // (out, &residual, *next_norm, eps, x) would, and return true: then residual holds the sum, x
-  // the next block's input, and out was not written. Returns false when it did not (the default).
+  // With next_norm, a backend may also run the add + norm that follows the block, as
+  // rms_norm(out, &residual, *next_norm, eps, x) does, and return true: then residual holds the
+  // sum and x the next block's input (out may or may not have been written). Returns false when
+  // it did not. The default runs that norm itself (so every backend takes the caller's path for
+  // it; the CUDA backend fuses it into the MoE finalize).
   virtual bool add_rms_norm_moe(const Tensor& delta, Tensor& residual, const Tensor& norm_w,
                                 float eps, Tensor& x, const MoeWeights& w, Tensor& out,
                                 const Tensor* next_norm) {
-    (void)next_norm;
     rms_norm(delta, &residual, norm_w, eps, x);
     moe(x, w, out);
-    return false;
+    if (next_norm == nullptr) return false;
+    rms_norm(out, &residual, *next_norm, eps, x);
+    return true;
   }
   // out[r] = argmax over logits[r, :] (ties: lowest index); logits [R, V] f32, out [R] i32.
   virtual void argmax(const Tensor& logits, Tensor& out) = 0;
