@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "server/api_error.h"
 #include "tokenizer/chat_template.h"
@@ -338,12 +339,14 @@ int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_mod
                                             max_model_len, prompt_len));
   const int64_t max_tokens =
       req.max_tokens.value_or(req.kind == ApiKind::kChat ? max_model_len - prompt_len : 16);
-  if (prompt_len + max_tokens > max_model_len)
-    throw bad_request(
-        param, fmt::format("This model's maximum context length is {} tokens. "
-                           "However, you requested {} tokens ({} in the prompt, {} "
-                           "for the completion). Please reduce the prompt or {}.",
-                           max_model_len, prompt_len + max_tokens, prompt_len, max_tokens, param));
+  // Compared as the room left (prompt + max_tokens overflows int64 for a max_tokens near 2^63);
+  // the total in the message is exact in uint64 (both terms are in [0, 2^63)).
+  if (max_tokens > max_model_len - prompt_len)
+    throw bad_request(param, fmt::format("This model's maximum context length is {} tokens. "
+                                         "However, you requested {} tokens ({} in the prompt, {} "
+                                         "for the completion). Please reduce the prompt or {}.",
+                                         max_model_len, uint64_t(prompt_len) + uint64_t(max_tokens),
+                                         prompt_len, max_tokens, param));
   if (req.sampling.min_tokens > max_tokens)
     throw bad_request("min_tokens", fmt::format("min_tokens ({}) must be <= {} ({})",
                                                 req.sampling.min_tokens, param, max_tokens));

@@ -3,6 +3,8 @@
 // return_tokens_as_token_ids is accepted.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "server/api_error.h"
 #include "server/request_parser.h"
 #include "server_test_support.h"
@@ -58,6 +60,19 @@ TEST_F(RequestParserTest, ContextLengthErrorNamesTheRequestedNumbers) {
   GenerationRequest ok = parse_completion_request(
       Json{{"prompt", Json::array({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})}, {"max_tokens", 54}}, ctx_);
   EXPECT_EQ(resolve_max_tokens(ok, 10, 64), 54);
+}
+
+TEST_F(RequestParserTest, ContextLengthErrorForTheLargestMaxTokens) {
+  // INT64_MAX: the check must not overflow (found by the request fuzzer under UBSan), and the
+  // message gives the exact total.
+  ApiError e = resolve_error(Json{{"prompt", Json::array({1, 2, 3})}, {"max_tokens", INT64_MAX}},
+                             ApiKind::kCompletion);
+  EXPECT_EQ(e.status(), 400);
+  EXPECT_EQ(e.param(), "max_tokens");
+  EXPECT_NE(std::string(e.what()).find("requested 9223372036854775810 tokens (3 in the prompt, "
+                                       "9223372036854775807 for the completion)"),
+            std::string::npos)
+      << e.what();
 }
 
 TEST_F(RequestParserTest, MinTokensIsCheckedAgainstTheResolvedMaxTokens) {
