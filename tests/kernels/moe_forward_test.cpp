@@ -319,10 +319,7 @@ void check_finalize_norm(int T, int k, int hidden) {
   d_x.poison();
   kernels::cuda::MoeFinalizeParams p{
       d_y.as<bf16>(), d_e2p.as<int32_t>(), d_w.as<float>(), d_out2.as<bf16>(), T, k, hidden};
-  p.residual = d_res.as<bf16>();
-  p.norm_weight = d_weight.as<bf16>();
-  p.norm_out = d_x.as<bf16>();
-  p.eps = kEps;
+  p.next = {d_res.as<bf16>(), d_weight.as<bf16>(), d_x.as<bf16>(), kEps};
   kernels::cuda::moe_finalize(p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(d_res.download<uint16_t>(n), d_res_ref.download<uint16_t>(n)) << "residual";
@@ -343,8 +340,7 @@ TEST_F(MoeForwardGpu, FinalizeNormEqualsFinalizeThenRmsNorm) {
 TEST_F(MoeForwardGpu, FinalizeNormRejectsWideRows) {
   DeviceBuffer d(size_t(64));
   kernels::cuda::MoeFinalizeParams p{nullptr, nullptr, nullptr, nullptr, 1, 8, 8192 + 8};
-  p.residual = p.norm_out = d.as<bf16>();
-  p.norm_weight = d.as<bf16>();
+  p.next = {d.as<bf16>(), d.as<bf16>(), d.as<bf16>(), 0.0f};
   EXPECT_THROW(kernels::cuda::moe_finalize(p, nullptr), InvalidArgument);
 }
 

@@ -680,10 +680,7 @@ class CudaBackend final : public Backend {
         !fits(out, out.numel()) || !fits(residual, out.numel()) || !fits(x, out.numel()) ||
         !fits(nw, H))
       return;
-    c.args.next_residual = bf_mut(residual);
-    c.args.next_norm_weight = bf(nw);
-    c.args.next_x = bf_mut(x);
-    c.args.next_eps = next.eps;
+    c.args.next_norm = {bf_mut(residual), bf(nw), bf_mut(x), next.eps};
   }
 
   // The residual add + RMSNorm fused into the decode GEMV (quant_gemv's GemvNorm): launches it

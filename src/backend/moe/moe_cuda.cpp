@@ -233,14 +233,10 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   kc::moe_grouped_gemm(g.gemm2, stream);
   kc::timeline_mark("moe gemm2", stream);
 
-  kc::MoeFinalizeParams fin{
-      ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k, a.hidden};
-  fin.residual = a.next_residual;
-  fin.norm_weight = a.next_norm_weight;
-  fin.norm_out = a.next_x;
-  fin.eps = a.next_eps;
-  kc::moe_finalize(fin, stream);
-  return a.next_residual != nullptr;
+  kc::moe_finalize({ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k,
+                    a.hidden, a.next_norm},
+                   stream);
+  return a.next_norm.residual != nullptr;
 }
 
 void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Backend& backend,

@@ -67,14 +67,10 @@ struct MoeCudaArgs {
   // True (with routed false): an earlier kernel wrote router_logits but no routing, and the
   // NVFP4 expert GEMVs route per CTA from them (moe_runs_gemv must hold); no routing kernel runs.
   bool route_in_gemv = false;
-  // Set: the residual add + RMSNorm after the block fused into its finalize where the call ends
-  // with one (kernels::cuda::MoeFinalizeParams): next_residual += the output, next_x =
-  // rms_norm(next_residual) · next_norm_weight, and `out` is not written. [num_tokens, hidden]
-  // each; hidden ≤ kMoeFinalizeNormMaxHidden. moe_forward_cuda reports whether it did.
-  bf16* next_residual = nullptr;
-  const bf16* next_norm_weight = nullptr;
-  bf16* next_x = nullptr;
-  float next_eps = 0.0f;
+  // Set (residual non-null): the residual add + RMSNorm after the block, fused into its finalize
+  // where the call ends with one (kernels::cuda::MoeNextNorm); `out` is then not written.
+  // moe_forward_cuda reports whether it did.
+  kernels::cuda::MoeNextNorm next_norm;
 };
 
 // Token tile of the latency backend: nextPow2(ceil(tokens·top_k / num_local)) in [8, 64].
@@ -115,7 +111,7 @@ struct MoeGroupedGemms {
 MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspaceView& ws);
 
 // Enqueues the whole layer on `stream`. Returns true when it also ran the next add + norm
-// (a.next_residual set and the layer ended with the finalize kernel; `out` then unwritten), false
+// (a.next_norm set and the layer ended with the finalize kernel; `out` then unwritten), false
 // when it wrote `out` only. Throws InvalidArgument for unsupported shapes (hidden % 128, inter %
 // 64, num_experts ≤ 256, top_k ≤ 32) or a too-small workspace.
 bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream);

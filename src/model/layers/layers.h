@@ -94,10 +94,10 @@ class MoeBlock {
   void forward(const Tensor& x, Tensor& out);
   // With the norm before the block (Backend::add_rms_norm_moe): residual += delta,
   // x = rms_norm(residual) · norm_w, out = the block on x. out may alias delta. With next_norm
-  // (the next block's norm weight, same eps) the backend may also add out to residual and
-  // normalize it into x: it returns true then, and out was not written.
+  // (the next block's norm weight, same eps; or null) the backend may also add out to residual
+  // and normalize it into x: it returns true then, and out is not to be read.
   bool forward_add_norm(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
-                        Tensor& x, Tensor& out, const Tensor* next_norm = nullptr);
+                        Tensor& x, Tensor& out, const Tensor* next_norm);
 
  private:
   backend::Backend& b_;

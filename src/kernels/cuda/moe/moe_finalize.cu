@@ -92,9 +92,9 @@ template <int V>
 __global__ void __launch_bounds__(kRmsNormMaxThreads) finalize_norm_kernel(MoeFinalizeParams p) {
   __shared__ float scratch[32];
   const int t = blockIdx.x, num_vecs = p.hidden / 8;
-  const __nv_bfloat16* norm_weight = reinterpret_cast<const __nv_bfloat16*>(p.norm_weight);
-  __nv_bfloat16* residual = reinterpret_cast<__nv_bfloat16*>(p.residual);
-  __nv_bfloat16* norm_out = reinterpret_cast<__nv_bfloat16*>(p.norm_out);
+  const __nv_bfloat16* norm_weight = reinterpret_cast<const __nv_bfloat16*>(p.next.weight);
+  __nv_bfloat16* residual = reinterpret_cast<__nv_bfloat16*>(p.next.residual);
+  __nv_bfloat16* norm_out = reinterpret_cast<__nv_bfloat16*>(p.next.out);
   float nw[V][8];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kRmsNormMaxThreads) finalize_norm_kernel(MoeFi
 #pragma unroll
     for (int j = 0; j < 8; ++j) sum_sq += v[i][j] * v[i][j];
   }
-  const float inv = rsqrtf(block_sum(sum_sq, scratch) / float(p.hidden) + p.eps);
+  const float inv = rsqrtf(block_sum(sum_sq, scratch) / float(p.hidden) + p.next.eps);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int vec = threadIdx.x + i * blockDim.x;
@@ -150,14 +150,15 @@ __global__ void __launch_bounds__(kRmsNormMaxThreads) finalize_norm_kernel(MoeFi
 
 void moe_finalize(const MoeFinalizeParams& p, cudaStream_t stream) {
   if (p.hidden % 8 != 0) throw InvalidArgument("moe_finalize: hidden % 8 != 0");
-  if (p.residual != nullptr && (p.hidden > kMoeFinalizeNormMaxHidden || !is_aligned16(p.residual) ||
-                                !is_aligned16(p.norm_weight) || !is_aligned16(p.norm_out)))
+  if (p.next.residual != nullptr &&
+      (p.hidden > kMoeFinalizeNormMaxHidden || !is_aligned16(p.next.residual) ||
+       !is_aligned16(p.next.weight) || !is_aligned16(p.next.out)))
     throw InvalidArgument("moe_finalize: the fused norm needs hidden <= " +
                           std::to_string(kMoeFinalizeNormMaxHidden) +
                           " and 16-byte aligned residual, norm weight and output (hidden " +
                           std::to_string(p.hidden) + ")");
   if (p.num_tokens <= 0 || p.hidden <= 0) return;
-  if (p.residual != nullptr) {
+  if (p.next.residual != nullptr) {
     const RmsNormCta cta = rms_norm_cta(p.hidden);
     auto kernel = cta.vecs == 1   ? finalize_norm_kernel<1>
                   : cta.vecs == 2 ? finalize_norm_kernel<2>

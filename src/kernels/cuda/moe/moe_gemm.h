@@ -62,28 +62,31 @@ void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream);
 // always 128 except for the latency config at tile 8. Host-only, deterministic per shape.
 int moe_gemm_block_rows(const MoeGemmParams& p);
 
-// out[t] = Σ_j topk_weights[t, j] · y[expanded_to_permuted[t·k + j]] (fp32, j ascending; rows
-// −1 skipped) → bf16. hidden % 8 == 0.
-//
-// With `residual` set, the residual add + RMSNorm that follows the MoE block is fused in and `out`
-// is not written: residual ← bf16(residual + out), norm_out ← rms_norm(residual) · norm_weight,
-// bit for bit moe_finalize followed by kernels::cuda::rms_norm with a residual (one CTA per token
-// in rms_norm's shape, which needs hidden ≤ kMoeFinalizeNormMaxHidden). It saves the norm's
-// launch and its round trip through `out` (a decode step's MoE layers end this way).
+// The residual add + RMSNorm that follows an MoE block, fused into its finalize (set: residual
+// non-null): residual ← bf16(residual + the block's output), out ← rms_norm(residual) · weight,
+// bit for bit kernels::cuda::rms_norm with a residual (one CTA per token in rms_norm's shape,
+// which needs hidden ≤ kMoeFinalizeNormMaxHidden). It saves the norm's launch and its round trip
+// through the block's output (a decode step's MoE layers end this way).
 inline constexpr int kMoeFinalizeNormMaxHidden = 8192;
+struct MoeNextNorm {
+  bf16* residual = nullptr;      // [num_tokens, hidden], updated in place
+  const bf16* weight = nullptr;  // [hidden]
+  bf16* out = nullptr;           // [num_tokens, hidden]; may not alias y or residual
+  float eps = 0.0f;
+};
+
+// out[t] = Σ_j topk_weights[t, j] · y[expanded_to_permuted[t·k + j]] (fp32, j ascending; rows
+// −1 skipped) → bf16. hidden % 8 == 0. With `next` set, the next add + norm instead (out unused).
 struct MoeFinalizeParams {
   const bf16* y;                        // [rows, hidden]
   const int32_t* expanded_to_permuted;  // [num_tokens · top_k]
   const float* topk_weights;            // [num_tokens, top_k]
-  bf16* out;                            // [num_tokens, hidden]; unused with residual
+  bf16* out;                            // [num_tokens, hidden]; unused with next
   int num_tokens, top_k, hidden;
-  bf16* residual = nullptr;           // [num_tokens, hidden], updated in place
-  const bf16* norm_weight = nullptr;  // [hidden]
-  bf16* norm_out = nullptr;           // [num_tokens, hidden]; may not alias y or residual
-  float eps = 0.0f;
+  MoeNextNorm next = {};
 };
 
-// Throws InvalidArgument when hidden % 8 != 0, or with `residual` set when hidden exceeds
+// Throws InvalidArgument when hidden % 8 != 0, or with `next` set when hidden exceeds
 // kMoeFinalizeNormMaxHidden or a norm pointer is null or not 16-byte aligned.
 void moe_finalize(const MoeFinalizeParams& p, cudaStream_t stream);
 
