@@ -5,23 +5,29 @@
 //
 // Work item = (32-row tile, K split), one warp each: item i = blockIdx.x·W + warp is tile i / S,
 // split i % S, and streams the k blocks [s·KB/S, (s+1)·KB/S) of its tile, a contiguous 1 KB
-// (NVFP4) / 2 KB (FP8) per k block, through a register ring of kDepth k blocks (the first ones
-// requested before the PDL wait). Per k block and lane: 2 (NVFP4) / 4 (FP8) 16-byte code loads,
-// NVFP4 4 scale words (rows g, g+8, 16+g, 24+g) and the 8 activation words of its B fragments,
-// read from global memory (L1/L2-resident: every warp of the grid reads the same m·k·2 bytes) one
-// k block ahead; columns ≥ k read as zero. Nothing is staged in shared memory, so m and k do not
-// limit occupancy. Dequantization is quant_gemm.cu's (decode_step, nvfp4_mult through a shared
-// 256-entry table, FP8 multiplier 2^120 or the bf16 block multiplier), so dequantized values are
-// bit-identical to the mma kernel's.
+// (NVFP4) / 2 KB (FP8) per k block, through a ring of kRingDepth k blocks in the warp's own
+// shared memory, filled by cp.async (the first ones requested before the PDL wait). Per k block
+// and lane: 2 (NVFP4) / 4 (FP8) 16-byte code copies (lanes 0..7 also copy the NVFP4 128-byte
+// scale tile), then the same from the ring into registers, NVFP4 4 scale words (rows g, g+8, 16+g,
+// 24+g), and the 8 activation words of its B fragments, read from global memory (L1/L2-resident:
+// every warp of the grid reads the same m·k·2 bytes) one k block ahead; columns ≥ k read as zero.
+// Activations are not staged in shared memory, so m and k do not limit occupancy.
+// Why a shared-memory ring of two (measured on the H200, bench/RESULTS.md, 2026-12-02): bytes in
+// flight held in registers cost 97–128 registers per thread; in shared memory 75–85, so more
+// warps are resident. A deeper ring (4 or 8 k blocks) takes the shared memory that L1 needs for
+// the activation rows every warp re-reads (at 8 tokens 1 KB per k block, as much as the weights):
+// Llama-70B NVFP4 b8 TPOT was 8 % slower at depth 4 and 6–10 % faster at depth 2 than with
+// registers; b1 −4 to −5 % at depth 2. Dequantization is quant_gemm.cu's (decode_step, nvfp4_mult
+// through a shared 256-entry table, FP8 multiplier 2^120 or the bf16 block multiplier), so
+// dequantized values are bit-identical to the mma kernel's.
 //
-// Balance (why items, not CTAs): the kernel is issue-bound at ~16 resident warps per SM (NVFP4:
-// 128 registers), so the time is set by the SM holding the most weight bytes. S (any 1..16, ≥ 4
-// k blocks per warp) and W (1..16 warps per CTA) are chosen on the host by the cost model of
-// quant_gemv_split.h so that the grid is resident in one wave with even bytes per SM (e.g.
-// Llama-70B qkv, 320 tiles: S = 6, 1920 warps, 15 on the busiest SM; power-of-two splits in
-// whole-tile CTAs left 12 warps on some SMs and 8 on others). S = 1 allows any grid (several
-// waves). The S partial sums of a tile are added in split order, whatever the arrival order
-// (deterministic for a given shape and device):
+// Balance (why items, not CTAs): the kernel is issue-bound, so the time is set by the SM holding
+// the most weight bytes. S (any 1..16, ≥ 4 k blocks per warp) and W (1..16 warps per CTA) are
+// chosen on the host by the cost model of quant_gemv_split.h so that the grid is resident in one
+// wave with even bytes per SM (e.g. Llama-70B qkv, 320 tiles: S = 6, 1920 warps, 15 on the busiest
+// SM; power-of-two splits in whole-tile CTAs left 12 warps on some SMs and 8 on others). S = 1
+// allows any grid (several waves). The S partial sums of a tile are added in split order, whatever
+// the arrival order (deterministic for a given shape and device):
 //   - W % S == 0: the tile's splits are in one CTA; partials through shared memory (the old path).
 //   - otherwise: each warp stores its fp32 partials [8·NB tokens × 32 rows] to its slot of the
 //     device-global workspace g_gemv_partials, __threadfence, and lane 0 counts the arrival in
@@ -49,6 +55,7 @@
 #include "base/error.h"
 #include "kernels/cuda/gemm/quant_fragment.cuh"
 #include "kernels/cuda/gemm/quant_gemv_split.h"
+#include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
@@ -171,7 +178,16 @@ __device__ __forceinline__ void norm_rows(const GemvArgs& a, const NormArgs& nm,
   __syncthreads();
 }
 
-// One k block of a lane's ring: codes of groups h = 0, 1 and the multiplier data.
+// The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
+// this file for why two) and bytes per slot (the k block's codes of the 32-row tile, then for
+// NVFP4 its 128-byte scale tile).
+constexpr int kRingDepth = 2;
+constexpr int ring_slot_bytes(int kind) {
+  return kind == kNvfp4Kind ? 1024 + 128 : 2048;
+}
+
+// One k block of the ring as a lane reads it into registers: codes of groups h = 0, 1 and the
+// multiplier data.
 template <int kKind>
 struct Slot {
   static constexpr int kWords = kKind == kNvfp4Kind ? 4 : 8;
@@ -222,10 +238,17 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
   constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
-  constexpr int kDepth = kFp4 ? 4 : 2;           // 4 KB of codes in flight per warp (even)
+  constexpr int kDepth = kRingDepth;
+  constexpr int kSlotBytes = ring_slot_bytes(kKind);
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);  // [256] nvfp4_mult
-  uint32_t* xs = lut + 256;  // kNorm: the normed rows, [m][k / 2] bf16 pairs
+  // Each warp's ring, kDepth slots of one k block (codes as in global memory, then the NVFP4
+  // scale tile).
+  static_assert(kDepth % 2 == 0, "compute's B parity is j % 2 of an unrolled slot index");
+  constexpr int kRingBytes = kDepth * kSlotBytes;  // per warp
+  uint8_t* ring = reinterpret_cast<uint8_t*>(lut + 256) + (threadIdx.x >> 5) * kRingBytes;
+  // kNorm: the normed rows, [m][k / 2] bf16 pairs.
+  uint32_t* xs = lut + 256 + (blockDim.x >> 5) * kRingBytes / 4;
   // [warps][8·NB tokens][32 rows]
   float* part = reinterpret_cast<float*>(xs + (kNorm ? a.m * (a.k / 2) : 0));
 
@@ -242,13 +265,14 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   // Stream pointers (valid only when active; advanced by kDepth k blocks per ring round).
   const int rt_c = active ? rt : 0;
   const uint8_t* codes = a.data + (size_t(rt_c) * KB + kb0) * kKbBytes + lane * kLaneBytes;
-  // NVFP4 scales: the k block's 128-byte tile, 16 bytes (rows g, g+8, 16+g, 24+g) per lane g.
+  // NVFP4 scales: the k block's 128-byte tile; lane l < 8 copies bytes 16l.. into the ring (sc
+  // points there), of which lane g reads bytes 16g.. (rows g, g+8, 16+g, 24+g).
   const uint8_t* sc = nullptr;
   // FP8 block: multiplier (row block of the tile, column block kb / kb_per_block).
   const uint16_t* bp = nullptr;
   int bc = 0, br = 0;  // column block and k block within it of the next load
   if constexpr (kFp4) {
-    sc = a.nvfp4_scales + (size_t(rt_c) * KB + kb0) * 128 + 16 * g;
+    sc = a.nvfp4_scales + (size_t(rt_c) * KB + kb0) * 128 + 16 * (lane & 7);
   }
   if constexpr (kKind == kFp8BlockKind) {
     bp = a.block + size_t(rt_c * 32 / a.block_n) * a.block_cols;
@@ -256,61 +280,68 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
     br = kb0 % a.kb_per_block;
   }
 
-  Slot<kKind> ring[kDepth];
-  // Loads k block (round base) + j into `slot` from the current pointers.
-  auto load = [&](Slot<kKind>& slot, int j) {
+  // Lane's byte offset of group h's code quarter q in a k block (global and ring alike).
+  auto code_at = [&](int h, int q) { return h * 32 * kLaneBytes + 16 * q; };
+  uint32_t block_mult[kDepth];  // FP8 block: the multiplier of the k block in ring slot j
+  // Requests k block (round base) + j into ring slot j from the current pointers, by cp.async
+  // (no registers held while in flight; the caller commits the group).
+  auto load = [&](int j) {
     const uint8_t* c = codes + j * kKbBytes;
+    uint8_t* slot = ring + j * kSlotBytes + lane * kLaneBytes;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int q = 0; q < Slot<kKind>::kWords / 4; ++q) {
-        const uint4 v = ld_stream16(c + h * 32 * kLaneBytes + 16 * q);
-        slot.w[h][4 * q] = v.x;
-        slot.w[h][4 * q + 1] = v.y;
-        slot.w[h][4 * q + 2] = v.z;
-        slot.w[h][4 * q + 3] = v.w;
-      }
+      for (int q = 0; q < Slot<kKind>::kWords / 4; ++q)
+        cp_async_16(slot + code_at(h, q), c + code_at(h, q), true);
     if constexpr (kFp4) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(sc + 128 * j));
-      slot.sf[0] = v.x;
-      slot.sf[1] = v.y;
-      slot.sf[2] = v.z;
-      slot.sf[3] = v.w;
+      if (lane < 8) cp_async_16(ring + j * kSlotBytes + kKbBytes + 16 * lane, sc + 128 * j, true);
     }
     if constexpr (kKind == kFp8BlockKind) {
       const uint32_t hb = __ldg(bp + bc);
-      slot.sf[0] = hb | (hb << 16);
+      block_mult[j] = hb | (hb << 16);
       if (++br == a.kb_per_block) {
         br = 0;
         ++bc;
       }
     }
   };
+  // Ring slot j in registers (its group complete: the caller waited).
+  auto read_slot = [&](int j) {
+    Slot<kKind> slot;
+    const uint8_t* base = ring + j * kSlotBytes + lane * kLaneBytes;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int q = 0; q < Slot<kKind>::kWords / 4; ++q) {
+        const uint4 v = *reinterpret_cast<const uint4*>(base + code_at(h, q));
+        slot.w[h][4 * q] = v.x;
+        slot.w[h][4 * q + 1] = v.y;
+        slot.w[h][4 * q + 2] = v.z;
+        slot.w[h][4 * q + 3] = v.w;
+      }
+    if constexpr (kFp4) {
+      const uint4 v = *reinterpret_cast<const uint4*>(ring + j * kSlotBytes + kKbBytes + 16 * g);
+      slot.sf[0] = v.x;
+      slot.sf[1] = v.y;
+      slot.sf[2] = v.z;
+      slot.sf[3] = v.w;
+    }
+    if constexpr (kKind == kFp8BlockKind) slot.sf[0] = block_mult[j];
+    return slot;
+  };
   auto advance = [&]() {
     codes += kDepth * kKbBytes;
     if constexpr (kFp4) sc += 128 * kDepth;
   };
 
-  // The ring's first kDepth k blocks, requested before the PDL wait. With kNorm only into L2
-  // (prefetches hold no registers: the norm's code runs between here and the main loop, and ring
-  // registers live across it cost the kernel 128 registers instead of ~100); loaded after it.
-  auto fill_ring = [&]() {
+  // The ring's first kDepth k blocks, requested before the PDL wait (one commit group each, empty
+  // past n, so that group b is always the b-th committed).
 #pragma unroll
-    for (int j = 0; j < kDepth; ++j)
-      if (j < n) load(ring[j], j);
-    advance();
-  };
-  if constexpr (kNorm) {
-#pragma unroll
-    for (int j = 0; j < kDepth; ++j)
-      if (j < n) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) prefetch_l2(codes + j * kKbBytes + h * 32 * kLaneBytes);
-        if constexpr (kFp4) prefetch_l2(sc + 128 * j);
-      }
-  } else {
-    fill_ring();
+  for (int j = 0; j < kDepth; ++j) {
+    if (j < n) load(j);
+    cp_async_commit();
   }
+  advance();
 
   __syncthreads();  // scale table built
 
@@ -354,10 +385,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   };
   pdl_wait();  // x (or delta and residual) comes from the previous kernel
   pdl_launch_dependents();
-  if constexpr (kNorm) {
-    norm_rows(a, nm, reinterpret_cast<__nv_bfloat16*>(xs));
-    fill_ring();  // L2 hits (prefetched above)
-  }
+  if constexpr (kNorm) norm_rows(a, nm, reinterpret_cast<__nv_bfloat16*>(xs));
   uint32_t bq[2][NB][8];  // B of k blocks i and i + 1, in bq[i % 2] and bq[(i + 1) % 2]
   if (n > 0) load_b(0, bq[0]);
 
@@ -392,27 +420,31 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
       }
   };
 
+  // k block i from ring slot j, then the slot refilled with block i + kDepth when `refill`.
+  // Waits for the slot's group (the kDepth − 1 after it may still fly), and refills only once
+  // every lane has read it; one commit per step, empty or not, keeps the group count in step.
+  auto step = [&](int j, int i, bool refill) {
+    cp_async_wait<kDepth - 1>();
+    __syncwarp();
+    compute(read_slot(j), i, j & 1);
+    __syncwarp();
+    if (refill) load(j);
+    cp_async_commit();
+  };
   int i = 0;
   // Steady state: every refill is in range (tiles i + kDepth + j < n).
   for (; i + 2 * kDepth <= n; i += kDepth) {
 #pragma unroll
-    for (int j = 0; j < kDepth; ++j) {
-      compute(ring[j], i + j, j & 1);
-      load(ring[j], j);
-    }
+    for (int j = 0; j < kDepth; ++j) step(j, i + j, true);
     advance();
   }
   // Tail: fewer than 2·kDepth k blocks left.
 #pragma unroll
-  for (int j = 0; j < kDepth; ++j) {
-    if (i + j < n) {
-      compute(ring[j], i + j, j & 1);
-      if (i + kDepth + j < n) load(ring[j], j);
-    }
-  }
+  for (int j = 0; j < kDepth; ++j)
+    if (i + j < n) step(j, i + j, i + kDepth + j < n);
 #pragma unroll
   for (int j = 0; j < kDepth; ++j)
-    if (i + kDepth + j < n) compute(ring[j], i + kDepth + j, j & 1);
+    if (i + kDepth + j < n) step(j, i + kDepth + j, false);
 
   // Accumulator q of group h, block nb: row 16h + g + 8·(q / 2), token 8·nb + 2t + q % 2 (with
   // swiglu, group 0 holds the tile's gate rows and group 1 their up rows, so v[0][nb][q] and
@@ -558,17 +590,19 @@ constexpr auto gemv_kernel() {
     return quant_gemv_kernel<kKind, NB, kPlainB>;
 }
 
-// Scale table, plus the partial sums of 8·NB tokens × 32 rows per warp for the shared-memory merge.
-// Scale table, the fused norm's rows (norm_bytes: m·k bf16), plus the partial sums of 8·NB tokens
-// × 32 rows per warp for the shared-memory merge.
-size_t smem_bytes(int warps, int nb, bool smem_merge, size_t norm_bytes = 0) {
-  return 1024 + norm_bytes + (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
+// Scale table, the warps' rings, the fused norm's rows (norm_bytes: m·k bf16), plus the partial
+// sums of 8·NB tokens × 32 rows per warp for the shared-memory merge.
+size_t smem_bytes(int kind, int warps, int nb, bool smem_merge, size_t norm_bytes = 0) {
+  const size_t ring = size_t(kRingDepth) * ring_slot_bytes(kind);
+  return 1024 + size_t(warps) * ring + norm_bytes + (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
 }
 
 constexpr size_t kMaxNormBytes = size_t(kQuantGemvNormMaxM) * kQuantGemvNormMaxK * 2;
 
-constexpr size_t smem_cap(int nb, bool norm) {
-  return 1024 + (norm ? kMaxNormBytes : 0) + size_t(kMaxWarps) * nb * 256 * 4;
+constexpr size_t smem_cap(int kind, int nb, bool norm) {
+  const size_t ring = size_t(kRingDepth) * ring_slot_bytes(kind);
+  return 1024 + size_t(kMaxWarps) * ring + (norm ? kMaxNormBytes : 0) +
+         size_t(kMaxWarps) * nb * 256 * 4;
 }
 
 // Warps per CTA of the fused-norm kernel at least: every CTA normalizes the whole rows.
@@ -587,13 +621,13 @@ int kind_of(const QuantGemmWeight& w) {
 template <int kKind, int NB, bool kPlainB, bool kNorm = false>
 int resident_warps_per_sm() {
   auto kernel = gemv_kernel<kKind, NB, kPlainB, kNorm>();
-  allow_dynamic_smem(kernel, smem_cap(NB, kNorm), "quant_gemv");
+  allow_dynamic_smem(kernel, smem_cap(kKind, NB, kNorm), "quant_gemv");
   static const int warps = [kernel] {
     const int cta_warps = kNorm ? kNormMinCtaWarps : 1;
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, kernel, 32 * cta_warps, smem_bytes(1, NB, false, kNorm ? kMaxNormBytes : 0)) !=
-        cudaSuccess) {
+            &per_sm, kernel, 32 * cta_warps,
+            smem_bytes(kKind, cta_warps, NB, false, kNorm ? kMaxNormBytes : 0)) != cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 1;
     }
@@ -640,8 +674,8 @@ void launch_blocks(GemvArgs a, cudaStream_t stream, const NormArgs& nm = {}) {
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
-  const size_t smem =
-      smem_bytes(c.cta_warps, NB, c.splits > 1 && c.in_cta, kNorm ? size_t(a.m) * a.k * 2 : 0);
+  const size_t smem = smem_bytes(kKind, c.cta_warps, NB, c.splits > 1 && c.in_cta,
+                                 kNorm ? size_t(a.m) * a.k * 2 : 0);
   if constexpr (kNorm)
     launch_pdl("quant_gemv", quant_gemv_norm_kernel<kKind>, dim3(unsigned(c.ctas)),
                dim3(c.cta_warps * 32), smem, stream, a, nm);
@@ -653,8 +687,8 @@ void launch_blocks(GemvArgs a, cudaStream_t stream, const NormArgs& nm = {}) {
 // One token block up to 8 tokens, two up to 16.
 template <int kKind>
 void launch(const GemvArgs& a, cudaStream_t stream, const NormArgs* nm) {
-  // Plain B loads for one token block only: with two, the NVFP4 kernel reaches the 128-register
-  // cap either way and the plain variant spills more.
+  // Plain B loads for one token block only: with two, the NVFP4 kernel reached the 128-register
+  // cap either way and the plain variant spilled more (measured with the ring in registers).
   if (nm) {
     launch_blocks<kKind, 1, true, true>(a, stream, *nm);  // quant_gemv_norm_supported
   } else if (a.m > 8) {

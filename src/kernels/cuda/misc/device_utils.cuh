@@ -34,11 +34,6 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[8]) {
   *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-// Requests the 128-byte line holding p into L2 (holds no register; nothing waits for it).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
 // d = a · b on bf16x2, round to nearest even (fma with −0, so signed zeros and exact products are
 // kept; subnormal inputs are honoured by bf16 arithmetic).
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
