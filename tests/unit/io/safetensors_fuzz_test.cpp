@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <random>
 
 #include "base/error.h"
 #include "io/safetensors.h"
+#include "support/fuzz_budget.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval::io {
@@ -65,13 +65,11 @@ TEST(SafetensorsFuzz, MutantsOpenOrThrowLoadError) {
                                         {"c.scale", "F8_E4M3", {5}, pattern(5, 3)},
                                         {"d", "I64", {1, 1}, pattern(8, 4)}},
                                        {{"format", "pt"}});
-  const char* seed = std::getenv("SERVAL_FUZZ_SEED");
-  std::mt19937 rng(seed ? uint32_t(std::strtoul(seed, nullptr, 10)) : 20240611u);
+  // SERVAL_FUZZ_ITERATIONS and SERVAL_FUZZ_SEED allow long manual runs (fuzz_budget.h).
+  std::mt19937 rng(serval::testing::fuzz_seed(20240611u));
   const std::string path = (dir / "fuzz.safetensors").string();
   int opened = 0, refused = 0;
-  // SERVAL_FUZZ_ITERS and SERVAL_FUZZ_SEED allow long manual runs (e.g. under -fsanitize=address).
-  const char* env = std::getenv("SERVAL_FUZZ_ITERS");
-  const int iters = env ? std::max(1, std::atoi(env)) : 2000;
+  const int iters = serval::testing::fuzz_iterations(2000);
   for (int iter = 0; iter < iters; ++iter) {
     auto bytes = mutate(valid, rng);
     write_file(path, bytes);
