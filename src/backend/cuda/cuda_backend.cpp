@@ -816,9 +816,11 @@ class CudaBackend final : public Backend {
   // SERVAL_NO_FUSED_MOE_FINALIZE_NORM=1: the add + RMSNorm after an MoE block as its own rms_norm
   // kernel instead of inside the block's finalize (A/B and bisection).
   const bool fuse_moe_finalize_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_FINALIZE_NORM") == nullptr;
-  // SERVAL_NO_FUSED_NORM_GEMV=1: the add + RMSNorm before a quantized projection as its own
-  // rms_norm kernel (A/B and bisection).
-  const bool fuse_norm_gemv_ = std::getenv("SERVAL_NO_FUSED_NORM_GEMV") == nullptr;
+  // SERVAL_FUSED_NORM_GEMV=1: the add + RMSNorm before a quantized projection of a one-token step
+  // inside the decode GEMV instead of its own rms_norm kernel. Off by default since the GEMV's
+  // shared-memory ring (Llama-70B NVFP4 b1 TPOT 13.18-13.20 ms fused vs 12.86-12.93 separate,
+  // bench/RESULTS.md 2026-12-02); kept for the A/B of its next version.
+  const bool fuse_norm_gemv_ = std::getenv("SERVAL_FUSED_NORM_GEMV") != nullptr;
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
   const int moe_route_in_gemv_tokens_ = [] {
