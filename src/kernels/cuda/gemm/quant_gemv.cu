@@ -185,6 +185,9 @@ constexpr int kRingDepth = 2;
 constexpr int ring_slot_bytes(int kind) {
   return kind == kNvfp4Kind ? 1024 + 128 : 2048;
 }
+constexpr int ring_bytes_per_warp(int kind) {
+  return kRingDepth * ring_slot_bytes(kind);
+}
 
 // One k block of the ring as a lane reads it into registers: codes of groups h = 0, 1 and the
 // multiplier data.
@@ -245,7 +248,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   // Each warp's ring, kDepth slots of one k block (codes as in global memory, then the NVFP4
   // scale tile).
   static_assert(kDepth % 2 == 0, "compute's B parity is j % 2 of an unrolled slot index");
-  constexpr int kRingBytes = kDepth * kSlotBytes;  // per warp
+  constexpr int kRingBytes = ring_bytes_per_warp(kKind);
   uint8_t* ring = reinterpret_cast<uint8_t*>(lut + 256) + (threadIdx.x >> 5) * kRingBytes;
   // kNorm: the normed rows, [m][k / 2] bf16 pairs.
   uint32_t* xs = lut + 256 + (blockDim.x >> 5) * kRingBytes / 4;
@@ -593,15 +596,14 @@ constexpr auto gemv_kernel() {
 // Scale table, the warps' rings, the fused norm's rows (norm_bytes: m·k bf16), plus the partial
 // sums of 8·NB tokens × 32 rows per warp for the shared-memory merge.
 size_t smem_bytes(int kind, int warps, int nb, bool smem_merge, size_t norm_bytes = 0) {
-  const size_t ring = size_t(kRingDepth) * ring_slot_bytes(kind);
-  return 1024 + size_t(warps) * ring + norm_bytes + (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
+  return 1024 + size_t(warps) * ring_bytes_per_warp(kind) + norm_bytes +
+         (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
 }
 
 constexpr size_t kMaxNormBytes = size_t(kQuantGemvNormMaxM) * kQuantGemvNormMaxK * 2;
 
 constexpr size_t smem_cap(int kind, int nb, bool norm) {
-  const size_t ring = size_t(kRingDepth) * ring_slot_bytes(kind);
-  return 1024 + size_t(kMaxWarps) * ring + (norm ? kMaxNormBytes : 0) +
+  return 1024 + size_t(kMaxWarps) * ring_bytes_per_warp(kind) + (norm ? kMaxNormBytes : 0) +
          size_t(kMaxWarps) * nb * 256 * 4;
 }
 

@@ -19,9 +19,11 @@ constexpr int kQuantGemvMaxM = 16;  // two blocks of the eight columns of the MM
 bool quant_gemv_supported(const QuantGemmParams& p);
 
 // Tokens of the fused RMSNorm input (p.norm): each CTA normalizes the m rows itself (reading
-// delta and residual whole) into shared memory. One token: measured on the H200 (Llama-70B NVFP4
-// b1 TPOT 13.78-13.81 vs 14.0 ms unfused, Qwen3-30B NVFP4 b1 2.20 vs 2.22); at two tokens the
-// doubled prologue made the step slower (Llama b2 14.67 vs 14.08 ms).
+// delta and residual whole) into shared memory. One token: it won with the GEMV's ring in
+// registers (Llama-70B NVFP4 b1 TPOT 13.78-13.81 vs 14.0 ms unfused); at two tokens the doubled
+// prologue made the step slower (Llama b2 14.67 vs 14.08 ms). With the shared-memory ring it
+// loses (13.18-13.20 vs 12.86-12.93 ms, bench/RESULTS.md 2026-12-02), so the CUDA backend takes
+// it only with SERVAL_FUSED_NORM_GEMV=1.
 constexpr int kQuantGemvNormMaxM = 1;
 constexpr int kQuantGemvNormMaxK = 8192;  // rms_norm's register kernel (hidden ≤ 8192)
 
