@@ -49,6 +49,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 
@@ -579,18 +580,40 @@ __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) 
   gemv_body<kKind, NB, kPlainB, false>(a, {});
 }
 
+// The one-token-block plain variant capped at 72 registers (75–78 uncapped): 28 warps per SM
+// instead of 25, which lets the split model run big weights in two K splits in one wave (Llama-70B
+// gate_up, 1792 tiles: S = 2 needs 3584 resident warps, 27.2 per SM). __maxnreg__ excludes
+// __launch_bounds__; the launches stay at ≤ kMaxWarps · 32 threads (72 · 512 fits an SM's 64 K).
+template <int kKind>
+__global__ void __maxnreg__(72) quant_gemv_kernel_72(GemvArgs a) {
+  gemv_body<kKind, 1, true, false>(a, {});
+}
+
 template <int kKind>
 __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_norm_kernel(GemvArgs a, NormArgs nm) {
   gemv_body<kKind, 1, true, true>(a, nm);
 }
 
-// The kernel of a variant.
-template <int kKind, int NB, bool kPlainB, bool kNorm>
+// The kernel of a variant (kCapped: quant_gemv_kernel_72).
+template <int kKind, int NB, bool kPlainB, bool kNorm, bool kCapped = false>
 constexpr auto gemv_kernel() {
+  static_assert(!kCapped || (NB == 1 && kPlainB && !kNorm));
   if constexpr (kNorm)
     return quant_gemv_norm_kernel<kKind>;
+  else if constexpr (kCapped)
+    return quant_gemv_kernel_72<kKind>;
   else
     return quant_gemv_kernel<kKind, NB, kPlainB>;
+}
+
+// Whether the plain one-block launches take quant_gemv_kernel_72 (SERVAL_GEMV_MAXNREG72=0: the
+// uncapped kernel, for A/B runs).
+bool capped_registers() {
+  static const bool on = [] {
+    const char* env = std::getenv("SERVAL_GEMV_MAXNREG72");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
 }
 
 // Scale table, the warps' rings, the fused norm's rows (norm_bytes: m·k bf16), plus the partial
@@ -620,9 +643,9 @@ int kind_of(const QuantGemmWeight& w) {
 // table; with kNorm kNormMinCtaWarps-warp CTAs holding the largest rows), queried once (the split
 // model needs it on every eager launch). Also makes the kernel's shared-memory opt-in on the
 // current device.
-template <int kKind, int NB, bool kPlainB, bool kNorm = false>
+template <int kKind, int NB, bool kPlainB, bool kNorm = false, bool kCapped = false>
 int resident_warps_per_sm() {
-  auto kernel = gemv_kernel<kKind, NB, kPlainB, kNorm>();
+  auto kernel = gemv_kernel<kKind, NB, kPlainB, kNorm, kCapped>();
   allow_dynamic_smem(kernel, smem_cap(kKind, NB, kNorm), "quant_gemv");
   static const int warps = [kernel] {
     const int cta_warps = kNorm ? kNormMinCtaWarps : 1;
@@ -668,9 +691,9 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   return c;
 }
 
-template <int kKind, int NB, bool kPlainB, bool kNorm = false>
+template <int kKind, int NB, bool kPlainB, bool kNorm = false, bool kCapped = false>
 void launch_blocks(GemvArgs a, cudaStream_t stream, const NormArgs& nm = {}) {
-  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kNorm>();
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kNorm, kCapped>();
   const GemvSplit c = cached_split < kKind, NB,
                   kNorm ? kNormMinCtaWarps : 1 > (a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
@@ -681,6 +704,9 @@ void launch_blocks(GemvArgs a, cudaStream_t stream, const NormArgs& nm = {}) {
   if constexpr (kNorm)
     launch_pdl("quant_gemv", quant_gemv_norm_kernel<kKind>, dim3(unsigned(c.ctas)),
                dim3(c.cta_warps * 32), smem, stream, a, nm);
+  else if constexpr (kCapped)
+    launch_pdl("quant_gemv", quant_gemv_kernel_72<kKind>, dim3(unsigned(c.ctas)),
+               dim3(c.cta_warps * 32), smem, stream, a);
   else
     launch_pdl("quant_gemv", quant_gemv_kernel<kKind, NB, kPlainB>, dim3(unsigned(c.ctas)),
                dim3(c.cta_warps * 32), smem, stream, a);
@@ -696,7 +722,10 @@ void launch(const GemvArgs& a, cudaStream_t stream, const NormArgs* nm) {
   } else if (a.m > 8) {
     launch_blocks<kKind, 2, false>(a, stream);
   } else if (a.x_aligned16 && a.k % 64 == 0) {
-    launch_blocks<kKind, 1, true>(a, stream);
+    if (capped_registers())
+      launch_blocks<kKind, 1, true, false, true>(a, stream);
+    else
+      launch_blocks<kKind, 1, true>(a, stream);
   } else {
     launch_blocks<kKind, 1, false>(a, stream);
   }
