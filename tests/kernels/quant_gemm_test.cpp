@@ -860,96 +860,118 @@ TEST(QuantGemm, GateUpSiluMatchesCpuBackend) {
   }
 }
 
-// The fused RMSNorm input (GemvNorm) against kernels::cuda::rms_norm then the GEMV on its output:
-// the same bits for the stored residual sum and y within bf16 rounding (bit-equal where both
-// choose the same K split), whatever the rms_norm CTA shape (k = 1024:
-// 128 threads of one vector; 2048: 256 of one; 3072 and 4096: 256 of two, the first with idle
-// vectors; 8192: 256 of four), the kernel kinds, SwiGLU and bias epilogues, in-CTA and cross-CTA
-// splits. Random delta, residual and norm weight.
-TEST(QuantGemv, FusedNormMatchesRmsNormThenGemv) {
+// The folded RMSNorm (GemvAddNorm): a producer GEMV with add_norm, then a consumer with
+// x_rms_scaled, against the producer's plain output, kernels::cuda::rms_norm with the residual and
+// the consumer on its output. Random inputs, residual and norm weight; the producer's n (= the
+// consumer's k) spans its split paths (one split, in-CTA and cross-CTA merges); plain consumers
+// with a bias and SwiGLU consumers. The fold rounds r · w to bf16 before the 1/rms (the reference
+// after it), and either side may split K differently (their register counts differ), so the
+// outputs agree within bf16 rounding.
+TEST(QuantGemv, FoldedNormMatchesRmsNorm) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   struct Case {
-    int n, k;
+    int hidden, producer_k, consumer_n;
     bool swiglu;
   };
-  const Case cases[] = {{1536, 1024, false}, {5120, 2048, false}, {4096, 2048, true},
-                        {2048, 3072, false}, {8460, 4096, false}, {10240, 8192, false},
-                        {2048, 8192, true}};
+  const Case cases[] = {{4096, 128, 256, false},
+                        {1024, 2048, 1536, false},
+                        {2048, 1024, 4096, true},
+                        {8192, 8192, 2048, true},
+                        {10240, 8192, 2048, false}};
   constexpr float kEps = 1e-5f;
-  uint32_t seed = 900;
+  uint32_t seed = 950;
   for (WeightFormat format : kKernelKinds) {
     for (const Case& c : cases) {
-      TestWeight tw = make_weight(format, c.n, c.k, seed++);
-      if (c.swiglu) tw = tiled_rows(tw);
-      DeviceWeight dw(tw);
-      constexpr int M = kc::kQuantGemvNormMaxM;
-      DeviceBuffer<bf16> delta(random_bf16(size_t(M) * c.k, seed++, -2.0f, 2.0f));
-      const std::vector<bf16> residual_host = random_bf16(size_t(M) * c.k, seed++, -4.0f, 4.0f);
-      DeviceBuffer<bf16> residual(residual_host);
-      DeviceBuffer<bf16> weight(random_bf16(c.k, seed++, 0.5f, 1.5f));
-      DeviceBuffer<bf16> bias(random_bf16(c.n, seed++, -0.5f, 0.5f));
-      const int n_out = c.swiglu ? c.n / 2 : c.n;
-      for (int m = 1; m <= M; ++m) {
-        SCOPED_TRACE(::testing::Message() << format_name(format) << " n " << c.n << " k " << c.k
-                                          << (c.swiglu ? " swiglu" : "") << " m " << m);
-        // Unfused: rms_norm on a copy of the residual, then the GEMV.
-        DeviceBuffer<bf16> sum_ref(residual_host);
-        DeviceBuffer<bf16> x(size_t(m) * c.k);
-        kc::rms_norm({delta.get(), sum_ref.get(), weight.get(), x.get(), m, c.k, kEps}, nullptr);
-        DeviceBuffer<bf16> y_ref(size_t(m) * n_out), y(size_t(m) * n_out);
-        y_ref.poison();
-        kc::QuantGemmParams p{};
-        p.x = x.get();
-        p.w = dw.w;
-        p.bias = c.swiglu ? nullptr : bias.get();
-        p.y = y_ref.get();
-        p.m = m;
-        p.swiglu = c.swiglu;
-        kc::quant_gemv(p, nullptr);
-        // Fused.
-        DeviceBuffer<bf16> sum(size_t(m) * c.k);
-        sum.poison();
+      const int H = c.hidden;
+      DeviceWeight producer(make_weight(format, H, c.producer_k, seed++));
+      TestWeight tc = make_weight(format, c.consumer_n, H, seed++);
+      if (c.swiglu) tc = tiled_rows(tc);
+      DeviceWeight consumer(tc);
+      const int n_out = c.swiglu ? c.consumer_n / 2 : c.consumer_n;
+      DeviceBuffer<bf16> norm_w(random_bf16(H, seed++, 0.5f, 1.5f));
+      DeviceBuffer<bf16> bias(random_bf16(c.consumer_n, seed++, -0.5f, 0.5f));
+      for (int m : {1, 3, 8}) {
+        SCOPED_TRACE(::testing::Message()
+                     << format_name(format) << " hidden " << H << " k " << c.producer_k << " n "
+                     << c.consumer_n << (c.swiglu ? " swiglu" : "") << " m " << m);
+        DeviceBuffer<bf16> x(random_bf16(size_t(m) * c.producer_k, seed++, -1.0f, 1.0f));
+        const std::vector<bf16> residual_host = random_bf16(size_t(m) * H, seed++, -4.0f, 4.0f);
+        kc::QuantGemmParams pp{};
+        pp.x = x.get();
+        pp.w = producer.w;
+        pp.m = m;
+        kc::QuantGemmParams cp{};
+        cp.w = consumer.w;
+        cp.bias = c.swiglu ? nullptr : bias.get();
+        cp.m = m;
+        cp.swiglu = c.swiglu;
+        // Reference: the producer's output, rms_norm with the residual, the consumer.
+        DeviceBuffer<bf16> delta(size_t(m) * H), residual_ref(residual_host);
+        DeviceBuffer<bf16> xn(size_t(m) * H), y_ref(size_t(m) * n_out);
+        pp.y = delta.get();
+        kc::quant_gemv(pp, nullptr);
+        kc::rms_norm({delta.get(), residual_ref.get(), norm_w.get(), xn.get(), m, H, kEps},
+                     nullptr);
+        cp.x = xn.get();
+        cp.y = y_ref.get();
+        kc::quant_gemv(cp, nullptr);
+        // Folded.
+        DeviceBuffer<bf16> residual(residual_host), xf(size_t(m) * H), y(size_t(m) * n_out);
+        xf.poison();
         y.poison();
-        const kc::GemvNorm norm{delta.get(), residual.get(), weight.get(), sum.get(), kEps};
-        p.x = nullptr;
-        p.y = y.get();
-        p.norm = &norm;
-        ASSERT_TRUE(kc::quant_gemv_norm_supported(p));
-        kc::quant_gemv(p, nullptr);
-        // The same normed rows, but the fused kernel may split K differently (it takes CTAs of
-        // at least four warps and has its own register count), so the fp32 sums may differ in
-        // order: bf16 outputs within a rounding step.
-        EXPECT_LT(rel_l2(y.download(), to_float(y_ref.download())), 1e-3);
-        const std::vector<bf16> r_ref = sum_ref.download(), r = sum.download();
-        EXPECT_EQ(std::memcmp(r_ref.data(), r.data(), size_t(m) * c.k * sizeof(bf16)), 0);
-        // delta and residual are only read.
-        const std::vector<bf16> after = residual.download();
-        EXPECT_EQ(std::memcmp(after.data(), residual_host.data(), after.size() * sizeof(bf16)), 0);
+        const kc::GemvAddNorm add_norm{residual.get(), residual.get(), norm_w.get()};
+        pp.y = xf.get();
+        pp.add_norm = &add_norm;
+        ASSERT_TRUE(kc::quant_gemv_add_norm_supported(pp));
+        kc::quant_gemv(pp, nullptr);
+        cp.x = xf.get();
+        cp.y = y.get();
+        cp.x_rms_scaled = true;
+        cp.x_rms_eps = kEps;
+        ASSERT_TRUE(kc::quant_gemv_rms_scaled_supported(cp));
+        kc::quant_gemv(cp, nullptr);
+        EXPECT_LT(rel_l2(residual.download(), to_float(residual_ref.download())), 1e-3);
+        EXPECT_LT(rel_l2(y.download(), to_float(y_ref.download())), 1e-2);
       }
     }
   }
 }
 
-TEST(QuantGemv, FusedNormSupportedShapes) {
+TEST(QuantGemv, FoldedNormSupportedShapes) {
   alignas(16) static uint8_t scales[16];
-  alignas(16) static bf16 rows[4][16];
+  alignas(16) static bf16 rows[3][16];
+  const kc::GemvAddNorm add_norm{rows[0], rows[0], rows[1]};
   kc::QuantGemmParams p{};
+  p.x = rows[2];
   p.w = kc::QuantGemmWeight{WeightFormat::kNvfp4, 4096, 4096, nullptr, scales, 1.0f, 0, 0};
   p.m = 1;
-  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));  // no norm
-  kc::GemvNorm norm{rows[0], rows[1], rows[2], rows[3], 1e-6f};
-  p.norm = &norm;
-  EXPECT_TRUE(kc::quant_gemv_norm_supported(p));
-  p.m = kc::kQuantGemvNormMaxM + 1;
-  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
-  p.m = 1;
-  p.w.k = kc::kQuantGemvNormMaxK + 64;
-  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  EXPECT_FALSE(kc::quant_gemv_add_norm_supported(p));  // no add_norm
+  EXPECT_FALSE(kc::quant_gemv_rms_scaled_supported(p));
+  p.add_norm = &add_norm;
+  EXPECT_TRUE(kc::quant_gemv_add_norm_supported(p));
+  p.x_rms_scaled = true;  // not both
+  EXPECT_FALSE(kc::quant_gemv_add_norm_supported(p));
+  EXPECT_FALSE(kc::quant_gemv_rms_scaled_supported(p));
+  p.add_norm = nullptr;
+  EXPECT_TRUE(kc::quant_gemv_rms_scaled_supported(p));
+  p.m = 9;  // one token block only
+  EXPECT_FALSE(kc::quant_gemv_rms_scaled_supported(p));
+  p.m = 8;
   p.w.k = 4096 + 32;  // whole 64-column blocks only
-  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  EXPECT_FALSE(kc::quant_gemv_rms_scaled_supported(p));
+  p.w.k = 32 * kc::kGemvMaxNormTiles + 64;
+  EXPECT_FALSE(kc::quant_gemv_rms_scaled_supported(p));
   p.w.k = 4096;
-  norm.residual_out = reinterpret_cast<bf16*>(reinterpret_cast<uint8_t*>(rows[3]) + 8);
-  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  p.x = reinterpret_cast<const bf16*>(reinterpret_cast<const uint8_t*>(rows[2]) + 4);
+  EXPECT_FALSE(kc::quant_gemv_rms_scaled_supported(p));
+  p.x = rows[2];
+  p.x_rms_scaled = false;
+  p.add_norm = &add_norm;
+  p.w.n = 4096 + 16;  // whole 32-row tiles only
+  EXPECT_FALSE(kc::quant_gemv_add_norm_supported(p));
+  p.w.n = 4096;
+  p.swiglu = true;
+  EXPECT_FALSE(kc::quant_gemv_add_norm_supported(p));
 }
 
 // Random bytes stored straight into the device layout (speed does not depend on values); NVFP4

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -493,20 +494,52 @@ class CudaBackend final : public Backend {
     kernels::cuda::silu_mul({bf(h), bf_mut(out), int(m), w.n / 2, 16}, stream_);
   }
 
-  bool add_rms_norm_linear(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
-                           Tensor& x, const Weight& w, const Tensor* bias, Tensor& y) override {
-    if (w.q && !w.q->rows_reordered &&
-        fused_norm_gemv(delta, residual, norm_w, eps, x, *w.q, bias, y, false))
-      return true;
-    return Backend::add_rms_norm_linear(delta, residual, norm_w, eps, x, w, bias, y);
+  // The folded RMSNorm (Backend::linear_add_norm) between two quantized decode GEMVs that
+  // quant_gemv folds (quant_gemm.h's GemvAddNorm): both weights quantized (no W4A4), m ≤ 8.
+  bool linear_add_norm(const Tensor& x, const Weight& w, Tensor& residual, const Tensor& norm_w,
+                       float eps, Tensor& out, const Weight& next) override {
+    namespace kc = kernels::cuda;
+    auto foldable = [](const Weight& v) {
+      return v.q && !v.q->quantize_activations && v.q->experts == 0;
+    };
+    auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };
+    if (!fold_norms_ || !foldable(w) || !foldable(next) || w.q->rows_reordered || !is_bf16(x) ||
+        !is_bf16(residual) || !is_bf16(norm_w) || !is_bf16(out))
+      return false;
+    const QuantizedWeight& q = *w.q;
+    const int64_t m = x.numel() / q.k;
+    if (x.numel() != m * q.k || residual.numel() != m * q.n || out.numel() != m * q.n ||
+        norm_w.numel() != q.n || next.q->k != q.n)
+      return false;
+    const kc::GemvAddNorm add_norm{bf(residual), bf_mut(residual), bf(norm_w)};
+    kc::QuantGemmParams p{};
+    p.x = bf(x);
+    p.w = cuda::quant_gemm_weight(q);
+    p.y = out.data;
+    p.m = int(m);
+    p.add_norm = &add_norm;
+    kc::QuantGemmParams consumer{};  // the next projection, as linear_scaled will launch it
+    consumer.x = bf(out);
+    consumer.w = cuda::quant_gemm_weight(*next.q);
+    consumer.m = int(m);
+    consumer.swiglu = next.q->rows_reordered;
+    consumer.x_rms_scaled = true;
+    if (!kc::quant_gemv_add_norm_supported(p) || !kc::quant_gemv_rms_scaled_supported(consumer))
+      return false;
+    cuda::OpScope scope(profiler_, "linear_add_norm", stream_, capturing_);
+    kc::quant_gemv(p, stream_);
+    pending_norm_ = PendingNorm{eps, m, q.n};
+    return true;
   }
 
-  bool add_rms_norm_linear_silu_mul(const Tensor& delta, Tensor& residual, const Tensor& norm_w,
-                                    float eps, Tensor& x, const Weight& w, Tensor& out) override {
-    if (w.q && w.q->rows_reordered &&
-        fused_norm_gemv(delta, residual, norm_w, eps, x, *w.q, nullptr, out, true))
-      return true;
-    return Backend::add_rms_norm_linear_silu_mul(delta, residual, norm_w, eps, x, w, out);
+  void linear_scaled(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& y) override {
+    cuda::OpScope scope(profiler_, "linear_scaled", stream_, capturing_);
+    run_scaled(x, w, bias, y, false);
+  }
+
+  void linear_silu_mul_scaled(const Tensor& x, const Weight& gate_up, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "linear_silu_mul_scaled", stream_, capturing_);
+    run_scaled(x, gate_up, nullptr, out, true);
   }
 
   void silu_mul(const Tensor& x, Tensor& out) override {
@@ -683,38 +716,29 @@ class CudaBackend final : public Backend {
     c.args.next_norm = {bf_mut(residual), bf(nw), bf_mut(x), next.eps};
   }
 
-  // The residual add + RMSNorm fused into the decode GEMV (quant_gemv's GemvNorm): launches it
-  // and returns true, or returns false (nothing launched) where it does not apply. Every CTA
-  // normalizes the rows itself, so there is no rms_norm kernel and no normed rows; the sum goes
-  // to x (Backend::add_rms_norm_linear).
-  bool fused_norm_gemv(const Tensor& delta, const Tensor& residual, const Tensor& norm_w, float eps,
-                       Tensor& x, const QuantizedWeight& w, const Tensor* bias, Tensor& y,
-                       bool swiglu) {
+  // The consumer of the folded norm pending from linear_add_norm: the decode GEMV of x with each
+  // token's outputs scaled by its 1/rms (quant_gemm.h, GemvAddNorm).
+  void run_scaled(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& y, bool swiglu) {
     namespace kc = kernels::cuda;
-    auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };
-    if (!fuse_norm_gemv_ || w.quantize_activations || w.experts != 0 || w.k <= 0 ||
-        !is_bf16(delta) || !is_bf16(residual) || !is_bf16(x) || !is_bf16(norm_w) ||
-        (bias && !is_bf16(*bias)) || !(is_bf16(y) || (y.dtype == DType::kF32 && !swiglu)))
-      return false;
-    const int64_t m = delta.numel() / w.k, n_out = swiglu ? w.n / 2 : w.n;
-    if (m < 1 || m > kc::kQuantGemvNormMaxM || delta.numel() != m * w.k ||
-        residual.numel() != delta.numel() || x.numel() != delta.numel() || norm_w.numel() != w.k ||
-        y.numel() != m * n_out)
-      return false;
-    const kc::GemvNorm norm{bf(delta), bf(residual), bf(norm_w), bf_mut(x), eps};
+    if (!pending_norm_ || !w.q || x.numel() != pending_norm_->rows * pending_norm_->hidden ||
+        w.q->k != pending_norm_->hidden || w.q->rows_reordered != swiglu)
+      throw InvalidArgument("cuda backend: a scaled projection (" + shape_str(x.shape) +
+                            ") must follow linear_add_norm with its rows and a quantized weight "
+                            "of that input width");
+    expect(x, DType::kBF16, "scaled projection input");
+    if (bias) expect(*bias, DType::kBF16, "scaled projection bias");
     kc::QuantGemmParams p{};
-    p.w = cuda::quant_gemm_weight(w);
+    p.x = bf(x);
+    p.w = cuda::quant_gemm_weight(*w.q);
     p.bias = bias ? bf(*bias) : nullptr;
     p.y = y.data;
     p.y_f32 = y.dtype == DType::kF32;
-    p.m = int(m);
+    p.m = int(pending_norm_->rows);
     p.swiglu = swiglu;
-    p.norm = &norm;
-    if (!kc::quant_gemv_norm_supported(p)) return false;
-    cuda::OpScope scope(profiler_, swiglu ? "add_rms_norm_linear_silu_mul" : "add_rms_norm_linear",
-                        stream_, capturing_);
+    p.x_rms_scaled = true;
+    p.x_rms_eps = pending_norm_->eps;
+    pending_norm_.reset();
     kc::quant_gemv(p, stream_);
-    return true;
   }
 
   // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
@@ -816,11 +840,14 @@ class CudaBackend final : public Backend {
   // SERVAL_NO_FUSED_MOE_FINALIZE_NORM=1: the add + RMSNorm after an MoE block as its own rms_norm
   // kernel instead of inside the block's finalize (A/B and bisection).
   const bool fuse_moe_finalize_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_FINALIZE_NORM") == nullptr;
-  // SERVAL_FUSED_NORM_GEMV=1: the add + RMSNorm before a quantized projection of a one-token step
-  // inside the decode GEMV instead of its own rms_norm kernel. Off by default since the GEMV's
-  // shared-memory ring (Llama-70B NVFP4 b1 TPOT 13.18-13.20 ms fused vs 12.86-12.93 separate,
-  // bench/RESULTS.md 2026-12-02); kept for the A/B of its next version.
-  const bool fuse_norm_gemv_ = std::getenv("SERVAL_FUSED_NORM_GEMV") != nullptr;
+  // The RMSNorm of dense decode layers folded into the quantized GEMVs around it
+  // (linear_add_norm); SERVAL_NO_NORM_FOLD=1 runs rms_norm kernels instead (A/B).
+  const bool fold_norms_ = std::getenv("SERVAL_NO_NORM_FOLD") == nullptr;
+  struct PendingNorm {
+    float eps;
+    int64_t rows, hidden;
+  };
+  std::optional<PendingNorm> pending_norm_;  // set by linear_add_norm, taken by run_scaled
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
   const int moe_route_in_gemv_tokens_ = [] {

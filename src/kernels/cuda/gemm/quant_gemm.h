@@ -53,21 +53,20 @@ struct QuantGemmWeight {
   int block_n, block_k;  // FP8 block only; block_k % 16 == 0
 };
 
-// Residual add + RMSNorm in front of the decode GEMV (quant_gemv only; quant_gemv_norm_supported):
-// the GEMV's input is RMSNorm(residual + delta) · weight, which every CTA computes for itself
-// from delta and residual (bit for bit what kernels::cuda::rms_norm with a residual gives), and
-// the bf16 sum residual + delta is stored to residual_out, as rms_norm stores it into residual.
-// residual_out must not overlap delta, residual or y (other CTAs still read them).
-struct GemvNorm {
-  const bf16* delta;     // [m, k]
-  const bf16* residual;  // [m, k]
-  const bf16* weight;    // [k]
-  bf16* residual_out;    // [m, k]
-  float eps;
+// The RMSNorm between two decode GEMVs, folded into them (quant_gemv only; quant_gemv.h). The
+// producer GEMV, with add_norm, finishes its outputs d as usual, then stores r = bf16(residual +
+// bf16(d)) to residual_out and bf16(r · weight) to y (the norm's input scaled by its weight but
+// not yet by 1/rms), and keeps Σ r² per 32-row tile and token on the device. The consumer GEMV,
+// with x_rms_scaled, multiplies each output by its token's 1/rms = rsqrt(Σ r² / k + eps) before
+// alpha, scales and bias: RMSNorm scales whole rows, and the GEMV is linear in each row.
+struct GemvAddNorm {
+  const bf16* residual;  // [m, n]
+  bf16* residual_out;    // [m, n]; may be residual (each element is read, then written)
+  const bf16* weight;    // [n]
 };
 
 struct QuantGemmParams {
-  const bf16* x;  // [m, k], 4-byte aligned; unused (may be null) with norm
+  const bf16* x;  // [m, k], 4-byte aligned
   QuantGemmWeight w;
   const bf16* bias;  // [n] or null
   void* y;           // [m, n], bf16 or f32 (y_f32); [m, n/2] bf16 with swiglu
@@ -79,7 +78,9 @@ struct QuantGemmParams {
   // are tiled (quant_gemm_gate_up_source_row), and y[t, j] = silu(gate_j) · up_j with both
   // projections finished in fp32 (alpha, row scale) and rounded to bf16 once. No bias.
   bool swiglu;
-  const GemvNorm* norm = nullptr;  // x = RMSNorm(residual + delta) · weight (decode GEMV only)
+  const GemvAddNorm* add_norm = nullptr;  // producer of a folded RMSNorm (decode GEMV only)
+  bool x_rms_scaled = false;              // consumer of a folded RMSNorm (decode GEMV only)
+  float x_rms_eps = 0.0f;
 };
 
 // Row order of a gate/up weight [2·inter, k] (rows [0, inter) gate, [inter, 2·inter) up;

@@ -37,11 +37,14 @@
 //     counters, ≈ 4 MB per device); larger shapes get in-CTA or single splits from the model.
 //     Hence one quant_gemv at a time per device (quant_gemv.h).
 //
-// Fused RMSNorm input (GemvNorm, one token; quant_gemv_norm_kernel): after the PDL wait every CTA
-// computes residual + delta and its RMSNorm into shared memory (norm_rows, bit for bit rms_norm's
-// result) and the warps read their B fragments from there; the CTAs take at least four warps
-// (the norm is paid once per CTA) and store the sums to residual_out between them. It replaces an
-// rms_norm kernel and its place in the step's chain (Llama-70B b1: 3.9 µs per norm).
+// Folded RMSNorm (GemvAddNorm, quant_gemm.h; the kFold kernels, so that the others compile as
+// before: the fold's epilogue raised their registers by 5–15): the producer (o / down projection)
+// adds its outputs to the residual in its epilogue, stores r · w_norm as the next GEMV's x and
+// one Σ r² per (tile, token) to g_gemv_norm_sumsq; the consumer (q/k/v, gate/up) adds those sums
+// up per token after its main loop and scales its outputs by 1/rms. Only the whole-tile epilogue
+// store_tile folds: a tile's split partials are gathered by one warp (its split-0 warp in the CTA,
+// or the last to arrive across CTAs). This replaces an rms_norm kernel and its two dependency
+// edges in the step's chain.
 #include "kernels/cuda/gemm/quant_gemv.h"
 
 #include <cuda_bf16.h>
@@ -60,7 +63,6 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
-#include "kernels/cuda/norm_rope/rms_norm.h"
 
 namespace serval::kernels::cuda {
 
@@ -79,6 +81,11 @@ constexpr int kSlotFloats = 8 * 32;  // per token block
 constexpr int kMergeBatch = 7;  // slots loaded at once by the merging warp (8: FP8 80 → 96 regs)
 __device__ float g_gemv_partials[size_t(kGemvMaxSplitItems) * kSlotFloats];
 __device__ unsigned int g_gemv_arrivals[kGemvMaxSplitTiles];
+// The folded RMSNorm (quant_gemv.h, GemvAddNorm): Σ r² of each (32-row tile, token) of the last
+// add_norm GEMV's rows r, [tile][kQuantGemvMaxM], read by the next x_rms_scaled GEMV after its PDL
+// wait (the add_norm grid has completed by then; the following add_norm GEMV writes only after
+// its own PDL wait, when the reader has completed).
+__device__ float g_gemv_norm_sumsq[kGemvMaxNormTiles * kQuantGemvMaxM];
 
 struct GemvArgs {
   const uint8_t* data;
@@ -100,84 +107,16 @@ struct GemvArgs {
   int block_cols;  // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
-};
-
-// The fused RMSNorm input (GemvNorm), a parameter of the fused kernel only (so that the others
-// are compiled as before): the emulated rms_norm CTA has `threads` threads of `vecs` 8-element
-// vectors each.
-struct NormArgs {
-  const __nv_bfloat16* delta;
-  const __nv_bfloat16* residual;
-  const __nv_bfloat16* weight;
+  // Folded RMSNorm (GemvAddNorm): with add_norm, r = bf16(residual + bf16(y)) goes to
+  // residual_out, bf16(r · norm_w) to y, and Σ r² per (tile, token) to g_gemv_norm_sumsq. With
+  // x_rms_scaled, every output is first multiplied by its token's 1/rms from those sums.
+  bool add_norm;
+  const __nv_bfloat16* residual;  // [m, n] (may be residual_out: read, then written, per element)
   __nv_bfloat16* residual_out;
-  float eps;
-  int threads, vecs;
+  const __nv_bfloat16* norm_w;  // [n]
+  bool x_rms_scaled;
+  float x_rms_eps;
 };
-
-// Eight bf16 of read-only global memory (the non-coherent path: the loads may be issued ahead of
-// earlier stores), as fp32.
-__device__ __forceinline__ void ldg8(const __nv_bfloat16* p, float (&v)[8]) {
-  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-  const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(words[i] << 16);
-    v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-  }
-}
-
-// The fused RMSNorm input (kNorm): rows t < m of RMSNorm(residual + delta) · weight into xs
-// ([m][k] bf16), bit for bit what kernels::cuda::rms_norm with a residual stores: its register
-// kernel's CTA of nm.threads threads is emulated (virtual thread vt owns the vectors
-// vt + i·nm.threads, i < nm.vecs, and sums their squares in that order; block_sum over its
-// warps), and the sum residual + delta is rounded to bf16 before the scaling. This CTA also stores
-// its share of the rounded sums (vectors ≡ blockIdx.x mod gridDim.x) to residual_out. Call after
-// pdl_wait; ends with __syncthreads.
-__device__ __forceinline__ void norm_rows(const GemvArgs& a, const NormArgs& nm,
-                                          __nv_bfloat16* xs) {
-  constexpr int kMaxVecs = kQuantGemvNormMaxK / (8 * 256);  // rms_norm: ≤ 256 threads
-  __shared__ float s_sq[kQuantGemvNormMaxM][8];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int T = nm.threads, virtual_warps = T / 32, vecs = a.k / 8;
-  for (int t = 0; t < a.m; ++t) {
-    const size_t row = size_t(t) * a.k;
-    for (int vw = warp; vw < virtual_warps; vw += warps) {
-      const int vt = vw * 32 + lane;
-      float sum_sq = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxVecs; ++i) {
-        const int vec = vt + i * T;
-        if (i >= nm.vecs || vec >= vecs) continue;
-        float v[8], r[8];
-        ldg8(nm.delta + row + vec * 8, v);
-        ldg8(nm.residual + row + vec * 8, r);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] += r[j];
-        store8(xs + row + vec * 8, v);
-        if (vec % gridDim.x == blockIdx.x) store8(nm.residual_out + row + vec * 8, v);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
-      }
-      sum_sq = warp_sum(sum_sq);
-      if (lane == 0) s_sq[t][vw] = sum_sq;
-    }
-  }
-  __syncthreads();
-  for (int t = 0; t < a.m; ++t) {
-    const float inv =
-        rsqrtf(warp_sum(lane < virtual_warps ? s_sq[t][lane] : 0.0f) / float(a.k) + nm.eps);
-    const size_t row = size_t(t) * a.k;
-    for (int vec = threadIdx.x; vec < vecs; vec += blockDim.x) {
-      float v[8], w[8];
-      load8(xs + row + vec * 8, v);  // the bf16-rounded sum, as rms_norm scales it
-      ldg8(nm.weight + vec * 8, w);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = v[j] * inv * w[j];
-      store8(xs + row + vec * 8, v);
-    }
-  }
-  __syncthreads();
-}
 
 // The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
 // this file for why two) and bytes per slot (the k block's codes of the 32-row tile, then for
@@ -199,9 +138,12 @@ struct Slot {
   uint32_t sf[kKind == kNvfp4Kind ? 4 : 1];  // NVFP4: rows g, g+8, 16+g, 24+g; block: bf16 bits
 };
 
-// Row `row`'s fp32 output from its fp32 sum: alpha, FP8 row scale, bias (quant_gemm.cu's
-// store_out).
-__device__ __forceinline__ float finish(const GemvArgs& a, int row, float v) {
+// Row `row`'s fp32 output for token `tok` from its fp32 sum: the token's 1/rms (x_rms_scaled;
+// s_inv: per token, in shared memory), alpha, FP8 row scale, bias (quant_gemm.cu's store_out).
+template <bool kFold>
+__device__ __forceinline__ float finish(const GemvArgs& a, const float* s_inv, int tok, int row,
+                                        float v) {
+  if (kFold && a.x_rms_scaled) v *= s_inv[tok];
   v *= a.alpha;
   if (a.row_scale) v *= a.row_scale[row];
   if (a.bias) v += __bfloat162float(a.bias[row]);
@@ -209,8 +151,10 @@ __device__ __forceinline__ float finish(const GemvArgs& a, int row, float v) {
 }
 
 // Final value of output (tok, row) from its fp32 sum.
-__device__ __forceinline__ void store_out(const GemvArgs& a, int tok, int row, float v) {
-  v = finish(a, row, v);
+template <bool kFold>
+__device__ __forceinline__ void store_out(const GemvArgs& a, const float* s_inv, int tok, int row,
+                                          float v) {
+  v = finish<kFold>(a, s_inv, tok, row, v);
   const size_t i = size_t(tok) * a.n + row;
   if (a.y_f32) {
     static_cast<float*>(a.y)[i] = v;
@@ -221,9 +165,11 @@ __device__ __forceinline__ void store_out(const GemvArgs& a, int tok, int row, f
 
 // SwiGLU epilogue: `row` is a gate row of the tiled order (row % 32 < 16), row + 16 its up row;
 // output column 16·(row / 32) + row % 32 (the checkpoint's gate row index). silu as silu_mul's.
-__device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row, float gate_sum,
-                                             float up_sum) {
-  const float gate = finish(a, row, gate_sum), up = finish(a, row + 16, up_sum);
+template <bool kFold>
+__device__ __forceinline__ void store_swiglu(const GemvArgs& a, const float* s_inv, int tok,
+                                             int row, float gate_sum, float up_sum) {
+  const float gate = finish<kFold>(a, s_inv, tok, row, gate_sum);
+  const float up = finish<kFold>(a, s_inv, tok, row + 16, up_sum);
   const size_t i = size_t(tok) * (a.n / 2) + (row / 32) * 16 + row % 32;
   static_cast<__nv_bfloat16*>(a.y)[i] = __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
 }
@@ -234,11 +180,12 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
 // two plain 16-byte loads per block, without the per-quarter bounds predicate, zero fill and
 // alignment branch. NVFP4, one token block: 97 registers instead of 128 (and no spill), so more
 // resident warps, and fewer instructions per k block in the streaming loop.
-// The kernel body. kNorm (NB = 1, kPlainB): x is RMSNorm(residual + delta) · weight, made by
-// norm_rows into shared memory after the PDL wait (the B fragments are then read from there).
-template <int kKind, int NB, bool kPlainB, bool kNorm>
-__device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm) {
-  static_assert(!kNorm || (NB == 1 && kPlainB), "the fused norm takes the plain one-block variant");
+// The kernel body. kFold (NB = 1, kPlainB): the folded RMSNorm's epilogues (a.add_norm,
+// a.x_rms_scaled; see the top of this file).
+template <int kKind, int NB, bool kPlainB, bool kFold>
+__device__ __forceinline__ void gemv_body(const GemvArgs& a) {
+  static_assert(!kFold || (NB == 1 && kPlainB),
+                "the folded norm takes the plain one-block variant");
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
   constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
@@ -251,10 +198,9 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   static_assert(kDepth % 2 == 0, "compute's B parity is j % 2 of an unrolled slot index");
   constexpr int kRingBytes = ring_bytes_per_warp(kKind);
   uint8_t* ring = reinterpret_cast<uint8_t*>(lut + 256) + (threadIdx.x >> 5) * kRingBytes;
-  // kNorm: the normed rows, [m][k / 2] bf16 pairs.
-  uint32_t* xs = lut + 256 + (blockDim.x >> 5) * kRingBytes / 4;
+  __shared__ float s_inv[kQuantGemvMaxM];  // kFold, x_rms_scaled: 1/rms per token
   // [warps][8·NB tokens][32 rows]
-  float* part = reinterpret_cast<float*>(xs + (kNorm ? a.m * (a.k / 2) : 0));
+  float* part = reinterpret_cast<float*>(lut + 256 + (blockDim.x >> 5) * kRingBytes / 4);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int S = a.splits, item = blockIdx.x * a.cta_warps + warp;
@@ -355,10 +301,9 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   // when x is 16-byte aligned. k % 8 == 0, so each 4-word quarter is wholly inside the row or
   // wholly past it.
   const uint32_t* xl[NB];
-  const uint32_t* x_rows = kNorm ? xs : a.x;
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
-    xl[nb] = x_rows + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
+    xl[nb] = a.x + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
   const int words = a.k / 2;  // valid words of a token row
   auto load_b = [&](int i, uint32_t(&b)[NB][8]) {
     const int left = words - 32 * (kb0 + i) - 8 * t;  // valid words from a row's k block i on
@@ -368,9 +313,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         uint4 v = make_uint4(0, 0, 0, 0);
-        if constexpr (kNorm) {
-          v = reinterpret_cast<const uint4*>(p)[q];  // shared memory
-        } else if constexpr (kPlainB) {
+        if constexpr (kPlainB) {
           v = __ldg(reinterpret_cast<const uint4*>(p) + q);
         } else if (4 * q < left) {
           if (a.x_aligned16) {
@@ -387,9 +330,8 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
       }
     }
   };
-  pdl_wait();  // x (or delta and residual) comes from the previous kernel
+  pdl_wait();  // x comes from the previous kernel
   pdl_launch_dependents();
-  if constexpr (kNorm) norm_rows(a, nm, reinterpret_cast<__nv_bfloat16*>(xs));
   uint32_t bq[2][NB][8];  // B of k blocks i and i + 1, in bq[i % 2] and bq[(i + 1) % 2]
   if (n > 0) load_b(0, bq[0]);
 
@@ -453,14 +395,51 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   // Accumulator q of group h, block nb: row 16h + g + 8·(q / 2), token 8·nb + 2t + q % 2 (with
   // swiglu, group 0 holds the tile's gate rows and group 1 their up rows, so v[0][nb][q] and
   // v[1][nb][q] pair up).
+  // Called by all lanes of the warp (add_norm's sums cross lanes); stores tokens < m only.
   auto store_tile = [&](const float(&v)[2][NB][4]) {
+    if (kFold && a.add_norm) {
+      // The tile's rows r of its tokens (n % 32 == 0: every row is real), and Σ r² per token:
+      // lane (g, t) holds tokens 2t, 2t + 1 of each block, rows g + 8j; the lanes of one t add up.
+      float sq[NB][2] = {};
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 8 * nb + 2 * t + (q & 1);
+            if (tok >= a.m) continue;
+            const size_t i = size_t(tok) * a.n + row;
+            const float d = __bfloat162float(
+                __float2bfloat16_rn(finish<kFold>(a, s_inv, tok, row, v[h][nb][q])));
+            const __nv_bfloat16 r = __float2bfloat16_rn(__bfloat162float(a.residual[i]) + d);
+            a.residual_out[i] = r;
+            const float rf = __bfloat162float(r);
+            static_cast<__nv_bfloat16*>(a.y)[i] =
+                __float2bfloat16_rn(rf * __bfloat162float(a.norm_w[row]));
+            sq[nb][q & 1] += rf * rf;
+          }
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          float sum = sq[nb][p];
+#pragma unroll
+          for (int o = 4; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+          const int tok = 8 * nb + 2 * t + p;
+          if (g == 0 && tok < a.m) g_gemv_norm_sumsq[rt * kQuantGemvMaxM + tok] = sum;
+        }
+      return;
+    }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
       if (a.swiglu) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int tok = 8 * nb + 2 * t + (q & 1);
-          if (tok < a.m) store_swiglu(a, tok, rt * 32 + g + 8 * (q >> 1), v[0][nb][q], v[1][nb][q]);
+          if (tok < a.m)
+            store_swiglu<kFold>(a, s_inv, tok, rt * 32 + g + 8 * (q >> 1), v[0][nb][q],
+                                v[1][nb][q]);
         }
         continue;
       }
@@ -469,13 +448,26 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 8 * nb + 2 * t + (q & 1);
-          if (row < a.n && tok < a.m) store_out(a, tok, row, v[h][nb][q]);
+          if (row < a.n && tok < a.m) store_out<kFold>(a, s_inv, tok, row, v[h][nb][q]);
         }
     }
   };
   constexpr int kTokens = 8 * NB;  // token columns of a warp's partials
+  // x_rms_scaled: 1/rms of each token from the add_norm GEMV's per-tile sums (k / 32 tiles; lane l
+  // adds tiles l, l + 32, … in order, then the butterfly: the same bits in every CTA), one token
+  // per warp, after the main loop (computed in the prologue, it raised the loop's registers from
+  // 79 to 109).
+  if (kFold && a.x_rms_scaled) {
+    for (int tok = warp; tok < a.m; tok += int(blockDim.x >> 5)) {
+      float sum = 0.0f;
+      for (int i = lane; i < a.k / 32; i += 32) sum += g_gemv_norm_sumsq[i * kQuantGemvMaxM + tok];
+      sum = warp_sum(sum);
+      if (lane == 0) s_inv[tok] = rsqrtf(sum / float(a.k) + a.x_rms_eps);
+    }
+    __syncthreads();  // every warp of the CTA gets here
+  }
   if (S == 1) {
-    if (active && 2 * t < a.m) store_tile(acc);
+    if (active && (kFold || 2 * t < a.m)) store_tile(acc);  // kFold: the whole warp (add_norm)
     return;
   }
   if (a.in_cta) {
@@ -491,6 +483,23 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
                 acc[h][nb][q];
     }
     __syncthreads();
+    if (kFold && a.add_norm) {
+      // Each tile's split-0 warp adds its S partials (warps warp .. warp + S − 1) in split order,
+      // in its own fragment layout, and stores the whole tile (store_tile's norm sums need it).
+      if (!active || split != 0) return;
+      float v[2][NB][4] = {};
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              v[h][nb][q] += part[((warp + s) * kTokens + 8 * nb + 2 * t + (q & 1)) * 32 + 16 * h +
+                                  g + 8 * (q >> 1)];
+      store_tile(v);
+      return;
+    }
     const int T = a.cta_warps / S;
     if (a.swiglu) {
       const int per_tile = a.m * 16;  // (token, gate row) pairs
@@ -503,7 +512,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
           gate += part[((ti * S + s) * kTokens + tok) * 32 + r];
           up += part[((ti * S + s) * kTokens + tok) * 32 + r + 16];
         }
-        store_swiglu(a, tok, tile * 32 + r, gate, up);
+        store_swiglu<kFold>(a, s_inv, tok, tile * 32 + r, gate, up);
       }
       return;
     }
@@ -514,7 +523,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
       if (row >= a.n) continue;
       float v = 0.0f;
       for (int s = 0; s < S; ++s) v += part[((ti * S + s) * kTokens + tok) * 32 + r];
-      store_out(a, tok, row, v);
+      store_out<kFold>(a, s_inv, tok, row, v);
     }
     return;
   }
@@ -541,13 +550,15 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   if (arrived != unsigned(S - 1)) return;
   __threadfence();                         // the other splits' partials
   if (lane == 0) g_gemv_arrivals[rt] = 0;  // zero again for the next launch (or graph replay)
-  if (!lane_used) return;
   const float4* slots =
       reinterpret_cast<const float4*>(g_gemv_partials + size_t(rt) * S * kSlot) + 2 * NB * lane;
   float v[2][NB][4] = {};
-  // kMergeBatch / NB slots' loads in flight at once.
+  // kMergeBatch / NB slots' loads in flight at once; unused lanes read none (but store_tile
+  // needs the whole warp).
   constexpr int kBatch = kMergeBatch / NB;
-  for (int s0 = 0; s0 < S; s0 += kBatch) {
+  if (!kFold && !lane_used) return;
+  const int reads = lane_used ? S : 0;
+  for (int s0 = 0; s0 < reads; s0 += kBatch) {
     float4 p[kBatch][NB][2];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
@@ -575,35 +586,28 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs& nm)
   store_tile(v);
 }
 
-template <int kKind, int NB, bool kPlainB>
+template <int kKind, int NB, bool kPlainB, bool kFold>
 __global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) {
-  gemv_body<kKind, NB, kPlainB, false>(a, {});
+  gemv_body<kKind, NB, kPlainB, kFold>(a);
 }
 
 // The one-token-block plain variant capped at 72 registers (75–78 uncapped): 28 warps per SM
 // instead of 25, which lets the split model run big weights in two K splits in one wave (Llama-70B
 // gate_up, 1792 tiles: S = 2 needs 3584 resident warps, 27.2 per SM). __maxnreg__ excludes
 // __launch_bounds__; the launches stay at ≤ kMaxWarps · 32 threads (72 · 512 fits an SM's 64 K).
-template <int kKind>
+template <int kKind, bool kFold>
 __global__ void __maxnreg__(72) quant_gemv_kernel_72(GemvArgs a) {
-  gemv_body<kKind, 1, true, false>(a, {});
-}
-
-template <int kKind>
-__global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_norm_kernel(GemvArgs a, NormArgs nm) {
-  gemv_body<kKind, 1, true, true>(a, nm);
+  gemv_body<kKind, 1, true, kFold>(a);
 }
 
 // The kernel of a variant (kCapped: quant_gemv_kernel_72).
-template <int kKind, int NB, bool kPlainB, bool kNorm, bool kCapped = false>
+template <int kKind, int NB, bool kPlainB, bool kFold, bool kCapped>
 constexpr auto gemv_kernel() {
-  static_assert(!kCapped || (NB == 1 && kPlainB && !kNorm));
-  if constexpr (kNorm)
-    return quant_gemv_norm_kernel<kKind>;
-  else if constexpr (kCapped)
-    return quant_gemv_kernel_72<kKind>;
+  static_assert(!kCapped || (NB == 1 && kPlainB));
+  if constexpr (kCapped)
+    return quant_gemv_kernel_72<kKind, kFold>;
   else
-    return quant_gemv_kernel<kKind, NB, kPlainB>;
+    return quant_gemv_kernel<kKind, NB, kPlainB, kFold>;
 }
 
 // Whether the plain one-block launches take quant_gemv_kernel_72 (SERVAL_GEMV_MAXNREG72=0: the
@@ -616,22 +620,16 @@ bool capped_registers() {
   return on;
 }
 
-// Scale table, the warps' rings, the fused norm's rows (norm_bytes: m·k bf16), plus the partial
-// sums of 8·NB tokens × 32 rows per warp for the shared-memory merge.
-size_t smem_bytes(int kind, int warps, int nb, bool smem_merge, size_t norm_bytes = 0) {
-  return 1024 + size_t(warps) * ring_bytes_per_warp(kind) + norm_bytes +
+// Scale table, the warps' rings, plus the partial sums of 8·NB tokens × 32 rows per warp for the
+// shared-memory merge.
+size_t smem_bytes(int kind, int warps, int nb, bool smem_merge) {
+  return 1024 + size_t(warps) * ring_bytes_per_warp(kind) +
          (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
 }
 
-constexpr size_t kMaxNormBytes = size_t(kQuantGemvNormMaxM) * kQuantGemvNormMaxK * 2;
-
-constexpr size_t smem_cap(int kind, int nb, bool norm) {
-  return 1024 + size_t(kMaxWarps) * ring_bytes_per_warp(kind) + (norm ? kMaxNormBytes : 0) +
-         size_t(kMaxWarps) * nb * 256 * 4;
+constexpr size_t smem_cap(int kind, int nb) {
+  return 1024 + size_t(kMaxWarps) * ring_bytes_per_warp(kind) + size_t(kMaxWarps) * nb * 256 * 4;
 }
-
-// Warps per CTA of the fused-norm kernel at least: every CTA normalizes the whole rows.
-constexpr int kNormMinCtaWarps = 4;
 
 int kind_of(const QuantGemmWeight& w) {
   return w.format == WeightFormat::kNvfp4      ? kNvfp4Kind
@@ -639,24 +637,21 @@ int kind_of(const QuantGemmWeight& w) {
                                                : kFp8Kind;
 }
 
-// Warps of kernel<kKind, NB> resident per SM (register-limited; one-warp CTAs with the scale
-// table; with kNorm kNormMinCtaWarps-warp CTAs holding the largest rows), queried once (the split
-// model needs it on every eager launch). Also makes the kernel's shared-memory opt-in on the
-// current device.
-template <int kKind, int NB, bool kPlainB, bool kNorm = false, bool kCapped = false>
+// Warps of a kernel variant resident per SM (register-limited; one-warp CTAs with the scale
+// table), queried once (the split model needs it on every eager launch). Also makes the kernel's
+// shared-memory opt-in on the current device.
+template <int kKind, int NB, bool kPlainB, bool kFold, bool kCapped>
 int resident_warps_per_sm() {
-  auto kernel = gemv_kernel<kKind, NB, kPlainB, kNorm, kCapped>();
-  allow_dynamic_smem(kernel, smem_cap(kKind, NB, kNorm), "quant_gemv");
+  auto kernel = gemv_kernel<kKind, NB, kPlainB, kFold, kCapped>();
+  allow_dynamic_smem(kernel, smem_cap(kKind, NB), "quant_gemv");
   static const int warps = [kernel] {
-    const int cta_warps = kNorm ? kNormMinCtaWarps : 1;
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, kernel, 32 * cta_warps,
-            smem_bytes(kKind, cta_warps, NB, false, kNorm ? kMaxNormBytes : 0)) != cudaSuccess) {
+            &per_sm, kernel, 32, smem_bytes(kKind, 1, NB, false)) != cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 1;
     }
-    return std::max(per_sm * cta_warps, 1);
+    return std::max(per_sm, 1);
   }();
   return warps;
 }
@@ -691,41 +686,38 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   return c;
 }
 
-template <int kKind, int NB, bool kPlainB, bool kNorm = false, bool kCapped = false>
-void launch_blocks(GemvArgs a, cudaStream_t stream, const NormArgs& nm = {}) {
-  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kNorm, kCapped>();
-  const GemvSplit c = cached_split < kKind, NB,
-                  kNorm ? kNormMinCtaWarps : 1 > (a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
+template <int kKind, int NB, bool kPlainB, bool kFold = false, bool kCapped = false>
+void launch_blocks(GemvArgs a, cudaStream_t stream) {
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kFold, kCapped>();
+  const GemvSplit c = cached_split<kKind, NB>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
-  const size_t smem = smem_bytes(kKind, c.cta_warps, NB, c.splits > 1 && c.in_cta,
-                                 kNorm ? size_t(a.m) * a.k * 2 : 0);
-  if constexpr (kNorm)
-    launch_pdl("quant_gemv", quant_gemv_norm_kernel<kKind>, dim3(unsigned(c.ctas)),
-               dim3(c.cta_warps * 32), smem, stream, a, nm);
-  else if constexpr (kCapped)
-    launch_pdl("quant_gemv", quant_gemv_kernel_72<kKind>, dim3(unsigned(c.ctas)),
-               dim3(c.cta_warps * 32), smem, stream, a);
-  else
-    launch_pdl("quant_gemv", quant_gemv_kernel<kKind, NB, kPlainB>, dim3(unsigned(c.ctas)),
-               dim3(c.cta_warps * 32), smem, stream, a);
+  const size_t smem = smem_bytes(kKind, c.cta_warps, NB, c.splits > 1 && c.in_cta);
+  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kFold, kCapped>(),
+             dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32), smem, stream, a);
 }
 
-// One token block up to 8 tokens, two up to 16.
+template <int kKind, bool kFold>
+void launch_plain(const GemvArgs& a, cudaStream_t stream) {
+  if (capped_registers())
+    launch_blocks<kKind, 1, true, kFold, true>(a, stream);
+  else
+    launch_blocks<kKind, 1, true, kFold, false>(a, stream);
+}
+
+// One token block up to 8 tokens, two up to 16. The folded norm takes the plain one-block
+// kernels (quant_gemv_add_norm_supported, quant_gemv_rms_scaled_supported).
 template <int kKind>
-void launch(const GemvArgs& a, cudaStream_t stream, const NormArgs* nm) {
+void launch(const GemvArgs& a, cudaStream_t stream) {
   // Plain B loads for one token block only: with two, the NVFP4 kernel reached the 128-register
   // cap either way and the plain variant spilled more (measured with the ring in registers).
-  if (nm) {
-    launch_blocks<kKind, 1, true, true>(a, stream, *nm);  // quant_gemv_norm_supported
+  if (a.add_norm || a.x_rms_scaled) {
+    launch_plain<kKind, true>(a, stream);
   } else if (a.m > 8) {
     launch_blocks<kKind, 2, false>(a, stream);
   } else if (a.x_aligned16 && a.k % 64 == 0) {
-    if (capped_registers())
-      launch_blocks<kKind, 1, true, false, true>(a, stream);
-    else
-      launch_blocks<kKind, 1, true>(a, stream);
+    launch_plain<kKind, false>(a, stream);
   } else {
     launch_blocks<kKind, 1, false>(a, stream);
   }
@@ -748,30 +740,49 @@ bool quant_gemv_supported(const QuantGemmParams& p) {
   return true;
 }
 
-bool quant_gemv_norm_supported(const QuantGemmParams& p) {
-  const GemvNorm* nm = p.norm;
-  return nm != nullptr && quant_gemv_supported(p) && p.m <= kQuantGemvNormMaxM && p.w.k % 64 == 0 &&
-         p.w.k <= kQuantGemvNormMaxK && is_aligned16(nm->delta) && is_aligned16(nm->residual) &&
-         is_aligned16(nm->weight) && is_aligned16(nm->residual_out);
+namespace {
+// The plain one-block kernels that the folded norm runs on: m ≤ 8, 16-byte aligned x, k % 64 == 0.
+bool fold_shape_supported(const QuantGemmParams& p) {
+  return quant_gemv_supported(p) && p.m <= 8 && is_aligned16(p.x) && p.w.k % 64 == 0;
+}
+}  // namespace
+
+bool quant_gemv_add_norm_supported(const QuantGemmParams& p) {
+  const GemvAddNorm* an = p.add_norm;
+  return an != nullptr && fold_shape_supported(p) && !p.x_rms_scaled && !p.swiglu && !p.y_f32 &&
+         p.w.n % 32 == 0 && p.w.n / 32 <= kGemvMaxNormTiles && an->residual && an->residual_out &&
+         an->weight;
+}
+
+bool quant_gemv_rms_scaled_supported(const QuantGemmParams& p) {
+  return p.x_rms_scaled && fold_shape_supported(p) && !p.add_norm && p.w.k % 32 == 0 &&
+         p.w.k / 32 <= kGemvMaxNormTiles;
 }
 
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   const QuantGemmWeight& w = p.w;
-  if (p.norm && !quant_gemv_norm_supported(p))
+  const std::string shape = "m = " + std::to_string(p.m) + ", n = " + std::to_string(w.n) +
+                            ", k = " + std::to_string(w.k);
+  if (p.add_norm && !quant_gemv_add_norm_supported(p))
     throw InvalidArgument(
-        "quant_gemv: the fused RMSNorm input needs m <= " + std::to_string(kQuantGemvNormMaxM) +
-        ", k % 64 == 0, k <= " + std::to_string(kQuantGemvNormMaxK) +
-        " and 16-byte aligned delta, residual, weight and residual_out; got m = " +
-        std::to_string(p.m) + ", k = " + std::to_string(w.k));
-  const bool has_x = p.norm || (p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0);
+        "quant_gemv: the folded RMSNorm's producer needs m <= 8, k % 64 == 0, 16-byte aligned x, "
+        "n % 32 == 0, n <= " +
+        std::to_string(32 * kGemvMaxNormTiles) +
+        ", bf16 out, no SwiGLU, residual, residual_out and weight, and no input scale; got " +
+        shape);
+  if (p.x_rms_scaled && !quant_gemv_rms_scaled_supported(p))
+    throw InvalidArgument(
+        "quant_gemv: the folded RMSNorm's consumer needs m <= 8, k % 64 == 0, 16-byte aligned x, "
+        "k <= " +
+        std::to_string(32 * kGemvMaxNormTiles) + " and no add_norm; got " + shape);
+  const bool has_x = p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0;
   if (!quant_gemv_supported(p) || w.data == nullptr || !has_x || p.y == nullptr ||
       (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data))
     throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
                           ", k % 8 == 0, 16-byte aligned weight data, 4-byte aligned x and scales, "
                           "FP8 blocks of 32k x 64k, and for SwiGLU n % 32 == 0, no bias and bf16 "
-                          "out; got m = " +
-                          std::to_string(p.m) + ", n = " + std::to_string(w.n) +
-                          ", k = " + std::to_string(w.k));
+                          "out; got " +
+                          shape);
   GemvArgs a{};
   a.data = w.data;
   a.nvfp4_scales =
@@ -786,18 +797,14 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.swiglu = p.swiglu;
   a.x_aligned16 = is_aligned16(p.x);
   a.m = p.m;
-  NormArgs nm{};
-  if (p.norm) {
-    const RmsNormCta cta = rms_norm_cta(w.k);
-    nm.delta = reinterpret_cast<const __nv_bfloat16*>(p.norm->delta);
-    nm.residual = reinterpret_cast<const __nv_bfloat16*>(p.norm->residual);
-    nm.weight = reinterpret_cast<const __nv_bfloat16*>(p.norm->weight);
-    nm.residual_out = reinterpret_cast<__nv_bfloat16*>(p.norm->residual_out);
-    nm.eps = p.norm->eps;
-    nm.threads = cta.threads;
-    nm.vecs = cta.vecs;
+  if (p.add_norm) {
+    a.add_norm = true;
+    a.residual = reinterpret_cast<const __nv_bfloat16*>(p.add_norm->residual);
+    a.residual_out = reinterpret_cast<__nv_bfloat16*>(p.add_norm->residual_out);
+    a.norm_w = reinterpret_cast<const __nv_bfloat16*>(p.add_norm->weight);
   }
-  const NormArgs* norm = p.norm ? &nm : nullptr;
+  a.x_rms_scaled = p.x_rms_scaled;
+  a.x_rms_eps = p.x_rms_eps;
   a.n = w.n;
   a.k = w.k;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;
@@ -813,13 +820,13 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   }
   switch (kind_of(w)) {
     case kNvfp4Kind:
-      launch<kNvfp4Kind>(a, stream, norm);
+      launch<kNvfp4Kind>(a, stream);
       break;
     case kFp8Kind:
-      launch<kFp8Kind>(a, stream, norm);
+      launch<kFp8Kind>(a, stream);
       break;
     default:
-      launch<kFp8BlockKind>(a, stream, norm);
+      launch<kFp8BlockKind>(a, stream);
       break;
   }
   check_launch("quant_gemv");

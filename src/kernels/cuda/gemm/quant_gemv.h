@@ -18,19 +18,15 @@ constexpr int kQuantGemvMaxM = 16;  // two blocks of the eight columns of the MM
 // and a bf16 y. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);
 
-// Tokens of the fused RMSNorm input (p.norm): each CTA normalizes the m rows itself (reading
-// delta and residual whole) into shared memory. One token: it won with the GEMV's ring in
-// registers (Llama-70B NVFP4 b1 TPOT 13.78-13.81 vs 14.0 ms unfused); at two tokens the doubled
-// prologue made the step slower (Llama b2 14.67 vs 14.08 ms). With the shared-memory ring it
-// loses (13.18-13.20 vs 12.86-12.93 ms, bench/RESULTS.md 2026-12-02), so the CUDA backend takes
-// it only with SERVAL_FUSED_NORM_GEMV=1.
-constexpr int kQuantGemvNormMaxM = 1;
-constexpr int kQuantGemvNormMaxK = 8192;  // rms_norm's register kernel (hidden ≤ 8192)
-
-// Whether quant_gemv takes p with p.norm set: quant_gemv_supported, m ≤ kQuantGemvNormMaxM,
-// k % 64 == 0, k ≤ kQuantGemvNormMaxK, and 16-byte aligned delta, residual, weight and
-// residual_out.
-bool quant_gemv_norm_supported(const QuantGemmParams& p);
+// The folded RMSNorm (GemvAddNorm, quant_gemm.h) runs on the plain one-token-block kernels: m ≤ 8,
+// 16-byte aligned x, k % 64 == 0. The producer's n (the consumer's k) must be a multiple of 32 and
+// at most 32 · kGemvMaxNormTiles; one GEMV is not both. The per-tile sums live in one
+// device-global buffer: a consumer reads the sums of the last add_norm quant_gemv before it in
+// stream order (other kernels may run between them).
+constexpr int kGemvMaxNormTiles = 1024;
+// Whether quant_gemv takes p with p.add_norm (producer) / p.x_rms_scaled (consumer) set.
+bool quant_gemv_add_norm_supported(const QuantGemmParams& p);
+bool quant_gemv_rms_scaled_supported(const QuantGemmParams& p);
 
 // y = x · dequant(W)ᵀ (+ bias); needs no caller workspace. Throws InvalidArgument unless supported
 // and w.data 16-byte / x 4-byte aligned. Programmatic dependent launch; deterministic (the same

@@ -23,7 +23,7 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 // The CTA rms_norm runs a row with (hidden % 8 == 0): `threads` threads, each owning the 8-element
 // vectors tid + i·threads for i < vecs; vecs ≤ 4 (hidden ≤ 8192) keeps them in registers, larger
 // rows take two passes. The sum of squares, and so the result, depends on this shape: a kernel
-// that fuses the norm (quant_gemv's GemvNorm) emulates it.
+// that fuses the norm (moe_finalize's) emulates it.
 inline constexpr int kRmsNormMaxThreads = 256;
 struct RmsNormCta {
   int threads, vecs;
