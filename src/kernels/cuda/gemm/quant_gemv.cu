@@ -698,9 +698,19 @@ void launch_blocks(GemvArgs a, cudaStream_t stream) {
              dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32), smem, stream, a);
 }
 
+// Whether the folded-norm launches take the 72-register kernel too (SERVAL_GEMV_FOLD_MAXNREG72=1;
+// there its epilogue makes it spill, so by default they run uncapped).
+bool fold_capped() {
+  static const bool on = [] {
+    const char* env = std::getenv("SERVAL_GEMV_FOLD_MAXNREG72");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  return on;
+}
+
 template <int kKind, bool kFold>
 void launch_plain(const GemvArgs& a, cudaStream_t stream) {
-  if (capped_registers())
+  if (kFold ? fold_capped() : capped_registers())
     launch_blocks<kKind, 1, true, kFold, true>(a, stream);
   else
     launch_blocks<kKind, 1, true, kFold, false>(a, stream);
