@@ -268,21 +268,6 @@ class Backend {
     linear(x, gate_up, nullptr, h);
     silu_mul(h, out);
   }
-  // The RMSNorm between two projections, folded into them (decode steps of dense layers): y =
-  // linear(x, w) is added to residual (the bf16 sum, as rms_norm with a residual stores it) and
-  // out = residual · norm_w — the norm without its 1/rms, which the backend keeps pending for the
-  // next linear_scaled / linear_silu_mul_scaled on `out` with weight `next` (RMSNorm scales whole
-  // rows, and a projection is linear in each row). Returns false, having done nothing, where the
-  // backend does not fold this pair (the default): the caller then runs linear and rms_norm.
-  virtual bool linear_add_norm(const Tensor& x, const Weight& w, Tensor& residual,
-                               const Tensor& norm_w, float eps, Tensor& out, const Weight& next) {
-    return false;
-  }
-  // linear(x · diag(1/rms), w, bias, y) and linear_silu_mul(x · diag(1/rms), gate_up, out) with
-  // the 1/rms pending from linear_add_norm. The defaults throw InvalidArgument (a backend that
-  // folds overrides all three).
-  virtual void linear_scaled(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& y);
-  virtual void linear_silu_mul_scaled(const Tensor& x, const Weight& gate_up, Tensor& out);
   // Converts uploaded MoE weights to the layout this backend's expert kernels need (once, at
   // load time). Throws InvalidArgument naming the case if the layer cannot run here.
   virtual void prepare_moe(MoeWeights& w) = 0;
@@ -323,15 +308,6 @@ inline QuantizedWeight Backend::upload_quantized(const QuantizedWeight& host) {
 inline void Backend::quantized_linear(const Tensor&, const QuantizedWeight& w, const Tensor*,
                                       Tensor&) {
   upload_quantized(w);  // throws the same message
-}
-
-inline void Backend::linear_scaled(const Tensor&, const Weight&, const Tensor*, Tensor&) {
-  throw InvalidArgument(name() + " backend: linear_scaled without a folded norm (linear_add_norm)");
-}
-
-inline void Backend::linear_silu_mul_scaled(const Tensor&, const Weight&, Tensor&) {
-  throw InvalidArgument(name() +
-                        " backend: linear_silu_mul_scaled without a folded norm (linear_add_norm)");
 }
 
 std::unique_ptr<Backend> make_cpu_backend();

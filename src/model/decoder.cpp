@@ -1,6 +1,5 @@
 #include "model/decoder.h"
 
-#include <optional>
 #include <utility>
 
 #include "base/error.h"
@@ -129,29 +128,17 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
   // True when the last block already ran the add + norm in front of the next one (fused into
   // its own last kernel): residual holds the sum and x the next block's input; delta is spent.
   bool x_ready = false;
-  // On one rank, a dense block's last projection may fold the norm after it into itself and the
-  // next projection (Backend::linear_add_norm): x_scaled then says that x holds the next block's
-  // input without its 1/rms, which the backend applies in that projection.
-  const bool fold_norms = !tp && !shard_.dp_moe();
-  bool x_scaled = false;
-  const float eps = c_.rms_norm_eps;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& layer = layers_[i];
     // Everything a layer allocates is dead once it has written `delta` and `residual`.
     const int64_t mark = b_.step_mark();
     if (i == 0) {
-      b_.rms_norm(residual, nullptr, layer.input_norm, eps, x);
-    } else if (!x_ready && !x_scaled) {
+      b_.rms_norm(residual, nullptr, layer.input_norm, c_.rms_norm_eps, x);
+    } else if (!x_ready) {
       add_norm(layer.input_norm);
     }
     x_ready = false;
-    std::optional<NextNorm> post_norm;  // the MLP's norm, folded into o_proj
-    if (fold_norms && layer.mlp)
-      post_norm.emplace(
-          NextNorm{residual, layer.post_attention_norm, eps, x, layer.mlp->first_weight()});
-    const bool attn_folded =
-        layer.attn->forward(x, std::exchange(x_scaled, false), meta, inv_freq_, kv_cache[i], delta,
-                            post_norm ? &*post_norm : nullptr);
+    layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
     delta_partial = tp;  // row-parallel o_proj
     if (layer.moe && shard_.dp_moe()) {
       // All replicas' normalized rows into one [rows_total, H] buffer (tensor-parallel rank 0
@@ -179,18 +166,12 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
       x_ready = layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm,
                                             c_.rms_norm_eps, x, delta, next_norm);
     } else {
-      if (!attn_folded) add_norm(layer.post_attention_norm);
-      std::optional<NextNorm> next_norm;  // the next layer's input norm, folded into down_proj
-      if (fold_norms && i + 1 < layers_.size())
-        next_norm.emplace(NextNorm{residual, layers_[i + 1].input_norm, eps, x,
-                                   layers_[i + 1].attn->first_weight()});
-      x_scaled = layer.mlp->forward(x, attn_folded, delta, next_norm ? &*next_norm : nullptr);
+      add_norm(layer.post_attention_norm);
+      layer.mlp->forward(x, delta);
       delta_partial = tp;  // row-parallel down_proj
     }
     b_.step_release(mark);
   }
-  if (x_scaled)
-    throw InvalidArgument("decoder: the last layer folded a norm with no layer after it");
   if (!x_ready) add_norm(final_norm_);
   Tensor last = b_.empty(act, {meta.num_logits, H});
   b_.gather_rows(x, meta.logits_indices, last);

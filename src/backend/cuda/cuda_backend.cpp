@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -494,54 +493,6 @@ class CudaBackend final : public Backend {
     kernels::cuda::silu_mul({bf(h), bf_mut(out), int(m), w.n / 2, 16}, stream_);
   }
 
-  // The folded RMSNorm (Backend::linear_add_norm) between two quantized decode GEMVs that
-  // quant_gemv folds (quant_gemm.h's GemvAddNorm): both weights quantized (no W4A4), m ≤ 8.
-  bool linear_add_norm(const Tensor& x, const Weight& w, Tensor& residual, const Tensor& norm_w,
-                       float eps, Tensor& out, const Weight& next) override {
-    namespace kc = kernels::cuda;
-    auto foldable = [](const Weight& v) {
-      return v.q && !v.q->quantize_activations && v.q->experts == 0;
-    };
-    auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };
-    if (!fold_norms_ || !foldable(w) || !foldable(next) || w.q->rows_reordered || !is_bf16(x) ||
-        !is_bf16(residual) || !is_bf16(norm_w) || !is_bf16(out))
-      return false;
-    const QuantizedWeight& q = *w.q;
-    const int64_t m = x.numel() / q.k;
-    if (x.numel() != m * q.k || residual.numel() != m * q.n || out.numel() != m * q.n ||
-        norm_w.numel() != q.n || next.q->k != q.n)
-      return false;
-    const kc::GemvAddNorm add_norm{bf(residual), bf_mut(residual), bf(norm_w)};
-    kc::QuantGemmParams p{};
-    p.x = bf(x);
-    p.w = cuda::quant_gemm_weight(q);
-    p.y = out.data;
-    p.m = int(m);
-    p.add_norm = &add_norm;
-    kc::QuantGemmParams consumer{};  // the next projection, as linear_scaled will launch it
-    consumer.x = bf(out);
-    consumer.w = cuda::quant_gemm_weight(*next.q);
-    consumer.m = int(m);
-    consumer.swiglu = next.q->rows_reordered;
-    consumer.x_rms_scaled = true;
-    if (!kc::quant_gemv_add_norm_supported(p) || !kc::quant_gemv_rms_scaled_supported(consumer))
-      return false;
-    cuda::OpScope scope(profiler_, "linear_add_norm", stream_, capturing_);
-    kc::quant_gemv(p, stream_);
-    pending_norm_ = PendingNorm{eps, m, q.n};
-    return true;
-  }
-
-  void linear_scaled(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& y) override {
-    cuda::OpScope scope(profiler_, "linear_scaled", stream_, capturing_);
-    run_scaled(x, w, bias, y, false);
-  }
-
-  void linear_silu_mul_scaled(const Tensor& x, const Weight& gate_up, Tensor& out) override {
-    cuda::OpScope scope(profiler_, "linear_silu_mul_scaled", stream_, capturing_);
-    run_scaled(x, gate_up, nullptr, out, true);
-  }
-
   void silu_mul(const Tensor& x, Tensor& out) override {
     cuda::OpScope scope(profiler_, "silu_mul", stream_, capturing_);
     const int inter = int(out.dim(-1));
@@ -716,31 +667,6 @@ class CudaBackend final : public Backend {
     c.args.next_norm = {bf_mut(residual), bf(nw), bf_mut(x), next.eps};
   }
 
-  // The consumer of the folded norm pending from linear_add_norm: the decode GEMV of x with each
-  // token's outputs scaled by its 1/rms (quant_gemm.h, GemvAddNorm).
-  void run_scaled(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& y, bool swiglu) {
-    namespace kc = kernels::cuda;
-    if (!pending_norm_ || !w.q || x.numel() != pending_norm_->rows * pending_norm_->hidden ||
-        w.q->k != pending_norm_->hidden || w.q->rows_reordered != swiglu)
-      throw InvalidArgument("cuda backend: a scaled projection (" + shape_str(x.shape) +
-                            ") must follow linear_add_norm with its rows and a quantized weight "
-                            "of that input width");
-    expect(x, DType::kBF16, "scaled projection input");
-    if (bias) expect(*bias, DType::kBF16, "scaled projection bias");
-    kc::QuantGemmParams p{};
-    p.x = bf(x);
-    p.w = cuda::quant_gemm_weight(*w.q);
-    p.bias = bias ? bf(*bias) : nullptr;
-    p.y = y.data;
-    p.y_f32 = y.dtype == DType::kF32;
-    p.m = int(pending_norm_->rows);
-    p.swiglu = swiglu;
-    p.x_rms_scaled = true;
-    p.x_rms_eps = pending_norm_->eps;
-    pending_norm_.reset();
-    kc::quant_gemv(p, stream_);
-  }
-
   // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
   // = silu(gate) · up from the decode GEMV's epilogue.
   void run_quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
@@ -840,14 +766,6 @@ class CudaBackend final : public Backend {
   // SERVAL_NO_FUSED_MOE_FINALIZE_NORM=1: the add + RMSNorm after an MoE block as its own rms_norm
   // kernel instead of inside the block's finalize (A/B and bisection).
   const bool fuse_moe_finalize_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_FINALIZE_NORM") == nullptr;
-  // The RMSNorm of dense decode layers folded into the quantized GEMVs around it
-  // (linear_add_norm); SERVAL_NO_NORM_FOLD=1 runs rms_norm kernels instead (A/B).
-  const bool fold_norms_ = std::getenv("SERVAL_NO_NORM_FOLD") == nullptr;
-  struct PendingNorm {
-    float eps;
-    int64_t rows, hidden;
-  };
-  std::optional<PendingNorm> pending_norm_;  // set by linear_add_norm, taken by run_scaled
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
   const int moe_route_in_gemv_tokens_ = [] {

@@ -95,35 +95,16 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
   }
 }
 
-namespace {
-
-// out = linear(x, w), or with `next` the folded norm after it when the backend folds (true).
-bool project_out(backend::Backend& b, const Tensor& x, const backend::Weight& w, Tensor& out,
-                 const NextNorm* next) {
-  if (next &&
-      b.linear_add_norm(x, w, next->residual, next->weight, next->eps, next->x, next->next_first))
-    return true;
-  b.linear(x, w, nullptr, out);
-  return false;
-}
-
-}  // namespace
-
-bool Attention::forward(const Tensor& x, bool x_scaled, const backend::StepMetadata& meta,
-                        const Tensor& inv_freq, backend::KvCacheLayer& cache, Tensor& out,
-                        const NextNorm* next) {
+void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
+                        backend::KvCacheLayer& cache, Tensor& out) {
   const DType act = b_.activation_dtype();
   Tensor qkv = b_.empty(act, {x.dim(0), wqkv_.out_features()});
-  if (x_scaled) {
-    b_.linear_scaled(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
-  } else {
-    b_.linear(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
-  }
+  b_.linear(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
   Tensor attn = b_.empty(act, {qkv.dim(0), q_dim_});
   backend::AttentionParams p = params_;
   p.inv_freq = &inv_freq;
   b_.attention(qkv, p, cache, meta, attn);
-  return project_out(b_, attn, wo_, out, next);
+  b_.linear(attn, wo_, nullptr, out);
 }
 
 Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
@@ -138,14 +119,10 @@ Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Ba
   down_ = load_linear_sharded(w, b, {{module_of(down), hidden_, {0, hidden_}}}, inter, keep);
 }
 
-bool Mlp::forward(const Tensor& x, bool x_scaled, Tensor& out, const NextNorm* next) {
+void Mlp::forward(const Tensor& x, Tensor& out) {
   Tensor a = b_.empty(b_.activation_dtype(), {x.dim(0), inter_});
-  if (x_scaled) {
-    b_.linear_silu_mul_scaled(x, gate_up_, a);
-  } else {
-    b_.linear_silu_mul(x, gate_up_, a);
-  }
-  return project_out(b_, a, down_, out, next);
+  b_.linear_silu_mul(x, gate_up_, a);
+  b_.linear(a, down_, nullptr, out);
 }
 
 namespace {

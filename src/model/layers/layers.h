@@ -20,17 +20,6 @@ std::string module_of(const std::string& weight_name);
 // inv_freq [head_dim / 2] with the config's rope scaling (default, linear, llama3).
 Tensor rope_inv_freq(const io::ModelConfig& c);
 
-// The RMSNorm in front of the next block, folded into this block's last projection
-// (Backend::linear_add_norm): residual += the projection, x = residual · weight with the 1/rms
-// pending for the next block's first projection, next_first.
-struct NextNorm {
-  Tensor& residual;
-  const Tensor& weight;
-  float eps;
-  Tensor& x;
-  const backend::Weight& next_first;
-};
-
 class Attention {
  public:
   // prefix: "model.layers.N.self_attn". tp: this rank's shard (dist::shard_attention): it loads
@@ -40,16 +29,7 @@ class Attention {
             const std::string& prefix, bool qk_norm, const dist::TpLayout& tp = {});
   // x [T, hidden] → out [T, hidden]
   void forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
-               backend::KvCacheLayer& cache, Tensor& out) {
-    forward(x, false, meta, inv_freq, cache, out, nullptr);
-  }
-  // x_scaled: x is a folded norm's output with its 1/rms pending (Backend::linear_add_norm). With
-  // `next`, o_proj may fold the following norm: then it returns true, and next.x and
-  // next.residual hold what it wrote instead of out.
-  bool forward(const Tensor& x, bool x_scaled, const backend::StepMetadata& meta,
-               const Tensor& inv_freq, backend::KvCacheLayer& cache, Tensor& out,
-               const NextNorm* next);
-  const backend::Weight& first_weight() const { return wqkv_; }
+               backend::KvCacheLayer& cache, Tensor& out);
 
  private:
   backend::Backend& b_;
@@ -69,10 +49,7 @@ class Mlp {
   Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
       const std::string& gate, const std::string& up, const std::string& down,
       const dist::TpLayout& tp = {});
-  void forward(const Tensor& x, Tensor& out) { forward(x, false, out, nullptr); }
-  // x_scaled and next as in Attention::forward (down_proj may fold the next norm).
-  bool forward(const Tensor& x, bool x_scaled, Tensor& out, const NextNorm* next);
-  const backend::Weight& first_weight() const { return gate_up_; }
+  void forward(const Tensor& x, Tensor& out);
 
  private:
   backend::Backend& b_;

@@ -53,18 +53,6 @@ struct QuantGemmWeight {
   int block_n, block_k;  // FP8 block only; block_k % 16 == 0
 };
 
-// The RMSNorm between two decode GEMVs, folded into them (quant_gemv only; quant_gemv.h). The
-// producer GEMV, with add_norm, finishes its outputs d as usual, then stores r = bf16(residual +
-// bf16(d)) to residual_out and bf16(r · weight) to y (the norm's input scaled by its weight but
-// not yet by 1/rms), and keeps Σ r² per 32-row tile and token on the device. The consumer GEMV,
-// with x_rms_scaled, multiplies each output by its token's 1/rms = rsqrt(Σ r² / k + eps) before
-// alpha, scales and bias: RMSNorm scales whole rows, and the GEMV is linear in each row.
-struct GemvAddNorm {
-  const bf16* residual;  // [m, n]
-  bf16* residual_out;    // [m, n]; may be residual (each element is read, then written)
-  const bf16* weight;    // [n]
-};
-
 struct QuantGemmParams {
   const bf16* x;  // [m, k], 4-byte aligned
   QuantGemmWeight w;
@@ -78,9 +66,6 @@ struct QuantGemmParams {
   // are tiled (quant_gemm_gate_up_source_row), and y[t, j] = silu(gate_j) · up_j with both
   // projections finished in fp32 (alpha, row scale) and rounded to bf16 once. No bias.
   bool swiglu;
-  const GemvAddNorm* add_norm = nullptr;  // producer of a folded RMSNorm (decode GEMV only)
-  bool x_rms_scaled = false;              // consumer of a folded RMSNorm (decode GEMV only)
-  float x_rms_eps = 0.0f;
 };
 
 // Row order of a gate/up weight [2·inter, k] (rows [0, inter) gate, [inter, 2·inter) up;

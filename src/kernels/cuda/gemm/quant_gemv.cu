@@ -11,7 +11,10 @@
 // scale tile), then the same from the ring into registers, NVFP4 4 scale words (rows g, g+8, 16+g,
 // 24+g), and the 8 activation words of its B fragments, read from global memory (L1/L2-resident:
 // every warp of the grid reads the same m·k·2 bytes) one k block ahead; columns ≥ k read as zero.
-// Activations are not staged in shared memory, so m and k do not limit occupancy.
+// Activations are not staged in shared memory, so m and k do not limit occupancy. The kernels
+// take their arguments as __grid_constant__: gemv_body reads them through a reference, and
+// without it the 72-register variant spilled (20 bytes of reloads per thread; Llama-70B NVFP4
+// b1 TPOT 12.24–12.34 without the spill vs 12.50–12.53 ms, bench/RESULTS.md 2026-12-02).
 // Why a shared-memory ring of two (measured on the H200, bench/RESULTS.md, 2026-12-02): bytes in
 // flight held in registers cost 97–128 registers per thread; in shared memory 75–85, so more
 // warps are resident. A deeper ring (4 or 8 k blocks) takes the shared memory that L1 needs for
@@ -37,14 +40,6 @@
 //     counters, ≈ 4 MB per device); larger shapes get in-CTA or single splits from the model.
 //     Hence one quant_gemv at a time per device (quant_gemv.h).
 //
-// Folded RMSNorm (GemvAddNorm, quant_gemm.h; the kFold kernels, so that the others compile as
-// before: the fold's epilogue raised their registers by 5–15): the producer (o / down projection)
-// adds its outputs to the residual in its epilogue, stores r · w_norm as the next GEMV's x and
-// one Σ r² per (tile, token) to g_gemv_norm_sumsq; the consumer (q/k/v, gate/up) adds those sums
-// up per token after its main loop and scales its outputs by 1/rms. Only the whole-tile epilogue
-// store_tile folds: a tile's split partials are gathered by one warp (its split-0 warp in the CTA,
-// or the last to arrive across CTAs). This replaces an rms_norm kernel and its two dependency
-// edges in the step's chain.
 #include "kernels/cuda/gemm/quant_gemv.h"
 
 #include <cuda_bf16.h>
@@ -81,11 +76,6 @@ constexpr int kSlotFloats = 8 * 32;  // per token block
 constexpr int kMergeBatch = 7;  // slots loaded at once by the merging warp (8: FP8 80 → 96 regs)
 __device__ float g_gemv_partials[size_t(kGemvMaxSplitItems) * kSlotFloats];
 __device__ unsigned int g_gemv_arrivals[kGemvMaxSplitTiles];
-// The folded RMSNorm (quant_gemv.h, GemvAddNorm): Σ r² of each (32-row tile, token) of the last
-// add_norm GEMV's rows r, [tile][kQuantGemvMaxM], read by the next x_rms_scaled GEMV after its PDL
-// wait (the add_norm grid has completed by then; the following add_norm GEMV writes only after
-// its own PDL wait, when the reader has completed).
-__device__ float g_gemv_norm_sumsq[kGemvMaxNormTiles * kQuantGemvMaxM];
 
 struct GemvArgs {
   const uint8_t* data;
@@ -107,15 +97,6 @@ struct GemvArgs {
   int block_cols;  // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
-  // Folded RMSNorm (GemvAddNorm): with add_norm, r = bf16(residual + bf16(y)) goes to
-  // residual_out, bf16(r · norm_w) to y, and Σ r² per (tile, token) to g_gemv_norm_sumsq. With
-  // x_rms_scaled, every output is first multiplied by its token's 1/rms from those sums.
-  bool add_norm;
-  const __nv_bfloat16* residual;  // [m, n] (may be residual_out: read, then written, per element)
-  __nv_bfloat16* residual_out;
-  const __nv_bfloat16* norm_w;  // [n]
-  bool x_rms_scaled;
-  float x_rms_eps;
 };
 
 // The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
@@ -138,12 +119,9 @@ struct Slot {
   uint32_t sf[kKind == kNvfp4Kind ? 4 : 1];  // NVFP4: rows g, g+8, 16+g, 24+g; block: bf16 bits
 };
 
-// Row `row`'s fp32 output for token `tok` from its fp32 sum: the token's 1/rms (x_rms_scaled;
-// s_inv: per token, in shared memory), alpha, FP8 row scale, bias (quant_gemm.cu's store_out).
-template <bool kFold>
-__device__ __forceinline__ float finish(const GemvArgs& a, const float* s_inv, int tok, int row,
-                                        float v) {
-  if (kFold && a.x_rms_scaled) v *= s_inv[tok];
+// Row `row`'s fp32 output from its fp32 sum: alpha, FP8 row scale, bias (quant_gemm.cu's
+// store_out).
+__device__ __forceinline__ float finish(const GemvArgs& a, int row, float v) {
   v *= a.alpha;
   if (a.row_scale) v *= a.row_scale[row];
   if (a.bias) v += __bfloat162float(a.bias[row]);
@@ -151,10 +129,8 @@ __device__ __forceinline__ float finish(const GemvArgs& a, const float* s_inv, i
 }
 
 // Final value of output (tok, row) from its fp32 sum.
-template <bool kFold>
-__device__ __forceinline__ void store_out(const GemvArgs& a, const float* s_inv, int tok, int row,
-                                          float v) {
-  v = finish<kFold>(a, s_inv, tok, row, v);
+__device__ __forceinline__ void store_out(const GemvArgs& a, int tok, int row, float v) {
+  v = finish(a, row, v);
   const size_t i = size_t(tok) * a.n + row;
   if (a.y_f32) {
     static_cast<float*>(a.y)[i] = v;
@@ -165,11 +141,9 @@ __device__ __forceinline__ void store_out(const GemvArgs& a, const float* s_inv,
 
 // SwiGLU epilogue: `row` is a gate row of the tiled order (row % 32 < 16), row + 16 its up row;
 // output column 16·(row / 32) + row % 32 (the checkpoint's gate row index). silu as silu_mul's.
-template <bool kFold>
-__device__ __forceinline__ void store_swiglu(const GemvArgs& a, const float* s_inv, int tok,
-                                             int row, float gate_sum, float up_sum) {
-  const float gate = finish<kFold>(a, s_inv, tok, row, gate_sum);
-  const float up = finish<kFold>(a, s_inv, tok, row + 16, up_sum);
+__device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row, float gate_sum,
+                                             float up_sum) {
+  const float gate = finish(a, row, gate_sum), up = finish(a, row + 16, up_sum);
   const size_t i = size_t(tok) * (a.n / 2) + (row / 32) * 16 + row % 32;
   static_cast<__nv_bfloat16*>(a.y)[i] = __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
 }
@@ -180,12 +154,9 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, const float* s_i
 // two plain 16-byte loads per block, without the per-quarter bounds predicate, zero fill and
 // alignment branch. NVFP4, one token block: 97 registers instead of 128 (and no spill), so more
 // resident warps, and fewer instructions per k block in the streaming loop.
-// The kernel body. kFold (NB = 1, kPlainB): the folded RMSNorm's epilogues (a.add_norm,
-// a.x_rms_scaled; see the top of this file).
-template <int kKind, int NB, bool kPlainB, bool kFold>
+// The kernel body.
+template <int kKind, int NB, bool kPlainB>
 __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
-  static_assert(!kFold || (NB == 1 && kPlainB),
-                "the folded norm takes the plain one-block variant");
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
   constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
@@ -198,7 +169,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   static_assert(kDepth % 2 == 0, "compute's B parity is j % 2 of an unrolled slot index");
   constexpr int kRingBytes = ring_bytes_per_warp(kKind);
   uint8_t* ring = reinterpret_cast<uint8_t*>(lut + 256) + (threadIdx.x >> 5) * kRingBytes;
-  __shared__ float s_inv[kQuantGemvMaxM];  // kFold, x_rms_scaled: 1/rms per token
   // [warps][8·NB tokens][32 rows]
   float* part = reinterpret_cast<float*>(lut + 256 + (blockDim.x >> 5) * kRingBytes / 4);
 
@@ -395,51 +365,14 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   // Accumulator q of group h, block nb: row 16h + g + 8·(q / 2), token 8·nb + 2t + q % 2 (with
   // swiglu, group 0 holds the tile's gate rows and group 1 their up rows, so v[0][nb][q] and
   // v[1][nb][q] pair up).
-  // Called by all lanes of the warp (add_norm's sums cross lanes); stores tokens < m only.
   auto store_tile = [&](const float(&v)[2][NB][4]) {
-    if (kFold && a.add_norm) {
-      // The tile's rows r of its tokens (n % 32 == 0: every row is real), and Σ r² per token:
-      // lane (g, t) holds tokens 2t, 2t + 1 of each block, rows g + 8j; the lanes of one t add up.
-      float sq[NB][2] = {};
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 8 * nb + 2 * t + (q & 1);
-            if (tok >= a.m) continue;
-            const size_t i = size_t(tok) * a.n + row;
-            const float d = __bfloat162float(
-                __float2bfloat16_rn(finish<kFold>(a, s_inv, tok, row, v[h][nb][q])));
-            const __nv_bfloat16 r = __float2bfloat16_rn(__bfloat162float(a.residual[i]) + d);
-            a.residual_out[i] = r;
-            const float rf = __bfloat162float(r);
-            static_cast<__nv_bfloat16*>(a.y)[i] =
-                __float2bfloat16_rn(rf * __bfloat162float(a.norm_w[row]));
-            sq[nb][q & 1] += rf * rf;
-          }
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          float sum = sq[nb][p];
-#pragma unroll
-          for (int o = 4; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-          const int tok = 8 * nb + 2 * t + p;
-          if (g == 0 && tok < a.m) g_gemv_norm_sumsq[rt * kQuantGemvMaxM + tok] = sum;
-        }
-      return;
-    }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
       if (a.swiglu) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int tok = 8 * nb + 2 * t + (q & 1);
-          if (tok < a.m)
-            store_swiglu<kFold>(a, s_inv, tok, rt * 32 + g + 8 * (q >> 1), v[0][nb][q],
-                                v[1][nb][q]);
+          if (tok < a.m) store_swiglu(a, tok, rt * 32 + g + 8 * (q >> 1), v[0][nb][q], v[1][nb][q]);
         }
         continue;
       }
@@ -448,26 +381,13 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int row = rt * 32 + 16 * h + g + 8 * (q >> 1), tok = 8 * nb + 2 * t + (q & 1);
-          if (row < a.n && tok < a.m) store_out<kFold>(a, s_inv, tok, row, v[h][nb][q]);
+          if (row < a.n && tok < a.m) store_out(a, tok, row, v[h][nb][q]);
         }
     }
   };
   constexpr int kTokens = 8 * NB;  // token columns of a warp's partials
-  // x_rms_scaled: 1/rms of each token from the add_norm GEMV's per-tile sums (k / 32 tiles; lane l
-  // adds tiles l, l + 32, … in order, then the butterfly: the same bits in every CTA), one token
-  // per warp, after the main loop (computed in the prologue, it raised the loop's registers from
-  // 79 to 109).
-  if (kFold && a.x_rms_scaled) {
-    for (int tok = warp; tok < a.m; tok += int(blockDim.x >> 5)) {
-      float sum = 0.0f;
-      for (int i = lane; i < a.k / 32; i += 32) sum += g_gemv_norm_sumsq[i * kQuantGemvMaxM + tok];
-      sum = warp_sum(sum);
-      if (lane == 0) s_inv[tok] = rsqrtf(sum / float(a.k) + a.x_rms_eps);
-    }
-    __syncthreads();  // every warp of the CTA gets here
-  }
   if (S == 1) {
-    if (active && (kFold || 2 * t < a.m)) store_tile(acc);  // kFold: the whole warp (add_norm)
+    if (active && 2 * t < a.m) store_tile(acc);
     return;
   }
   if (a.in_cta) {
@@ -483,23 +403,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
                 acc[h][nb][q];
     }
     __syncthreads();
-    if (kFold && a.add_norm) {
-      // Each tile's split-0 warp adds its S partials (warps warp .. warp + S − 1) in split order,
-      // in its own fragment layout, and stores the whole tile (store_tile's norm sums need it).
-      if (!active || split != 0) return;
-      float v[2][NB][4] = {};
-      for (int s = 0; s < S; ++s)
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-              v[h][nb][q] += part[((warp + s) * kTokens + 8 * nb + 2 * t + (q & 1)) * 32 + 16 * h +
-                                  g + 8 * (q >> 1)];
-      store_tile(v);
-      return;
-    }
     const int T = a.cta_warps / S;
     if (a.swiglu) {
       const int per_tile = a.m * 16;  // (token, gate row) pairs
@@ -512,7 +415,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
           gate += part[((ti * S + s) * kTokens + tok) * 32 + r];
           up += part[((ti * S + s) * kTokens + tok) * 32 + r + 16];
         }
-        store_swiglu<kFold>(a, s_inv, tok, tile * 32 + r, gate, up);
+        store_swiglu(a, tok, tile * 32 + r, gate, up);
       }
       return;
     }
@@ -523,7 +426,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
       if (row >= a.n) continue;
       float v = 0.0f;
       for (int s = 0; s < S; ++s) v += part[((ti * S + s) * kTokens + tok) * 32 + r];
-      store_out<kFold>(a, s_inv, tok, row, v);
+      store_out(a, tok, row, v);
     }
     return;
   }
@@ -550,15 +453,13 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   if (arrived != unsigned(S - 1)) return;
   __threadfence();                         // the other splits' partials
   if (lane == 0) g_gemv_arrivals[rt] = 0;  // zero again for the next launch (or graph replay)
+  if (!lane_used) return;
   const float4* slots =
       reinterpret_cast<const float4*>(g_gemv_partials + size_t(rt) * S * kSlot) + 2 * NB * lane;
   float v[2][NB][4] = {};
-  // kMergeBatch / NB slots' loads in flight at once; unused lanes read none (but store_tile
-  // needs the whole warp).
+  // kMergeBatch / NB slots' loads in flight at once.
   constexpr int kBatch = kMergeBatch / NB;
-  if (!kFold && !lane_used) return;
-  const int reads = lane_used ? S : 0;
-  for (int s0 = 0; s0 < reads; s0 += kBatch) {
+  for (int s0 = 0; s0 < S; s0 += kBatch) {
     float4 p[kBatch][NB][2];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
@@ -586,28 +487,29 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   store_tile(v);
 }
 
-template <int kKind, int NB, bool kPlainB, bool kFold>
-__global__ void __launch_bounds__(kMaxWarps * 32) quant_gemv_kernel(GemvArgs a) {
-  gemv_body<kKind, NB, kPlainB, kFold>(a);
+template <int kKind, int NB, bool kPlainB>
+__global__ void __launch_bounds__(kMaxWarps * 32)
+    quant_gemv_kernel(const __grid_constant__ GemvArgs a) {
+  gemv_body<kKind, NB, kPlainB>(a);
 }
 
 // The one-token-block plain variant capped at 72 registers (75–78 uncapped): 28 warps per SM
 // instead of 25, which lets the split model run big weights in two K splits in one wave (Llama-70B
 // gate_up, 1792 tiles: S = 2 needs 3584 resident warps, 27.2 per SM). __maxnreg__ excludes
 // __launch_bounds__; the launches stay at ≤ kMaxWarps · 32 threads (72 · 512 fits an SM's 64 K).
-template <int kKind, bool kFold>
-__global__ void __maxnreg__(72) quant_gemv_kernel_72(GemvArgs a) {
-  gemv_body<kKind, 1, true, kFold>(a);
+template <int kKind>
+__global__ void __maxnreg__(72) quant_gemv_kernel_72(const __grid_constant__ GemvArgs a) {
+  gemv_body<kKind, 1, true>(a);
 }
 
 // The kernel of a variant (kCapped: quant_gemv_kernel_72).
-template <int kKind, int NB, bool kPlainB, bool kFold, bool kCapped>
+template <int kKind, int NB, bool kPlainB, bool kCapped>
 constexpr auto gemv_kernel() {
   static_assert(!kCapped || (NB == 1 && kPlainB));
   if constexpr (kCapped)
-    return quant_gemv_kernel_72<kKind, kFold>;
+    return quant_gemv_kernel_72<kKind>;
   else
-    return quant_gemv_kernel<kKind, NB, kPlainB, kFold>;
+    return quant_gemv_kernel<kKind, NB, kPlainB>;
 }
 
 // Whether the plain one-block launches take quant_gemv_kernel_72 (SERVAL_GEMV_MAXNREG72=0: the
@@ -640,9 +542,9 @@ int kind_of(const QuantGemmWeight& w) {
 // Warps of a kernel variant resident per SM (register-limited; one-warp CTAs with the scale
 // table), queried once (the split model needs it on every eager launch). Also makes the kernel's
 // shared-memory opt-in on the current device.
-template <int kKind, int NB, bool kPlainB, bool kFold, bool kCapped>
+template <int kKind, int NB, bool kPlainB, bool kCapped>
 int resident_warps_per_sm() {
-  auto kernel = gemv_kernel<kKind, NB, kPlainB, kFold, kCapped>();
+  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped>();
   allow_dynamic_smem(kernel, smem_cap(kKind, NB), "quant_gemv");
   static const int warps = [kernel] {
     int per_sm = 0;
@@ -686,48 +588,30 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   return c;
 }
 
-template <int kKind, int NB, bool kPlainB, bool kFold = false, bool kCapped = false>
+template <int kKind, int NB, bool kPlainB, bool kCapped = false>
 void launch_blocks(GemvArgs a, cudaStream_t stream) {
-  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kFold, kCapped>();
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped>();
   const GemvSplit c = cached_split<kKind, NB>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
   const size_t smem = smem_bytes(kKind, c.cta_warps, NB, c.splits > 1 && c.in_cta);
-  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kFold, kCapped>(),
-             dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32), smem, stream, a);
+  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped>(), dim3(unsigned(c.ctas)),
+             dim3(c.cta_warps * 32), smem, stream, a);
 }
 
-// Whether the folded-norm launches take the 72-register kernel too (SERVAL_GEMV_FOLD_MAXNREG72=1;
-// there its epilogue makes it spill, so by default they run uncapped).
-bool fold_capped() {
-  static const bool on = [] {
-    const char* env = std::getenv("SERVAL_GEMV_FOLD_MAXNREG72");
-    return env != nullptr && std::string(env) == "1";
-  }();
-  return on;
-}
-
-template <int kKind, bool kFold>
-void launch_plain(const GemvArgs& a, cudaStream_t stream) {
-  if (kFold ? fold_capped() : capped_registers())
-    launch_blocks<kKind, 1, true, kFold, true>(a, stream);
-  else
-    launch_blocks<kKind, 1, true, kFold, false>(a, stream);
-}
-
-// One token block up to 8 tokens, two up to 16. The folded norm takes the plain one-block
-// kernels (quant_gemv_add_norm_supported, quant_gemv_rms_scaled_supported).
+// One token block up to 8 tokens, two up to 16.
 template <int kKind>
 void launch(const GemvArgs& a, cudaStream_t stream) {
   // Plain B loads for one token block only: with two, the NVFP4 kernel reached the 128-register
   // cap either way and the plain variant spilled more (measured with the ring in registers).
-  if (a.add_norm || a.x_rms_scaled) {
-    launch_plain<kKind, true>(a, stream);
-  } else if (a.m > 8) {
+  if (a.m > 8) {
     launch_blocks<kKind, 2, false>(a, stream);
   } else if (a.x_aligned16 && a.k % 64 == 0) {
-    launch_plain<kKind, false>(a, stream);
+    if (capped_registers())
+      launch_blocks<kKind, 1, true, true>(a, stream);
+    else
+      launch_blocks<kKind, 1, true>(a, stream);
   } else {
     launch_blocks<kKind, 1, false>(a, stream);
   }
@@ -750,49 +634,17 @@ bool quant_gemv_supported(const QuantGemmParams& p) {
   return true;
 }
 
-namespace {
-// The plain one-block kernels that the folded norm runs on: m ≤ 8, 16-byte aligned x, k % 64 == 0.
-bool fold_shape_supported(const QuantGemmParams& p) {
-  return quant_gemv_supported(p) && p.m <= 8 && is_aligned16(p.x) && p.w.k % 64 == 0;
-}
-}  // namespace
-
-bool quant_gemv_add_norm_supported(const QuantGemmParams& p) {
-  const GemvAddNorm* an = p.add_norm;
-  return an != nullptr && fold_shape_supported(p) && !p.x_rms_scaled && !p.swiglu && !p.y_f32 &&
-         p.w.n % 32 == 0 && p.w.n / 32 <= kGemvMaxNormTiles && an->residual && an->residual_out &&
-         an->weight;
-}
-
-bool quant_gemv_rms_scaled_supported(const QuantGemmParams& p) {
-  return p.x_rms_scaled && fold_shape_supported(p) && !p.add_norm && p.w.k % 32 == 0 &&
-         p.w.k / 32 <= kGemvMaxNormTiles;
-}
-
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   const QuantGemmWeight& w = p.w;
-  const std::string shape = "m = " + std::to_string(p.m) + ", n = " + std::to_string(w.n) +
-                            ", k = " + std::to_string(w.k);
-  if (p.add_norm && !quant_gemv_add_norm_supported(p))
-    throw InvalidArgument(
-        "quant_gemv: the folded RMSNorm's producer needs m <= 8, k % 64 == 0, 16-byte aligned x, "
-        "n % 32 == 0, n <= " +
-        std::to_string(32 * kGemvMaxNormTiles) +
-        ", bf16 out, no SwiGLU, residual, residual_out and weight, and no input scale; got " +
-        shape);
-  if (p.x_rms_scaled && !quant_gemv_rms_scaled_supported(p))
-    throw InvalidArgument(
-        "quant_gemv: the folded RMSNorm's consumer needs m <= 8, k % 64 == 0, 16-byte aligned x, "
-        "k <= " +
-        std::to_string(32 * kGemvMaxNormTiles) + " and no add_norm; got " + shape);
   const bool has_x = p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0;
   if (!quant_gemv_supported(p) || w.data == nullptr || !has_x || p.y == nullptr ||
       (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data))
     throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
                           ", k % 8 == 0, 16-byte aligned weight data, 4-byte aligned x and scales, "
                           "FP8 blocks of 32k x 64k, and for SwiGLU n % 32 == 0, no bias and bf16 "
-                          "out; got " +
-                          shape);
+                          "out; got m = " +
+                          std::to_string(p.m) + ", n = " + std::to_string(w.n) +
+                          ", k = " + std::to_string(w.k));
   GemvArgs a{};
   a.data = w.data;
   a.nvfp4_scales =
@@ -807,14 +659,6 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.swiglu = p.swiglu;
   a.x_aligned16 = is_aligned16(p.x);
   a.m = p.m;
-  if (p.add_norm) {
-    a.add_norm = true;
-    a.residual = reinterpret_cast<const __nv_bfloat16*>(p.add_norm->residual);
-    a.residual_out = reinterpret_cast<__nv_bfloat16*>(p.add_norm->residual_out);
-    a.norm_w = reinterpret_cast<const __nv_bfloat16*>(p.add_norm->weight);
-  }
-  a.x_rms_scaled = p.x_rms_scaled;
-  a.x_rms_eps = p.x_rms_eps;
   a.n = w.n;
   a.k = w.k;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;

@@ -18,16 +18,6 @@ constexpr int kQuantGemvMaxM = 16;  // two blocks of the eight columns of the MM
 // and a bf16 y. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);
 
-// The folded RMSNorm (GemvAddNorm, quant_gemm.h) runs on the plain one-token-block kernels: m ≤ 8,
-// 16-byte aligned x, k % 64 == 0. The producer's n (the consumer's k) must be a multiple of 32 and
-// at most 32 · kGemvMaxNormTiles; one GEMV is not both. The per-tile sums live in one
-// device-global buffer: a consumer reads the sums of the last add_norm quant_gemv before it in
-// stream order (other kernels may run between them).
-constexpr int kGemvMaxNormTiles = 1024;
-// Whether quant_gemv takes p with p.add_norm (producer) / p.x_rms_scaled (consumer) set.
-bool quant_gemv_add_norm_supported(const QuantGemmParams& p);
-bool quant_gemv_rms_scaled_supported(const QuantGemmParams& p);
-
 // y = x · dequant(W)ᵀ (+ bias); needs no caller workspace. Throws InvalidArgument unless supported
 // and w.data 16-byte / x 4-byte aligned. Programmatic dependent launch; deterministic (the same
 // bits for the same inputs, shape and device; graph replays included).

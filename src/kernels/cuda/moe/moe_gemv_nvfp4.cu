@@ -209,12 +209,14 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
 }
 
 template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(MoeGemvNvfp4Params p) {
+__global__ void __launch_bounds__(kWarps * 32)
+    gate_up_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
   gate_up_body<kWarps, false>(p, {});
 }
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-    gate_up_route_kernel(MoeGemvNvfp4Params p, MoeGemvRouting r) {
+    gate_up_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
+                         const __grid_constant__ MoeGemvRouting r) {
   gate_up_body<kWarps, true>(p, r);
 }
 
@@ -370,12 +372,14 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
 }
 
 template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32) down_kernel(MoeGemvNvfp4Params p) {
+__global__ void __launch_bounds__(kWarps * 32)
+    down_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
   down_body<kWarps, false>(p, {});
 }
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-    down_route_kernel(MoeGemvNvfp4Params p, MoeGemvRouting r) {
+    down_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
+                      const __grid_constant__ MoeGemvRouting r) {
   down_body<kWarps, true>(p, r);
 }
 
