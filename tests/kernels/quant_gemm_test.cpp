@@ -860,6 +860,92 @@ TEST(QuantGemm, GateUpSiluMatchesCpuBackend) {
   }
 }
 
+// The add + RMSNorm tail (GemvTailNorm) against the plain GEMV then kernels::cuda::rms_norm with
+// the residual, on random x, residual and norm weight, for the kernel kinds, shapes whose splits
+// take each path (one split, in-CTA and cross-CTA merges) and 1, 3, 8 tokens. The tail kernel
+// may split K differently (its registers differ), so y agrees to fp32 summation order and the
+// norm within bf16 rounding; a second launch (the arrival counter reset) gives the same bits.
+TEST(QuantGemv, TailNormMatchesRmsNorm) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  struct Shape {
+    int n, k;
+  };
+  const Shape shapes[] = {{4096, 128}, {1024, 2048}, {8192, 8192}, {10240, 8192}};
+  constexpr float kEps = 1e-5f;
+  uint32_t seed = 970;
+  for (WeightFormat format : kKernelKinds) {
+    for (const Shape& sh : shapes) {
+      DeviceWeight dw(make_weight(format, sh.n, sh.k, seed++));
+      DeviceBuffer<bf16> norm_w(random_bf16(sh.n, seed++, 0.5f, 1.5f));
+      for (int m : {1, 3, 8}) {
+        SCOPED_TRACE(::testing::Message()
+                     << format_name(format) << " n " << sh.n << " k " << sh.k << " m " << m);
+        DeviceBuffer<bf16> x(random_bf16(size_t(m) * sh.k, seed++, -1.0f, 1.0f));
+        const std::vector<bf16> residual_host = random_bf16(size_t(m) * sh.n, seed++, -4.0f, 4.0f);
+        kc::QuantGemmParams p{};
+        p.x = x.get();
+        p.w = dw.w;
+        p.m = m;
+        DeviceBuffer<bf16> y_ref(size_t(m) * sh.n), residual_ref(residual_host);
+        DeviceBuffer<bf16> out_ref(size_t(m) * sh.n);
+        p.y = y_ref.get();
+        kc::quant_gemv(p, nullptr);
+        kc::rms_norm({y_ref.get(), residual_ref.get(), norm_w.get(), out_ref.get(), m, sh.n, kEps},
+                     nullptr);
+        std::vector<bf16> first_out;
+        for (int run = 0; run < 2; ++run) {
+          DeviceBuffer<bf16> y(size_t(m) * sh.n), residual(residual_host), out(size_t(m) * sh.n);
+          y.poison();
+          out.poison();
+          const kc::GemvTailNorm tail{residual.get(), norm_w.get(), out.get(), kEps};
+          p.y = y.get();
+          p.tail_norm = &tail;
+          ASSERT_TRUE(kc::quant_gemv_tail_norm_supported(p));
+          kc::quant_gemv(p, nullptr);
+          p.tail_norm = nullptr;
+          EXPECT_LT(rel_l2(y.download(), to_float(y_ref.download())), 1e-3);
+          EXPECT_LT(rel_l2(residual.download(), to_float(residual_ref.download())), 1e-3);
+          const std::vector<bf16> got = out.download();
+          EXPECT_LT(rel_l2(got, to_float(out_ref.download())), 1e-2);
+          if (run == 0)
+            first_out = got;
+          else
+            EXPECT_EQ(std::memcmp(got.data(), first_out.data(), got.size() * sizeof(bf16)), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantGemv, TailNormSupportedShapes) {
+  alignas(16) static uint8_t scales[16];
+  alignas(16) static bf16 rows[4][16];
+  const kc::GemvTailNorm tail{rows[0], rows[1], rows[2], 1e-6f};
+  kc::QuantGemmParams p{};
+  p.x = rows[3];
+  p.y = rows[3];
+  p.w = kc::QuantGemmWeight{WeightFormat::kNvfp4, 4096, 4096, nullptr, scales, 1.0f, 0, 0};
+  p.m = 1;
+  EXPECT_FALSE(kc::quant_gemv_tail_norm_supported(p));  // no tail
+  p.tail_norm = &tail;
+  EXPECT_TRUE(kc::quant_gemv_tail_norm_supported(p));
+  p.m = 9;  // one token block only
+  EXPECT_FALSE(kc::quant_gemv_tail_norm_supported(p));
+  p.m = 8;
+  p.w.k = 4096 + 32;  // whole 64-column blocks only
+  EXPECT_FALSE(kc::quant_gemv_tail_norm_supported(p));
+  p.w.k = 4096;
+  p.swiglu = true;
+  EXPECT_FALSE(kc::quant_gemv_tail_norm_supported(p));
+  p.swiglu = false;
+  p.y_f32 = true;
+  EXPECT_FALSE(kc::quant_gemv_tail_norm_supported(p));
+  p.y_f32 = false;
+  const kc::GemvTailNorm odd{rows[0] + 1, rows[1], rows[2], 1e-6f};  // 2-byte aligned residual
+  p.tail_norm = &odd;
+  EXPECT_FALSE(kc::quant_gemv_tail_norm_supported(p));
+}
+
 // Random bytes stored straight into the device layout (speed does not depend on values); NVFP4
 // scales are kept in a sane exponent range.
 struct BenchWeight {
