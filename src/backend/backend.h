@@ -268,14 +268,6 @@ class Backend {
     linear(x, gate_up, nullptr, h);
     silu_mul(h, out);
   }
-  // y = linear(x, w, bias), then rms_norm(y, &residual, norm_w, eps, out): a block's last
-  // projection and the residual add + RMSNorm after it. The default runs the two ops; a backend
-  // may fuse them (the CUDA backend does in its quantized decode GEMV).
-  virtual void linear_add_rms_norm(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& y,
-                                   Tensor& residual, const Tensor& norm_w, float eps, Tensor& out) {
-    linear(x, w, bias, y);
-    rms_norm(y, &residual, norm_w, eps, out);
-  }
   // Converts uploaded MoE weights to the layout this backend's expert kernels need (once, at
   // load time). Throws InvalidArgument naming the case if the layer cannot run here.
   virtual void prepare_moe(MoeWeights& w) = 0;

@@ -138,12 +138,7 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
       add_norm(layer.input_norm);
     }
     x_ready = false;
-    // With complete outputs (one rank), a dense block runs the add + norm after it with its last
-    // projection (Backend::linear_add_rms_norm).
-    const bool post_norms = !tp && !shard_.dp_moe() && layer.mlp;
-    const PostNorm post_attention{residual, layer.post_attention_norm, c_.rms_norm_eps, x};
-    layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta,
-                        post_norms ? &post_attention : nullptr);
+    layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
     delta_partial = tp;  // row-parallel o_proj
     if (layer.moe && shard_.dp_moe()) {
       // All replicas' normalized rows into one [rows_total, H] buffer (tensor-parallel rank 0
@@ -171,11 +166,8 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
       x_ready = layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm,
                                             c_.rms_norm_eps, x, delta, next_norm);
     } else {
-      if (!post_norms) add_norm(layer.post_attention_norm);
-      const Tensor& next_norm = i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_;
-      const PostNorm post_mlp{residual, next_norm, c_.rms_norm_eps, x};
-      layer.mlp->forward(x, delta, post_norms ? &post_mlp : nullptr);
-      x_ready = post_norms;
+      add_norm(layer.post_attention_norm);
+      layer.mlp->forward(x, delta);
       delta_partial = tp;  // row-parallel down_proj
     }
     b_.step_release(mark);

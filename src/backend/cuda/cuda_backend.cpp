@@ -493,39 +493,6 @@ class CudaBackend final : public Backend {
     kernels::cuda::silu_mul({bf(h), bf_mut(out), int(m), w.n / 2, 16}, stream_);
   }
 
-  // Quantized decode GEMVs of up to 8 tokens run the add + RMSNorm in their grid's last CTA
-  // (quant_gemm.h, GemvTailNorm) instead of an rms_norm kernel after them.
-  void linear_add_rms_norm(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& y,
-                           Tensor& residual, const Tensor& norm_w, float eps,
-                           Tensor& out) override {
-    namespace kc = kernels::cuda;
-    auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };
-    const QuantizedWeight* q = w.q ? &*w.q : nullptr;
-    if (!tail_norms_ || !q || q->rows_reordered || q->quantize_activations || q->experts != 0 ||
-        !is_bf16(x) || !is_bf16(y) || !is_bf16(residual) || !is_bf16(norm_w) || !is_bf16(out) ||
-        (bias && !is_bf16(*bias)) || x.numel() % q->k != 0) {
-      Backend::linear_add_rms_norm(x, w, bias, y, residual, norm_w, eps, out);
-      return;
-    }
-    const int64_t m = x.numel() / q->k;
-    const kc::GemvTailNorm tail{bf_mut(residual), bf(norm_w), bf_mut(out), eps};
-    kc::QuantGemmParams p{};
-    p.x = bf(x);
-    p.w = cuda::quant_gemm_weight(*q);
-    p.bias = bias ? bf(*bias) : nullptr;
-    p.y = y.data;
-    p.m = int(m);
-    p.tail_norm = &tail;
-    if (m < 1 || y.numel() != m * q->n || residual.numel() != y.numel() ||
-        out.numel() != y.numel() || norm_w.numel() != q->n ||
-        !kc::quant_gemv_tail_norm_supported(p)) {
-      Backend::linear_add_rms_norm(x, w, bias, y, residual, norm_w, eps, out);
-      return;
-    }
-    cuda::OpScope scope(profiler_, "linear_add_rms_norm", stream_, capturing_);
-    kc::quant_gemv(p, stream_);
-  }
-
   void silu_mul(const Tensor& x, Tensor& out) override {
     cuda::OpScope scope(profiler_, "silu_mul", stream_, capturing_);
     const int inter = int(out.dim(-1));
@@ -799,9 +766,6 @@ class CudaBackend final : public Backend {
   // SERVAL_NO_FUSED_MOE_FINALIZE_NORM=1: the add + RMSNorm after an MoE block as its own rms_norm
   // kernel instead of inside the block's finalize (A/B and bisection).
   const bool fuse_moe_finalize_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_FINALIZE_NORM") == nullptr;
-  // SERVAL_NO_GEMV_TAIL_NORM=1: the add + RMSNorm after a quantized decode GEMV as its own
-  // rms_norm kernel (linear_add_rms_norm; A/B).
-  const bool tail_norms_ = std::getenv("SERVAL_NO_GEMV_TAIL_NORM") == nullptr;
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
   const int moe_route_in_gemv_tokens_ = [] {

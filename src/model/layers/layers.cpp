@@ -95,22 +95,8 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
   }
 }
 
-namespace {
-
-// out = linear(x, w), then the PostNorm when given.
-void project(backend::Backend& b, const Tensor& x, const backend::Weight& w, Tensor& out,
-             const PostNorm* post) {
-  if (post) {
-    b.linear_add_rms_norm(x, w, nullptr, out, post->residual, post->weight, post->eps, post->x);
-  } else {
-    b.linear(x, w, nullptr, out);
-  }
-}
-
-}  // namespace
-
 void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
-                        backend::KvCacheLayer& cache, Tensor& out, const PostNorm* post) {
+                        backend::KvCacheLayer& cache, Tensor& out) {
   const DType act = b_.activation_dtype();
   Tensor qkv = b_.empty(act, {x.dim(0), wqkv_.out_features()});
   b_.linear(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
@@ -118,7 +104,7 @@ void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, cons
   backend::AttentionParams p = params_;
   p.inv_freq = &inv_freq;
   b_.attention(qkv, p, cache, meta, attn);
-  project(b_, attn, wo_, out, post);
+  b_.linear(attn, wo_, nullptr, out);
 }
 
 Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
@@ -133,10 +119,10 @@ Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Ba
   down_ = load_linear_sharded(w, b, {{module_of(down), hidden_, {0, hidden_}}}, inter, keep);
 }
 
-void Mlp::forward(const Tensor& x, Tensor& out, const PostNorm* post) {
+void Mlp::forward(const Tensor& x, Tensor& out) {
   Tensor a = b_.empty(b_.activation_dtype(), {x.dim(0), inter_});
   b_.linear_silu_mul(x, gate_up_, a);
-  project(b_, a, down_, out, post);
+  b_.linear(a, down_, nullptr, out);
 }
 
 namespace {

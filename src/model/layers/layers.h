@@ -20,15 +20,6 @@ std::string module_of(const std::string& weight_name);
 // inv_freq [head_dim / 2] with the config's rope scaling (default, linear, llama3).
 Tensor rope_inv_freq(const io::ModelConfig& c);
 
-// The residual add + RMSNorm after a block, run with its last projection
-// (Backend::linear_add_rms_norm): residual += the block's output, x = RMSNorm(residual) · weight.
-struct PostNorm {
-  Tensor& residual;
-  const Tensor& weight;
-  float eps;
-  Tensor& x;
-};
-
 class Attention {
  public:
   // prefix: "model.layers.N.self_attn". tp: this rank's shard (dist::shard_attention): it loads
@@ -37,9 +28,8 @@ class Attention {
   Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
             const std::string& prefix, bool qk_norm, const dist::TpLayout& tp = {});
   // x [T, hidden] → out [T, hidden]
-  // With `post`, the add + RMSNorm after the block too (out is still written).
   void forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
-               backend::KvCacheLayer& cache, Tensor& out, const PostNorm* post = nullptr);
+               backend::KvCacheLayer& cache, Tensor& out);
 
  private:
   backend::Backend& b_;
@@ -59,7 +49,7 @@ class Mlp {
   Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,
       const std::string& gate, const std::string& up, const std::string& down,
       const dist::TpLayout& tp = {});
-  void forward(const Tensor& x, Tensor& out, const PostNorm* post = nullptr);
+  void forward(const Tensor& x, Tensor& out);
 
  private:
   backend::Backend& b_;

@@ -555,8 +555,6 @@ void quant_gemm_mma(const QuantGemmParams& p, cudaStream_t stream) {
   if (p.swiglu)
     throw InvalidArgument("quant_gemm: the SwiGLU epilogue needs the decode GEMV (m <= " +
                           std::to_string(kQuantGemvMaxM) + ", n % 32 == 0, no bias, bf16 out)");
-  if (p.tail_norm)
-    throw InvalidArgument("quant_gemm: the add + RMSNorm tail needs the decode GEMV (m <= 8)");
   if (p.m <= 0) return;
   if (!is_aligned16(p.w.data) || (reinterpret_cast<uintptr_t>(p.x) & 3u) != 0)
     throw InvalidArgument("quant_gemm: weight data must be 16-byte and x 4-byte aligned");

@@ -53,17 +53,6 @@ struct QuantGemmWeight {
   int block_n, block_k;  // FP8 block only; block_k % 16 == 0
 };
 
-// The residual add + RMSNorm after the decode GEMV (quant_gemv only;
-// quant_gemv_tail_norm_supported): once y is complete, the grid's last CTA runs rms_norm(y,
-// &residual, weight, eps, out), which saves that kernel and its dependency edges in a decode step.
-// residual and out must not overlap x or y.
-struct GemvTailNorm {
-  bf16* residual;      // [m, n]: += y
-  const bf16* weight;  // [n]
-  bf16* out;           // [m, n]
-  float eps;
-};
-
 struct QuantGemmParams {
   const bf16* x;  // [m, k], 4-byte aligned
   QuantGemmWeight w;
@@ -77,7 +66,6 @@ struct QuantGemmParams {
   // are tiled (quant_gemm_gate_up_source_row), and y[t, j] = silu(gate_j) · up_j with both
   // projections finished in fp32 (alpha, row scale) and rounded to bf16 once. No bias.
   bool swiglu;
-  const GemvTailNorm* tail_norm = nullptr;  // decode GEMV only
 };
 
 // Row order of a gate/up weight [2·inter, k] (rows [0, inter) gate, [inter, 2·inter) up;

@@ -76,8 +76,6 @@ constexpr int kSlotFloats = 8 * 32;  // per token block
 constexpr int kMergeBatch = 7;  // slots loaded at once by the merging warp (8: FP8 80 → 96 regs)
 __device__ float g_gemv_partials[size_t(kGemvMaxSplitItems) * kSlotFloats];
 __device__ unsigned int g_gemv_arrivals[kGemvMaxSplitTiles];
-// CTAs of a tail-norm launch that have stored their outputs (tail_norm); the last resets it.
-__device__ unsigned int g_gemv_tail_arrivals;
 
 struct GemvArgs {
   const uint8_t* data;
@@ -99,64 +97,7 @@ struct GemvArgs {
   int block_cols;  // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
-  // GemvTailNorm (kTail kernels): residual += y, out = RMSNorm(residual) · weight.
-  __nv_bfloat16* tail_residual;
-  const __nv_bfloat16* tail_weight;
-  __nv_bfloat16* tail_out;
-  float tail_eps;
 };
-
-// The add + RMSNorm after the GEMV (GemvTailNorm), by the grid's last CTA to finish: every CTA
-// counts its arrival once all its threads have stored (every merge included: a tile's last split
-// stores before its CTA arrives); the last one then runs, for each token t < m, what rms_norm(y,
-// &residual, weight, eps, out) does: residual[t] += y[t] (bf16), the sum of squares of the fp32
-// sums, out[t] = the bf16-rounded sums · 1/rms · weight (its summation order differs: results
-// equal rms_norm's to within an ulp). The counter self-resets, as the split arrivals do. Called by
-// every thread of every CTA.
-__device__ __forceinline__ void tail_norm(const GemvArgs& a) {
-  __shared__ unsigned int s_last;
-  __shared__ float scratch[32];
-  __threadfence();  // this thread's outputs before the CTA's arrival
-  __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(&g_gemv_tail_arrivals, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();  // every CTA's outputs
-  if (threadIdx.x == 0) g_gemv_tail_arrivals = 0;
-  const auto* y = static_cast<const __nv_bfloat16*>(a.y);
-  const int vecs = a.n / 8;
-  for (int t = 0; t < a.m; ++t) {
-    const size_t row = size_t(t) * a.n;
-    float sum_sq = 0.0f;
-    for (int vec = threadIdx.x; vec < vecs; vec += blockDim.x) {
-      // y comes from other CTAs: L2, not this SM's L1.
-      float v[8], r[8];
-      const uint4 yv = __ldcg(reinterpret_cast<const uint4*>(y + row) + vec);
-      const uint32_t words[4] = {yv.x, yv.y, yv.z, yv.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        v[2 * i] = __uint_as_float(words[i] << 16);
-        v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-      }
-      load8(a.tail_residual + row + vec * 8, r);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        v[j] += r[j];
-        sum_sq += v[j] * v[j];
-      }
-      store8(a.tail_residual + row + vec * 8, v);
-    }
-    const float inv = rsqrtf(block_sum(sum_sq, scratch) / float(a.n) + a.tail_eps);
-    for (int vec = threadIdx.x; vec < vecs; vec += blockDim.x) {
-      float r[8], w[8];
-      load8(a.tail_residual + row + vec * 8, r);  // this thread's bf16-rounded sums
-      load8(a.tail_weight + vec * 8, w);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) r[j] = r[j] * inv * w[j];
-      store8(a.tail_out + row + vec * 8, r);
-    }
-  }
-}
 
 // The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
 // this file for why two) and bytes per slot (the k block's codes of the 32-row tile, then for
@@ -213,8 +154,8 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
 // two plain 16-byte loads per block, without the per-quarter bounds predicate, zero fill and
 // alignment branch. NVFP4, one token block: 97 registers instead of 128 (and no spill), so more
 // resident warps, and fewer instructions per k block in the streaming loop.
-// The kernel body. kTail: then the add + RMSNorm of tail_norm.
-template <int kKind, int NB, bool kPlainB, bool kTail>
+// The kernel body.
+template <int kKind, int NB, bool kPlainB>
 __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
@@ -445,137 +386,130 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
     }
   };
   constexpr int kTokens = 8 * NB;  // token columns of a warp's partials
-  // The outputs of this warp's tiles (its returns end the epilogue, not the kernel).
-  auto epilogue = [&]() {
-    if (S == 1) {
-      if (active && 2 * t < a.m) store_tile(acc);
-      return;
-    }
-    if (a.in_cta) {
-      // The CTA's T = W / S tiles: partials through shared memory, added in split order.
-      if (2 * t < a.m) {
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-              part[(warp * kTokens + 8 * nb + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] =
-                  acc[h][nb][q];
-      }
-      __syncthreads();
-      const int T = a.cta_warps / S;
-      if (a.swiglu) {
-        const int per_tile = a.m * 16;  // (token, gate row) pairs
-        for (int idx = threadIdx.x; idx < T * per_tile; idx += blockDim.x) {
-          const int ti = idx / per_tile, tok = (idx % per_tile) / 16, r = idx % 16;
-          const int tile = blockIdx.x * T + ti;
-          if (tile >= a.n_tiles) continue;
-          float gate = 0.0f, up = 0.0f;
-          for (int s = 0; s < S; ++s) {
-            gate += part[((ti * S + s) * kTokens + tok) * 32 + r];
-            up += part[((ti * S + s) * kTokens + tok) * 32 + r + 16];
-          }
-          store_swiglu(a, tok, tile * 32 + r, gate, up);
-        }
-        return;
-      }
-      const int per_tile = a.m * 32;
-      for (int idx = threadIdx.x; idx < T * per_tile; idx += blockDim.x) {
-        const int ti = idx / per_tile, tok = (idx % per_tile) / 32, r = idx % 32;
-        const int row = (blockIdx.x * T + ti) * 32 + r;
-        if (row >= a.n) continue;
-        float v = 0.0f;
-        for (int s = 0; s < S; ++s) v += part[((ti * S + s) * kTokens + tok) * 32 + r];
-        store_out(a, tok, row, v);
-      }
-      return;
-    }
-    // Cross-CTA: partials to the item's slot (lane-major, 2·NB 16-byte stores per lane), then the
-    // tile's arrival; the last of its S warps adds the S slots in split order and stores.
-    if (!active) return;
-    const bool lane_used = 2 * t < a.m;  // lanes whose tokens 2t, 2t + 1 include one < m
-    constexpr int kSlot = kSlotFloats * NB;
-    if (lane_used) {
-      float4* slot =
-          reinterpret_cast<float4*>(g_gemv_partials + size_t(item) * kSlot) + 2 * NB * lane;
+  if (S == 1) {
+    if (active && 2 * t < a.m) store_tile(acc);
+    return;
+  }
+  if (a.in_cta) {
+    // The CTA's T = W / S tiles: partials through shared memory, added in split order.
+    if (2 * t < a.m) {
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          __stcg(slot + 2 * nb + h,
-                 make_float4(acc[h][nb][0], acc[h][nb][1], acc[h][nb][2], acc[h][nb][3]));
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            part[(warp * kTokens + 8 * nb + 2 * t + (q & 1)) * 32 + 16 * h + g + 8 * (q >> 1)] =
+                acc[h][nb][q];
     }
-    __threadfence();  // this lane's partials are visible before the warp's arrival is counted
-    __syncwarp();
-    unsigned arrived = 0;
-    if (lane == 0) arrived = atomicAdd(&g_gemv_arrivals[rt], 1u);
-    arrived = __shfl_sync(0xffffffffu, arrived, 0);
-    if (arrived != unsigned(S - 1)) return;
-    __threadfence();                         // the other splits' partials
-    if (lane == 0) g_gemv_arrivals[rt] = 0;  // zero again for the next launch (or graph replay)
-    if (!lane_used) return;
-    const float4* slots =
-        reinterpret_cast<const float4*>(g_gemv_partials + size_t(rt) * S * kSlot) + 2 * NB * lane;
-    float v[2][NB][4] = {};
-    // kMergeBatch / NB slots' loads in flight at once.
-    constexpr int kBatch = kMergeBatch / NB;
-    for (int s0 = 0; s0 < S; s0 += kBatch) {
-      float4 p[kBatch][NB][2];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-        if (s0 + j < S) {
-#pragma unroll
-          for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              p[j][nb][h] = __ldcg(slots + size_t(s0 + j) * (kSlot / 4) + 2 * nb + h);
+    __syncthreads();
+    const int T = a.cta_warps / S;
+    if (a.swiglu) {
+      const int per_tile = a.m * 16;  // (token, gate row) pairs
+      for (int idx = threadIdx.x; idx < T * per_tile; idx += blockDim.x) {
+        const int ti = idx / per_tile, tok = (idx % per_tile) / 16, r = idx % 16;
+        const int tile = blockIdx.x * T + ti;
+        if (tile >= a.n_tiles) continue;
+        float gate = 0.0f, up = 0.0f;
+        for (int s = 0; s < S; ++s) {
+          gate += part[((ti * S + s) * kTokens + tok) * 32 + r];
+          up += part[((ti * S + s) * kTokens + tok) * 32 + r + 16];
         }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-        if (s0 + j < S) {
-#pragma unroll
-          for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              v[h][nb][0] += p[j][nb][h].x;
-              v[h][nb][1] += p[j][nb][h].y;
-              v[h][nb][2] += p[j][nb][h].z;
-              v[h][nb][3] += p[j][nb][h].w;
-            }
-        }
+        store_swiglu(a, tok, tile * 32 + r, gate, up);
+      }
+      return;
     }
-    store_tile(v);
-  };
-  epilogue();
-  if constexpr (kTail) tail_norm(a);
+    const int per_tile = a.m * 32;
+    for (int idx = threadIdx.x; idx < T * per_tile; idx += blockDim.x) {
+      const int ti = idx / per_tile, tok = (idx % per_tile) / 32, r = idx % 32;
+      const int row = (blockIdx.x * T + ti) * 32 + r;
+      if (row >= a.n) continue;
+      float v = 0.0f;
+      for (int s = 0; s < S; ++s) v += part[((ti * S + s) * kTokens + tok) * 32 + r];
+      store_out(a, tok, row, v);
+    }
+    return;
+  }
+  // Cross-CTA: partials to the item's slot (lane-major, 2·NB 16-byte stores per lane), then the
+  // tile's arrival; the last of its S warps adds the S slots in split order and stores.
+  if (!active) return;
+  const bool lane_used = 2 * t < a.m;  // lanes whose tokens 2t, 2t + 1 include one < m
+  constexpr int kSlot = kSlotFloats * NB;
+  if (lane_used) {
+    float4* slot =
+        reinterpret_cast<float4*>(g_gemv_partials + size_t(item) * kSlot) + 2 * NB * lane;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        __stcg(slot + 2 * nb + h,
+               make_float4(acc[h][nb][0], acc[h][nb][1], acc[h][nb][2], acc[h][nb][3]));
+  }
+  __threadfence();  // this lane's partials are visible before the warp's arrival is counted
+  __syncwarp();
+  unsigned arrived = 0;
+  if (lane == 0) arrived = atomicAdd(&g_gemv_arrivals[rt], 1u);
+  arrived = __shfl_sync(0xffffffffu, arrived, 0);
+  if (arrived != unsigned(S - 1)) return;
+  __threadfence();                         // the other splits' partials
+  if (lane == 0) g_gemv_arrivals[rt] = 0;  // zero again for the next launch (or graph replay)
+  if (!lane_used) return;
+  const float4* slots =
+      reinterpret_cast<const float4*>(g_gemv_partials + size_t(rt) * S * kSlot) + 2 * NB * lane;
+  float v[2][NB][4] = {};
+  // kMergeBatch / NB slots' loads in flight at once.
+  constexpr int kBatch = kMergeBatch / NB;
+  for (int s0 = 0; s0 < S; s0 += kBatch) {
+    float4 p[kBatch][NB][2];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (s0 + j < S) {
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            p[j][nb][h] = __ldcg(slots + size_t(s0 + j) * (kSlot / 4) + 2 * nb + h);
+      }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (s0 + j < S) {
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            v[h][nb][0] += p[j][nb][h].x;
+            v[h][nb][1] += p[j][nb][h].y;
+            v[h][nb][2] += p[j][nb][h].z;
+            v[h][nb][3] += p[j][nb][h].w;
+          }
+      }
+  }
+  store_tile(v);
 }
 
-template <int kKind, int NB, bool kPlainB, bool kTail>
+template <int kKind, int NB, bool kPlainB>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     quant_gemv_kernel(const __grid_constant__ GemvArgs a) {
-  gemv_body<kKind, NB, kPlainB, kTail>(a);
+  gemv_body<kKind, NB, kPlainB>(a);
 }
 
 // The one-token-block plain variant capped at 72 registers (75–78 uncapped): 28 warps per SM
 // instead of 25, which lets the split model run big weights in two K splits in one wave (Llama-70B
 // gate_up, 1792 tiles: S = 2 needs 3584 resident warps, 27.2 per SM). __maxnreg__ excludes
 // __launch_bounds__; the launches stay at ≤ kMaxWarps · 32 threads (72 · 512 fits an SM's 64 K).
-template <int kKind, bool kTail>
+template <int kKind>
 __global__ void __maxnreg__(72) quant_gemv_kernel_72(const __grid_constant__ GemvArgs a) {
-  gemv_body<kKind, 1, true, kTail>(a);
+  gemv_body<kKind, 1, true>(a);
 }
 
-// The kernel of a variant (kCapped: quant_gemv_kernel_72; kTail: with tail_norm, plain one-block
-// kernels only).
-template <int kKind, int NB, bool kPlainB, bool kCapped, bool kTail>
+// The kernel of a variant (kCapped: quant_gemv_kernel_72).
+template <int kKind, int NB, bool kPlainB, bool kCapped>
 constexpr auto gemv_kernel() {
   static_assert(!kCapped || (NB == 1 && kPlainB));
-  static_assert(!kTail || (NB == 1 && kPlainB));
   if constexpr (kCapped)
-    return quant_gemv_kernel_72<kKind, kTail>;
+    return quant_gemv_kernel_72<kKind>;
   else
-    return quant_gemv_kernel<kKind, NB, kPlainB, kTail>;
+    return quant_gemv_kernel<kKind, NB, kPlainB>;
 }
 
 // Whether the plain one-block launches take quant_gemv_kernel_72 (SERVAL_GEMV_MAXNREG72=0: the
@@ -608,9 +542,9 @@ int kind_of(const QuantGemmWeight& w) {
 // Warps of a kernel variant resident per SM (register-limited; one-warp CTAs with the scale
 // table), queried once (the split model needs it on every eager launch). Also makes the kernel's
 // shared-memory opt-in on the current device.
-template <int kKind, int NB, bool kPlainB, bool kCapped, bool kTail>
+template <int kKind, int NB, bool kPlainB, bool kCapped>
 int resident_warps_per_sm() {
-  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped, kTail>();
+  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped>();
   allow_dynamic_smem(kernel, smem_cap(kKind, NB), "quant_gemv");
   static const int warps = [kernel] {
     int per_sm = 0;
@@ -654,16 +588,16 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   return c;
 }
 
-template <int kKind, int NB, bool kPlainB, bool kCapped = false, bool kTail = false>
+template <int kKind, int NB, bool kPlainB, bool kCapped = false>
 void launch_blocks(GemvArgs a, cudaStream_t stream) {
-  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped, kTail>();
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped>();
   const GemvSplit c = cached_split<kKind, NB>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
   const size_t smem = smem_bytes(kKind, c.cta_warps, NB, c.splits > 1 && c.in_cta);
-  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped, kTail>(),
-             dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32), smem, stream, a);
+  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped>(), dim3(unsigned(c.ctas)),
+             dim3(c.cta_warps * 32), smem, stream, a);
 }
 
 // One token block up to 8 tokens, two up to 16.
@@ -674,17 +608,10 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
   if (a.m > 8) {
     launch_blocks<kKind, 2, false>(a, stream);
   } else if (a.x_aligned16 && a.k % 64 == 0) {
-    const bool capped = capped_registers();
-    if (a.tail_out != nullptr) {  // quant_gemv_tail_norm_supported
-      if (capped)
-        launch_blocks<kKind, 1, true, true, true>(a, stream);
-      else
-        launch_blocks<kKind, 1, true, false, true>(a, stream);
-    } else if (capped) {
+    if (capped_registers())
       launch_blocks<kKind, 1, true, true>(a, stream);
-    } else {
+    else
       launch_blocks<kKind, 1, true>(a, stream);
-    }
   } else {
     launch_blocks<kKind, 1, false>(a, stream);
   }
@@ -707,20 +634,8 @@ bool quant_gemv_supported(const QuantGemmParams& p) {
   return true;
 }
 
-bool quant_gemv_tail_norm_supported(const QuantGemmParams& p) {
-  const GemvTailNorm* tn = p.tail_norm;
-  return tn != nullptr && quant_gemv_supported(p) && p.m <= 8 && p.w.k % 64 == 0 &&
-         is_aligned16(p.x) && !p.swiglu && !p.y_f32 && p.w.n % 8 == 0 && is_aligned16(p.y) &&
-         is_aligned16(tn->residual) && is_aligned16(tn->weight) && is_aligned16(tn->out);
-}
-
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   const QuantGemmWeight& w = p.w;
-  if (p.tail_norm && !quant_gemv_tail_norm_supported(p))
-    throw InvalidArgument(
-        "quant_gemv: the add + RMSNorm tail needs m <= 8, k % 64 == 0, n % 8 == 0, bf16 out, no "
-        "SwiGLU and 16-byte aligned x, y, residual, weight and out; got m = " +
-        std::to_string(p.m) + ", n = " + std::to_string(w.n) + ", k = " + std::to_string(w.k));
   const bool has_x = p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0;
   if (!quant_gemv_supported(p) || w.data == nullptr || !has_x || p.y == nullptr ||
       (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data))
@@ -744,12 +659,6 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.swiglu = p.swiglu;
   a.x_aligned16 = is_aligned16(p.x);
   a.m = p.m;
-  if (p.tail_norm) {
-    a.tail_residual = reinterpret_cast<__nv_bfloat16*>(p.tail_norm->residual);
-    a.tail_weight = reinterpret_cast<const __nv_bfloat16*>(p.tail_norm->weight);
-    a.tail_out = reinterpret_cast<__nv_bfloat16*>(p.tail_norm->out);
-    a.tail_eps = p.tail_norm->eps;
-  }
   a.n = w.n;
   a.k = w.k;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;

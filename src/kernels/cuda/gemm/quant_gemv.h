@@ -18,10 +18,6 @@ constexpr int kQuantGemvMaxM = 16;  // two blocks of the eight columns of the MM
 // and a bf16 y. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);
 
-// Whether quant_gemv takes p with p.tail_norm: quant_gemv_supported, m ≤ 8 (the plain one-block
-// kernels), k % 64 == 0, n % 8 == 0, bf16 y without SwiGLU, 16-byte aligned x, y and norm tensors.
-bool quant_gemv_tail_norm_supported(const QuantGemmParams& p);
-
 // y = x · dequant(W)ᵀ (+ bias); needs no caller workspace. Throws InvalidArgument unless supported
 // and w.data 16-byte / x 4-byte aligned. Programmatic dependent launch; deterministic (the same
 // bits for the same inputs, shape and device; graph replays included).
