@@ -14,7 +14,7 @@
 // Activations are not staged in shared memory, so m and k do not limit occupancy. The kernels
 // take their arguments as __grid_constant__: gemv_body reads them through a reference, and
 // without it the 72-register variant spilled (20 bytes of reloads per thread; Llama-70B NVFP4
-// b1 TPOT 12.24–12.34 without the spill vs 12.50–12.53 ms, bench/RESULTS.md 2026-12-02).
+// b1 TPOT 12.22–12.32 without the spill vs 12.44–12.52 ms, bench/RESULTS.md 2026-12-02).
 // Why a shared-memory ring of two (measured on the H200, bench/RESULTS.md, 2026-12-02): bytes in
 // flight held in registers cost 97–128 registers per thread; in shared memory 75–85, so more
 // warps are resident. A deeper ring (4 or 8 k blocks) takes the shared memory that L1 needs for

@@ -33,7 +33,7 @@ inline constexpr int kGemvMinSplitKb = 4;    // k blocks per warp when S > 1 (at
                                              // Qwen3-30B qkv ran 7.2 µs at ~3, 6.0 µs at 4)
 inline constexpr int kGemvMaxCtaWarps = 16;  // the kernel's __launch_bounds__ (512 threads)
 // Work items with a partial-sum slot in the device workspace of the cross-CTA merge (1 KB each):
-// the resident capacity of an H200 is 132 SMs × 20..24 warps (75–96 registers) ≈ 2640 .. 3168.
+// the resident capacity of an H200 is 132 SMs × 20..28 warps (72–96 registers) ≈ 2640 .. 3696.
 inline constexpr int kGemvMaxSplitItems = 4096;
 inline constexpr int kGemvMaxSplitTiles = kGemvMaxSplitItems / 2;  // arrival counters (S ≥ 2)
 
