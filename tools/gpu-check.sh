@@ -32,7 +32,8 @@
 # carry and run this script from.
 # The GPU machine lacks the PCRE2 and utf8proc headers: carry .device-deps made by
 # ../shared/tools/pack-device-deps.sh. Bench configs come from --configs (default
-# .device-data/bench-configs, a carried copy of ../shared/bench-configs).
+# .device-data/bench-configs, a carried copy of ../shared/bench-configs); the e2e tests read
+# GSM8K from .device-data. tools/device-prep.sh makes both folders.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # never NVLink multicast on these machines
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -117,6 +118,9 @@ if [[ $run_tests -eq 1 ]]; then
 fi
 
 if [[ $run_e2e -eq 1 ]]; then
+  [[ -f .device-data/train.jsonl ]] ||
+    echo "warning: .device-data has no GSM8K files (tools/device-prep.sh): the e2e eval step fails" |
+    tee -a "$out/gpu.txt"
   SERVAL_GSM8K_DIR=$root/.device-data ctest --test-dir build-gpu -L e2e --output-on-failure >"$out/e2e.log" 2>&1
   echo "e2e tests (GPU server): exit $?" | tee -a "$out/gpu.txt"
   grep -E "tests passed|Failed|Passed" "$out/e2e.log" | tail -n 12
