@@ -200,3 +200,36 @@ TEST(QuantGemvSplit, WorkspaceBoundFallsBackInCta) {
 
 }  // namespace
 }  // namespace serval::kernels::cuda
+
+namespace serval::kernels::cuda {
+namespace {
+
+// SERVAL_GEMV_SPLIT's list: shapes and choices in order, empty entries skipped, and every
+// malformed entry refused with its text in the message.
+TEST(GemvSplitOverrides, ParsesEntriesAndRefusesMalformedOnes) {
+  EXPECT_TRUE(parse_gemv_split_overrides("").empty());
+  const std::vector<GemvSplitOverride> got =
+      parse_gemv_split_overrides("320x128=9,9;;256x448=14,7;");
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].n_tiles, 320);
+  EXPECT_EQ(got[0].k_blocks, 128);
+  EXPECT_EQ(got[0].splits, 9);
+  EXPECT_EQ(got[0].cta_warps, 9);
+  EXPECT_EQ(got[1].n_tiles, 256);
+  EXPECT_EQ(got[1].k_blocks, 448);
+  EXPECT_EQ(got[1].splits, 14);
+  EXPECT_EQ(got[1].cta_warps, 7);
+  for (const char* bad : {"320x128", "320x128=9", "320*128=9,9", "320x128=9,9x", "320x128=0,9",
+                          "-1x128=9,9", "abc", "320x128=9;9"}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_gemv_split_overrides(bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("SERVAL_GEMV_SPLIT"), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace serval::kernels::cuda

@@ -49,6 +49,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "base/error.h"
@@ -563,10 +565,43 @@ int resident_warps_per_sm() {
 // entry: key n_tiles (21 bits) | k_blocks (17) | sms (10) | warps (6), value S − 1 (4) | W − 1 (4).
 // NB = 2 slots take twice the workspace: half as many cross-CTA items. kMinWarps: the least warps
 // per CTA (choose_gemv_split).
+// The SERVAL_GEMV_SPLIT choice for this shape (quant_gemv_split.h), if any; InvalidArgument if the
+// variable is malformed or names a choice that gemv_split_cost does not allow here.
+std::optional<GemvSplit> forced_split(int n_tiles, int k_blocks, int sms, int warps,
+                                      int max_items) {
+  static const std::vector<GemvSplitOverride> overrides = [] {
+    const char* env = std::getenv("SERVAL_GEMV_SPLIT");
+    try {
+      return parse_gemv_split_overrides(env ? env : "");
+    } catch (const std::invalid_argument& e) {
+      throw InvalidArgument(e.what());
+    }
+  }();
+  for (const GemvSplitOverride& o : overrides) {
+    if (o.n_tiles != n_tiles || o.k_blocks != k_blocks) continue;
+    GemvSplit c;
+    c.splits = o.splits;
+    c.cta_warps = o.cta_warps;
+    c.in_cta = c.cta_warps % c.splits == 0;
+    c.cost = gemv_split_cost(n_tiles, k_blocks, sms, warps, c.splits, c.cta_warps, max_items);
+    if (c.cost < 0.0)
+      throw InvalidArgument("SERVAL_GEMV_SPLIT: S = " + std::to_string(c.splits) +
+                            ", W = " + std::to_string(c.cta_warps) + " is not allowed for " +
+                            std::to_string(n_tiles) + " tiles of " + std::to_string(k_blocks) +
+                            " k blocks at " + std::to_string(warps) + " resident warps per SM");
+    c.ctas = int((int64_t(n_tiles) * c.splits + c.cta_warps - 1) / c.cta_warps);
+    return c;
+  }
+  return std::nullopt;
+}
+
 template <int kKind, int NB, int kMinWarps = 1>
 GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   constexpr int kEntries = 64;
   constexpr int kMaxItems = kGemvMaxSplitItems / NB;
+  if (const std::optional<GemvSplit> forced =
+          forced_split(n_tiles, k_blocks, sms, warps, kMaxItems))
+    return *forced;
   static std::atomic<uint64_t> cache[kEntries];
   const bool fits = n_tiles < (1 << 21) && k_blocks < (1 << 17) && sms < (1 << 10) && warps < 64;
   if (!fits) return choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems, kMinWarps);

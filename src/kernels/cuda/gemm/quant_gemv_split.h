@@ -24,6 +24,9 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace serval::kernels::cuda {
@@ -132,6 +135,37 @@ inline GemvSmLoad gemv_sm_load(const GemvSplit& c, int n_tiles, int k_blocks, in
   load.mean_kb = double(n_tiles) * k_blocks / double(kb.size());
   load.max_warps = *std::max_element(warps.begin(), warps.end());
   return load;
+}
+
+// A forced choice for one shape (SERVAL_GEMV_SPLIT, for side-by-side sweeps of the model's
+// alternatives): "TILESxKBLOCKS=S,W" entries separated by ';', e.g. "320x128=9,9;256x128=12,12"
+// (Llama-70B q/k/v and o). Each is used only where gemv_split_cost allows it.
+struct GemvSplitOverride {
+  int n_tiles, k_blocks, splits, cta_warps;
+};
+
+// Parses the list (empty: none). Throws std::invalid_argument naming the entry that is not
+// "TILESxKBLOCKS=S,W" with positive integers.
+inline std::vector<GemvSplitOverride> parse_gemv_split_overrides(const std::string& text) {
+  std::vector<GemvSplitOverride> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t end = std::min(text.find(';', pos), text.size());
+    const std::string entry = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (entry.empty()) continue;
+    GemvSplitOverride o{};
+    char x = 0, eq = 0, comma = 0;
+    int used = 0;
+    const int n = std::sscanf(entry.c_str(), "%d%c%d%c%d%c%d%n", &o.n_tiles, &x, &o.k_blocks, &eq,
+                              &o.splits, &comma, &o.cta_warps, &used);
+    if (n != 7 || x != 'x' || eq != '=' || comma != ',' || size_t(used) != entry.size() ||
+        o.n_tiles <= 0 || o.k_blocks <= 0 || o.splits <= 0 || o.cta_warps <= 0)
+      throw std::invalid_argument("SERVAL_GEMV_SPLIT: entry '" + entry +
+                                  "' is not TILESxKBLOCKS=S,W with positive integers");
+    out.push_back(o);
+  }
+  return out;
 }
 
 }  // namespace serval::kernels::cuda
