@@ -560,11 +560,6 @@ int resident_warps_per_sm() {
   return warps;
 }
 
-// choose_gemv_split for (n_tiles, k_blocks, sms, warps per SM), memoized in a small direct-mapped
-// table per kernel (≈ 256 cost evaluations otherwise, on every eager launch). One 64-bit word per
-// entry: key n_tiles (21 bits) | k_blocks (17) | sms (10) | warps (6), value S − 1 (4) | W − 1 (4).
-// NB = 2 slots take twice the workspace: half as many cross-CTA items. kMinWarps: the least warps
-// per CTA (choose_gemv_split).
 // The SERVAL_GEMV_SPLIT choice for this shape (quant_gemv_split.h), if any; InvalidArgument if the
 // variable is malformed or names a choice that gemv_split_cost does not allow here.
 std::optional<GemvSplit> forced_split(int n_tiles, int k_blocks, int sms, int warps,
@@ -595,7 +590,12 @@ std::optional<GemvSplit> forced_split(int n_tiles, int k_blocks, int sms, int wa
   return std::nullopt;
 }
 
-template <int kKind, int NB, int kMinWarps = 1>
+// choose_gemv_split for (n_tiles, k_blocks, sms, warps per SM), memoized in a small direct-mapped
+// table per kernel (≈ 256 cost evaluations otherwise, on every eager launch). One 64-bit word per
+// entry: key n_tiles (21 bits) | k_blocks (17) | sms (10) | warps (6), value S − 1 (4) | W − 1 (4).
+// NB = 2 slots take twice the workspace: half as many cross-CTA items. A SERVAL_GEMV_SPLIT choice
+// for the shape (forced_split) comes first.
+template <int kKind, int NB>
 GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   constexpr int kEntries = 64;
   constexpr int kMaxItems = kGemvMaxSplitItems / NB;
@@ -604,7 +604,7 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
     return *forced;
   static std::atomic<uint64_t> cache[kEntries];
   const bool fits = n_tiles < (1 << 21) && k_blocks < (1 << 17) && sms < (1 << 10) && warps < 64;
-  if (!fits) return choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems, kMinWarps);
+  if (!fits) return choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems);
   const uint64_t key = (uint64_t(n_tiles) << 33) | (uint64_t(k_blocks) << 16) |
                        (uint64_t(sms) << 6) | uint64_t(warps);  // < 2^54
   std::atomic<uint64_t>& entry = cache[(n_tiles * 31 + k_blocks) % kEntries];
@@ -617,7 +617,7 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
     c.ctas = int((int64_t(n_tiles) * c.splits + c.cta_warps - 1) / c.cta_warps);
     return c;
   }
-  c = choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems, kMinWarps);
+  c = choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems);
   entry.store((key << 8) | (uint64_t(c.splits - 1) << 4) | uint64_t(c.cta_warps - 1),
               std::memory_order_relaxed);
   return c;
