@@ -198,12 +198,6 @@ TEST(QuantGemvSplit, WorkspaceBoundFallsBackInCta) {
   }
 }
 
-}  // namespace
-}  // namespace serval::kernels::cuda
-
-namespace serval::kernels::cuda {
-namespace {
-
 // SERVAL_GEMV_SPLIT's list: shapes and choices in order, empty entries skipped, and every
 // malformed entry refused with its text in the message.
 TEST(GemvSplitOverrides, ParsesEntriesAndRefusesMalformedOnes) {

@@ -574,17 +574,14 @@ std::optional<GemvSplit> forced_split(int n_tiles, int k_blocks, int sms, int wa
   }();
   for (const GemvSplitOverride& o : overrides) {
     if (o.n_tiles != n_tiles || o.k_blocks != k_blocks) continue;
-    GemvSplit c;
-    c.splits = o.splits;
-    c.cta_warps = o.cta_warps;
-    c.in_cta = c.cta_warps % c.splits == 0;
-    c.cost = gemv_split_cost(n_tiles, k_blocks, sms, warps, c.splits, c.cta_warps, max_items);
+    const GemvSplit c = make_gemv_split(
+        n_tiles, o.splits, o.cta_warps,
+        gemv_split_cost(n_tiles, k_blocks, sms, warps, o.splits, o.cta_warps, max_items));
     if (c.cost < 0.0)
       throw InvalidArgument("SERVAL_GEMV_SPLIT: S = " + std::to_string(c.splits) +
                             ", W = " + std::to_string(c.cta_warps) + " is not allowed for " +
                             std::to_string(n_tiles) + " tiles of " + std::to_string(k_blocks) +
                             " k blocks at " + std::to_string(warps) + " resident warps per SM");
-    c.ctas = int((int64_t(n_tiles) * c.splits + c.cta_warps - 1) / c.cta_warps);
     return c;
   }
   return std::nullopt;
@@ -609,15 +606,9 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
                        (uint64_t(sms) << 6) | uint64_t(warps);  // < 2^54
   std::atomic<uint64_t>& entry = cache[(n_tiles * 31 + k_blocks) % kEntries];
   const uint64_t e = entry.load(std::memory_order_relaxed);
-  GemvSplit c;
-  if (e != 0 && (e >> 8) == key) {
-    c.splits = int((e >> 4) & 15u) + 1;
-    c.cta_warps = int(e & 15u) + 1;
-    c.in_cta = c.cta_warps % c.splits == 0;
-    c.ctas = int((int64_t(n_tiles) * c.splits + c.cta_warps - 1) / c.cta_warps);
-    return c;
-  }
-  c = choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems);
+  if (e != 0 && (e >> 8) == key)
+    return make_gemv_split(n_tiles, int((e >> 4) & 15u) + 1, int(e & 15u) + 1);
+  const GemvSplit c = choose_gemv_split(n_tiles, k_blocks, sms, warps, kMaxItems);
   entry.store((key << 8) | (uint64_t(c.splits - 1) << 4) | uint64_t(c.cta_warps - 1),
               std::memory_order_relaxed);
   return c;

@@ -60,6 +60,17 @@ inline int64_t ceil_div(int64_t a, int64_t b) {
 }
 }  // namespace gemv_split_detail
 
+// The choice (S, W) for n_tiles tiles with its derived fields (in_cta, ctas) and `cost`.
+inline GemvSplit make_gemv_split(int n_tiles, int S, int W, double cost = 0.0) {
+  GemvSplit c;
+  c.splits = S;
+  c.cta_warps = W;
+  c.in_cta = W % S == 0;
+  c.ctas = int(gemv_split_detail::ceil_div(int64_t(n_tiles) * S, W));
+  c.cost = cost;
+  return c;
+}
+
 // Cost of (S, W) for n_tiles tiles of k_blocks k blocks on sm_count SMs that each hold
 // warps_per_sm resident warps (register-limited: floor(warps_per_sm / W) CTAs of W warps, at most
 // 32). Returns a negative cost when the choice is not allowed: S > 1 needs ≥ kGemvMinSplitKb k
@@ -92,20 +103,18 @@ inline GemvSplit choose_gemv_split(int n_tiles, int k_blocks, int sm_count, int 
                                    int max_items = kGemvMaxSplitItems) {
   sm_count = std::max(sm_count, 1);
   warps_per_sm = std::max(warps_per_sm, 1);
-  GemvSplit best;
-  best.cost = -1.0;
+  int best_s = 1, best_w = 1;
+  double best = -1.0;
   for (int S = 1; S <= kGemvMaxSplits; ++S) {
     for (int W = 1; W <= std::min(kGemvMaxCtaWarps, warps_per_sm); ++W) {
       const double c = gemv_split_cost(n_tiles, k_blocks, sm_count, warps_per_sm, S, W, max_items);
-      if (c < 0.0 || (best.cost >= 0.0 && c >= best.cost)) continue;
-      best.splits = S;
-      best.cta_warps = W;
-      best.in_cta = W % S == 0;
-      best.cost = c;
+      if (c < 0.0 || (best >= 0.0 && c >= best)) continue;
+      best_s = S;
+      best_w = W;
+      best = c;
     }
   }
-  best.ctas = int(gemv_split_detail::ceil_div(int64_t(n_tiles) * best.splits, best.cta_warps));
-  return best;
+  return make_gemv_split(n_tiles, best_s, best_w, best);
 }
 
 // Weight k blocks per SM when CTA c runs on SM c % sm_count (how the grid's CTAs are handed out
