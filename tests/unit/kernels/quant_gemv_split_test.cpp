@@ -134,7 +134,9 @@ TEST(QuantGemvSplit, ChoiceIsMinimalAndValid) {
 
 // Llama-70B and its TP = 2 halves (NVFP4: 16 resident warps per SM): the busiest SM holds at most
 // 6 % more weight than the mean, with ≥ 14 warps (the power-of-two rule left Llama qkv at 24 %
-// over the mean with 12 / 8 warps per SM).
+// over the mean with 12 / 8 warps per SM), except where whole tiles in one CTA win: Llama-70B
+// q/k/v ran faster in 320 CTAs of S = W = 8 (2 or 3 per SM: 24 % over the mean) than balanced
+// across CTAs (bench/RESULTS.md 2026-12-02), so in-CTA choices may reach 25 %.
 TEST(QuantGemvSplit, LargeShapesBalanced) {
   for (const Shape& s : kLargeShapes) {
     const int n_tiles = tiles_of(s.n), k_blocks = k_blocks_of(s.k);
@@ -142,7 +144,7 @@ TEST(QuantGemvSplit, LargeShapesBalanced) {
       const GemvSplit c = choose_gemv_split(n_tiles, k_blocks, kSms, warps);
       expect_valid(c, n_tiles, k_blocks, kSms, warps, s.name);
       const GemvSmLoad load = gemv_sm_load(c, n_tiles, k_blocks, kSms);
-      EXPECT_LE(double(load.max_kb), 1.06 * load.mean_kb)
+      EXPECT_LE(double(load.max_kb), (c.in_cta ? 1.25 : 1.06) * load.mean_kb)
           << s.name << " warps=" << warps << " S=" << c.splits << " W=" << c.cta_warps;
       const int64_t waves = (c.ctas + int64_t(kSms) * (warps / c.cta_warps) - 1) /
                             (int64_t(kSms) * (warps / c.cta_warps));
@@ -160,8 +162,7 @@ TEST(QuantGemvSplit, LargeShapesBalanced) {
   EXPECT_LT(now.cost, gemv_split_cost(320, 128, kSms, 16, 4, 4));
 }
 
-// Small weights: valid, never costlier than the power-of-two rule, and spread over the SMs when
-// there are few tiles (the old rule put 8 tiles × 16 splits on 8 SMs).
+// Small weights: valid, never costlier than the power-of-two rule; and the measured choices.
 TEST(QuantGemvSplit, SmallShapes) {
   for (const Shape& s : kSmallShapes) {
     const int n_tiles = tiles_of(s.n), k_blocks = k_blocks_of(s.k);
@@ -179,8 +180,13 @@ TEST(QuantGemvSplit, SmallShapes) {
       }
     }
   }
-  const GemvSplit tiny = choose_gemv_split(8, 64, kSms, 16);  // n = 256, k = 4096
-  EXPECT_GE(tiny.ctas, 100);
+  // The two measured choices (bench/RESULTS.md): Qwen3-30B q/k/v (160 tiles of 32 k blocks, FP8
+  // at 25 warps per SM) in at least one CTA per SM, Llama-70B q/k/v (320 tiles of 128, NVFP4 at
+  // 28 warps: the 72-register kernel) in whole-tile CTAs of S = W = 8.
+  EXPECT_GE(choose_gemv_split(160, 32, kSms, 25).ctas, kSms);
+  const GemvSplit llama_qkv = choose_gemv_split(320, 128, kSms, 28);
+  EXPECT_EQ(llama_qkv.splits, 8);
+  EXPECT_EQ(llama_qkv.cta_warps, 8);
   const GemvSplit one = choose_gemv_split(1, 2, kSms, 16);
   EXPECT_EQ(one.splits, 1);
   EXPECT_EQ(one.ctas, 1);

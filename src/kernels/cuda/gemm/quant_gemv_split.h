@@ -12,12 +12,19 @@
 //   issue of the busiest SM   warps_sm · (kb + kWarpOverheadKb) + ctas_sm · kCtaOverheadKb
 //   latency of one warp chain kLatencyWarps · waves · (kb + kWarpOverheadKb)
 //   cross-CTA merge           kCrossCtaMergeCost when a tile's splits are not all in one CTA
-//                             (fence, arrival atomic and partial loads through L2: ≈ 2 µs; 80
-//                             fits the H200: Qwen3-30B o, 64 tiles, ran 6.5 µs cross-CTA on 128
-//                             CTAs vs 5.6 µs in 64 CTAs, where 40 had tied the two)
+//                             (fence, arrival atomic and partial loads through L2: ≈ 2 µs, and
+//                             the kernel after it starts later. 80 fitted Qwen3-30B o, 64
+//                             tiles: 6.5 µs cross-CTA on 128 CTAs vs 5.6 µs in 64 CTAs; 130 fits
+//                             Llama-70B q/k/v, 320 tiles, at 28 warps per SM: in-CTA S = 8, W = 8
+//                             ran 15.9 µs and the attention after it 10.3 µs, vs 16.0 and 11.5
+//                             for the cross-CTA S = 11, W = 9 that 80 chose; b1 TPOT 12.12 vs
+//                             12.21 ms, bench/RESULTS.md 2026-12-02)
 //   idle SMs                  kIdleSmCost × the fraction of SMs without a CTA (small grids:
 //                             Qwen3-30B qkv, 160 tiles, ran 6.1 µs in 80 CTAs of 16 warps vs
-//                             5.6 µs in 160 CTAs of 8, which the issue terms tie)
+//                             5.6 µs in 160 CTAs of 8, which the issue terms tie: 0.5 µs ≈ 20
+//                             units at 40 % idle, hence 50)
+// Both the merge and the idle cost were first set to the least value that flipped the measured
+// choice (80, 10); they now match the measured sizes of the effects.
 // with kb = ceil(KB / S). The issue term makes the per-SM bytes even (the busiest SM sets the
 // time), the latency term favours short per-warp chains (more warps per SM), the merge term keeps
 // the shared-memory reduction when it costs nearly as little (W a multiple of S).
@@ -43,8 +50,8 @@ inline constexpr int kGemvMaxSplitTiles = kGemvMaxSplitItems / 2;  // arrival co
 inline constexpr double kGemvWarpOverheadKb = 1.0;  // prologue, ring fill, epilogue stores
 inline constexpr double kGemvCtaOverheadKb = 0.5;   // NVFP4 scale table, CTA launch
 inline constexpr double kGemvLatencyWarps = 16.0;
-inline constexpr double kGemvCrossCtaMergeCost = 80.0;
-inline constexpr double kGemvIdleSmCost = 10.0;  // times the fraction of SMs given no CTA
+inline constexpr double kGemvCrossCtaMergeCost = 130.0;
+inline constexpr double kGemvIdleSmCost = 50.0;  // times the fraction of SMs given no CTA
 
 struct GemvSplit {
   int splits = 1;      // S: K splits per tile
