@@ -60,13 +60,7 @@ struct QuantizedWeight {
   // upload: a backend may keep its rows in an order of its own (rows_reordered), so such a weight
   // is only ever used through Backend::linear_silu_mul.
   bool gate_up = false;
-  // A q/k/v projection whose first rope_heads (= Hq + Hkv) heads of rope_head_dim rows are rotary
-  // (q and k, no q/k norm, no bias), then the v heads; marked by the loader before upload: a
-  // backend may keep the rotary heads' rows in an order of its own (rows_reordered), so such a
-  // weight is only ever used through Backend::qkv_attention.
-  int rope_heads = 0, rope_head_dim = 0;
-  // Set by the backend's upload (CUDA: quant_gemm's gate/up or rotary-pair tiling).
-  bool rows_reordered = false;
+  bool rows_reordered = false;  // set by the backend's upload (CUDA: quant_gemm's gate/up tiling)
   // Bytes of one expert's (or the linear's) data and scales.
   size_t data_bytes() const { return data.nbytes() / size_t(experts > 0 ? experts : 1); }
   size_t scale_bytes() const { return scales.nbytes() / size_t(experts > 0 ? experts : 1); }
@@ -264,16 +258,6 @@ class Backend {
   // the paged cache at meta.slot_mapping, causal paged attention → out [T, Hq·D].
   virtual void attention(const Tensor& qkv, const AttentionParams& p, KvCacheLayer& cache,
                          const StepMetadata& meta, Tensor& out) = 0;
-  // The attention block up to o_proj: qkv = x · wqkvᵀ (+ bias), then attention(qkv, ...) → out.
-  // A backend may fuse them (the CUDA backend's decode GEMV rotates q and k and appends k/v to
-  // the cache itself for a q/k/v weight marked QuantizedWeight::rope_heads).
-  virtual void qkv_attention(const Tensor& x, const Weight& wqkv, const Tensor* bias,
-                             const AttentionParams& p, KvCacheLayer& cache,
-                             const StepMetadata& meta, Tensor& out) {
-    Tensor qkv = empty(activation_dtype(), {x.dim(0), wqkv.out_features()});
-    linear(x, wqkv, bias, qkv);
-    attention(qkv, p, cache, meta, out);
-  }
   // out[r] = silu(x[r, :I]) · x[r, I:]
   virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
   // out [T, I] = silu(x · gateᵀ) · (x · upᵀ) for a gate/up weight [2I, k] (QuantizedWeight::

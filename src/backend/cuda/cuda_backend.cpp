@@ -275,57 +275,58 @@ class CudaBackend final : public Backend {
                  const StepMetadata& meta, Tensor& out) override {
     cuda::OpScope scope(profiler_, "attention", stream_, capturing_);
     expect(qkv, DType::kBF16, "attention input");
-    Tensor q = empty(DType::kBF16, {meta.num_tokens, a.num_q_heads, a.head_dim});
-    rope_kv_append(qkv, a, cache, meta, false, q);
-    paged_attention(q, a, cache, meta, out);
-  }
-
-  // A q/k/v weight with its rotary heads tiled (tiles_rope): up to 8 tokens the decode GEMV
-  // rotates q and k and appends k/v to the cache in its epilogue (quant_gemv_rope_kv); more
-  // tokens (or W4A4, unaligned input) get the tiled [T, n] product, then qk_norm_rope_kv reading
-  // the tiled order. Then the paged attention.
-  void qkv_attention(const Tensor& x, const Weight& wqkv, const Tensor* bias,
-                     const AttentionParams& a, KvCacheLayer& cache, const StepMetadata& meta,
-                     Tensor& out) override {
-    if (!wqkv.q || !wqkv.q->rows_reordered) {
-      Backend::qkv_attention(x, wqkv, bias, a, cache, meta, out);
-      return;
-    }
-    const QuantizedWeight& w = *wqkv.q;
-    expect(x, DType::kBF16, "qkv_attention input");
     const int T = meta.num_tokens;
     Tensor q = empty(DType::kBF16, {T, a.num_q_heads, a.head_dim});
-    {
-      cuda::OpScope scope(profiler_, "qkv_rope_kv", stream_, capturing_);
-      kernels::cuda::QuantGemmParams p{};
-      p.x = bf(x);
-      p.w = cuda::quant_gemm_weight(w);
-      p.bias = bias ? bf(*bias) : nullptr;
-      p.m = T;
-      kernels::cuda::GemvRopeKv r{};
-      r.positions = meta.positions.as<int32_t>();
-      r.inv_freq = a.inv_freq->as<float>();
-      r.slot_mapping = meta.slot_mapping.as<int32_t>();
-      r.q_out = bf_mut(q);
-      r.k_cache = cache.k.data;
-      r.v_cache = cache.v.data;
-      r.num_q_heads = a.num_q_heads;
-      r.num_kv_heads = a.num_kv_heads;
-      r.head_dim = a.head_dim;
-      r.cache_dtype = cache.k.dtype;
-      r.k_scale = cache.k_scale;
-      r.v_scale = cache.v_scale;
-      if (!w.quantize_activations && a.q_norm == nullptr &&
-          kernels::cuda::quant_gemv_rope_kv_supported(p, r)) {
-        kernels::cuda::quant_gemv_rope_kv(p, r, stream_);
-      } else {
-        Tensor qkv = empty(DType::kBF16, {T, int64_t(w.n)});
-        run_quantized_linear(x, w, bias, qkv, false);
-        rope_kv_append(qkv, a, cache, meta, true, q);
-      }
+    kernels::cuda::QkNormRopeKvParams r{};
+    r.qkv = bf(qkv);
+    r.q_norm = a.q_norm ? bf(*a.q_norm) : nullptr;
+    r.k_norm = a.k_norm ? bf(*a.k_norm) : nullptr;
+    r.positions = meta.positions.as<int32_t>();
+    r.inv_freq = a.inv_freq->as<float>();
+    r.slot_mapping = meta.slot_mapping.as<int32_t>();
+    r.q_out = bf_mut(q);
+    r.k_cache = cache.k.data;
+    r.v_cache = cache.v.data;
+    r.cache_dtype = cache.k.dtype;
+    r.k_scale = cache.k_scale;
+    r.v_scale = cache.v_scale;
+    r.num_tokens = T;
+    r.num_q_heads = a.num_q_heads;
+    r.num_kv_heads = a.num_kv_heads;
+    r.head_dim = a.head_dim;
+    r.eps = a.rms_norm_eps;
+    kernels::cuda::qk_norm_rope_kv(r, stream_);
+
+    kernels::cuda::PagedAttentionParams p{};
+    p.q = bf(q);
+    p.out = bf_mut(out);
+    p.k_cache = cache.k.data;
+    p.v_cache = cache.v.data;
+    p.cache_dtype = cache.k.dtype;
+    p.query_start = meta.query_start.as<int32_t>();
+    p.context_lens = meta.context_lens.as<int32_t>();
+    p.block_tables = meta.block_tables.as<int32_t>();
+    p.num_tokens = T;
+    p.num_seqs = meta.num_seqs;
+    p.max_blocks_per_seq = meta.max_blocks_per_seq;
+    p.block_size = cache.block_size;
+    p.num_q_heads = a.num_q_heads;
+    p.num_kv_heads = a.num_kv_heads;
+    p.head_dim = a.head_dim;
+    p.max_query_len = meta.max_query_len;
+    p.max_context_len = meta.max_context_len;
+    p.scale = a.scale * cache.k_scale;
+    p.v_scale = cache.v_scale;
+    const size_t ws = kernels::cuda::paged_attention_workspace_bytes(
+        meta.num_seqs, a.num_q_heads, a.num_kv_heads, a.head_dim, meta.max_query_len,
+        meta.max_context_len);
+    Tensor workspace;
+    if (ws > 0) {
+      workspace = empty(DType::kU8, {int64_t(ws)});
+      p.workspace = workspace.data;
+      p.workspace_bytes = ws;
     }
-    cuda::OpScope scope(profiler_, "attention", stream_, capturing_);
-    paged_attention(q, a, cache, meta, out);
+    kernels::cuda::paged_attention(p, stream_);
   }
 
   // Single linears (experts == 0) are repacked on the host into the quant_gemm fragment layout
@@ -417,8 +418,8 @@ class CudaBackend final : public Backend {
       return dev;
     }
     cuda::check_quantized_linear_shape(m);
-    // Random rows in any order are random rows: a gate/up or q/k/v weight is simply marked tiled.
-    dev.rows_reordered = cuda::tiles_gate_up(m) || cuda::tiles_rope(m);
+    // Random rows in any order are random rows: a gate/up weight is simply marked tiled.
+    dev.rows_reordered = cuda::tiles_gate_up(m);
     const int64_t bytes = int64_t(kernels::cuda::quant_gemm_data_bytes(m.format, m.n, m.k));
     const int64_t src_bytes = nvfp4 ? n * k / 2 : n * k;
     dev.data = empty(DType::kU8, {bytes});
@@ -464,8 +465,7 @@ class CudaBackend final : public Backend {
     cuda::OpScope scope(profiler_, "quantized_linear", stream_, capturing_);
     if (w.rows_reordered)
       throw InvalidArgument(
-          "cuda backend: a weight with tiled rows runs through linear_silu_mul (gate/up) or "
-          "qkv_attention (q/k/v) only");
+          "cuda backend: a gate/up weight with tiled rows runs through linear_silu_mul only");
     run_quantized_linear(x, w, bias, y, false);
   }
 
@@ -719,67 +719,6 @@ class CudaBackend final : public Backend {
       p.workspace = workspace.data;
     }
     kernels::cuda::quant_gemm(p, stream_);
-  }
-
-  // q = RoPE(q heads of qkv) [T, Hq, D] (with the q/k norms when given), k and v heads appended
-  // to the cache (qk_norm_rope_kv; qk_rows_tiled: the q/k heads in the rotary-pair tiled order).
-  void rope_kv_append(const Tensor& qkv, const AttentionParams& a, KvCacheLayer& cache,
-                      const StepMetadata& meta, bool qk_rows_tiled, Tensor& q) {
-    kernels::cuda::QkNormRopeKvParams r{};
-    r.qkv = bf(qkv);
-    r.q_norm = a.q_norm ? bf(*a.q_norm) : nullptr;
-    r.k_norm = a.k_norm ? bf(*a.k_norm) : nullptr;
-    r.positions = meta.positions.as<int32_t>();
-    r.inv_freq = a.inv_freq->as<float>();
-    r.slot_mapping = meta.slot_mapping.as<int32_t>();
-    r.q_out = bf_mut(q);
-    r.k_cache = cache.k.data;
-    r.v_cache = cache.v.data;
-    r.cache_dtype = cache.k.dtype;
-    r.k_scale = cache.k_scale;
-    r.v_scale = cache.v_scale;
-    r.num_tokens = meta.num_tokens;
-    r.num_q_heads = a.num_q_heads;
-    r.num_kv_heads = a.num_kv_heads;
-    r.head_dim = a.head_dim;
-    r.eps = a.rms_norm_eps;
-    r.qk_rows_tiled = qk_rows_tiled;
-    kernels::cuda::qk_norm_rope_kv(r, stream_);
-  }
-
-  // out [T, Hq·D] = causal paged attention of q [T, Hq, D] over the layer's cache.
-  void paged_attention(const Tensor& q, const AttentionParams& a, KvCacheLayer& cache,
-                       const StepMetadata& meta, Tensor& out) {
-    kernels::cuda::PagedAttentionParams p{};
-    p.q = bf(q);
-    p.out = bf_mut(out);
-    p.k_cache = cache.k.data;
-    p.v_cache = cache.v.data;
-    p.cache_dtype = cache.k.dtype;
-    p.query_start = meta.query_start.as<int32_t>();
-    p.context_lens = meta.context_lens.as<int32_t>();
-    p.block_tables = meta.block_tables.as<int32_t>();
-    p.num_tokens = meta.num_tokens;
-    p.num_seqs = meta.num_seqs;
-    p.max_blocks_per_seq = meta.max_blocks_per_seq;
-    p.block_size = cache.block_size;
-    p.num_q_heads = a.num_q_heads;
-    p.num_kv_heads = a.num_kv_heads;
-    p.head_dim = a.head_dim;
-    p.max_query_len = meta.max_query_len;
-    p.max_context_len = meta.max_context_len;
-    p.scale = a.scale * cache.k_scale;
-    p.v_scale = cache.v_scale;
-    const size_t ws = kernels::cuda::paged_attention_workspace_bytes(
-        meta.num_seqs, a.num_q_heads, a.num_kv_heads, a.head_dim, meta.max_query_len,
-        meta.max_context_len);
-    Tensor workspace;
-    if (ws > 0) {
-      workspace = empty(DType::kU8, {int64_t(ws)});
-      p.workspace = workspace.data;
-      p.workspace_bytes = ws;
-    }
-    kernels::cuda::paged_attention(p, stream_);
   }
 
   // W4A4: the device copy of 1/input_scale the activation quantizer reads.

@@ -13,15 +13,11 @@ namespace {
 
 using kernels::WeightFormat;
 
-// The rows of a host array [n, row_bytes] in w's tiled order (tiles_gate_up or tiles_rope).
-std::vector<uint8_t> tiled_rows(const QuantizedWeight& w, const void* src, int n,
-                                size_t row_bytes) {
-  const int rope_rows = w.rope_heads * w.rope_head_dim;
+// The rows of a host array [n, row_bytes] in the gate/up tiled order.
+std::vector<uint8_t> gate_up_tiled_rows(const void* src, int n, size_t row_bytes) {
   std::vector<uint8_t> out(size_t(n) * row_bytes);
   for (int r = 0; r < n; ++r) {
-    const size_t from = size_t(
-        w.gate_up ? kernels::cuda::quant_gemm_gate_up_source_row(r, n / 2)
-                  : kernels::cuda::quant_gemm_rope_source_row(r, w.rope_head_dim, rope_rows));
+    const size_t from = size_t(kernels::cuda::quant_gemm_gate_up_source_row(r, n / 2));
     std::memcpy(out.data() + size_t(r) * row_bytes,
                 static_cast<const uint8_t*>(src) + from * row_bytes, row_bytes);
   }
@@ -42,13 +38,6 @@ bool tiles_gate_up(const QuantizedWeight& w) {
   static const bool off = std::getenv("SERVAL_NO_GATE_UP_TILING") != nullptr;
   return !off && w.gate_up && w.experts == 0 && w.n % 32 == 0 &&
          w.format != WeightFormat::kFp8Block;
-}
-
-bool tiles_rope(const QuantizedWeight& w) {
-  static const bool off = std::getenv("SERVAL_NO_ROPE_TILING") != nullptr;
-  return !off && !w.gate_up && w.rope_heads > 0 && w.rope_head_dim > 0 &&
-         w.rope_head_dim % 32 == 0 && int64_t(w.rope_heads) * w.rope_head_dim <= w.n &&
-         w.experts == 0 && w.format != WeightFormat::kFp8Block;
 }
 
 void check_quantized_linear_shape(const QuantizedWeight& w) {
@@ -77,11 +66,11 @@ PackedLinear pack_quantized_linear(const QuantizedWeight& host) {
   const void* codes = host.data.data;
   const void* scales = host.scales.data;
   std::vector<uint8_t> tiled_codes, tiled_scales;
-  if (tiles_gate_up(host) || tiles_rope(host)) {
-    tiled_codes = tiled_rows(host, codes, n, code_row);
+  if (tiles_gate_up(host)) {
+    tiled_codes = gate_up_tiled_rows(codes, n, code_row);
     codes = tiled_codes.data();
     if (nvfp4 || host.format == WeightFormat::kFp8PerChannel) {
-      tiled_scales = tiled_rows(host, scales, n, nvfp4 ? size_t(k / 16) : sizeof(float));
+      tiled_scales = gate_up_tiled_rows(scales, n, nvfp4 ? size_t(k / 16) : sizeof(float));
       scales = tiled_scales.data();
     }
     out.rows_reordered = true;

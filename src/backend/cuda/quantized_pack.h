@@ -1,9 +1,7 @@
 // Host side of the CUDA backend's upload_quantized for a single quantized linear: the bytes of
 // its device layout (kernels/cuda/gemm/quant_gemm.h), built on the host before one copy each.
 // Gate/up weights of SwiGLU MLPs (QuantizedWeight::gate_up) get their rows tiled per 16
-// (quant_gemm_gate_up_source_row) so that the decode GEMV can finish silu(gate) · up itself; the
-// rotary heads of q/k/v weights (QuantizedWeight::rope_heads) per head
-// (quant_gemm_rope_source_row) so that it can apply RoPE and append to the KV cache.
+// (quant_gemm_gate_up_source_row) so that the decode GEMV can finish silu(gate) · up itself.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,18 +17,13 @@ struct PackedLinear {
   std::vector<uint8_t> nvfp4_scales;  // NVFP4: e4m3 [n_pad, k_pad / 16] in 128-byte tiles
   std::vector<bf16> block_scales;     // FP8 block: bf16 multipliers, the host scales' shape
   std::vector<float> channel_scales;  // FP8 per-channel: f32 [n], in device row order
-  bool rows_reordered = false;        // rows in the gate/up or rotary-pair tiled order
+  bool rows_reordered = false;        // rows in the gate/up tiled order
 };
 
 // Whether a weight's rows are stored tiled: a gate/up weight of one linear (not an expert stack)
 // with whole 32-row tiles, in any format but FP8 block (its scale blocks do not follow a row
 // permutation). SERVAL_NO_GATE_UP_TILING=1 turns the tiling off (side-by-side comparisons).
 bool tiles_gate_up(const QuantizedWeight& w);
-
-// Whether a q/k/v weight's rotary heads are stored tiled per head: rope_heads > 0 heads of
-// rope_head_dim % 32 == 0 rows within n, one linear, any format but FP8 block.
-// SERVAL_NO_ROPE_TILING=1 turns it off (the unfused path, for side-by-side comparisons).
-bool tiles_rope(const QuantizedWeight& w);
 
 // Throws InvalidArgument unless w is one linear (experts == 0) with n > 0 and k > 0, k % 8 == 0
 // (NVFP4: k % 16 == 0): the shapes the fragment layout holds.

@@ -108,7 +108,7 @@ Tensor load_dense(const WeightSource& w, backend::Backend& b, const std::string&
 
 backend::Weight load_linear_sharded(const WeightSource& w, backend::Backend& b,
                                     const std::vector<ShardedLinearPart>& parts, int64_t k,
-                                    dist::Range cols, bool gate_up, RotaryHeads rope) {
+                                    dist::Range cols, bool gate_up) {
   check(!parts.empty(), "load_linear_sharded: no parts");
   check(!gate_up || (parts.size() == 2 && parts[0].keep.size() == parts[1].keep.size()),
         "load_linear_sharded: gate_up needs two parts of equal size");
@@ -116,8 +116,6 @@ backend::Weight load_linear_sharded(const WeightSource& w, backend::Backend& b,
     backend::Weight host = read_linear_sharded(w, parts, k, cols);
     if (host.q) {
       host.q->gate_up = gate_up;
-      host.q->rope_heads = rope.heads;
-      host.q->rope_head_dim = rope.head_dim;
       return {Tensor{}, b.upload_quantized(*host.q)};
     }
     return {b.upload_weight(host.dense), std::nullopt};
@@ -150,8 +148,6 @@ backend::Weight load_linear_sharded(const WeightSource& w, backend::Backend& b,
                         cols.begin, cols.end);
   backend::DummyQuantized d = quantized_meta(w, name, modules, kept, cols.size(), 0);
   d.meta.gate_up = gate_up;
-  d.meta.rope_heads = rope.heads;
-  d.meta.rope_head_dim = rope.head_dim;
   return {Tensor{}, b.dummy_quantized(d)};
 }
 

@@ -45,15 +45,9 @@ Tensor load_dense(const WeightSource& w, backend::Backend& b, const std::string&
 // when device_dummy (same LoadErrors: quantized parts cannot be sliced, shards need one format).
 // gate_up: the parts are a SwiGLU MLP's gate and up projections; a quantized result is marked
 // QuantizedWeight::gate_up (use it through Backend::linear_silu_mul only).
-// rope: the parts are q, k and v projections whose first rope.heads heads of rope.head_dim rows
-// are rotary (no q/k norm, no bias); a quantized result is marked QuantizedWeight::rope_heads (use
-// it through Backend::qkv_attention only).
-struct RotaryHeads {
-  int heads = 0, head_dim = 0;
-};
 backend::Weight load_linear_sharded(const WeightSource& w, backend::Backend& b,
                                     const std::vector<ShardedLinearPart>& parts, int64_t k,
-                                    dist::Range cols, bool gate_up = false, RotaryHeads rope = {});
+                                    dist::Range cols, bool gate_up = false);
 
 // device_dummy only: the expert weights of one MoE layer generated on `b`: experts `experts`,
 // their gate/up rows and down columns `keep` of `inter`, hidden size `hidden`. module(e, proj)

@@ -75,15 +75,11 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
   const int64_t full_q = int64_t(c.num_attention_heads) * c.head_dim;
   const int64_t kv_dim = int64_t(c.num_key_value_heads) * c.head_dim;
   q_dim_ = int(shard.q_rows.size());
-  // Without q/k norms and biases, the backend may fuse RoPE and the KV append into the q/k/v
-  // projection (Backend::qkv_attention): the q and k heads are marked rotary.
-  RotaryHeads rope;
-  if (!qk_norm && !has_bias_) rope = {params_.num_q_heads + params_.num_kv_heads, c.head_dim};
   wqkv_ = load_linear_sharded(w, b,
                               {{prefix + ".q_proj", full_q, shard.q_rows},
                                {prefix + ".k_proj", kv_dim, shard.kv_rows},
                                {prefix + ".v_proj", kv_dim, shard.kv_rows}},
-                              H, {0, H}, false, rope);
+                              H, {0, H});
   wo_ = load_linear_sharded(w, b, {{prefix + ".o_proj", H, {0, H}}}, full_q, shard.o_cols);
   if (has_bias_) {
     bqkv_ = load_dense_rows(w, b,
@@ -101,10 +97,13 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
 
 void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
                         backend::KvCacheLayer& cache, Tensor& out) {
-  Tensor attn = b_.empty(b_.activation_dtype(), {x.dim(0), q_dim_});
+  const DType act = b_.activation_dtype();
+  Tensor qkv = b_.empty(act, {x.dim(0), wqkv_.out_features()});
+  b_.linear(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
+  Tensor attn = b_.empty(act, {qkv.dim(0), q_dim_});
   backend::AttentionParams p = params_;
   p.inv_freq = &inv_freq;
-  b_.qkv_attention(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, p, cache, meta, attn);
+  b_.attention(qkv, p, cache, meta, attn);
   b_.linear(attn, wo_, nullptr, out);
 }
 

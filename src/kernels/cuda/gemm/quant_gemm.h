@@ -78,25 +78,6 @@ SERVAL_HOST_DEVICE constexpr int quant_gemm_gate_up_source_row(int r, int inter)
   return r % 32 < 16 ? 16 * (r / 32) + r % 32 : inter + 16 * (r / 32) + r % 32 - 16;
 }
 
-// Row order of a q/k/v weight [(Hq + 2·Hkv)·D, k] whose first rope_rows = (Hq + Hkv)·D rows (the
-// q and k heads) are tiled per head for the RoPE epilogue of quant_gemv_rope_kv (D % 32 == 0):
-// within each head, device row r holds the head's dim quant_gemm_gate_up_source_row(r, D/2), so
-// dims i and i + D/2 (a rotary pair) are rows 16 apart in one 32-row tile. The v rows keep their
-// order. Any path that writes such a weight's outputs as they are produces q/k columns in this
-// order; qk_norm_rope_kv with qk_rows_tiled reads it.
-SERVAL_HOST_DEVICE constexpr int quant_gemm_rope_source_row(int r, int head_dim, int rope_rows) {
-  return r >= rope_rows
-             ? r
-             : r - r % head_dim + quant_gemm_gate_up_source_row(r % head_dim, head_dim / 2);
-}
-
-// Column of head dim d (of head_dim) within a q or k head in that order: the inverse of
-// quant_gemm_rope_source_row within the head.
-SERVAL_HOST_DEVICE constexpr int quant_gemm_rope_tiled_column(int d, int head_dim) {
-  const int half = head_dim / 2, i = d < half ? d : d - half;
-  return 32 * (i / 16) + (d < half ? 0 : 16) + i % 16;
-}
-
 // Device-layout sizes.
 int quant_gemm_n_pad(int n);
 int quant_gemm_k_pad(int k);

@@ -47,7 +47,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -61,7 +60,6 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
-#include "kernels/cuda/norm_rope/rope_kv_store.cuh"
 
 namespace serval::kernels::cuda {
 
@@ -101,17 +99,6 @@ struct GemvArgs {
   int block_cols;  // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
-  // RoPE + KV-append epilogue (kRope kernels, quant_gemv_rope_kv): rows [0, rope_rows) are the q
-  // and k heads in the rotary-pair tiled order, the rest the v heads.
-  const int32_t* positions;
-  const float* inv_freq;
-  const int32_t* slot_mapping;
-  __nv_bfloat16* q_out;
-  void* k_cache;
-  void* v_cache;
-  int num_q_heads, num_kv_heads, head_dim, rope_rows;
-  DType cache_dtype;
-  float inv_k_scale, inv_v_scale;
 };
 
 // The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
@@ -163,78 +150,6 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
   static_cast<__nv_bfloat16*>(a.y)[i] = __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
 }
 
-// The bf16 value the unfused path would have stored for output (tok, row), back in fp32.
-__device__ __forceinline__ float finish_bf16(const GemvArgs& a, int row, float v) {
-  return __bfloat162float(__float2bfloat16_rn(finish(a, row, v)));
-}
-
-// RoPE epilogue, q/k rows: `row` (row % 32 < 16) holds dim i of its head and row + 16 dim
-// i + D/2 (quant_gemm_rope_source_row). Rotates the pair as qk_norm_rope_kv does with the
-// outputs rounded to bf16 first (the values it would read), then stores q or appends k.
-template <DType C>
-__device__ __forceinline__ void store_rope_k(const GemvArgs& a, int slot, int kv_head, int i,
-                                             float y1, float y2) {
-  void* dst = static_cast<unsigned char*>(a.k_cache) +
-              (int64_t(slot) * a.num_kv_heads + kv_head) * a.head_dim * (C == DType::kBF16 ? 2 : 1);
-  cache_store_pair<C>(dst, i, i + a.head_dim / 2, __fmul_rn(y1, a.inv_k_scale),
-                      __fmul_rn(y2, a.inv_k_scale));
-}
-__device__ __forceinline__ void store_rope_pair(const GemvArgs& a, int tok, int row, float s1,
-                                                float s2) {
-  const float x1 = finish_bf16(a, row, s1), x2 = finish_bf16(a, row + 16, s2);
-  const int head = row / a.head_dim, c = row - head * a.head_dim;
-  const int i = 16 * (c / 32) + c % 32;  // c % 32 < 16
-  float y1, y2;
-  rope_rotate(x1, x2, float(a.positions[tok]), a.inv_freq[i], y1, y2);
-  if (head < a.num_q_heads) {
-    __nv_bfloat16* q = a.q_out + (int64_t(tok) * a.num_q_heads + head) * a.head_dim;
-    q[i] = __float2bfloat16(y1);
-    q[i + a.head_dim / 2] = __float2bfloat16(y2);
-    return;
-  }
-  const int slot = a.slot_mapping[tok];
-  if (slot < 0) return;
-  const int kv_head = head - a.num_q_heads;
-  if (a.cache_dtype == DType::kBF16)
-    store_rope_k<DType::kBF16>(a, slot, kv_head, i, y1, y2);
-  else if (a.cache_dtype == DType::kF8E4M3)
-    store_rope_k<DType::kF8E4M3>(a, slot, kv_head, i, y1, y2);
-  else
-    store_rope_k<DType::kF8E5M2>(a, slot, kv_head, i, y1, y2);
-}
-
-// RoPE epilogue, v rows (row ≥ rope_rows): appended to the v cache as qk_norm_rope_kv does.
-template <DType C>
-__device__ __forceinline__ void store_v_as(const GemvArgs& a, int slot, int v, float x) {
-  const int v_head = v / a.head_dim, d = v - v_head * a.head_dim;
-  void* dst = static_cast<unsigned char*>(a.v_cache) +
-              (int64_t(slot) * a.num_kv_heads + v_head) * a.head_dim * (C == DType::kBF16 ? 2 : 1);
-  cache_store_one<C>(dst, d, __fmul_rn(x, a.inv_v_scale));
-}
-__device__ __forceinline__ void store_rope_v(const GemvArgs& a, int tok, int row, float sum) {
-  const float x = finish_bf16(a, row, sum);
-  const int slot = a.slot_mapping[tok];
-  if (slot < 0) return;
-  const int v = row - a.rope_rows;
-  if (a.cache_dtype == DType::kBF16)
-    store_v_as<DType::kBF16>(a, slot, v, x);
-  else if (a.cache_dtype == DType::kF8E4M3)
-    store_v_as<DType::kF8E4M3>(a, slot, v, x);
-  else
-    store_v_as<DType::kF8E5M2>(a, slot, v, x);
-}
-
-// RoPE epilogue of the tile's rows row and row + 16 (row % 32 < 16) for token tok.
-__device__ __forceinline__ void store_rope_rows(const GemvArgs& a, int tok, int row, float s1,
-                                                float s2) {
-  if (row < a.rope_rows) {
-    store_rope_pair(a, tok, row, s1, s2);
-  } else {
-    store_rope_v(a, tok, row, s1);
-    store_rope_v(a, tok, row + 16, s2);
-  }
-}
-
 // NB token blocks of 8 (m ≤ 8·NB): block nb's MMA B columns are tokens 8·nb + 0..7; each decoded
 // A fragment feeds NB MMAs.
 // kPlainB: x is 16-byte aligned and k % 64 == 0, so every k block of B lies wholly inside the row:
@@ -242,10 +157,8 @@ __device__ __forceinline__ void store_rope_rows(const GemvArgs& a, int tok, int 
 // alignment branch. NVFP4, one token block: 97 registers instead of 128 (and no spill), so more
 // resident warps, and fewer instructions per k block in the streaming loop.
 // The kernel body.
-// kRope: the RoPE + KV-append epilogue (store_rope_rows) instead of y (NB == 1).
-template <int kKind, int NB, bool kPlainB, bool kRope>
+template <int kKind, int NB, bool kPlainB>
 __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
-  static_assert(!kRope || NB == 1);
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
   constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
@@ -457,15 +370,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   auto store_tile = [&](const float(&v)[2][NB][4]) {
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
-      if constexpr (kRope) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int tok = 8 * nb + 2 * t + (q & 1);
-          if (tok < a.m)
-            store_rope_rows(a, tok, rt * 32 + g + 8 * (q >> 1), v[0][nb][q], v[1][nb][q]);
-        }
-        continue;
-      }
       if (a.swiglu) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -502,8 +406,8 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
     }
     __syncthreads();
     const int T = a.cta_warps / S;
-    if (kRope || a.swiglu) {
-      const int per_tile = a.m * 16;  // (token, gate row) or (token, first row of a pair) pairs
+    if (a.swiglu) {
+      const int per_tile = a.m * 16;  // (token, gate row) pairs
       for (int idx = threadIdx.x; idx < T * per_tile; idx += blockDim.x) {
         const int ti = idx / per_tile, tok = (idx % per_tile) / 16, r = idx % 16;
         const int tile = blockIdx.x * T + ti;
@@ -513,10 +417,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
           gate += part[((ti * S + s) * kTokens + tok) * 32 + r];
           up += part[((ti * S + s) * kTokens + tok) * 32 + r + 16];
         }
-        if constexpr (kRope)
-          store_rope_rows(a, tok, tile * 32 + r, gate, up);
-        else
-          store_swiglu(a, tok, tile * 32 + r, gate, up);
+        store_swiglu(a, tok, tile * 32 + r, gate, up);
       }
       return;
     }
@@ -588,29 +489,29 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   store_tile(v);
 }
 
-template <int kKind, int NB, bool kPlainB, bool kRope>
+template <int kKind, int NB, bool kPlainB>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     quant_gemv_kernel(const __grid_constant__ GemvArgs a) {
-  gemv_body<kKind, NB, kPlainB, kRope>(a);
+  gemv_body<kKind, NB, kPlainB>(a);
 }
 
 // The one-token-block plain variant capped at 72 registers (75–78 uncapped): 28 warps per SM
 // instead of 25, which lets the split model run big weights in two K splits in one wave (Llama-70B
 // gate_up, 1792 tiles: S = 2 needs 3584 resident warps, 27.2 per SM). __maxnreg__ excludes
 // __launch_bounds__; the launches stay at ≤ kMaxWarps · 32 threads (72 · 512 fits an SM's 64 K).
-template <int kKind, bool kRope>
+template <int kKind>
 __global__ void __maxnreg__(72) quant_gemv_kernel_72(const __grid_constant__ GemvArgs a) {
-  gemv_body<kKind, 1, true, kRope>(a);
+  gemv_body<kKind, 1, true>(a);
 }
 
 // The kernel of a variant (kCapped: quant_gemv_kernel_72).
-template <int kKind, int NB, bool kPlainB, bool kCapped, bool kRope>
+template <int kKind, int NB, bool kPlainB, bool kCapped>
 constexpr auto gemv_kernel() {
   static_assert(!kCapped || (NB == 1 && kPlainB));
   if constexpr (kCapped)
-    return quant_gemv_kernel_72<kKind, kRope>;
+    return quant_gemv_kernel_72<kKind>;
   else
-    return quant_gemv_kernel<kKind, NB, kPlainB, kRope>;
+    return quant_gemv_kernel<kKind, NB, kPlainB>;
 }
 
 // Whether the plain one-block launches take quant_gemv_kernel_72 (SERVAL_GEMV_MAXNREG72=0: the
@@ -643,9 +544,9 @@ int kind_of(const QuantGemmWeight& w) {
 // Warps of a kernel variant resident per SM (register-limited; one-warp CTAs with the scale
 // table), queried once (the split model needs it on every eager launch). Also makes the kernel's
 // shared-memory opt-in on the current device.
-template <int kKind, int NB, bool kPlainB, bool kCapped, bool kRope>
+template <int kKind, int NB, bool kPlainB, bool kCapped>
 int resident_warps_per_sm() {
-  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped, kRope>();
+  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped>();
   allow_dynamic_smem(kernel, smem_cap(kKind, NB), "quant_gemv");
   static const int warps = [kernel] {
     int per_sm = 0;
@@ -713,25 +614,16 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   return c;
 }
 
-template <int kKind, int NB, bool kPlainB, bool kCapped = false, bool kRope = false>
+template <int kKind, int NB, bool kPlainB, bool kCapped = false>
 void launch_blocks(GemvArgs a, cudaStream_t stream) {
-  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped, kRope>();
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped>();
   const GemvSplit c = cached_split<kKind, NB>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
   const size_t smem = smem_bytes(kKind, c.cta_warps, NB, c.splits > 1 && c.in_cta);
-  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped, kRope>(),
-             dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32), smem, stream, a);
-}
-
-// The RoPE epilogue: one token block of plain B loads (quant_gemv_rope_kv_supported).
-template <int kKind>
-void launch_rope(const GemvArgs& a, cudaStream_t stream) {
-  if (capped_registers())
-    launch_blocks<kKind, 1, true, true, true>(a, stream);
-  else
-    launch_blocks<kKind, 1, true, false, true>(a, stream);
+  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped>(), dim3(unsigned(c.ctas)),
+             dim3(c.cta_warps * 32), smem, stream, a);
 }
 
 // One token block up to 8 tokens, two up to 16.
@@ -768,11 +660,17 @@ bool quant_gemv_supported(const QuantGemmParams& p) {
   return true;
 }
 
-namespace {
-
-// The kernel arguments of a validated call (y, swiglu and the RoPE fields left to the caller).
-GemvArgs weight_args(const QuantGemmParams& p) {
+void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   const QuantGemmWeight& w = p.w;
+  const bool has_x = p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0;
+  if (!quant_gemv_supported(p) || w.data == nullptr || !has_x || p.y == nullptr ||
+      (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data))
+    throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
+                          ", k % 8 == 0, 16-byte aligned weight data, 4-byte aligned x and scales, "
+                          "FP8 blocks of 32k x 64k, and for SwiGLU n % 32 == 0, no bias and bf16 "
+                          "out; got m = " +
+                          std::to_string(p.m) + ", n = " + std::to_string(w.n) +
+                          ", k = " + std::to_string(w.k));
   GemvArgs a{};
   a.data = w.data;
   a.nvfp4_scales =
@@ -782,6 +680,9 @@ GemvArgs weight_args(const QuantGemmParams& p) {
       w.format == WeightFormat::kFp8PerChannel ? static_cast<const float*>(w.scales) : nullptr;
   a.x = reinterpret_cast<const uint32_t*>(p.x);
   a.bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
+  a.y = p.y;
+  a.y_f32 = p.y_f32;
+  a.swiglu = p.swiglu;
   a.x_aligned16 = is_aligned16(p.x);
   a.m = p.m;
   a.n = w.n;
@@ -797,31 +698,6 @@ GemvArgs weight_args(const QuantGemmParams& p) {
     a.block_n = w.block_n;
     a.kb_per_block = w.block_k / 64;
   }
-  return a;
-}
-
-bool weight_ready(const QuantGemmParams& p) {
-  const QuantGemmWeight& w = p.w;
-  const bool has_x = p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0;
-  return has_x && w.data != nullptr && is_aligned16(w.data) &&
-         (w.format == WeightFormat::kFp8PerTensor || w.scales != nullptr);
-}
-
-}  // namespace
-
-void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
-  const QuantGemmWeight& w = p.w;
-  if (!quant_gemv_supported(p) || !weight_ready(p) || p.y == nullptr)
-    throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
-                          ", k % 8 == 0, 16-byte aligned weight data, 4-byte aligned x and scales, "
-                          "FP8 blocks of 32k x 64k, and for SwiGLU n % 32 == 0, no bias and bf16 "
-                          "out; got m = " +
-                          std::to_string(p.m) + ", n = " + std::to_string(w.n) +
-                          ", k = " + std::to_string(w.k));
-  GemvArgs a = weight_args(p);
-  a.y = p.y;
-  a.y_f32 = p.y_f32;
-  a.swiglu = p.swiglu;
   switch (kind_of(w)) {
     case kNvfp4Kind:
       launch<kNvfp4Kind>(a, stream);
@@ -834,49 +710,6 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
       break;
   }
   check_launch("quant_gemv");
-}
-
-bool quant_gemv_rope_kv_supported(const QuantGemmParams& p, const GemvRopeKv& r) {
-  const int D = r.head_dim;
-  return p.m >= 1 && p.m <= 8 && !p.swiglu && p.bias == nullptr &&
-         p.w.format != WeightFormat::kFp8Block && quant_gemv_supported(p) && p.w.k % 64 == 0 &&
-         is_aligned16(p.x) && D > 0 && D % 32 == 0 && r.num_q_heads > 0 && r.num_kv_heads > 0 &&
-         int64_t(r.num_q_heads + 2 * r.num_kv_heads) * D == p.w.n &&
-         (r.cache_dtype == DType::kBF16 || r.cache_dtype == DType::kF8E4M3 ||
-          r.cache_dtype == DType::kF8E5M2);
-}
-
-void quant_gemv_rope_kv(const QuantGemmParams& p, const GemvRopeKv& r, cudaStream_t stream) {
-  if (!quant_gemv_rope_kv_supported(p, r) || !weight_ready(p) || !r.positions || !r.inv_freq ||
-      !r.slot_mapping || !r.q_out || !r.k_cache || !r.v_cache || !(r.k_scale > 0.0f) ||
-      !(r.v_scale > 0.0f) || !std::isfinite(r.k_scale) || !std::isfinite(r.v_scale))
-    throw InvalidArgument(
-        "quant_gemv_rope_kv: need 1 <= m <= 8, NVFP4 or FP8 (per-tensor / per-channel) weights of "
-        "(Hq + 2 Hkv) * head_dim rows, k % 64 == 0, 16-byte aligned x, no bias, head_dim % 32 "
-        "== 0, a bf16 / fp8 cache, every pointer and positive finite k/v scales; got m = " +
-        std::to_string(p.m) + ", n = " + std::to_string(p.w.n) + ", k = " + std::to_string(p.w.k) +
-        ", heads " + std::to_string(r.num_q_heads) + " + 2 x " + std::to_string(r.num_kv_heads) +
-        " of " + std::to_string(r.head_dim));
-  GemvArgs a = weight_args(p);
-  a.positions = r.positions;
-  a.inv_freq = r.inv_freq;
-  a.slot_mapping = r.slot_mapping;
-  a.q_out = reinterpret_cast<__nv_bfloat16*>(r.q_out);
-  a.k_cache = r.k_cache;
-  a.v_cache = r.v_cache;
-  a.num_q_heads = r.num_q_heads;
-  a.num_kv_heads = r.num_kv_heads;
-  a.head_dim = r.head_dim;
-  a.rope_rows = (r.num_q_heads + r.num_kv_heads) * r.head_dim;
-  a.cache_dtype = r.cache_dtype;
-  // The reciprocals in fp32 on the host, as qk_norm_rope_kv takes them.
-  a.inv_k_scale = 1.0f / r.k_scale;
-  a.inv_v_scale = 1.0f / r.v_scale;
-  if (kind_of(p.w) == kNvfp4Kind)
-    launch_rope<kNvfp4Kind>(a, stream);
-  else
-    launch_rope<kFp8Kind>(a, stream);
-  check_launch("quant_gemv_rope_kv");
 }
 
 }  // namespace serval::kernels::cuda

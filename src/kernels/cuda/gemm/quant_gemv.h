@@ -6,9 +6,6 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <cstdint>
-
-#include "base/dtype.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
 
 namespace serval::kernels::cuda {
@@ -30,32 +27,6 @@ bool quant_gemv_supported(const QuantGemmParams& p);
 // (with PDL the next launch touches the workspace only after its pdl_wait, when this grid has
 // completed); calls on two streams of one device must not overlap.
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream);
-
-// The RoPE + KV-append epilogue of a q/k/v projection: what qk_norm_rope_kv (no q/k norm) does
-// with the projection's output, done by the decode GEMV itself (no [m, n] output, no kernel of
-// its own). The weight's q and k head rows are in the rotary-pair tiled order
-// (quant_gemm_rope_source_row with rope_rows = (Hq + Hkv)·D), its v rows as usual.
-struct GemvRopeKv {
-  const int32_t* positions;     // [m]
-  const float* inv_freq;        // [head_dim / 2]
-  const int32_t* slot_mapping;  // [m]: block · block_size + offset; < 0: q only (padding)
-  bf16* q_out;                  // [m, num_q_heads, head_dim]
-  void* k_cache;                // [num_blocks, block_size, num_kv_heads, head_dim], cache_dtype
-  void* v_cache;                // same
-  int num_q_heads, num_kv_heads, head_dim;
-  DType cache_dtype;       // kBF16, kF8E4M3 or kF8E5M2
-  float k_scale, v_scale;  // positive and finite
-};
-
-// 1 ≤ m ≤ 8, NVFP4 or FP8 per-tensor / per-channel weights of (Hq + 2·Hkv)·head_dim rows,
-// k % 64 == 0, x 16-byte aligned, no bias, no swiglu, head_dim % 32 == 0, a bf16 or fp8 cache.
-bool quant_gemv_rope_kv_supported(const QuantGemmParams& p, const GemvRopeKv& r);
-
-// q_out and the two caches exactly as quant_gemv (bf16 y) followed by qk_norm_rope_kv with
-// qk_rows_tiled would write them (the same bits: the outputs are rounded to bf16 before the
-// rotation). p.y is not used. Throws InvalidArgument unless supported with every pointer set.
-// Same workspace rule as quant_gemv (one at a time per device).
-void quant_gemv_rope_kv(const QuantGemmParams& p, const GemvRopeKv& r, cudaStream_t stream);
 
 // quant_gemm's mma kernel for any m ≥ 0 (defined in quant_gemm.cu): the reference the tests
 // compare the decode path with, and the "old" column of the benchmark.

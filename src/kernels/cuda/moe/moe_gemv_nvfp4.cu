@@ -3,8 +3,7 @@
 // The repacked layout stores each 16-row strip of a weight as K/64 consecutive tiles of 512 code
 // bytes + 64 scale bytes (moe_nvfp4_repack.h); one 16-byte load gives a lane its A fragments of a
 // tile's four k16 MMAs and one 8-byte load their block scales. A warp streams a contiguous run of
-// tiles of one strip (gate_up: through a ring in its shared memory filled by cp.async, up to
-// kGateUpRing tiles in flight; down: a register ring of kDepth tiles), dequantizes them exactly as
+// tiles of one strip through a register ring (kDepth tiles in flight), dequantizes them exactly as
 // the grouped GEMM does (dequant_nvfp4 of nvfp4_fragment.cuh: bf16 e2m1·scale·2⁻⁶²) and multiplies
 // them with the token's activations as the MMA's B side: every B column holds the same activation
 // vector, so column 0 of the accumulator (lanes t4 = 0) is the result and the other columns are
@@ -27,10 +26,8 @@
 #include <string>
 
 #include "base/error.h"
-#include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
-#include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_routing_device.cuh"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
@@ -39,7 +36,7 @@ namespace serval::kernels::cuda {
 
 namespace {
 
-constexpr int kDepth = 4;            // down: tiles in flight per warp
+constexpr int kDepth = 4;            // tiles in flight per warp (per strip)
 constexpr int kMaxTopK = 8;          // choices per token the down kernel stages
 constexpr int kMaxHidden = 16384;    // gate_up stages one x row: 32 KB
 constexpr int kMaxActElems = 12288;  // down stages top_k · inter activations: 24 KB
@@ -109,24 +106,9 @@ __device__ __forceinline__ void route_in_cta(const MoeGemvRouting& r, int t, flo
   __syncthreads();
 }
 
-// gate_up's ring: each warp streams its K tiles of the gate and the up strip through up to
-// kGateUpRing slots of its own shared memory (cp.async), one slot per tile: gate codes, up codes
-// (512 bytes each, lane l's 16 at 16·l), gate scales, up scales (64 bytes each). A warp with at
-// most kGateUpRing tiles (Qwen3-30B at one token: 16) requests them all at once, right after its
-// expert id arrives: one DRAM round trip instead of one per kDepth tiles of a register ring.
-constexpr int kGateUpRing = 16;
-constexpr int kGateUpSlotBytes = 2 * 512 + 2 * 64;
-// Slots per warp: its most tiles, ⌈KT / W⌉, capped at kGateUpRing.
-__host__ __device__ constexpr int gate_up_ring_slots(int warps, int hidden) {
-  const int most = (hidden / 64 + warps - 1) / warps;
-  return most < kGateUpRing ? most : kGateUpRing;
-}
-
-// Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row,
-// the warps' rings.
+// Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row.
 constexpr size_t gate_up_smem(int warps, int hidden) {
-  return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2 +
-         size_t(warps) * gate_up_ring_slots(warps, hidden) * kGateUpSlotBytes;
+  return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2;
 }
 
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
@@ -139,9 +121,6 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   float* part = reinterpret_cast<float*>(lut + 256);
   uint32_t* xs = reinterpret_cast<uint32_t*>(part + kWarps * 2 * 16);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-  const int slots = gate_up_ring_slots(kWarps, p.hidden);
-  uint8_t* ring = reinterpret_cast<uint8_t*>(xs + p.hidden / 2) +
-                  size_t(warp) * slots * kGateUpSlotBytes;  // 16-byte aligned: hidden % 64 == 0
   build_nvfp4_scale_table(lut);
   const int strips = p.inter / 16;
   const int pair = blockIdx.x / strips, mt = blockIdx.x % strips;
@@ -163,26 +142,30 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   const int kb0 = warp * KT / kWarps, n = (warp + 1) * KT / kWarps - kb0;
   const size_t strip_codes = size_t(KT) * 512, strip_scales = size_t(KT) * 64;
   // Gate and up strip of the same channels (the up strip is `strips` strips further), advanced
-  // one tile per load: tiles are loaded in order. Lane l copies its 16 code bytes of each strip;
-  // lanes 0..3 the gate scales' 16-byte quarters, lanes 4..7 the up scales'.
+  // one tile per load: tiles are loaded in order.
   const uint8_t* gate_codes = p.gate_up_codes + size_t(e) * 2 * strips * strip_codes +
                               size_t(mt) * strip_codes + size_t(kb0) * 512 + 16 * lane;
+  const uint8_t* gate_scales = p.gate_up_scales + size_t(e) * 2 * strips * strip_scales +
+                               size_t(mt) * strip_scales + size_t(kb0) * 64 + 8 * g;
   const uint8_t* up_codes = gate_codes + size_t(strips) * strip_codes;
-  const uint8_t* sc = p.gate_up_scales + size_t(e) * 2 * strips * strip_scales +
-                      size_t(mt) * strip_scales + size_t(kb0) * 64 + 16 * (lane & 3) +
-                      (lane & 4 ? size_t(strips) * strip_scales : 0);
-  // Tile i (< n) into slot i % kGateUpRing (the caller commits the group).
-  auto load = [&](int i) {
-    uint8_t* slot = ring + (i % kGateUpRing) * kGateUpSlotBytes;
-    cp_async_16(slot + 16 * lane, gate_codes + size_t(i) * 512, true);
-    cp_async_16(slot + 512 + 16 * lane, up_codes + size_t(i) * 512, true);
-    if (lane < 8) cp_async_16(slot + 1024 + 16 * lane, sc + size_t(i) * 64, true);
+  const uint8_t* up_scales = gate_scales + size_t(strips) * strip_scales;
+
+  uint4 wq[kDepth][2];
+  uint2 sq[kDepth][2];
+  auto load = [&](int i, int slot) {
+    if (i < n) {
+      wq[slot][0] = ld_stream16(gate_codes);
+      wq[slot][1] = ld_stream16(up_codes);
+      sq[slot][0] = ld_nc8(gate_scales);
+      sq[slot][1] = ld_nc8(up_scales);
+      gate_codes += 512;
+      up_codes += 512;
+      gate_scales += 64;
+      up_scales += 64;
+    }
   };
-  // kGateUpRing groups, one per tile (empty past n), so that tile i's group is the i-th.
-  for (int j = 0; j < kGateUpRing; ++j) {
-    if (j < n) load(j);
-    cp_async_commit();
-  }
+#pragma unroll
+  for (int s = 0; s < kDepth; ++s) load(s, s);
 
   const int t = pair / p.top_k;
   stage_permuted(xs, reinterpret_cast<const __nv_bfloat16*>(p.x) + size_t(t) * p.hidden, p.hidden,
@@ -190,21 +173,17 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   __syncthreads();  // x staged, scale table built
 
   float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  for (int i = 0; i < n; ++i) {
-    cp_async_wait<kGateUpRing - 1>();  // tile i's group (this lane's copies)
-    __syncwarp();                      // and the other lanes' (the scales)
-    const uint8_t* slot = ring + (i % kGateUpRing) * kGateUpSlotBytes;
-    const uint4 wg = *reinterpret_cast<const uint4*>(slot + 16 * lane);
-    const uint4 wu = *reinterpret_cast<const uint4*>(slot + 512 + 16 * lane);
-    const uint2 sg = *reinterpret_cast<const uint2*>(slot + 1024 + 8 * g);
-    const uint2 su = *reinterpret_cast<const uint2*>(slot + 1088 + 8 * g);
-    uint4 b01, b23;
-    load_b(xs, kb0 + i, t4, b01, b23);
-    mma_tile(acc[0], wg, sg, b01, b23, lut);
-    mma_tile(acc[1], wu, su, b01, b23, lut);
-    __syncwarp();  // every lane has read the slot before it is refilled
-    if (i + kGateUpRing < n) load(i + kGateUpRing);
-    cp_async_commit();
+  for (int i0 = 0; i0 < n; i0 += kDepth) {
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s) {
+      const int i = i0 + s;
+      if (i >= n) break;
+      uint4 b01, b23;
+      load_b(xs, kb0 + i, t4, b01, b23);
+      mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
+      mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
+      load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
+    }
   }
   // Column 0: acc[.][0] is row g, acc[.][2] row g + 8.
   if (t4 == 0) {
@@ -456,10 +435,6 @@ bool run_stage(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ct
                cudaStream_t stream) {
   static std::atomic<uint64_t> cache{0}, route_cache{0};
   const size_t smem = Stage::smem(W, p);
-  if (route)
-    allow_dynamic_smem(Stage::template routed<W>, smem, Stage::kName);
-  else
-    allow_dynamic_smem(Stage::template plain<W>, smem, Stage::kName);
   if (!force) {
     const int per_sm = route ? ctas_per_sm(Stage::template routed<W>, W * 32, smem, route_cache)
                              : ctas_per_sm(Stage::template plain<W>, W * 32, smem, cache);

@@ -5,15 +5,15 @@
 // Latency (decode: a few dozen warps) is one chain of dependent loads, kept to a single round
 // trip: the weights (norm weights, inv_freq: constant during a step) are read before pdl_wait,
 // and the slot, position and head values are all in flight together after it.
+#include <cuda_fp8.h>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda/gemm/quant_gemm.h"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
-#include "kernels/cuda/norm_rope/rope_kv_store.cuh"
 
 namespace serval::kernels::cuda {
 namespace {
@@ -22,13 +22,34 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kSmallGridItems = 1024;
 
+// Stores a → row[i] and b → row[i + kHalf] in the cache type C (round to nearest even; fp8
+// saturates to the largest finite value: cvt.rn.satfinite).
+template <DType C, int kHalf>
+__device__ __forceinline__ void store_pair(void* row, int i, float a, float b) {
+  if constexpr (C == DType::kBF16) {
+    auto* p = static_cast<__nv_bfloat16*>(row);
+    p[i] = __float2bfloat16(a);
+    p[i + kHalf] = __float2bfloat16(b);
+  } else {
+    constexpr __nv_fp8_interpretation_t kFormat = C == DType::kF8E4M3 ? __NV_E4M3 : __NV_E5M2;
+    const __nv_fp8x2_storage_t two =
+        __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kFormat);  // a: low byte
+    auto* p = static_cast<uint8_t*>(row);
+    p[i] = uint8_t(two & 0xFFu);
+    p[i + kHalf] = uint8_t(two >> 8);
+  }
+}
+
 template <int D, DType C>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) qk_norm_rope_kv_kernel(
-    const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_norm,
-    const __nv_bfloat16* __restrict__ k_norm, const int32_t* __restrict__ positions,
-    const float* __restrict__ inv_freq, const int32_t* __restrict__ slot_mapping,
-    __nv_bfloat16* q_out, void* k_cache, void* v_cache, int num_tokens, int num_q_heads,
-    int num_kv_heads, float eps, float inv_k_scale, float inv_v_scale, bool qk_rows_tiled) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    qk_norm_rope_kv_kernel(const __nv_bfloat16* __restrict__ qkv,
+                           const __nv_bfloat16* __restrict__ q_norm,
+                           const __nv_bfloat16* __restrict__ k_norm,
+                           const int32_t* __restrict__ positions,
+                           const float* __restrict__ inv_freq,
+                           const int32_t* __restrict__ slot_mapping, __nv_bfloat16* q_out,
+                           void* k_cache, void* v_cache, int num_tokens, int num_q_heads,
+                           int num_kv_heads, float eps, float inv_k_scale, float inv_v_scale) {
   constexpr int kHalf = D / 2;
   constexpr int kPairs = (kHalf + 31) / 32;  // rotary pairs per lane
   constexpr int kElemBytes = C == DType::kBF16 ? 2 : 1;
@@ -60,15 +81,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) qk_norm_rope_kv_kernel(
   const int32_t slot = slot_mapping[t];
   const float pos = float(positions[t]);
   const __nv_bfloat16* src = qkv + item * D;  // row t, head h (heads are contiguous)
-  const bool tiled = qk_rows_tiled && !is_v;  // quant_gemm_rope_tiled_column
   float x1[kPairs], x2[kPairs];
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     const int i = lane + 32 * j;
     const bool ok = i < kHalf;
-    const int c1 = tiled ? quant_gemm_rope_tiled_column(i, D) : i, c2 = tiled ? c1 + 16 : i + kHalf;
-    x1[j] = ok ? __bfloat162float(src[c1]) : 0.0f;
-    x2[j] = ok ? __bfloat162float(src[c2]) : 0.0f;
+    x1[j] = ok ? __bfloat162float(src[i]) : 0.0f;
+    x2[j] = ok ? __bfloat162float(src[i + kHalf]) : 0.0f;
   }
   if (!is_q && slot < 0) return;
 
@@ -80,8 +99,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) qk_norm_rope_kv_kernel(
     for (int j = 0; j < kPairs; ++j) {
       const int i = lane + 32 * j;
       if (i < kHalf)
-        cache_store_pair<C>(row, i, i + kHalf, __fmul_rn(x1[j], inv_v_scale),
-                            __fmul_rn(x2[j], inv_v_scale));
+        store_pair<C, kHalf>(row, i, __fmul_rn(x1[j], inv_v_scale), __fmul_rn(x2[j], inv_v_scale));
     }
     return;
   }
@@ -107,14 +125,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) qk_norm_rope_kv_kernel(
   for (int j = 0; j < kPairs; ++j) {
     const int i = lane + 32 * j;
     if (i < kHalf) {
-      float y1, y2;
-      rope_rotate(x1[j], x2[j], pos, freq[j], y1, y2);
+      float s, c;
+      sincosf(pos * freq[j], &s, &c);
+      const float y1 = x1[j] * c - x2[j] * s, y2 = x2[j] * c + x1[j] * s;
       if (is_q) {
         q_row[i] = __float2bfloat16(y1);
         q_row[i + kHalf] = __float2bfloat16(y2);
       } else {
-        cache_store_pair<C>(k_row, i, i + kHalf, __fmul_rn(y1, inv_k_scale),
-                            __fmul_rn(y2, inv_k_scale));
+        store_pair<C, kHalf>(k_row, i, __fmul_rn(y1, inv_k_scale), __fmul_rn(y2, inv_k_scale));
       }
     }
   }
@@ -133,7 +151,7 @@ void launch(const QkNormRopeKvParams& p, int64_t items, cudaStream_t stream) {
   auto run = [&](auto kernel) {
     launch_pdl("qk_norm_rope_kv", kernel, grid, dim3(warps * 32), 0, stream, qkv, qn, kn,
                p.positions, p.inv_freq, p.slot_mapping, q_out, p.k_cache, p.v_cache, p.num_tokens,
-               p.num_q_heads, p.num_kv_heads, p.eps, inv_k, inv_v, p.qk_rows_tiled);
+               p.num_q_heads, p.num_kv_heads, p.eps, inv_k, inv_v);
   };
   switch (p.cache_dtype) {
     case DType::kBF16:
@@ -161,11 +179,6 @@ void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream) {
                           " and v_scale " + std::to_string(p.v_scale) +
                           " must be positive and finite");
   }
-  if (p.qk_rows_tiled && (p.head_dim % 32 != 0 || p.q_norm != nullptr))
-    throw InvalidArgument(
-        "cuda qk_norm_rope_kv: rotary-pair tiled q/k rows need head_dim % 32 "
-        "== 0 and no q/k norm; got head_dim " +
-        std::to_string(p.head_dim));
   const int64_t items = int64_t(p.num_tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
   if (items == 0) return;
   if (items > int64_t(INT32_MAX) - kWarpsPerBlock)

@@ -36,11 +36,6 @@ struct QkNormRopeKvParams {
   float eps;                             // RMSNorm epsilon
   DType cache_dtype = DType::kBF16;      // kBF16, kF8E4M3 or kF8E5M2
   float k_scale = 1.0f, v_scale = 1.0f;  // positive and finite
-  // The q and k heads' values in the rotary-pair tiled order of a q/k/v weight packed with
-  // quant_gemm_rope_source_row (dims i and i + D/2 16 apart in one 32-column tile:
-  // quant_gemm_rope_tiled_column); v heads as usual. Needs head_dim % 32 == 0 and no q/k
-  // norm (InvalidArgument otherwise).
-  bool qk_rows_tiled = false;
 };
 
 void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream);
