@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "base/error.h"
@@ -114,7 +115,8 @@ constexpr size_t gate_up_smem(int warps, int hidden) {
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
 // kRoute: the pair's expert from the CTA's own routing of the token (route_in_cta) instead of
 // topk_ids.
-template <int kWarps, bool kRoute>
+// kRing: the register ring's depth (tiles in flight per warp and strip).
+template <int kWarps, bool kRoute, int kRing>
 __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -150,8 +152,8 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   const uint8_t* up_codes = gate_codes + size_t(strips) * strip_codes;
   const uint8_t* up_scales = gate_scales + size_t(strips) * strip_scales;
 
-  uint4 wq[kDepth][2];
-  uint2 sq[kDepth][2];
+  uint4 wq[kRing][2];
+  uint2 sq[kRing][2];
   auto load = [&](int i, int slot) {
     if (i < n) {
       wq[slot][0] = ld_stream16(gate_codes);
@@ -165,7 +167,7 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
     }
   };
 #pragma unroll
-  for (int s = 0; s < kDepth; ++s) load(s, s);
+  for (int s = 0; s < kRing; ++s) load(s, s);
 
   const int t = pair / p.top_k;
   stage_permuted(xs, reinterpret_cast<const __nv_bfloat16*>(p.x) + size_t(t) * p.hidden, p.hidden,
@@ -173,16 +175,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   __syncthreads();  // x staged, scale table built
 
   float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  for (int i0 = 0; i0 < n; i0 += kDepth) {
+  for (int i0 = 0; i0 < n; i0 += kRing) {
 #pragma unroll
-    for (int s = 0; s < kDepth; ++s) {
+    for (int s = 0; s < kRing; ++s) {
       const int i = i0 + s;
       if (i >= n) break;
       uint4 b01, b23;
       load_b(xs, kb0 + i, t4, b01, b23);
       mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
       mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
-      load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
+      load(i + kRing, s);  // the slot is free: refill it kRing tiles ahead
     }
   }
   // Column 0: acc[.][0] is row g, acc[.][2] row g + 8.
@@ -208,16 +210,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 }
 
-template <int kWarps>
+template <int kWarps, int kRing = kDepth>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
-  gate_up_body<kWarps, false>(p, {});
+  gate_up_body<kWarps, false, kRing>(p, {});
 }
-template <int kWarps>
+template <int kWarps, int kRing = kDepth>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
                          const __grid_constant__ MoeGemvRouting r) {
-  gate_up_body<kWarps, true>(p, r);
+  gate_up_body<kWarps, true, kRing>(p, r);
 }
 
 // Shared memory of the down kernel: scale table, choice list, partial sums
@@ -402,11 +404,12 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
 }
 
 // The two kernels of a stage (plain and routing variants), their shared memory and name.
+template <int kRing = kDepth>
 struct GateUpStage {
   template <int W>
-  static constexpr auto plain = gate_up_kernel<W>;
+  static constexpr auto plain = gate_up_kernel<W, kRing>;
   template <int W>
-  static constexpr auto routed = gate_up_route_kernel<W>;
+  static constexpr auto routed = gate_up_route_kernel<W, kRing>;
   static constexpr const char* kName = "moe_gemv_nvfp4_gate_up";
   static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
     return gate_up_smem(warps, p.hidden);
@@ -484,9 +487,14 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   // CTA resident at once (one token: the whole layer's weights in flight).
   const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
-              !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
-    run_stage<GateUpStage, 2>(p, route, gate_up_ctas, true, stream);
+  // EXPERIMENT SERVAL_MOE_GATE_UP_RING8=1: the 1-2-token gate_up with 8 tiles in flight per warp
+  // and strip instead of kDepth (16-tile strips at Qwen3-30B's hidden 2048: 2 round trips, not 4).
+  static const bool ring8 = std::getenv("SERVAL_MOE_GATE_UP_RING8") != nullptr;
+  if (few && ring8)
+    run_stage<GateUpStage<8>, 2>(p, route, gate_up_ctas, true, stream);
+  else if (few || (!run_stage<GateUpStage<>, 8>(p, route, gate_up_ctas, false, stream) &&
+                   !run_stage<GateUpStage<>, 4>(p, route, gate_up_ctas, false, stream)))
+    run_stage<GateUpStage<>, 2>(p, route, gate_up_ctas, true, stream);
   timeline_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
   if (few && run_stage<DownStage, 16>(p, route, down_ctas, false, stream)) return;
