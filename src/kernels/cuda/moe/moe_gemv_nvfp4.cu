@@ -115,8 +115,10 @@ constexpr size_t gate_up_smem(int warps, int hidden) {
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
 // kRoute: the pair's expert from the CTA's own routing of the token (route_in_cta) instead of
 // topk_ids.
-// kRing: the register ring's depth (tiles in flight per warp and strip).
-template <int kWarps, bool kRoute, int kRing>
+// kRing: the register ring's depth (tiles in flight per warp and strip). kPrefetch: lane 0 first
+// asks L2 for the warp's tiles past the ring (cp.async.bulk.prefetch), so that every DRAM request
+// of the warp goes out at once and the ring's refills hit L2.
+template <int kWarps, bool kRoute, int kRing, bool kPrefetch = false>
 __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -151,6 +153,20 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
                                size_t(mt) * strip_scales + size_t(kb0) * 64 + 8 * g;
   const uint8_t* up_codes = gate_codes + size_t(strips) * strip_codes;
   const uint8_t* up_scales = gate_scales + size_t(strips) * strip_scales;
+
+  if constexpr (kPrefetch) {
+    if (lane == 0 && n > kRing) {
+      const uint32_t code_bytes = uint32_t(n - kRing) * 512, scale_bytes = uint32_t(n - kRing) * 64;
+      const uint8_t* gc = gate_codes - 16 * lane + size_t(kRing) * 512;
+      const uint8_t* gs = gate_scales - 8 * g + size_t(kRing) * 64;
+      for (const uint8_t* c : {gc, gc + size_t(strips) * strip_codes})
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c), "r"(code_bytes)
+                     : "memory");
+      for (const uint8_t* c : {gs, gs + size_t(strips) * strip_scales})
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c), "r"(scale_bytes)
+                     : "memory");
+    }
+  }
 
   uint4 wq[kRing][2];
   uint2 sq[kRing][2];
@@ -210,16 +226,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 }
 
-template <int kWarps, int kRing = kDepth>
+template <int kWarps, int kRing = kDepth, bool kPrefetch = false>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
-  gate_up_body<kWarps, false, kRing>(p, {});
+  gate_up_body<kWarps, false, kRing, kPrefetch>(p, {});
 }
-template <int kWarps, int kRing = kDepth>
+template <int kWarps, int kRing = kDepth, bool kPrefetch = false>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
                          const __grid_constant__ MoeGemvRouting r) {
-  gate_up_body<kWarps, true, kRing>(p, r);
+  gate_up_body<kWarps, true, kRing, kPrefetch>(p, r);
 }
 
 // Shared memory of the down kernel: scale table, choice list, partial sums
@@ -404,12 +420,12 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
 }
 
 // The two kernels of a stage (plain and routing variants), their shared memory and name.
-template <int kRing = kDepth>
+template <int kRing = kDepth, bool kPrefetch = false>
 struct GateUpStage {
   template <int W>
-  static constexpr auto plain = gate_up_kernel<W, kRing>;
+  static constexpr auto plain = gate_up_kernel<W, kRing, kPrefetch>;
   template <int W>
-  static constexpr auto routed = gate_up_route_kernel<W, kRing>;
+  static constexpr auto routed = gate_up_route_kernel<W, kRing, kPrefetch>;
   static constexpr const char* kName = "moe_gemv_nvfp4_gate_up";
   static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
     return gate_up_smem(warps, p.hidden);
@@ -489,9 +505,14 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
   // EXPERIMENT SERVAL_MOE_GATE_UP_RING8=1: the 1-2-token gate_up with 8 tiles in flight per warp
   // and strip instead of kDepth (16-tile strips at Qwen3-30B's hidden 2048: 2 round trips, not 4).
+  // SERVAL_MOE_GATE_UP_PREFETCH=1 (EXPERIMENT): the default ring, the rest of each warp's tiles
+  // prefetched into L2 at once.
   static const bool ring8 = std::getenv("SERVAL_MOE_GATE_UP_RING8") != nullptr;
+  static const bool prefetch = std::getenv("SERVAL_MOE_GATE_UP_PREFETCH") != nullptr;
   if (few && ring8)
     run_stage<GateUpStage<8>, 2>(p, route, gate_up_ctas, true, stream);
+  else if (few && prefetch)
+    run_stage<GateUpStage<kDepth, true>, 2>(p, route, gate_up_ctas, true, stream);
   else if (few || (!run_stage<GateUpStage<>, 8>(p, route, gate_up_ctas, false, stream) &&
                    !run_stage<GateUpStage<>, 4>(p, route, gate_up_ctas, false, stream)))
     run_stage<GateUpStage<>, 2>(p, route, gate_up_ctas, true, stream);
