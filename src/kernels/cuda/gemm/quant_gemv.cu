@@ -706,6 +706,16 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
   }
 }
 
+// The activation side of a launch's arguments: x [m, k], bias, y.
+void set_io(GemvArgs& a, const bf16* x, const bf16* bias, void* y, bool y_f32, int m) {
+  a.x = reinterpret_cast<const uint32_t*>(x);
+  a.bias = reinterpret_cast<const __nv_bfloat16*>(bias);
+  a.y = y;
+  a.y_f32 = y_f32;
+  a.x_aligned16 = is_aligned16(x);
+  a.m = m;
+}
+
 }  // namespace
 
 bool quant_gemv_supported(const QuantGemmParams& p) {
@@ -741,13 +751,8 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.block = w.format == WeightFormat::kFp8Block ? static_cast<const uint16_t*>(w.scales) : nullptr;
   a.row_scale =
       w.format == WeightFormat::kFp8PerChannel ? static_cast<const float*>(w.scales) : nullptr;
-  a.x = reinterpret_cast<const uint32_t*>(p.x);
-  a.bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
-  a.y = p.y;
-  a.y_f32 = p.y_f32;
+  set_io(a, p.x, p.bias, p.y, p.y_f32, p.m);
   a.swiglu = p.swiglu;
-  a.x_aligned16 = is_aligned16(p.x);
-  a.m = p.m;
   a.n = w.n;
   a.k = w.k;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;
@@ -789,12 +794,7 @@ void quant_gemv_bf16(const Bf16GemvParams& p, cudaStream_t stream) {
                           ", k = " + std::to_string(p.k));
   GemvArgs a{};
   a.data = reinterpret_cast<const uint8_t*>(p.w);
-  a.x = reinterpret_cast<const uint32_t*>(p.x);
-  a.bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
-  a.y = p.y;
-  a.y_f32 = p.y_f32;
-  a.x_aligned16 = is_aligned16(p.x);
-  a.m = p.m;
+  set_io(a, p.x, p.bias, p.y, p.y_f32, p.m);
   a.n = p.n;
   a.k = p.k;
   a.k_blocks = (p.k + 63) / 64;
