@@ -120,7 +120,7 @@ TEST(QuantGemvBf16, MatchesCpuOracle) {
     // Two spare leading elements: x + 2 is 4-byte but not 16-byte aligned.
     const std::vector<bf16> xb = random_bf16(size_t(s.max_m) * s.k + 2, seed++);
     const std::vector<bf16> bias_b = random_bf16(s.n, seed++, -0.5f, 0.5f);
-    const std::vector<float> xall = to_float(xb), bias_f = to_float(bias_b);
+    const std::vector<float> xall = to_float(xb);
     DeviceBuffer<bf16> x(xb), w(wb), bias(bias_b);
     for (int m = 1; m <= s.max_m; ++m) {
       const bool with_bias = variant % 2 == 0, f32 = variant % 3 != 1, shifted = variant % 5 == 2;

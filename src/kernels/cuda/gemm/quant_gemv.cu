@@ -190,19 +190,18 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
 
   // Stream pointers (valid only when active; advanced by kDepth k blocks per ring round).
   const int rt_c = active ? rt : 0;
-  const uint8_t* codes = a.data + (size_t(rt_c) * KB + kb0) * kKbBytes + lane * kLaneBytes;
-  // bf16: row 32·rt + g's bytes from column 64·kb0 + 16t on (its three partners 8, 16 and 24 rows
-  // further), which rows exist (bit r: row 32·rt + g + 8r < n), and the next k block's column.
-  int64_t row_bytes8 = 0;
+  // bf16 (row-major): row 32·rt + g's bytes from column 64·kb0 + 16t on (its three partners 8, 16
+  // and 24 rows further), which rows exist (bit r: row 32·rt + g + 8r < n), and the next k block's
+  // column.
+  const int row0 = rt_c * 32 + g;
+  const uint8_t* codes = kBf16 ? a.data + (int64_t(row0) * a.k + int64_t(kb0) * 64 + 16 * t) * 2
+                               : a.data + (size_t(rt_c) * KB + kb0) * kKbBytes + lane * kLaneBytes;
+  const int64_t row_bytes8 = kBf16 ? int64_t(a.k) * 16 : 0;
   unsigned rows_in = 0;
-  int next_col = 0;
+  int next_col = kb0 * 64 + 16 * t;
   if constexpr (kBf16) {
-    const int row0 = rt_c * 32 + g;
-    codes = a.data + (int64_t(row0) * a.k + int64_t(kb0) * 64 + 16 * t) * 2;
-    row_bytes8 = int64_t(a.k) * 16;
 #pragma unroll
     for (int r = 0; r < 4; ++r) rows_in |= unsigned(row0 + 8 * r < a.n) << r;
-    next_col = kb0 * 64 + 16 * t;
   }
   // NVFP4 scales: the k block's 128-byte tile; lane l < 8 copies bytes 16l.. into the ring (sc
   // points there), of which lane g reads bytes 16g.. (rows g, g+8, 16+g, 24+g).

@@ -157,8 +157,8 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   if constexpr (kPrefetch) {
     if (lane == 0 && n > kRing) {
       const uint32_t code_bytes = uint32_t(n - kRing) * 512, scale_bytes = uint32_t(n - kRing) * 64;
-      const uint8_t* gc = gate_codes - 16 * lane + size_t(kRing) * 512;
-      const uint8_t* gs = gate_scales - 8 * g + size_t(kRing) * 64;
+      const uint8_t* gc = gate_codes + size_t(kRing) * 512;  // lane 0: no lane offset
+      const uint8_t* gs = gate_scales + size_t(kRing) * 64;
       for (const uint8_t* c : {gc, gc + size_t(strips) * strip_codes})
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c), "r"(code_bytes)
                      : "memory");
@@ -503,10 +503,10 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   // CTA resident at once (one token: the whole layer's weights in flight).
   const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  // EXPERIMENT SERVAL_MOE_GATE_UP_RING8=1: the 1-2-token gate_up with 8 tiles in flight per warp
-  // and strip instead of kDepth (16-tile strips at Qwen3-30B's hidden 2048: 2 round trips, not 4).
-  // SERVAL_MOE_GATE_UP_PREFETCH=1 (EXPERIMENT): the default ring, the rest of each warp's tiles
-  // prefetched into L2 at once.
+  // Two experiments for 1–2 tokens (not yet measured): SERVAL_MOE_GATE_UP_RING8=1, 8 tiles in
+  // flight per warp and strip instead of kDepth (Qwen3-30B's 16-tile strips: 2 round trips, not
+  // 4); SERVAL_MOE_GATE_UP_PREFETCH=1, the default ring with the rest of each warp's tiles asked
+  // of L2 at once.
   static const bool ring8 = std::getenv("SERVAL_MOE_GATE_UP_RING8") != nullptr;
   static const bool prefetch = std::getenv("SERVAL_MOE_GATE_UP_PREFETCH") != nullptr;
   if (few && ring8)
