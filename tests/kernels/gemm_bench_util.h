@@ -24,7 +24,7 @@ inline constexpr BenchShape kDecodeGemmShapes[] = {
     {"qwen3-0.6b gate_up", 6144, 1024},  {"qwen3-0.6b down", 1024, 3072},
     {"llama-70b qkv", 10240, 8192},      {"llama-70b o", 8192, 8192},
     {"llama-70b gate_up", 57344, 8192},  {"llama-70b down", 8192, 28672},
-    {"llama-70b lm_head", 128256, 8192},
+    {"llama-70b lm_head", 128256, 8192}, {"qwen3-30b lm_head", 151936, 2048},
 };
 
 inline constexpr int kDecodeGemmMs[] = {1, 8, 16, 64};

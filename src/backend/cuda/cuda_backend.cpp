@@ -259,18 +259,6 @@ class CudaBackend final : public Backend {
     // The GEMV where it beats cuBLASLt (Bf16GemvBench.DISABLED_VsCublasLt on the H200, graph-timed
     // over cold weights, bench/RESULTS.md): one or two tokens on up to 8 MB of weights (up to 3×
     // faster there); on larger weights cuBLASLt is as fast or faster.
-    // SERVAL_BF16_RING_GEMV=1: the quantized decode GEMV's kernel on the bf16 weight for up to 16
-    // tokens (quant_gemv_bf16; not yet measured against the rule below, so opt-in).
-    static const bool ring = std::getenv("SERVAL_BF16_RING_GEMV") != nullptr;
-    if (ring && (y.dtype == DType::kBF16 || y.dtype == DType::kF32) &&
-        (!bias || bias->dtype == DType::kBF16)) {
-      const kernels::cuda::Bf16GemvParams p{
-          bf(x), bf(w), bias ? bf(*bias) : nullptr, y.data, y.dtype == DType::kF32, m, n, k};
-      if (kernels::cuda::quant_gemv_bf16_supported(p)) {
-        kernels::cuda::quant_gemv_bf16(p, stream_);
-        return;
-      }
-    }
     const bool gemv_wins = m <= 2 && int64_t(n) * k * 2 <= (int64_t(8) << 20);
     if (gemv_wins && kernels::cuda::bf16_gemv_supported(x.data, w.data, m, k) &&
         (y.dtype == DType::kBF16 || y.dtype == DType::kF32) &&

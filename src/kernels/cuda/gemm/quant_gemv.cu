@@ -65,8 +65,7 @@ namespace serval::kernels::cuda {
 
 namespace {
 
-// kBf16Kind: unquantized bf16 weights, read in their row-major [n, k] layout (quant_gemv_bf16).
-enum Kind { kNvfp4Kind = 0, kFp8Kind = 1, kFp8BlockKind = 2, kBf16Kind = 3 };
+enum Kind { kNvfp4Kind = 0, kFp8Kind = 1, kFp8BlockKind = 2 };
 
 constexpr int kMaxWarps = kGemvMaxCtaWarps;
 static_assert(kMaxWarps == 16, "__launch_bounds__ and the shared-memory cap assume 16 warps");
@@ -107,7 +106,7 @@ struct GemvArgs {
 // NVFP4 its 128-byte scale tile).
 constexpr int kRingDepth = 2;
 constexpr int ring_slot_bytes(int kind) {
-  return kind == kNvfp4Kind ? 1024 + 128 : kind == kBf16Kind ? 4096 : 2048;
+  return kind == kNvfp4Kind ? 1024 + 128 : 2048;
 }
 constexpr int ring_bytes_per_warp(int kind) {
   return kRingDepth * ring_slot_bytes(kind);
@@ -115,11 +114,9 @@ constexpr int ring_bytes_per_warp(int kind) {
 
 // One k block of the ring as a lane reads it into registers: codes of groups h = 0, 1 and the
 // multiplier data.
-// bf16: w[h][0..7] are row 16h + g's columns 16t .. 16t + 15 of the k block (word j = columns
-// 16t + 2j, 2j + 1), w[h][8..15] row 16h + g + 8's.
 template <int kKind>
 struct Slot {
-  static constexpr int kWords = kKind == kNvfp4Kind ? 4 : kKind == kBf16Kind ? 16 : 8;
+  static constexpr int kWords = kKind == kNvfp4Kind ? 4 : 8;
   uint32_t w[2][kWords];
   uint32_t sf[kKind == kNvfp4Kind ? 4 : 1];  // NVFP4: rows g, g+8, 16+g, 24+g; block: bf16 bits
 };
@@ -163,8 +160,7 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
 template <int kKind, int NB, bool kPlainB>
 __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   constexpr bool kFp4 = kKind == kNvfp4Kind;
-  constexpr bool kBf16 = kKind == kBf16Kind;
-  constexpr int kLaneBytes = kFp4 ? 16 : kBf16 ? 64 : 32;
+  constexpr int kLaneBytes = kFp4 ? 16 : 32;
   constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
   constexpr int kDepth = kRingDepth;
   constexpr int kSlotBytes = ring_slot_bytes(kKind);
@@ -190,19 +186,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
 
   // Stream pointers (valid only when active; advanced by kDepth k blocks per ring round).
   const int rt_c = active ? rt : 0;
-  // bf16 (row-major): row 32·rt + g's bytes from column 64·kb0 + 16t on (its three partners 8, 16
-  // and 24 rows further), which rows exist (bit r: row 32·rt + g + 8r < n), and the next k block's
-  // column.
-  const int row0 = rt_c * 32 + g;
-  const uint8_t* codes = kBf16 ? a.data + (int64_t(row0) * a.k + int64_t(kb0) * 64 + 16 * t) * 2
-                               : a.data + (size_t(rt_c) * KB + kb0) * kKbBytes + lane * kLaneBytes;
-  const int64_t row_bytes8 = kBf16 ? int64_t(a.k) * 16 : 0;
-  unsigned rows_in = 0;
-  int next_col = kb0 * 64 + 16 * t;
-  if constexpr (kBf16) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) rows_in |= unsigned(row0 + 8 * r < a.n) << r;
-  }
+  const uint8_t* codes = a.data + (size_t(rt_c) * KB + kb0) * kKbBytes + lane * kLaneBytes;
   // NVFP4 scales: the k block's 128-byte tile; lane l < 8 copies bytes 16l.. into the ring (sc
   // points there), of which lane g reads bytes 16g.. (rows g, g+8, 16+g, 24+g).
   const uint8_t* sc = nullptr;
@@ -224,19 +208,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   // Requests k block (round base) + j into ring slot j from the current pointers, by cp.async
   // (no registers held while in flight; the caller commits the group).
   auto load = [&](int j) {
-    if constexpr (kBf16) {
-      // 16-byte chunk q of row 8r + g (r = 2h + half) at ring byte 512·(2r + q) + 16·lane:
-      // every chunk index is one conflict-free 512-byte row of the warp's reads.
-      uint8_t* slot = ring + j * kSlotBytes + 16 * lane;
-      const int col = next_col + 64 * j;
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-          cp_async_16(slot + 512 * (2 * r + q), codes + j * 128 + r * row_bytes8 + 16 * q,
-                      ((rows_in >> r) & 1u) && col + 8 * q < a.k);
-      return;
-    }
     const uint8_t* c = codes + j * kKbBytes;
     uint8_t* slot = ring + j * kSlotBytes + lane * kLaneBytes;
 #pragma unroll
@@ -259,23 +230,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   // Ring slot j in registers (its group complete: the caller waited).
   auto read_slot = [&](int j) {
     Slot<kKind> slot;
-    if constexpr (kBf16) {
-      const uint8_t* base = ring + j * kSlotBytes + 16 * lane;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const uint4 v = *reinterpret_cast<const uint4*>(base + 512 * (2 * (2 * h + half) + q));
-            uint32_t* w = slot.w[h] + 8 * half + 4 * q;
-            w[0] = v.x;
-            w[1] = v.y;
-            w[2] = v.z;
-            w[3] = v.w;
-          }
-      return slot;
-    }
     const uint8_t* base = ring + j * kSlotBytes + lane * kLaneBytes;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -298,11 +252,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
     return slot;
   };
   auto advance = [&]() {
-    if constexpr (kBf16) {
-      codes += kDepth * 128;
-      next_col += kDepth * 64;
-      return;
-    }
     codes += kDepth * kKbBytes;
     if constexpr (kFp4) sc += 128 * kDepth;
   };
@@ -374,7 +323,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
       } else if constexpr (kKind == kFp8BlockKind) {
         m_lo[h] = m_hi[h] = slot.sf[0];
       } else {
-        m_lo[h] = m_hi[h] = kFp8Mult;  // (bf16: unused)
+        m_lo[h] = m_hi[h] = kFp8Mult;
       }
     }
 #pragma unroll
@@ -382,14 +331,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         uint32_t av[4];
-        if constexpr (kBf16) {  // the weights are the A registers (see Slot)
-          av[0] = slot.w[h][2 * s];
-          av[1] = slot.w[h][8 + 2 * s];
-          av[2] = slot.w[h][2 * s + 1];
-          av[3] = slot.w[h][8 + 2 * s + 1];
-        } else {
-          decode_step<kFp4>(slot.w[h], s, m_lo[h], m_hi[h], av);
-        }
+        decode_step<kFp4>(slot.w[h], s, m_lo[h], m_hi[h], av);
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
           mma_bf16_m16n8k16(acc[h][nb], av, b[nb][2 * s], b[nb][2 * s + 1]);
@@ -692,27 +634,13 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
   if (a.m > 8) {
     launch_blocks<kKind, 2, false>(a, stream);
   } else if (a.x_aligned16 && a.k % 64 == 0) {
-    // bf16 weights stay uncapped: at 72 registers their 16 A words per group spill.
-    if constexpr (kKind != kBf16Kind) {
-      if (capped_registers()) {
-        launch_blocks<kKind, 1, true, true>(a, stream);
-        return;
-      }
-    }
-    launch_blocks<kKind, 1, true>(a, stream);
+    if (capped_registers())
+      launch_blocks<kKind, 1, true, true>(a, stream);
+    else
+      launch_blocks<kKind, 1, true>(a, stream);
   } else {
     launch_blocks<kKind, 1, false>(a, stream);
   }
-}
-
-// The activation side of a launch's arguments: x [m, k], bias, y.
-void set_io(GemvArgs& a, const bf16* x, const bf16* bias, void* y, bool y_f32, int m) {
-  a.x = reinterpret_cast<const uint32_t*>(x);
-  a.bias = reinterpret_cast<const __nv_bfloat16*>(bias);
-  a.y = y;
-  a.y_f32 = y_f32;
-  a.x_aligned16 = is_aligned16(x);
-  a.m = m;
 }
 
 }  // namespace
@@ -750,8 +678,13 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.block = w.format == WeightFormat::kFp8Block ? static_cast<const uint16_t*>(w.scales) : nullptr;
   a.row_scale =
       w.format == WeightFormat::kFp8PerChannel ? static_cast<const float*>(w.scales) : nullptr;
-  set_io(a, p.x, p.bias, p.y, p.y_f32, p.m);
+  a.x = reinterpret_cast<const uint32_t*>(p.x);
+  a.bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
+  a.y = p.y;
+  a.y_f32 = p.y_f32;
   a.swiglu = p.swiglu;
+  a.x_aligned16 = is_aligned16(p.x);
+  a.m = p.m;
   a.n = w.n;
   a.k = w.k;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;
@@ -777,30 +710,6 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
       break;
   }
   check_launch("quant_gemv");
-}
-
-bool quant_gemv_bf16_supported(const Bf16GemvParams& p) {
-  return p.m >= 1 && p.m <= kQuantGemvMaxM && p.n > 0 && p.k > 0 && p.k % 8 == 0 &&
-         (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0 && is_aligned16(p.w);
-}
-
-void quant_gemv_bf16(const Bf16GemvParams& p, cudaStream_t stream) {
-  if (!quant_gemv_bf16_supported(p) || p.x == nullptr || p.w == nullptr || p.y == nullptr)
-    throw InvalidArgument("quant_gemv_bf16: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
-                          ", n > 0, k % 8 == 0, a 16-byte aligned weight and 4-byte aligned x; "
-                          "got m = " +
-                          std::to_string(p.m) + ", n = " + std::to_string(p.n) +
-                          ", k = " + std::to_string(p.k));
-  GemvArgs a{};
-  a.data = reinterpret_cast<const uint8_t*>(p.w);
-  set_io(a, p.x, p.bias, p.y, p.y_f32, p.m);
-  a.n = p.n;
-  a.k = p.k;
-  a.k_blocks = (p.k + 63) / 64;
-  a.n_tiles = (p.n + 31) / 32;
-  a.alpha = 1.0f;
-  launch<kBf16Kind>(a, stream);
-  check_launch("quant_gemv_bf16");
 }
 
 }  // namespace serval::kernels::cuda

@@ -6,7 +6,6 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/gemm/bf16_gemv.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
 
 namespace serval::kernels::cuda {
@@ -28,14 +27,6 @@ bool quant_gemv_supported(const QuantGemmParams& p);
 // (with PDL the next launch touches the workspace only after its pdl_wait, when this grid has
 // completed); calls on two streams of one device must not overlap.
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream);
-
-// The same kernel on unquantized bf16 weights in their row-major [n, k] layout (no repacking:
-// each lane's A fragments are 32 contiguous bytes of four rows per 64-column block, permuted as
-// the activations' columns): y = x · wᵀ (+ bias) for 1 ≤ m ≤ kQuantGemvMaxM, k % 8 == 0, w
-// 16-byte aligned, x 4-byte aligned (Bf16GemvParams of bf16_gemv.h). Same split model, shared
-// memory ring, PDL and workspace rule as quant_gemv; deterministic.
-bool quant_gemv_bf16_supported(const Bf16GemvParams& p);
-void quant_gemv_bf16(const Bf16GemvParams& p, cudaStream_t stream);
 
 // quant_gemm's mma kernel for any m ≥ 0 (defined in quant_gemm.cu): the reference the tests
 // compare the decode path with, and the "old" column of the benchmark.

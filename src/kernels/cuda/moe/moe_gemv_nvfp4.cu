@@ -23,7 +23,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "base/error.h"
@@ -115,10 +114,7 @@ constexpr size_t gate_up_smem(int warps, int hidden) {
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
 // kRoute: the pair's expert from the CTA's own routing of the token (route_in_cta) instead of
 // topk_ids.
-// kRing: the register ring's depth (tiles in flight per warp and strip). kPrefetch: lane 0 first
-// asks L2 for the warp's tiles past the ring (cp.async.bulk.prefetch), so that every DRAM request
-// of the warp goes out at once and the ring's refills hit L2.
-template <int kWarps, bool kRoute, int kRing, bool kPrefetch = false>
+template <int kWarps, bool kRoute>
 __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -154,22 +150,8 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   const uint8_t* up_codes = gate_codes + size_t(strips) * strip_codes;
   const uint8_t* up_scales = gate_scales + size_t(strips) * strip_scales;
 
-  if constexpr (kPrefetch) {
-    if (lane == 0 && n > kRing) {
-      const uint32_t code_bytes = uint32_t(n - kRing) * 512, scale_bytes = uint32_t(n - kRing) * 64;
-      const uint8_t* gc = gate_codes + size_t(kRing) * 512;  // lane 0: no lane offset
-      const uint8_t* gs = gate_scales + size_t(kRing) * 64;
-      for (const uint8_t* c : {gc, gc + size_t(strips) * strip_codes})
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c), "r"(code_bytes)
-                     : "memory");
-      for (const uint8_t* c : {gs, gs + size_t(strips) * strip_scales})
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c), "r"(scale_bytes)
-                     : "memory");
-    }
-  }
-
-  uint4 wq[kRing][2];
-  uint2 sq[kRing][2];
+  uint4 wq[kDepth][2];
+  uint2 sq[kDepth][2];
   auto load = [&](int i, int slot) {
     if (i < n) {
       wq[slot][0] = ld_stream16(gate_codes);
@@ -183,7 +165,7 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
     }
   };
 #pragma unroll
-  for (int s = 0; s < kRing; ++s) load(s, s);
+  for (int s = 0; s < kDepth; ++s) load(s, s);
 
   const int t = pair / p.top_k;
   stage_permuted(xs, reinterpret_cast<const __nv_bfloat16*>(p.x) + size_t(t) * p.hidden, p.hidden,
@@ -191,16 +173,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   __syncthreads();  // x staged, scale table built
 
   float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  for (int i0 = 0; i0 < n; i0 += kRing) {
+  for (int i0 = 0; i0 < n; i0 += kDepth) {
 #pragma unroll
-    for (int s = 0; s < kRing; ++s) {
+    for (int s = 0; s < kDepth; ++s) {
       const int i = i0 + s;
       if (i >= n) break;
       uint4 b01, b23;
       load_b(xs, kb0 + i, t4, b01, b23);
       mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
       mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
-      load(i + kRing, s);  // the slot is free: refill it kRing tiles ahead
+      load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
     }
   }
   // Column 0: acc[.][0] is row g, acc[.][2] row g + 8.
@@ -226,16 +208,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 }
 
-template <int kWarps, int kRing = kDepth, bool kPrefetch = false>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
-  gate_up_body<kWarps, false, kRing, kPrefetch>(p, {});
+  gate_up_body<kWarps, false>(p, {});
 }
-template <int kWarps, int kRing = kDepth, bool kPrefetch = false>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
                          const __grid_constant__ MoeGemvRouting r) {
-  gate_up_body<kWarps, true, kRing, kPrefetch>(p, r);
+  gate_up_body<kWarps, true>(p, r);
 }
 
 // Shared memory of the down kernel: scale table, choice list, partial sums
@@ -420,12 +402,11 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
 }
 
 // The two kernels of a stage (plain and routing variants), their shared memory and name.
-template <int kRing = kDepth, bool kPrefetch = false>
 struct GateUpStage {
   template <int W>
-  static constexpr auto plain = gate_up_kernel<W, kRing, kPrefetch>;
+  static constexpr auto plain = gate_up_kernel<W>;
   template <int W>
-  static constexpr auto routed = gate_up_route_kernel<W, kRing, kPrefetch>;
+  static constexpr auto routed = gate_up_route_kernel<W>;
   static constexpr const char* kName = "moe_gemv_nvfp4_gate_up";
   static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
     return gate_up_smem(warps, p.hidden);
@@ -503,19 +484,9 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   // CTA resident at once (one token: the whole layer's weights in flight).
   const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  // Two experiments for 1–2 tokens (not yet measured): SERVAL_MOE_GATE_UP_RING8=1, 8 tiles in
-  // flight per warp and strip instead of kDepth (Qwen3-30B's 16-tile strips: 2 round trips, not
-  // 4); SERVAL_MOE_GATE_UP_PREFETCH=1, the default ring with the rest of each warp's tiles asked
-  // of L2 at once.
-  static const bool ring8 = std::getenv("SERVAL_MOE_GATE_UP_RING8") != nullptr;
-  static const bool prefetch = std::getenv("SERVAL_MOE_GATE_UP_PREFETCH") != nullptr;
-  if (few && ring8)
-    run_stage<GateUpStage<8>, 2>(p, route, gate_up_ctas, true, stream);
-  else if (few && prefetch)
-    run_stage<GateUpStage<kDepth, true>, 2>(p, route, gate_up_ctas, true, stream);
-  else if (few || (!run_stage<GateUpStage<>, 8>(p, route, gate_up_ctas, false, stream) &&
-                   !run_stage<GateUpStage<>, 4>(p, route, gate_up_ctas, false, stream)))
-    run_stage<GateUpStage<>, 2>(p, route, gate_up_ctas, true, stream);
+  if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
+              !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
+    run_stage<GateUpStage, 2>(p, route, gate_up_ctas, true, stream);
   timeline_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
   if (few && run_stage<DownStage, 16>(p, route, down_ctas, false, stream)) return;
