@@ -49,6 +49,19 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// The barrier of one K group's pipeline (moe_gemm_kernel): the whole CTA when there is one group,
+// else the group's own named barrier (1 + kw), or __syncwarp for one-warp groups.
+template <int WARPS_K, int kGroupThreads>
+__device__ __forceinline__ void group_barrier(int kw) {
+  if constexpr (WARPS_K == 1) {
+    __syncthreads();
+  } else if constexpr (kGroupThreads == 32) {
+    __syncwarp();
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + kw), "r"(kGroupThreads) : "memory");
+  }
+}
+
 // Element offset of 16-byte chunk `chunk` (0..7) of smem row `row`: rows are kBK elements and
 // chunks are XOR-swizzled by row % 8, so the 8 rows one ldmatrix reads hit distinct banks.
 __device__ __forceinline__ int swz(int row, int chunk) {
@@ -63,9 +76,15 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 // Shared memory per stage: the A tile (bf16: BM × kBK swizzled; NVFP4: BM/16 fragments × 512
 // code bytes, then BM/16 × 64 scale bytes, both in the repacked order) and the B tile (BN × kBK
 // swizzled bf16); NVFP4 adds a 256-entry table e4m3 byte → bf16x2 of 2⁶⁴·scale at the end.
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4>
-__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemmParams p) {
-  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+// WARPS_K > 1 (bf16 only) splits K over that many groups of WARPS_M·WARPS_N warps, each with its
+// own STAGES-deep pipeline over a contiguous run of K tiles and its own barrier; the groups'
+// accumulators are summed in group order through shared memory before group 0's epilogue. At one
+// token the tile-8 GEMMs have ~3 one-warp CTAs per SM, and a lone warp issuing every copy, barrier
+// and mma of its 32 K tiles is what bounds them (ncu: 0.15 eligible warps per scheduler).
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4, int WARPS_K>
+__global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kernel(MoeGemmParams p) {
+  static_assert(WARPS_K == 1 || !kFp4, "K groups: bf16 weights only");
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;  // per K group
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
   constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
   // 16-byte A chunks per thread per stage (NVFP4: codes only; scales use kScaleChunks).
@@ -76,11 +95,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
   static_assert(kFp4 || (BM * 8) % kThreads == 0, "A tile chunks divide over threads");
   static_assert(kScaleChunks <= kThreads, "one scale chunk per thread at most");
 
+  constexpr int kGroupSmemBytes = STAGES * (kAStageBytes + BN * kBK * 2);
   extern __shared__ uint4 smem_u4[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
+  const int kw = WARPS_K == 1 ? 0 : int(threadIdx.x) / kThreads;  // K group
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4) + kw * kGroupSmemBytes;
   __nv_bfloat16* sB = reinterpret_cast<__nv_bfloat16*>(smem + STAGES * kAStageBytes);
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + STAGES * (kAStageBytes + BN * kBK * 2));
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + kGroupSmemBytes);
+  const int tid = WARPS_K == 1 ? int(threadIdx.x) : int(threadIdx.x) % kThreads;
+  const int lane = tid & 31, warp = tid >> 5;
   if constexpr (kFp4) {
     // Depends on nothing: built while the previous kernel drains (PDL).
     build_nvfp4_scale_table(lut);  // visible after the first barrier of the main loop
@@ -188,29 +210,30 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
 
-  const int KT = K / kBK;
+  // This K group's tiles [kt0, KT).
+  const int kt0 = (K / kBK) * kw / WARPS_K, KT = (K / kBK) * (kw + 1) / WARPS_K;
   // Prologue: the weights of the first STAGES−1 K tiles, then (GEMM2: after the PDL wait) their
   // activations. Commit group s holds B of tile s (group 0 also every prologue A), so waiting
   // for group kt in the main loop still means "tile kt has landed".
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s)
-    if (s < KT) load_a(s, s);
+    if (kt0 + s < KT) load_a(s, kt0 + s);
   if constexpr (!kGemm1) {
     pdl_wait();  // GEMM1's act is complete from here on
     pdl_launch_dependents();
   }
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < KT) load_b(s, s);
+    if (kt0 + s < KT) load_b(s, kt0 + s);
     cp_async_commit();
   }
 
   // Pipeline slots of K tile kt (read) and kt + STAGES − 1 (written), stepped without a modulo.
   int slot_rd = 0, slot_wr = STAGES - 1;
   auto next_slot = [](int s) { return s + 1 == STAGES ? 0 : s + 1; };
-  for (int kt = 0; kt < KT; ++kt) {
-    cp_async_wait<STAGES - 2>();  // stage kt has landed (this thread's copies)
-    __syncthreads();              // ... and everyone's; stage kt-1 is free to overwrite
+  for (int kt = kt0; kt < KT; ++kt) {
+    cp_async_wait<STAGES - 2>();           // stage kt has landed (this thread's copies)
+    group_barrier<WARPS_K, kThreads>(kw);  // ... and the group's; stage kt-1 is free to overwrite
     const int pre = kt + STAGES - 1;
     if (pre < KT) {
       load_a(slot_wr, pre);
@@ -277,6 +300,31 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
     }
   }
   cp_async_wait<0>();
+  if constexpr (WARPS_K > 1) {
+    // Groups 1.. hand their sums to group 0 through the (now idle) stages, added in group order.
+    static_assert((WARPS_K - 1) * kThreads * 2 * NI * 4 * 4 <= WARPS_K * kGroupSmemBytes);
+    float* red = reinterpret_cast<float*>(smem_u4);
+    __syncthreads();  // every group is done with its stages
+    if (kw > 0) {
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            red[(((kw - 1) * 2 * NI + mi * NI + ni) * 4 + q) * kThreads + tid] = acc[mi][ni][q];
+    }
+    __syncthreads();
+    if (kw > 0) return;
+    for (int j = 1; j < WARPS_K; ++j)
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            acc[mi][ni][q] += red[(((j - 1) * 2 * NI + mi * NI + ni) * 4 + q) * kThreads + tid];
+  }
 
   // Epilogue. Accumulator q of a fragment: weight row g + 8·(q / 2), token 2·t4 + q % 2.
   // Lanes g and g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns
@@ -316,24 +364,27 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(MoeGemm
       }
 }
 
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4>
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4, int WARPS_K = 1>
 void launch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
   constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
-  constexpr size_t kSmem = size_t(STAGES) * (kAStageBytes + BN * kBK * 2) + (kFp4 ? 1024 : 0);
-  auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4>
-                        : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4>;
+  constexpr size_t kSmem =
+      size_t(WARPS_K) * STAGES * (kAStageBytes + BN * kBK * 2) + (kFp4 ? 1024 : 0);
+  auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4, WARPS_K>
+                        : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4, WARPS_K>;
   allow_dynamic_smem(kernel, kSmem, "moe_gemm");
   const int m_blocks = p.gemm1 ? p.n_out / (BM / 2) : p.n_out / BM;
   launch_pdl(p.gemm1 ? "moe_gemm1" : "moe_gemm2", kernel, dim3(m_blocks, p.max_tiles),
-             dim3(WARPS_M * WARPS_N * 32), kSmem, stream, p);
+             dim3(WARPS_M * WARPS_N * WARPS_K * 32), kSmem, stream, p);
 }
 
 // Pipeline depth per format: NVFP4 stages are ~4× smaller, so more of them keep as many weight
 // bytes in flight. The 64- and 32-row tiles of the decode regime are deeper still (8 bf16 / 12
 // NVFP4 stages: 72 / 40 KB of shared memory at 64 rows, 40 / 27 KB at 32), since they run when
 // there are few CTAs and each must keep many bytes in flight; a whole 768-long K of NVFP4 is
-// then 12 stages, i.e. issued at once.
+// then 12 stages, i.e. issued at once. The bf16 32-row tile (one token) splits K over two
+// one-warp groups of 4 stages each: Qwen3-30B bf16 b1 GEMM1 15 µs instead of 17.8 per layer,
+// TPOT 2.801 vs 2.848 ms (bench/RESULTS.md; four groups make GEMM1 as fast but delay GEMM2 more).
 template <bool kFp4>
 void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int kLatStages = kFp4 ? 6 : 4, kThrStages = kFp4 ? 4 : 3;
@@ -347,7 +398,12 @@ void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
     case 8:
       switch (moe_gemm_block_rows(p)) {
         case 32:
-          launch<1, 1, 1, kSmallStages, kFp4>(p, stream);
+          // bf16: two K groups of 4 stages (the same 40 KB as one warp's 8 stages).
+          if constexpr (kFp4) {
+            launch<1, 1, 1, kSmallStages, kFp4>(p, stream);
+          } else {
+            launch<1, 1, 1, 4, kFp4, 2>(p, stream);
+          }
           break;
         case 64:
           launch<2, 1, 1, kSmallStages, kFp4>(p, stream);

@@ -12,11 +12,12 @@ namespace serval::kernels::cuda {
 
 // Tile shape family. kLatency: 4 warps, 128 weight rows × `tile` tokens (tile ∈ {8,16,32,64}),
 // 4-stage cp.async pipeline (NVFP4: 6); at tile 8 the weight-row tile shrinks to 64 (2 warps) or
-// 32 (1 warp) rows with deeper pipelines when the worst-case grid would put fewer than 2 CTAs on
-// each SM (moe_gemm_block_rows). kThroughput: 8 warps, 128 × 128 (tile must be 128), 3 stages.
-// All kernels are launched with programmatic dependent launch (misc/pdl.cuh); GEMM2 reads the
-// routing maps and streams its first weight stages before waiting for GEMM1, which is valid only
-// when GEMM2 directly follows GEMM1 on the stream and GEMM1 directly follows the routing kernel.
+// 32 rows (NVFP4: 1 warp; bf16: 2 warps, each over half of K) with deeper pipelines when the
+// worst-case grid would put fewer than 2 CTAs on each SM (moe_gemm_block_rows). kThroughput: 8
+// warps, 128 × 128 (tile must be 128), 3 stages. All kernels are launched with programmatic
+// dependent launch (misc/pdl.cuh); GEMM2 reads the routing maps and streams its first weight stages
+// before waiting for GEMM1, which is valid only when GEMM2 directly follows GEMM1 on the stream and
+// GEMM1 directly follows the routing kernel.
 enum class MoeGemmConfig : uint8_t { kLatency, kThroughput };
 
 // Expert weight storage. kNvfp4: E2M1 codes and e4m3 block scales (16 along K) in the
