@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Summarize a kernel trace (tools/kernel-trace.sh) of CUDA-graph decode steps.
+
+    python3 tools/kernel_trace_report.py TRACE.csv [--steps N] [--show K]
+
+Takes the last N graph replays (a replay = the kernels of one graph launch, told apart by
+graph_id and by gaps), and for each kernel name reports, averaged over its calls in those
+replays: its cost (its end minus the previous kernel's end: what it adds to the step), its
+start lead (the previous kernel's end minus its own start: > 0 when PDL let it start early) and
+its duration. --show K prints the first K kernels of the last replay one by one.
+"""
+import argparse
+import collections
+import re
+import subprocess
+import sys
+
+
+def short_name(mangled, cache={}):
+    if mangled not in cache:
+        try:
+            d = subprocess.run(["c++filt"], input=mangled, capture_output=True, text=True).stdout
+            d = d.strip() or mangled
+        except OSError:
+            d = mangled
+        d = re.sub(r"serval::kernels::cuda::", "", d)
+        d = re.sub(r"\(anonymous namespace\)::", "", d)
+        d = re.sub(r"\(.*\)$", "", d)  # parameter list
+        cache[mangled] = d[:70]
+    return cache[mangled]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--show", type=int, default=0)
+    a = ap.parse_args()
+    rows = []
+    with open(a.trace) as f:
+        next(f)  # header
+        for line in f:
+            # The name is last and may hold commas (demangled template arguments).
+            start, end, graph, _node, grid, block, name = line.rstrip("\n").split(",", 6)
+            rows.append((int(start), int(end), int(graph), grid, block, name))
+    rows.sort()
+    graph_rows = [r for r in rows if r[2] != 0]
+    if not graph_rows:
+        sys.exit("no graph-launched kernels in the trace")
+    # Split into replays: a new replay starts when the graph id changes or after a 20 µs gap.
+    replays, cur = [], []
+    for r in graph_rows:
+        if cur and (r[2] != cur[-1][2] or r[0] - max(x[1] for x in cur) > 20000):
+            replays.append(cur)
+            cur = []
+        cur.append(r)
+    replays.append(cur)
+    # The most common graph (the decode bucket being measured), last N replays of it.
+    common = collections.Counter(rp[0][2] for rp in replays).most_common(1)[0][0]
+    sel = [rp for rp in replays if rp[0][2] == common][-a.steps:]
+    stats = collections.OrderedDict()
+    for rp in sel:
+        prev_end = None
+        for s, e, g, grid, block, name in rp:
+            key = short_name(name)
+            st = stats.setdefault(key, [0, 0.0, 0.0, 0.0, grid, block])
+            st[0] += 1
+            if prev_end is not None:
+                st[1] += (e - prev_end) / 1000.0
+                st[2] += (prev_end - s) / 1000.0
+            st[3] += (e - s) / 1000.0
+            prev_end = max(prev_end or 0, e)
+    step_us = [(max(x[1] for x in rp) - rp[0][0]) / 1000.0 for rp in sel]
+    print(f"{len(sel)} replays of graph {common}, {len(sel[-1])} kernels each; step "
+          f"{sum(step_us) / len(step_us):.1f} µs (first start to last end)")
+    print(f"{'kernel':70s} {'calls':>6s} {'cost µs':>8s} {'lead µs':>8s} {'dur µs':>8s} "
+          f"{'total µs':>9s}  grid / block")
+    n = len(sel)
+    for key, (calls, cost, lead, dur, grid, block) in sorted(stats.items(),
+                                                            key=lambda kv: -kv[1][1]):
+        c = max(calls, 1)
+        print(f"{key:70s} {calls / n:6.1f} {cost / c:8.2f} {lead / c:8.2f} {dur / c:8.2f} "
+              f"{cost / n:9.1f}  {grid} / {block}")
+    if a.show:
+        print(f"\nfirst {a.show} kernels of the last replay (µs from its start):")
+        rp = sel[-1]
+        t0, prev_end = rp[0][0], None
+        for s, e, g, grid, block, name in rp[:a.show]:
+            cost = "" if prev_end is None else f"cost {(e - prev_end) / 1000:7.2f}"
+            print(f"  {(s - t0) / 1000:9.2f} .. {(e - t0) / 1000:9.2f}  {cost:13s} "
+                  f"{short_name(name)}")
+            prev_end = max(prev_end or 0, e)
+
+
+if __name__ == "__main__":
+    main()
