@@ -304,26 +304,24 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
     // Groups 1.. hand their sums to group 0 through the (now idle) stages, added in group order.
     static_assert((WARPS_K - 1) * kThreads * 2 * NI * 4 * 4 <= WARPS_K * kGroupSmemBytes);
     float* red = reinterpret_cast<float*>(smem_u4);
-    __syncthreads();  // every group is done with its stages
-    if (kw > 0) {
+    // Group j's accumulator (mi, ni, q) of this thread, j ≥ 1.
+    auto red_at = [&](int j, int mi, int ni, int q) -> float& {
+      return red[(((j - 1) * 2 * NI + mi * NI + ni) * 4 + q) * kThreads + tid];
+    };
+    auto each_acc = [&](auto&& f) {
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-          for (int q = 0; q < 4; ++q)
-            red[(((kw - 1) * 2 * NI + mi * NI + ni) * 4 + q) * kThreads + tid] = acc[mi][ni][q];
-    }
+          for (int q = 0; q < 4; ++q) f(mi, ni, q);
+    };
+    __syncthreads();  // every group is done with its stages
+    if (kw > 0) each_acc([&](int mi, int ni, int q) { red_at(kw, mi, ni, q) = acc[mi][ni][q]; });
     __syncthreads();
     if (kw > 0) return;
     for (int j = 1; j < WARPS_K; ++j)
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-            acc[mi][ni][q] += red[(((j - 1) * 2 * NI + mi * NI + ni) * 4 + q) * kThreads + tid];
+      each_acc([&](int mi, int ni, int q) { acc[mi][ni][q] += red_at(j, mi, ni, q); });
   }
 
   // Epilogue. Accumulator q of a fragment: weight row g + 8·(q / 2), token 2·t4 + q % 2.
