@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
+#include "kernels/bench_timing.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
@@ -55,6 +58,33 @@ TEST(CudaRmsNorm, OutputMayAliasInput) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   check_rms_norm(7, 2048, false, true);
   check_rms_norm(7, 2048, true, true);
+}
+
+// µs per fused add + RMSNorm in a CUDA graph of kChain norms, each reading the previous one's
+// output (as a decode step chains them, PDL included), nothing else in between: the kernel's own
+// cost at Llama-70B's hidden (8192) against Qwen3-30B's (2048). In Llama decode steps the norm
+// costs ~5 µs after the GEMV before it, in Qwen3's 1.2 (bench/RESULTS.md 2026-12-02).
+// --gtest_also_run_disabled_tests --gtest_filter='CudaRmsNormBench.*'
+TEST(CudaRmsNormBench, DISABLED_Chain) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  constexpr int kChain = 100;
+  for (int hidden : {2048, 4096, 8192})
+    for (int rows : {1, 8}) {
+      const size_t n = size_t(rows) * hidden;
+      DeviceBuffer<bf16> a(random_bf16(n, 1, -1.0f, 1.0f)), b(random_bf16(n, 2, -1.0f, 1.0f));
+      DeviceBuffer<bf16> res(random_bf16(n, 3, -1.0f, 1.0f));
+      DeviceBuffer<bf16> w(random_bf16(hidden, 4, 0.5f, 1.5f));
+      const double us = graph_us(
+          [&](cudaStream_t s) {
+            for (int i = 0; i < kChain; ++i) {
+              bf16* in = i % 2 ? b.get() : a.get();
+              bf16* out = i % 2 ? a.get() : b.get();
+              kernels::cuda::rms_norm({in, res.get(), w.get(), out, rows, hidden, 1e-6f}, s);
+            }
+          },
+          kChain);
+      std::printf("rms_norm chain: hidden %5d rows %d: %.2f us per norm\n", hidden, rows, us);
+    }
 }
 
 }  // namespace
