@@ -4,7 +4,8 @@
 #
 #   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
-#                      [--startup] [--profile CONFIG] [--no-kernel-bench] [--quant-fixtures]
+#                      [--startup] [--profile CONFIG] [--trace CONFIG] [--no-kernel-bench]
+#                      [--quant-fixtures]
 #                      [--kernel-filter GTEST_FILTER] [--serve-flags "FLAGS"] [--then "CMD"]
 #                      [--test-timeout SECONDS]
 #
@@ -17,6 +18,9 @@
 # expert parallel. --startup times `serve` of Qwen3-30B-A3B NVFP4 dummy from start to /health.
 # --profile CONFIG writes per-kernel GPU times of a few eager batch-1 decode steps (ncu) and the
 # GPU time per backend op (SERVAL_PROFILE_OPS=1, CUDA events); with --tp N, of the N-rank run.
+# --trace CONFIG records the kernels of graph decode steps at batch 1 (128 in) and 8 (1024 in)
+# with tools/kernel-trace.sh (fp8 KV) and appends the per-layer cost table
+# (tools/kernel_trace_report.py --layers) to gpu.txt; the traces go into logs.tgz.
 # --kernel-filter picks the kernel micro-benchmarks (a gtest filter; default all DISABLED_ ones).
 # --test-timeout sets ctest's per-test limit (default 300 s for the one-GPU tests, at most 180 s
 # for the all-GPU ones): lower it when trying kernels that might hang, so that a hang costs
@@ -41,7 +45,7 @@ cd "$root"
 out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
-startup=0 profile='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*' serve_flags=''
+startup=0 profile='' trace='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*' serve_flags=''
 then_cmd='' test_timeout=300
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
@@ -61,6 +65,7 @@ while [[ $# -gt 0 ]]; do
     --test-timeout) test_timeout=$2; shift ;;
     --quant-fixtures) quant_fixtures=1 ;;
     --profile) profile=$2; shift ;;
+    --trace) trace=$2; shift ;;
     --configs) configs=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -202,6 +207,20 @@ if [[ -n $profile && -d $configs/$profile ]]; then
     --load-format dummy --batch-size 1 --input-len 16 --output-len 40 --num-iters 1 \
     --num-iters-warmup 0 --enforce-eager --tensor-parallel-size "$tp" >"$out/ops-profile.txt" 2>&1
   grep -A30 "GPU time per backend op" "$out/ops-profile.txt" | head -20
+fi
+
+if [[ -n $trace && -d $configs/$trace ]]; then
+  for shape in "1 128" "8 1024"; do
+    set -- $shape
+    csv=$out/trace-$trace-b$1.csv
+    tools/kernel-trace.sh "$csv" -- build-gpu/apps/serval bench latency --model "$configs/$trace" \
+      --load-format dummy --kv-cache-dtype fp8 --batch-size "$1" --input-len "$2" \
+      --output-len 16 --num-iters 2 >"$out/trace-$trace-b$1.log" 2>&1
+    echo "trace $trace b$1: exit $?" | tee -a "$out/gpu.txt"
+    python3 tools/kernel_trace_report.py "$csv" --layers 2>&1 | sed -n '/^per layer/,$p' |
+      tee -a "$out/gpu.txt"
+    gzip -f "$csv"
+  done
 fi
 
 if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
