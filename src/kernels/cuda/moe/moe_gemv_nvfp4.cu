@@ -87,23 +87,10 @@ __device__ __forceinline__ void load_b(const uint32_t* staged, int kb, int t4, u
   b23 = p[1];
 }
 
-// Token t's routing from the router logits (MoeGemvRouting): warp 0 copies the token's logits
-// from L2 (another grid wrote them) into shared `row` and routes them with the routing kernels'
-// device code into shared ids / weights (top_k each). Called by every thread of the CTA; ends with
-// __syncthreads.
+// Token t's routing from the router logits (MoeGemvRouting), routing::route_in_cta.
 __device__ __forceinline__ void route_in_cta(const MoeGemvRouting& r, int t, float* row,
                                              int32_t* ids, float* weights) {
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x, E = r.params.num_experts;
-    for (int e = lane; e < E; e += 32) row[e] = __ldcg(r.logits + size_t(t) * E + e);
-    __syncwarp();
-    MoeRoutingParams rp = r.params;
-    rp.logits = row;
-    rp.topk_ids = ids;
-    rp.topk_weights = weights;
-    routing::route_token_warp(rp, 0, lane);
-  }
-  __syncthreads();
+  routing::route_in_cta(r.logits, r.params, t, row, ids, weights);
 }
 
 // Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row.

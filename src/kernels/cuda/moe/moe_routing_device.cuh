@@ -298,4 +298,24 @@ __device__ __forceinline__ void few_tokens_routing(const MoeRoutingParams& p) {
   }
 }
 
+// Token t's routing inside a consumer CTA (the expert kernels that route a token themselves):
+// warp 0 copies the token's logits ([*, num_experts] fp32, written by another grid: read through
+// L2) into shared `row` and routes them with route_token_warp into shared `ids` / `weights`
+// (top_k each); `params` gives the method, sizes, local slice and scaling (its pointers are not
+// used). Called by every thread of the CTA; ends with __syncthreads.
+__device__ __forceinline__ void route_in_cta(const float* logits, const MoeRoutingParams& params,
+                                             int t, float* row, int32_t* ids, float* weights) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, E = params.num_experts;
+    for (int e = lane; e < E; e += 32) row[e] = __ldcg(logits + size_t(t) * E + e);
+    __syncwarp();
+    MoeRoutingParams rp = params;
+    rp.logits = row;
+    rp.topk_ids = ids;
+    rp.topk_weights = weights;
+    route_token_warp(rp, 0, lane);
+  }
+  __syncthreads();
+}
+
 }  // namespace serval::kernels::cuda::routing
