@@ -13,6 +13,7 @@ the repeating per-layer sequence of kernels and reports the same figures by posi
 """
 import argparse
 import collections
+import itertools
 import re
 import subprocess
 import sys
@@ -51,12 +52,13 @@ def main():
     if not graph_rows:
         sys.exit("no graph-launched kernels in the trace")
     # Split into replays: a new replay starts when the graph id changes or after a 20 µs gap.
-    replays, cur = [], []
+    replays, cur, cur_end = [], [], 0
     for r in graph_rows:
-        if cur and (r[2] != cur[-1][2] or r[0] - max(x[1] for x in cur) > 20000):
+        if cur and (r[2] != cur[-1][2] or r[0] - cur_end > 20000):
             replays.append(cur)
-            cur = []
+            cur, cur_end = [], 0
         cur.append(r)
+        cur_end = max(cur_end, r[1])
     replays.append(cur)
     # The most common graph (the decode bucket being measured), last N replays of it.
     common = collections.Counter(rp[0][2] for rp in replays).most_common(1)[0][0]
@@ -123,17 +125,18 @@ def report_layers(replays):
     print(f"\nper layer: {period} kernels repeating {layers} times from kernel {offset} "
           f"(averaged over {len(replays)} replays × {layers} layers)")
     print(f"{'#':>3s} {'kernel':70s} {'cost µs':>8s} {'lead µs':>8s} {'dur µs':>8s}  grid / block")
+    # done[i]: the latest end among a replay's kernels 0..i.
+    done_by = [list(itertools.accumulate((r[1] for r in rp), max)) for rp in replays]
     total = 0.0
     for pos in range(period):
         cost = lead = dur = 0.0
         count = 0
-        for rp in replays:
-            ends = [r[1] for r in rp]
+        for rp, done in zip(replays, done_by):
             for layer in range(layers):
                 i = offset + layer * period + pos
                 if i == 0 or i >= len(rp):
                     continue
-                prev_end = max(ends[:i])
+                prev_end = done[i - 1]
                 s, e = rp[i][0], rp[i][1]
                 cost += (e - prev_end) / 1000.0
                 lead += (prev_end - s) / 1000.0

@@ -168,7 +168,6 @@ TEST_F(MoeForwardGpu, RoutingInGemmsEqualsRoutingKernel) {
     for (kernels::RoutingMethod method :
          {kernels::RoutingMethod::kSoftmaxTopK, kernels::RoutingMethod::kTopKSoftmax,
           kernels::RoutingMethod::kSigmoidGroupedTopK}) {
-      if (method == kernels::RoutingMethod::kSigmoidGroupedTopK && l == &qwen()) continue;
       Call c(*l, 1, 40 + int(method));
       MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency, method);
       ASSERT_TRUE(moe_grouped_gemms_route(a));

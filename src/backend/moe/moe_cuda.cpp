@@ -247,14 +247,13 @@ bool moe_grouped_gemms_route(const MoeCudaArgs& a) {
   if (a.num_tokens != 1 || a.format != MoeExpertFormat::kBf16 || moe_runs_gemv(a) ||
       a.router_logits == nullptr)
     return false;
-  const MoeWorkspaceView ws = moe_workspace_view(a);
-  const MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
+  // GEMM2 shares GEMM1's config, format, tile and grid height: one check covers both.
   kc::MoeRoutingParams rp{};
   rp.num_tokens = 1;
   rp.num_experts = a.num_experts;
   rp.top_k = a.top_k;
-  return kc::moe_grouped_gemm_routes(g.gemm1, {a.router_logits, rp}) &&
-         kc::moe_grouped_gemm_routes(g.gemm2, {a.router_logits, rp});
+  return kc::moe_grouped_gemm_routes(moe_grouped_gemm_params(a, moe_workspace_view(a)).gemm1,
+                                     {a.router_logits, rp});
 }
 
 void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Backend& backend,

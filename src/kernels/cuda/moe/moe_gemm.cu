@@ -107,6 +107,12 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * kBK + ((chunk ^ (row & 7)) << 3);
 }
 
+// The routing argument of moe_gemm_kernel: MoeGemmRouting with kRoute, else nothing, so the
+// other kernels keep their code.
+struct NoRouting {};
+template <bool kRoute>
+using RouteArg = std::conditional_t<kRoute, MoeGemmRouting, NoRouting>;
+
 // Block tile: BM = 32·WARPS_M weight rows × BN = 8·NI·WARPS_N tokens. Warp (wm, wn) owns
 // tile rows [32·wm, 32·wm + 32) as two m16 fragments and NI n8 fragments of tokens.
 // GEMM1 row mapping: fragment 0 of warp wm = gate rows of channels ch0 + 16·wm + [0, 16),
@@ -120,11 +126,7 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 // accumulators are summed in group order through shared memory before group 0's epilogue. At one
 // token the tile-8 GEMMs have ~3 one-warp CTAs per SM, and a lone warp issuing every copy, barrier
 // and mma of its 32 K tiles is what bounds them (ncu: 0.15 eligible warps per scheduler).
-// The routing argument of moe_gemm_kernel: MoeGemmRouting with kRoute (routed_tile_expert; bf16
-// tile-8 shapes only), else nothing, so the other kernels keep their code.
-struct NoRouting {};
-template <bool kRoute>
-using RouteArg = std::conditional_t<kRoute, MoeGemmRouting, NoRouting>;
+// kRoute: MoeGemmRouting as `route` (routed_tile_expert; bf16 tile-8 shapes only).
 template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4, int WARPS_K,
           bool kRoute>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32)

@@ -87,20 +87,14 @@ __device__ __forceinline__ void load_b(const uint32_t* staged, int kb, int t4, u
   b23 = p[1];
 }
 
-// Token t's routing from the router logits (MoeGemvRouting), routing::route_in_cta.
-__device__ __forceinline__ void route_in_cta(const MoeGemvRouting& r, int t, float* row,
-                                             int32_t* ids, float* weights) {
-  routing::route_in_cta(r.logits, r.params, t, row, ids, weights);
-}
-
 // Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row.
 constexpr size_t gate_up_smem(int warps, int hidden) {
   return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2;
 }
 
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
-// kRoute: the pair's expert from the CTA's own routing of the token (route_in_cta) instead of
-// topk_ids.
+// kRoute: the pair's expert from the CTA's own routing of the token (routing::route_in_cta) instead
+// of topk_ids.
 template <int kWarps, bool kRoute>
 __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
@@ -118,7 +112,7 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
     __shared__ float s_row[kMoeMaxExperts];
     __shared__ int32_t s_ids[kMoeMaxTopK];
     __shared__ float s_weights[kMoeMaxTopK];
-    route_in_cta(r, pair / p.top_k, s_row, s_ids, s_weights);
+    routing::route_in_cta(r.logits, r.params, pair / p.top_k, s_row, s_ids, s_weights);
     e = s_ids[pair % p.top_k] - p.local_offset;
   } else {
     e = p.topk_ids[pair] - p.local_offset;
@@ -218,7 +212,7 @@ constexpr size_t down_smem(int warps, int top_k, int inter) {
 // CTA = (token t, strip hs of 16 hidden rows). The token's local choices c = 0 .. n_local − 1
 // (choice order) give the tile sequence q = c·KT + kb (KT = inter/64); warp w takes
 // [w·N/W, (w+1)·N/W) of the N = n_local·KT tiles and writes one partial per choice it touches.
-// kRoute: ids and weights from the CTA's own routing of the token (route_in_cta).
+// kRoute: ids and weights from the CTA's own routing of the token (routing::route_in_cta).
 template <int kWarps, bool kRoute>
 __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
@@ -243,7 +237,7 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
     __shared__ float s_row[kMoeMaxExperts];
     __shared__ int32_t s_ids_[kMoeMaxTopK];
     __shared__ float s_weights_[kMoeMaxTopK];
-    route_in_cta(r, t, s_row, s_ids_, s_weights_);
+    routing::route_in_cta(r.logits, r.params, t, s_row, s_ids_, s_weights_);
     s_ids = s_ids_;
     s_weights = s_weights_;
   }
