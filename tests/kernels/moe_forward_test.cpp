@@ -154,40 +154,6 @@ TEST_F(MoeForwardGpu, LatencyGraphReplayIsBitIdentical) {
         qwen(), T, 900 + T, MoeCudaBackend::kLatency, name(MoeCudaBackend::kLatency)));
 }
 
-// One token routed inside the bf16 tile-8 grouped GEMMs (MoeCudaArgs::route_in_gemv: every CTA
-// routes the token from the router logits with the routing kernels' device code, choice y is token
-// tile y) gives the output of the routing kernel + GEMMs bit for bit: the same weights, rows and
-// summation order, only other tiles. Every routing method, local slices with non-local choices and
-// one with none, and the Qwen3 shape (GEMM1 on 32-row tiles with K groups, GEMM2 on 64-row tiles);
-// two tokens are refused.
-TEST_F(MoeForwardGpu, RoutingInGemmsEqualsRoutingKernel) {
-  Layer small(kSmall, 0, kSmall.experts, false, 31);
-  Layer mid(kSmall, 2, 4, false, 32);
-  Layer tail(kSmall, 4, 4, true, 33);  // ties pick experts 0, 1: nothing local, output zero
-  for (Layer* l : {&qwen(), &small, &mid, &tail}) {
-    for (kernels::RoutingMethod method :
-         {kernels::RoutingMethod::kSoftmaxTopK, kernels::RoutingMethod::kTopKSoftmax,
-          kernels::RoutingMethod::kSigmoidGroupedTopK}) {
-      Call c(*l, 1, 40 + int(method));
-      MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency, method);
-      ASSERT_TRUE(moe_grouped_gemms_route(a));
-      const std::vector<float> routed = c.run(a);
-      a.route_in_gemv = true;
-      c.d_ws.poison();  // nothing the routing kernel would leave may be read
-      const std::vector<float> in_gemms = c.run(a);
-      ASSERT_EQ(routed.size(), in_gemms.size());
-      for (size_t i = 0; i < routed.size(); ++i)
-        ASSERT_EQ(routed[i], in_gemms[i]) << "experts " << l->local_offset << "+" << l->num_local
-                                          << " method " << int(method) << " " << i;
-    }
-  }
-  Call c(small, 2, 9);
-  MoeCudaArgs a = c.args(small, MoeCudaBackend::kLatency);
-  EXPECT_FALSE(moe_grouped_gemms_route(a));
-  a.route_in_gemv = true;
-  EXPECT_THROW(moe_forward_cuda(a, nullptr), InvalidArgument);
-}
-
 // The latency GEMMs at token tile 8 pick 128-, 64- or 32-row weight tiles from the grid size
 // (moe_gemm_block_rows). The token counts the correctness tests above run must reach all three
 // for both GEMMs, so that every instantiation is checked against the CPU.

@@ -593,8 +593,7 @@ class CudaBackend final : public Backend {
     // routing tail of one CTA on the critical path). Qwen3-30B NVFP4 on the H200: batch-1 TPOT
     // 2.235-2.238 ms vs 2.276-2.297 (norm+router 4.5 instead of 7.7 us per layer, gate_up 12.7
     // instead of 10.3); 2 tokens 2.784-2.808 vs 2.681-2.683, hence the default of 1.
-    const bool route_in_gemv = (T <= moe_route_in_gemv_tokens_ && moe::moe_runs_gemv(c.args)) ||
-                               (moe_bf16_route_in_gemm_ && moe::moe_grouped_gemms_route(c.args));
+    const bool route_in_gemv = T <= moe_route_in_gemv_tokens_ && moe::moe_runs_gemv(c.args);
     p.logits_only = route_in_gemv;
     kc::moe_norm_router_topk(p, stream_);
     kc::timeline_mark("moe norm+router", stream_);
@@ -773,10 +772,6 @@ class CudaBackend final : public Backend {
     const char* env = std::getenv("SERVAL_MOE_ROUTE_IN_GEMV");
     return env ? std::atoi(env) : 1;
   }();
-  // SERVAL_MOE_BF16_ROUTE_IN_GEMM=1 (experiment, not yet measured): one-token steps with bf16
-  // experts route inside the tile-8 grouped GEMMs (moe::moe_grouped_gemms_route) instead of in
-  // the fused norm + router kernel's tail.
-  const bool moe_bf16_route_in_gemm_ = std::getenv("SERVAL_MOE_BF16_ROUTE_IN_GEMM") != nullptr;
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask
 };
 

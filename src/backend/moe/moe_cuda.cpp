@@ -207,10 +207,8 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   rp.num_tiles = ws.num_tiles;
   rp.chunk_counts = ws.chunk_counts;
   const bool gemv = moe_runs_gemv(a);
-  if (a.route_in_gemv && (a.routed || !(gemv || moe_grouped_gemms_route(a))))
-    throw InvalidArgument(
-        "moe_forward_cuda: routing in the expert kernels needs the NVFP4 GEMVs or one token on the "
-        "bf16 tile-8 grouped GEMMs (moe_grouped_gemms_route)");
+  if (a.route_in_gemv && (a.routed || !gemv))
+    throw InvalidArgument("moe_forward_cuda: routing in the expert GEMVs needs the GEMV path");
   if (!a.routed && !a.route_in_gemv) {
     kc::moe_routing(rp, stream);
     kc::timeline_mark("moe routing", stream);
@@ -230,30 +228,15 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   }
 
   const MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
-  const kc::MoeGemmRouting gemm_routing{a.router_logits, rp};
-  const kc::MoeGemmRouting* route = a.route_in_gemv ? &gemm_routing : nullptr;
-  kc::moe_grouped_gemm(g.gemm1, stream, route);
+  kc::moe_grouped_gemm(g.gemm1, stream);
   kc::timeline_mark("moe gemm1", stream);
-  kc::moe_grouped_gemm(g.gemm2, stream, route);
+  kc::moe_grouped_gemm(g.gemm2, stream);
   kc::timeline_mark("moe gemm2", stream);
 
   kc::moe_finalize({ws.y, ws.expanded_to_permuted, ws.topk_weights, a.out, a.num_tokens, a.top_k,
                     a.hidden, a.next_norm},
                    stream);
   return a.next_norm.residual != nullptr;
-}
-
-bool moe_grouped_gemms_route(const MoeCudaArgs& a) {
-  if (a.num_tokens != 1 || a.format != MoeExpertFormat::kBf16 || moe_runs_gemv(a) ||
-      a.router_logits == nullptr)
-    return false;
-  // GEMM2 shares GEMM1's config, format, tile and grid height: one check covers both.
-  kc::MoeRoutingParams rp{};
-  rp.num_tokens = 1;
-  rp.num_experts = a.num_experts;
-  rp.top_k = a.top_k;
-  return kc::moe_grouped_gemm_routes(moe_grouped_gemm_params(a, moe_workspace_view(a)).gemm1,
-                                     {a.router_logits, rp});
 }
 
 void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Backend& backend,

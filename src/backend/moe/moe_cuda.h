@@ -65,8 +65,7 @@ struct MoeCudaArgs {
   // with its tile), so moe_forward_cuda skips the routing kernel; router_logits is not read.
   bool routed = false;
   // True (with routed false): an earlier kernel wrote router_logits but no routing, and the
-  // expert kernels route per CTA from them: the NVFP4 expert GEMVs (moe_runs_gemv) or, for one
-  // token, the bf16 tile-8 grouped GEMMs (moe_grouped_gemms_route); no routing kernel runs.
+  // NVFP4 expert GEMVs route per CTA from them (moe_runs_gemv must hold); no routing kernel runs.
   bool route_in_gemv = false;
   // Set (residual non-null): the residual add + RMSNorm after the block, fused into its finalize
   // where the call ends with one (kernels::cuda::MoeNextNorm); `out` is then not written.
@@ -84,10 +83,6 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a);
 // Whether moe_forward_cuda runs `a` on the few-token NVFP4 expert GEMVs (kernels/cuda/moe/
 // moe_gemv_nvfp4.h) rather than the grouped GEMMs.
 bool moe_runs_gemv(const MoeCudaArgs& a);
-
-// Whether the grouped GEMMs of `a` can route its one token themselves (MoeCudaArgs::route_in_gemv;
-// kernels::cuda::moe_grouped_gemm_routes): bf16 experts, latency kernels at tile 8, no GEMV path.
-bool moe_grouped_gemms_route(const MoeCudaArgs& a);
 
 // Workspace for any num_tokens ≤ max_tokens with either backend.
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter);

@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <string>
-#include <type_traits>
 
 #include "base/error.h"
 #include "kernels/cuda/misc/cp_async.cuh"
@@ -15,7 +14,6 @@
 #include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/moe/moe_gemm_tile.cuh"
 #include "kernels/cuda/moe/moe_gemm_wgmma.h"
-#include "kernels/cuda/moe/moe_routing_device.cuh"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
 namespace serval::kernels::cuda {
@@ -51,43 +49,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// MoeGemmRouting: the CTA routes the one token itself and returns the local expert of
-// choice `tile`, or −1 (past top_k, or outside the local slice: the CTA must return at once). The
-// PDL protocol of moe_tile_expert: GEMM1 waits for the norm + router kernel before reading the
-// logits and lets GEMM2 launch right after; GEMM2 reads them before its own wait (GEMM1 launched
-// it only after its wait, so the logits are complete), and waits before returning −1. GEMM1's CTA
-// (0, 0) writes the routing for the finalize.
-template <bool kGemm1>
-__device__ __forceinline__ int routed_tile_expert(const MoeGemmParams& p,
-                                                  const MoeGemmRouting& route, int tile) {
-  __shared__ float s_row[kMoeMaxExperts];
-  __shared__ int32_t s_ids[kMoeMaxTopK];
-  __shared__ float s_weights[kMoeMaxTopK];
-  if constexpr (kGemm1) {
-    pdl_wait();
-    pdl_launch_dependents();
-  }
-  routing::route_in_cta(route.logits, route.params, 0, s_row, s_ids, s_weights);
-  const MoeRoutingParams& r = route.params;
-  auto local_of = [&](int j) {
-    const int l = s_ids[j] - r.local_offset;
-    return l >= 0 && l < r.num_local ? l : -1;
-  };
-  if constexpr (kGemm1) {
-    const int j = int(threadIdx.x);
-    if (blockIdx.x == 0 && blockIdx.y == 0 && j < r.top_k) {
-      r.topk_ids[j] = s_ids[j];
-      r.topk_weights[j] = s_weights[j];
-      r.expanded_to_permuted[j] = local_of(j) >= 0 ? j * p.tile : -1;
-    }
-  }
-  const int expert = tile < r.top_k ? local_of(tile) : -1;
-  if constexpr (!kGemm1) {
-    if (expert < 0) pdl_wait();
-  }
-  return expert;
-}
-
 // The barrier of one K group's pipeline (moe_gemm_kernel): the whole CTA when there is one group,
 // else the group's own named barrier (1 + kw), or __syncwarp for one-warp groups.
 template <int WARPS_K, int kGroupThreads>
@@ -107,12 +68,6 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * kBK + ((chunk ^ (row & 7)) << 3);
 }
 
-// The routing argument of moe_gemm_kernel: MoeGemmRouting with kRoute, else nothing, so the
-// other kernels keep their code.
-struct NoRouting {};
-template <bool kRoute>
-using RouteArg = std::conditional_t<kRoute, MoeGemmRouting, NoRouting>;
-
 // Block tile: BM = 32·WARPS_M weight rows × BN = 8·NI·WARPS_N tokens. Warp (wm, wn) owns
 // tile rows [32·wm, 32·wm + 32) as two m16 fragments and NI n8 fragments of tokens.
 // GEMM1 row mapping: fragment 0 of warp wm = gate rows of channels ch0 + 16·wm + [0, 16),
@@ -126,13 +81,9 @@ using RouteArg = std::conditional_t<kRoute, MoeGemmRouting, NoRouting>;
 // accumulators are summed in group order through shared memory before group 0's epilogue. At one
 // token the tile-8 GEMMs have ~3 one-warp CTAs per SM, and a lone warp issuing every copy, barrier
 // and mma of its 32 K tiles is what bounds them (ncu: 0.15 eligible warps per scheduler).
-// kRoute: MoeGemmRouting as `route` (routed_tile_expert; bf16 tile-8 shapes only).
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4, int WARPS_K,
-          bool kRoute>
-__global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32)
-    moe_gemm_kernel(MoeGemmParams p, const __grid_constant__ RouteArg<kRoute> route) {
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4, int WARPS_K>
+__global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kernel(MoeGemmParams p) {
   static_assert(WARPS_K == 1 || !kFp4, "K groups: bf16 weights only");
-  static_assert(!kRoute || (!kFp4 && NI == 1 && WARPS_N == 1), "routing: bf16 at tile 8 only");
   constexpr int kThreads = WARPS_M * WARPS_N * 32;  // per K group
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
   constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
@@ -158,15 +109,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32)
   }
 
   const int tile = blockIdx.y;
-  // The PDL protocol of both GEMMs; −1: the whole CTA returns, before any barrier.
-  const int expert = [&] {
-    if constexpr (kRoute) {
-      return routed_tile_expert<kGemm1>(p, route, tile);
-    } else {
-      return moe_tile_expert<kGemm1>(p, tile);
-    }
-  }();
-  if (expert < 0) return;
+  const int expert = moe_tile_expert<kGemm1>(p, tile);  // the PDL protocol of both GEMMs
+  if (expert < 0) return;                               // whole CTA, before any barrier
 
   const int wm = warp % WARPS_M, wn = warp / WARPS_M;
   const int g = lane >> 2, t4 = lane & 3;
@@ -227,8 +171,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32)
     int src_row = 0;
     if (n < BN) {
       if constexpr (kGemm1) {
-        // kRoute: the one token sits in row 0 of its choice's tile.
-        const int tok = kRoute ? (n == 0 ? 0 : -1) : p.permuted_to_token[row0 + n];
+        const int tok = p.permuted_to_token[row0 + n];
         b_valid[j] = tok >= 0;
         src_row = tok >= 0 ? tok : 0;
       } else {
@@ -419,31 +362,18 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32)
       }
 }
 
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4, bool kRoute, int WARPS_K>
-void launch_kernel(const MoeGemmParams& p, const RouteArg<kRoute>& route, cudaStream_t stream) {
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4, int WARPS_K = 1>
+void launch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
   constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
   constexpr size_t kSmem =
       size_t(WARPS_K) * STAGES * (kAStageBytes + BN * kBK * 2) + (kFp4 ? 1024 : 0);
-  auto kernel = p.gemm1
-                    ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4, WARPS_K, kRoute>
-                    : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4, WARPS_K, kRoute>;
+  auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4, WARPS_K>
+                        : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4, WARPS_K>;
   allow_dynamic_smem(kernel, kSmem, "moe_gemm");
   const int m_blocks = p.gemm1 ? p.n_out / (BM / 2) : p.n_out / BM;
   launch_pdl(p.gemm1 ? "moe_gemm1" : "moe_gemm2", kernel, dim3(m_blocks, p.max_tiles),
-             dim3(WARPS_M * WARPS_N * WARPS_K * 32), kSmem, stream, p, route);
-}
-
-// `route` (MoeGemmRouting, or null) selects the routing variant, which the bf16 tile-8 shapes have.
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4, int WARPS_K = 1>
-void launch(const MoeGemmParams& p, const MoeGemmRouting* route, cudaStream_t stream) {
-  if constexpr (!kFp4 && NI == 1 && WARPS_N == 1) {
-    if (route != nullptr) {
-      launch_kernel<WARPS_M, WARPS_N, NI, STAGES, kFp4, true, WARPS_K>(p, *route, stream);
-      return;
-    }
-  }
-  launch_kernel<WARPS_M, WARPS_N, NI, STAGES, kFp4, false, WARPS_K>(p, NoRouting{}, stream);
+             dim3(WARPS_M * WARPS_N * WARPS_K * 32), kSmem, stream, p);
 }
 
 // Pipeline depth per format: NVFP4 stages are ~4× smaller, so more of them keep as many weight
@@ -454,12 +384,12 @@ void launch(const MoeGemmParams& p, const MoeGemmRouting* route, cudaStream_t st
 // one-warp groups of 4 stages each: Qwen3-30B bf16 b1 GEMM1 15 µs instead of 17.8 per layer,
 // TPOT 2.801 vs 2.848 ms (bench/RESULTS.md; four groups make GEMM1 as fast but delay GEMM2 more).
 template <bool kFp4>
-void dispatch(const MoeGemmParams& p, const MoeGemmRouting* route, cudaStream_t stream) {
+void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int kLatStages = kFp4 ? 6 : 4, kThrStages = kFp4 ? 4 : 3;
   constexpr int kSmallStages = kFp4 ? 12 : 8;
   if (p.config == MoeGemmConfig::kThroughput) {
     if (p.tile != 128) throw InvalidArgument("moe_grouped_gemm: throughput tile must be 128");
-    launch<4, 2, 8, kThrStages, kFp4>(p, route, stream);
+    launch<4, 2, 8, kThrStages, kFp4>(p, stream);
     return;
   }
   switch (p.tile) {
@@ -468,27 +398,27 @@ void dispatch(const MoeGemmParams& p, const MoeGemmRouting* route, cudaStream_t 
         case 32:
           // bf16: two K groups of 4 stages (the same 40 KB as one warp's 8 stages).
           if constexpr (kFp4) {
-            launch<1, 1, 1, kSmallStages, kFp4>(p, route, stream);
+            launch<1, 1, 1, kSmallStages, kFp4>(p, stream);
           } else {
-            launch<1, 1, 1, 4, kFp4, 2>(p, route, stream);
+            launch<1, 1, 1, 4, kFp4, 2>(p, stream);
           }
           break;
         case 64:
-          launch<2, 1, 1, kSmallStages, kFp4>(p, route, stream);
+          launch<2, 1, 1, kSmallStages, kFp4>(p, stream);
           break;
         default:
-          launch<4, 1, 1, kLatStages, kFp4>(p, route, stream);
+          launch<4, 1, 1, kLatStages, kFp4>(p, stream);
           break;
       }
       break;
     case 16:
-      launch<4, 1, 2, kLatStages, kFp4>(p, route, stream);
+      launch<4, 1, 2, kLatStages, kFp4>(p, stream);
       break;
     case 32:
-      launch<4, 1, 4, kLatStages, kFp4>(p, route, stream);
+      launch<4, 1, 4, kLatStages, kFp4>(p, stream);
       break;
     case 64:
-      launch<4, 1, 8, kLatStages, kFp4>(p, route, stream);
+      launch<4, 1, 8, kLatStages, kFp4>(p, stream);
       break;
     default:
       throw InvalidArgument("moe_grouped_gemm: latency tile must be 8, 16, 32 or 64, got " +
@@ -508,14 +438,7 @@ int moe_gemm_block_rows(const MoeGemmParams& p) {
   return 32;
 }
 
-bool moe_grouped_gemm_routes(const MoeGemmParams& p, const MoeGemmRouting& route) {
-  const MoeRoutingParams& r = route.params;
-  return p.config == MoeGemmConfig::kLatency && p.format == MoeWeightFormat::kBf16 && p.tile == 8 &&
-         route.logits != nullptr && r.top_k >= 1 && r.top_k <= kMoeMaxTopK &&
-         r.top_k <= p.max_tiles && r.num_experts >= 1 && r.num_experts <= kMoeMaxExperts;
-}
-
-void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream, const MoeGemmRouting* route) {
+void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   const int m_align = p.gemm1 ? 64 : 128;
   if (p.k % kBK != 0 || p.n_out % m_align != 0 || p.k <= 0 || p.n_out <= 0)
     throw InvalidArgument("moe_grouped_gemm: need k % 64 == 0 and " +
@@ -524,17 +447,12 @@ void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream, const MoeGemm
   const bool fp4 = p.format == MoeWeightFormat::kNvfp4;
   if (fp4 && (p.weight_scales == nullptr || p.global_scales == nullptr))
     throw InvalidArgument("moe_grouped_gemm: NVFP4 weights need block and global scales");
-  if (route != nullptr && !moe_grouped_gemm_routes(p, *route))
-    throw InvalidArgument(
-        "moe_grouped_gemm: routing inside the GEMMs needs the bf16 latency config at tile 8, "
-        "top_k <= max_tiles and at most " +
-        std::to_string(kMoeMaxExperts) + " experts");
   if (p.max_tiles <= 0) return;
-  if (route == nullptr && moe_grouped_gemm_wgmma(p, stream)) return;
+  if (moe_grouped_gemm_wgmma(p, stream)) return;
   if (fp4) {
-    dispatch<true>(p, route, stream);
+    dispatch<true>(p, stream);
   } else {
-    dispatch<false>(p, route, stream);
+    dispatch<false>(p, stream);
   }
 }
 

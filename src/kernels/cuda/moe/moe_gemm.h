@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "kernels/cuda/moe/moe_routing.h"
 
 namespace serval::kernels::cuda {
 
@@ -57,25 +56,7 @@ struct MoeGemmParams {
   int k;                       // GEMM1: hidden; GEMM2: inter
 };
 
-// One token routed inside the grouped GEMMs (moe_grouped_gemm's `route`): every CTA routes the
-// token from `logits` ([1, num_experts] fp32, written by the kernel before GEMM1) with `params`'
-// method, sizes, local slice and scaling, and token tile y is the token's choice y (the token in
-// row 8y, rows 8y+1.. padding), in place of the maps of MoeGemmParams (not read). GEMM1's CTA
-// (0, 0) writes params.topk_ids, params.topk_weights and params.expanded_to_permuted (8y, or −1
-// for a choice outside the slice) for moe_finalize. Saves the routing tail of the fused norm +
-// router kernel (its logits_only mode) at one token.
-struct MoeGemmRouting {
-  const float* logits;
-  MoeRoutingParams params;
-};
-
-// Whether the grouped GEMMs route inside for `p`: the bf16 latency config at tile 8, with a
-// worst-case grid of at least params.top_k token tiles.
-bool moe_grouped_gemm_routes(const MoeGemmParams& p, const MoeGemmRouting& route);
-
-// `route`: MoeGemmRouting (one token; InvalidArgument unless moe_grouped_gemm_routes).
-void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream,
-                      const MoeGemmRouting* route = nullptr);
+void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream);
 
 // Weight rows per CTA (128, 64 or 32) moe_grouped_gemm uses for `p`: the largest whose
 // worst-case grid (row blocks · max_tiles) has ≥ 2 CTAs per SM of the current device, else 32;
