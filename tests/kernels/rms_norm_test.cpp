@@ -60,6 +60,44 @@ TEST(CudaRmsNorm, OutputMayAliasInput) {
   check_rms_norm(7, 2048, true, true);
 }
 
+// Rows wider than 2048 run over a cluster of CTAs while rows · CTAs per row ≤ the SM count
+// (decode steps) and in one CTA per row otherwise; both must give the same bits, so a token's
+// result does not depend on the batch it is in. 200 rows take the one-CTA kernel, their first
+// 1 and 8 the cluster kernel; 3072 and 5120 leave the last CTA of a row partly idle.
+TEST(CudaRmsNorm, ClusterRowsEqualOneCtaRows) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  constexpr int kRows = 200;
+  for (int hidden : {3072, 4096, 5120, 8192})
+    for (bool with_residual : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "hidden=" << hidden << " residual=" << with_residual);
+      const size_t n = size_t(kRows) * hidden;
+      const auto x = random_bf16(n, uint32_t(hidden), -2.0f, 2.0f);
+      const auto res = random_bf16(n, uint32_t(hidden) + 1, -2.0f, 2.0f);
+      const auto w = random_bf16(hidden, uint32_t(hidden) + 2, 0.5f, 1.5f);
+      auto run = [&](int rows, std::vector<bf16>* residual_out) {
+        DeviceBuffer<bf16> d_x(x), d_res(res), d_w(w), d_out(n);
+        d_out.poison();
+        kernels::cuda::rms_norm({d_x.get(), with_residual ? d_res.get() : nullptr, d_w.get(),
+                                 d_out.get(), rows, hidden, 1e-6f},
+                                nullptr);
+        *residual_out = d_res.download();
+        auto out = d_out.download();
+        out.resize(size_t(rows) * hidden);
+        residual_out->resize(size_t(rows) * hidden);
+        return out;
+      };
+      std::vector<bf16> res_all, res_few;
+      const std::vector<bf16> all = run(kRows, &res_all);
+      for (int rows : {1, 8}) {
+        const std::vector<bf16> few = run(rows, &res_few);
+        for (size_t i = 0; i < few.size(); ++i) {
+          ASSERT_EQ(few[i].bits, all[i].bits) << "rows " << rows << " element " << i;
+          ASSERT_EQ(res_few[i].bits, res_all[i].bits) << "rows " << rows << " residual " << i;
+        }
+      }
+    }
+}
+
 // µs per fused add + RMSNorm in a CUDA graph of kChain norms, each reading the previous one's
 // output (as a decode step chains them, PDL included), nothing else in between: the kernel's own
 // cost at Llama-70B's hidden (8192) against Qwen3-30B's (2048). In Llama decode steps the norm

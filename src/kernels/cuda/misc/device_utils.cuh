@@ -71,6 +71,26 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return v;
 }
 
+// Σ_i block_sum(part[i]), the V block sums added in index order starting from 0 — so a kernel
+// that spreads the parts over V blocks and adds their block sums in the same order gets the same
+// bits (rms_norm's one-CTA and cluster kernels). `scratch` holds V · 32 floats. Contains
+// __syncthreads: call from all threads.
+template <int V>
+__device__ __forceinline__ float block_sum_parts(const float (&part)[V], float (*scratch)[32]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const float v = warp_sum(part[i]);
+    if (lane == 0) scratch[i][warp] = v;
+  }
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) total += warp_sum(lane < num_warps ? scratch[i][lane] : 0.0f);
+  __syncthreads();  // scratch may be reused by the caller
+  return total;
+}
+
 // SM count of the current device, queried once per device (host cost matters: eager decode
 // steps launch kernels whose grids depend on it every step); 132 (an H100/H200) if unknown.
 inline int sm_count() {

@@ -33,26 +33,39 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization; throws
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization, in
+// clusters of `cluster_x` CTAs along x when it is above 1 (grid.x a multiple of it); throws
 // serval::Error naming `name` if the launch fails.
 template <typename... KernelArgs, typename... Args>
-void launch_pdl(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_pdl_cluster(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
+                        unsigned cluster_x, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster_x;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster_x > 1 ? 2 : 1;
   cudaError_t e = cudaLaunchKernelEx(&config, kernel, KernelArgs(std::forward<Args>(args))...);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     throw Error(std::string("CUDA kernel ") + name + " failed to launch: " + cudaGetErrorString(e));
   }
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization; throws
+// serval::Error naming `name` if the launch fails.
+template <typename... KernelArgs, typename... Args>
+void launch_pdl(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                cudaStream_t stream, Args&&... args) {
+  launch_pdl_cluster(name, kernel, grid, block, 1, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace serval::kernels::cuda

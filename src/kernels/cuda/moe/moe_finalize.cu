@@ -5,7 +5,8 @@
 // Plain: grid (tokens, column slices); each thread owns one 16-byte chunk (8 columns) of one
 // token, so a decode token is spread over hidden / (8 · kFinalizeThreads) CTAs.
 // With the norm: one CTA per token in rms_norm's shape (rms_norm_cta: thread i owns the chunks
-// i + v·threads, v < V), so that the sum of squares is reduced exactly as rms_norm reduces it.
+// i + v·threads, v < V), so that the sum of squares is reduced exactly as rms_norm reduces it
+// (block sums per v, added in v order: block_sum_parts).
 // Both take the choices kFinalizeGroup at a time: all their row indices and weights are loaded
 // first, then all their Y chunks, so a group costs two dependent memory round trips instead of
 // one per choice; the accumulation stays in choice order (same fp32 sums as one load at a time,
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(MoeFinalizeP
 // bf16(s), the sum of squares over the unrounded s, then bf16(s) · inv_rms · weight.
 template <int V>
 __global__ void __launch_bounds__(kRmsNormMaxThreads) finalize_norm_kernel(MoeFinalizeParams p) {
-  __shared__ float scratch[32];
+  __shared__ float scratch[V][32];
   const int t = blockIdx.x, num_vecs = p.hidden / 8;
   const __nv_bfloat16* norm_weight = reinterpret_cast<const __nv_bfloat16*>(p.next.weight);
   __nv_bfloat16* residual = reinterpret_cast<__nv_bfloat16*>(p.next.residual);
@@ -121,9 +122,10 @@ __global__ void __launch_bounds__(kRmsNormMaxThreads) finalize_norm_kernel(MoeFi
       if (vec < num_vecs) accumulate(p, g, vec, v[i]);
     }
   }
-  float sum_sq = 0.0f;
+  float sum_sq[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
+    sum_sq[i] = 0.0f;
     const int vec = threadIdx.x + i * blockDim.x;
     if (vec >= num_vecs) continue;
 #pragma unroll
@@ -132,9 +134,9 @@ __global__ void __launch_bounds__(kRmsNormMaxThreads) finalize_norm_kernel(MoeFi
     }
     store8(residual + row + vec * 8, v[i]);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) sum_sq += v[i][j] * v[i][j];
+    for (int j = 0; j < 8; ++j) sum_sq[i] += v[i][j] * v[i][j];
   }
-  const float inv = rsqrtf(block_sum(sum_sq, scratch) / float(p.hidden) + p.next.eps);
+  const float inv = rsqrtf(block_sum_parts(sum_sq, scratch) / float(p.hidden) + p.next.eps);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int vec = threadIdx.x + i * blockDim.x;
