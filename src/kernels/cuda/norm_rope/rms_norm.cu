@@ -5,8 +5,6 @@
 // one-CTA register kernel; more rows, one CTA per row.
 #include <cooperative_groups.h>
 
-#include <cstdlib>
-
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/norm_rope/rms_norm.h"
@@ -80,8 +78,11 @@ __global__ void __launch_bounds__(kMaxThreads)
 // thread t of rank c owns vector c · 256 + t, which is thread t's vector c in
 // rms_norm_reg_kernel<V ≥ C>; each CTA's block sum goes to every CTA's shared memory, and after
 // the cluster barrier each adds them in rank order — the register kernel's order, so the bits
-// are the same. Why: one SM moving a whole 8192-wide row (64 KB read, 32 KB written) made the
-// norm 2.48 µs in a chain of norms against 1.06 µs at 2048 (H200, CudaRmsNormBench.Chain).
+// are the same. Why: one SM moving a whole 8192-wide row (64 KB read, 32 KB written) takes the
+// norm 2.92 µs in a chain of norms against 1.76 over a cluster of 4 (1.18 at 2048; H200,
+// CudaRmsNormBench.Chain); Llama-70B NVFP4 b1 TPOT 11.85 / 11.98 ms vs 12.19 / 12.06, b8 even
+// (bench/RESULTS.md 2026-12-02). At 4096 (a cluster of 2) the chain ties, the cluster's fixed
+// cost (~0.6 µs) eating the gain.
 __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_cluster_kernel(const __nv_bfloat16* x, __nv_bfloat16* residual,
                             const __nv_bfloat16* __restrict__ weight, __nv_bfloat16* out,
@@ -123,15 +124,6 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = v[j] * inv * w[j];
   store8(out + at, v);
-}
-
-// SERVAL_RMS_NORM_CLUSTER=0 keeps every row in one CTA (side-by-side comparisons).
-bool cluster_norm_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("SERVAL_RMS_NORM_CLUSTER");
-    return env == nullptr || std::atoi(env) != 0;
-  }();
-  return enabled;
 }
 
 // Any hidden: two passes over the row (the second hits L1/L2).
@@ -184,7 +176,7 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   const int threads = cta.threads, vecs_per_thread = cta.vecs;
   // A cluster per row while the grid stays within one CTA per SM (decode steps); bit-identical.
   if (vecs_per_thread > 1 && vecs_per_thread <= kMaxVecs &&
-      int64_t(p.rows) * vecs_per_thread <= sm_count() && cluster_norm_enabled()) {
+      int64_t(p.rows) * vecs_per_thread <= sm_count()) {
     launch_pdl_cluster("rms_norm_cluster", rms_norm_cluster_kernel,
                        dim3(unsigned(p.rows * vecs_per_thread)), dim3(unsigned(threads)),
                        unsigned(vecs_per_thread), 0, stream,
