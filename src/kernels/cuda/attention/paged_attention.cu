@@ -2,7 +2,6 @@
 // picks the decode or prefill path.
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <string>
 
 #include "base/math.h"
@@ -27,13 +26,9 @@ int paged_attention_num_splits(int num_seqs, int num_q_heads, int num_kv_heads,
   const int64_t slots = int64_t(kDecodeCtasPerSm) * sm_count();
   const int64_t tiles = ceil_div<int64_t>(std::max(max_context_len, 1), kDecodeTileKeys);
   int64_t best_splits = 1, best_cost = -1;  // cost in 1/64 tile
-  static const int64_t max_splits = [] {  // EXPERIMENT SERVAL_DECODE_MAX_SPLITS
-    const char* env = std::getenv("SERVAL_DECODE_MAX_SPLITS");
-    return env ? std::max<int64_t>(1, std::atoi(env)) : int64_t(kDecodeMaxSplits);
-  }();
   for (int64_t per_split = tiles; per_split >= 1; --per_split) {
     const int64_t splits = ceil_div(tiles, per_split);
-    if (splits > max_splits) break;
+    if (splits > kDecodeMaxSplits) break;
     if (ceil_div(tiles, splits) != per_split) continue;  // same splits as a larger per_split
     const int64_t waves = ceil_div(ctas * splits, slots);
     const int64_t cost = waves * (per_split + kCtaFixedTiles) * kDecodeTileKeys +
