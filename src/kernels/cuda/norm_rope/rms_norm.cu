@@ -177,13 +177,12 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   // A cluster per row while the grid stays within one CTA per SM (decode steps); bit-identical.
   if (vecs_per_thread > 1 && vecs_per_thread <= kMaxVecs &&
       int64_t(p.rows) * vecs_per_thread <= sm_count()) {
-    launch_pdl_cluster("rms_norm_cluster", rms_norm_cluster_kernel,
-                       dim3(unsigned(p.rows * vecs_per_thread)), dim3(unsigned(threads)),
-                       unsigned(vecs_per_thread), 0, stream,
-                       reinterpret_cast<const __nv_bfloat16*>(p.x),
-                       reinterpret_cast<__nv_bfloat16*>(p.residual),
-                       reinterpret_cast<const __nv_bfloat16*>(p.weight),
-                       reinterpret_cast<__nv_bfloat16*>(p.out), p.hidden, p.eps);
+    launch_pdl_cluster(
+        "rms_norm_cluster", rms_norm_cluster_kernel, dim3(unsigned(p.rows * vecs_per_thread)),
+        dim3(unsigned(threads)), unsigned(vecs_per_thread), 0, stream,
+        reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<__nv_bfloat16*>(p.residual),
+        reinterpret_cast<const __nv_bfloat16*>(p.weight), reinterpret_cast<__nv_bfloat16*>(p.out),
+        p.hidden, p.eps);
     return;
   }
   auto kernel = vecs_per_thread == 1   ? rms_norm_reg_kernel<1>
