@@ -99,6 +99,7 @@ struct GemvArgs {
   int block_cols;  // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
+  bool evict_first;  // weights copied with an L2 evict_first policy (l2_stream_policy)
 };
 
 // The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
@@ -207,6 +208,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   uint32_t block_mult[kDepth];  // FP8 block: the multiplier of the k block in ring slot j
   // Requests k block (round base) + j into ring slot j from the current pointers, by cp.async
   // (no registers held while in flight; the caller commits the group).
+  const uint64_t policy = l2_stream_policy(a.evict_first);
   auto load = [&](int j) {
     const uint8_t* c = codes + j * kKbBytes;
     uint8_t* slot = ring + j * kSlotBytes + lane * kLaneBytes;
@@ -214,9 +216,10 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int q = 0; q < Slot<kKind>::kWords / 4; ++q)
-        cp_async_16(slot + code_at(h, q), c + code_at(h, q), true);
+        cp_async_16_policy(slot + code_at(h, q), c + code_at(h, q), policy);
     if constexpr (kFp4) {
-      if (lane < 8) cp_async_16(ring + j * kSlotBytes + kKbBytes + 16 * lane, sc + 128 * j, true);
+      if (lane < 8)
+        cp_async_16_policy(ring + j * kSlotBytes + kKbBytes + 16 * lane, sc + 128 * j, policy);
     }
     if constexpr (kKind == kFp8BlockKind) {
       const uint32_t hb = __ldg(bp + bc);
@@ -687,6 +690,11 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.m = p.m;
   a.n = w.n;
   a.k = w.k;
+  static const bool evict_first = [] {  // EXPERIMENT SERVAL_GEMV_EVICT_FIRST=1
+    const char* env = std::getenv("SERVAL_GEMV_EVICT_FIRST");
+    return env != nullptr && std::atoi(env) != 0;
+  }();
+  a.evict_first = evict_first;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;
   a.n_tiles = quant_gemm_n_pad(w.n) / 32;
   // As quant_gemm.cu's device_args: NVFP4 values carry 2^-7, FP8 per-tensor its scale.
