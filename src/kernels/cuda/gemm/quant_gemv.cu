@@ -99,7 +99,7 @@ struct GemvArgs {
   int block_cols;  // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
-  bool evict_first;  // weights copied with an L2 evict_first policy (l2_stream_policy)
+  bool evict_first;  // weights copied with an L2 evict_first policy (evict_first_weights)
 };
 
 // The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
@@ -563,6 +563,22 @@ int resident_warps_per_sm() {
   return warps;
 }
 
+// The L2 policy of a launch's weight copies (GemvArgs::evict_first): evict_first for weights of
+// at least kEvictFirstMinBytes, so that streaming them does not flush what the step reuses from
+// L2 (the kernels' code, activations, the residual). Measured on the H200 (bench/RESULTS.md
+// 2026-12-02): Llama-70B NVFP4 fp8, whose GEMV weights are 38–264 MB, b1 TPOT 11.408 / 11.406 ms
+// vs 11.540 / 11.530 without, b8 13.178 / 13.155 vs 13.305 / 13.476; Qwen3-30B NVFP4, whose
+// q/k/v and o are 5–6 MB, b1 2.072 vs 2.043 (one round), so small weights keep evict_unchanged.
+// SERVAL_GEMV_EVICT_FIRST=0 / 1 forces never / always (side-by-side comparisons).
+constexpr int64_t kEvictFirstMinBytes = int64_t(32) << 20;
+bool evict_first_weights(int64_t weight_bytes) {
+  static const int forced = [] {
+    const char* env = std::getenv("SERVAL_GEMV_EVICT_FIRST");
+    return env == nullptr ? -1 : std::atoi(env) != 0 ? 1 : 0;
+  }();
+  return forced >= 0 ? forced == 1 : weight_bytes >= kEvictFirstMinBytes;
+}
+
 // The SERVAL_GEMV_SPLIT choice for this shape (quant_gemv_split.h), if any; InvalidArgument if the
 // variable is malformed or names a choice that gemv_split_cost does not allow here.
 std::optional<GemvSplit> forced_split(int n_tiles, int k_blocks, int sms, int warps,
@@ -690,13 +706,11 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.m = p.m;
   a.n = w.n;
   a.k = w.k;
-  static const bool evict_first = [] {  // EXPERIMENT SERVAL_GEMV_EVICT_FIRST=1
-    const char* env = std::getenv("SERVAL_GEMV_EVICT_FIRST");
-    return env != nullptr && std::atoi(env) != 0;
-  }();
-  a.evict_first = evict_first;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;
   a.n_tiles = quant_gemm_n_pad(w.n) / 32;
+  a.evict_first = evict_first_weights(
+      int64_t(a.n_tiles) * a.k_blocks *
+      ring_slot_bytes(w.format == WeightFormat::kNvfp4 ? kNvfp4Kind : kFp8Kind));
   // As quant_gemm.cu's device_args: NVFP4 values carry 2^-7, FP8 per-tensor its scale.
   a.alpha = w.format == WeightFormat::kNvfp4          ? w.global_scale * 128.0f
             : w.format == WeightFormat::kFp8PerTensor ? w.global_scale
