@@ -1,9 +1,9 @@
-// Which L2 cache-policy PTX forms run on this GPU: an experiment hinting the decode GEMVs' weight
-// loads L2::evict_first trapped with "illegal instruction" on the H200 (bench/RESULTS.md
-// 2026-12-02). Variants: 0/1 evict_first without/with the fraction, 2/3 evict_unchanged
-// without/with it, 4 evict_normal (ld.global.nc with .L2::cache_hint), 5/6 cp.async with
-// .L2::cache_hint without/with src-size. One form per process, since a trap poisons the context.
-// Not part of the build (no GPU in CI):
+// Which L2 cache-policy PTX forms run on this GPU, one per process (a trap poisons the context).
+// Variants: 0/1 evict_first without/with the fraction, 2/3 evict_unchanged without/with it,
+// 4 evict_normal (ld.global.nc with .L2::cache_hint), 5/6 cp.async with .L2::cache_hint
+// without/with src-size. All run on the H200 (bench/RESULTS.md 2026-12-02): the decode GEMV's
+// hinted copies trapped only where ptxas emitted the uniform-register LDGSTS form ([R+UR+imm]),
+// which cp_async_16_policy now avoids. Not part of the build (no GPU in CI):
 //   nvcc -O2 -arch=sm_90a tools/l2-policy-check.cu -o build-trace/l2-policy-check
 //   for v in 0 1 2 3 4 5 6; do build-trace/l2-policy-check $v; done
 #include <cstdint>
