@@ -99,7 +99,6 @@ struct GemvArgs {
   int block_cols;  // FP8 block: ceil(k / block_k)
   int block_n;
   int kb_per_block;  // FP8 block: block_k / 64
-  bool evict_first;  // weights copied with an L2 evict_first policy (evict_first_weights)
 };
 
 // The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
@@ -158,7 +157,7 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
 // alignment branch. NVFP4, one token block: 97 registers instead of 128 (and no spill), so more
 // resident warps, and fewer instructions per k block in the streaming loop.
 // The kernel body.
-template <int kKind, int NB, bool kPlainB>
+template <int kKind, int NB, bool kPlainB, bool kEvictFirst>
 __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
@@ -208,7 +207,13 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   uint32_t block_mult[kDepth];  // FP8 block: the multiplier of the k block in ring slot j
   // Requests k block (round base) + j into ring slot j from the current pointers, by cp.async
   // (no registers held while in flight; the caller commits the group).
-  const uint64_t policy = l2_stream_policy(a.evict_first);
+  auto copy16 = [&](uint8_t* dst, const uint8_t* src) {
+    if constexpr (kEvictFirst) {
+      cp_async_16_policy(dst, src, l2_evict_first_policy());
+    } else {
+      cp_async_16(dst, src, true);
+    }
+  };
   auto load = [&](int j) {
     const uint8_t* c = codes + j * kKbBytes;
     uint8_t* slot = ring + j * kSlotBytes + lane * kLaneBytes;
@@ -216,10 +221,9 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int q = 0; q < Slot<kKind>::kWords / 4; ++q)
-        cp_async_16_policy(slot + code_at(h, q), c + code_at(h, q), policy);
+        copy16(slot + code_at(h, q), c + code_at(h, q));
     if constexpr (kFp4) {
-      if (lane < 8)
-        cp_async_16_policy(ring + j * kSlotBytes + kKbBytes + 16 * lane, sc + 128 * j, policy);
+      if (lane < 8) copy16(ring + j * kSlotBytes + kKbBytes + 16 * lane, sc + 128 * j);
     }
     if constexpr (kKind == kFp8BlockKind) {
       const uint32_t hb = __ldg(bp + bc);
@@ -492,29 +496,29 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   store_tile(v);
 }
 
-template <int kKind, int NB, bool kPlainB>
+template <int kKind, int NB, bool kPlainB, bool kEvictFirst>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     quant_gemv_kernel(const __grid_constant__ GemvArgs a) {
-  gemv_body<kKind, NB, kPlainB>(a);
+  gemv_body<kKind, NB, kPlainB, kEvictFirst>(a);
 }
 
 // The one-token-block plain variant capped at 72 registers (75–78 uncapped): 28 warps per SM
 // instead of 25, which lets the split model run big weights in two K splits in one wave (Llama-70B
 // gate_up, 1792 tiles: S = 2 needs 3584 resident warps, 27.2 per SM). __maxnreg__ excludes
 // __launch_bounds__; the launches stay at ≤ kMaxWarps · 32 threads (72 · 512 fits an SM's 64 K).
-template <int kKind>
+template <int kKind, bool kEvictFirst>
 __global__ void __maxnreg__(72) quant_gemv_kernel_72(const __grid_constant__ GemvArgs a) {
-  gemv_body<kKind, 1, true>(a);
+  gemv_body<kKind, 1, true, kEvictFirst>(a);
 }
 
-// The kernel of a variant (kCapped: quant_gemv_kernel_72).
-template <int kKind, int NB, bool kPlainB, bool kCapped>
+// The kernel of a variant (kCapped: quant_gemv_kernel_72; kEvictFirst: evict_first_weights).
+template <int kKind, int NB, bool kPlainB, bool kCapped, bool kEvictFirst>
 constexpr auto gemv_kernel() {
   static_assert(!kCapped || (NB == 1 && kPlainB));
   if constexpr (kCapped)
-    return quant_gemv_kernel_72<kKind>;
+    return quant_gemv_kernel_72<kKind, kEvictFirst>;
   else
-    return quant_gemv_kernel<kKind, NB, kPlainB>;
+    return quant_gemv_kernel<kKind, NB, kPlainB, kEvictFirst>;
 }
 
 // Whether the plain one-block launches take quant_gemv_kernel_72 (SERVAL_GEMV_MAXNREG72=0: the
@@ -547,9 +551,9 @@ int kind_of(const QuantGemmWeight& w) {
 // Warps of a kernel variant resident per SM (register-limited; one-warp CTAs with the scale
 // table), queried once (the split model needs it on every eager launch). Also makes the kernel's
 // shared-memory opt-in on the current device.
-template <int kKind, int NB, bool kPlainB, bool kCapped>
+template <int kKind, int NB, bool kPlainB, bool kCapped, bool kEvictFirst>
 int resident_warps_per_sm() {
-  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped>();
+  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped, kEvictFirst>();
   allow_dynamic_smem(kernel, smem_cap(kKind, NB), "quant_gemv");
   static const int warps = [kernel] {
     int per_sm = 0;
@@ -563,7 +567,7 @@ int resident_warps_per_sm() {
   return warps;
 }
 
-// The L2 policy of a launch's weight copies (GemvArgs::evict_first): evict_first for weights of
+// The L2 policy of a launch's weight copies (the kernels' kEvictFirst): evict_first for weights of
 // at least kEvictFirstMinBytes, so that streaming them does not flush what the step reuses from
 // L2 (the kernels' code, activations, the residual). Measured on the H200 (bench/RESULTS.md
 // 2026-12-02): Llama-70B NVFP4 fp8, whose GEMV weights are 38–264 MB, b1 TPOT 11.408 / 11.406 ms
@@ -633,32 +637,41 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   return c;
 }
 
-template <int kKind, int NB, bool kPlainB, bool kCapped = false>
+template <int kKind, int NB, bool kPlainB, bool kCapped, bool kEvictFirst>
 void launch_blocks(GemvArgs a, cudaStream_t stream) {
-  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped>();
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped, kEvictFirst>();
   const GemvSplit c = cached_split<kKind, NB>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
   const size_t smem = smem_bytes(kKind, c.cta_warps, NB, c.splits > 1 && c.in_cta);
-  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped>(), dim3(unsigned(c.ctas)),
-             dim3(c.cta_warps * 32), smem, stream, a);
+  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped, kEvictFirst>(),
+             dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32), smem, stream, a);
 }
 
 // One token block up to 8 tokens, two up to 16.
-template <int kKind>
+template <int kKind, bool kEvictFirst>
 void launch(const GemvArgs& a, cudaStream_t stream) {
   // Plain B loads for one token block only: with two, the NVFP4 kernel reached the 128-register
   // cap either way and the plain variant spilled more (measured with the ring in registers).
   if (a.m > 8) {
-    launch_blocks<kKind, 2, false>(a, stream);
+    launch_blocks<kKind, 2, false, false, kEvictFirst>(a, stream);
   } else if (a.x_aligned16 && a.k % 64 == 0) {
     if (capped_registers())
-      launch_blocks<kKind, 1, true, true>(a, stream);
+      launch_blocks<kKind, 1, true, true, kEvictFirst>(a, stream);
     else
-      launch_blocks<kKind, 1, true>(a, stream);
+      launch_blocks<kKind, 1, true, false, kEvictFirst>(a, stream);
   } else {
-    launch_blocks<kKind, 1, false>(a, stream);
+    launch_blocks<kKind, 1, false, false, kEvictFirst>(a, stream);
+  }
+}
+
+template <int kKind>
+void launch(const GemvArgs& a, bool evict_first, cudaStream_t stream) {
+  if (evict_first) {
+    launch<kKind, true>(a, stream);
+  } else {
+    launch<kKind, false>(a, stream);
   }
 }
 
@@ -708,9 +721,6 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.k = w.k;
   a.k_blocks = quant_gemm_k_pad(w.k) / 64;
   a.n_tiles = quant_gemm_n_pad(w.n) / 32;
-  a.evict_first = evict_first_weights(
-      int64_t(a.n_tiles) * a.k_blocks *
-      ring_slot_bytes(w.format == WeightFormat::kNvfp4 ? kNvfp4Kind : kFp8Kind));
   // As quant_gemm.cu's device_args: NVFP4 values carry 2^-7, FP8 per-tensor its scale.
   a.alpha = w.format == WeightFormat::kNvfp4          ? w.global_scale * 128.0f
             : w.format == WeightFormat::kFp8PerTensor ? w.global_scale
@@ -720,15 +730,18 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
     a.block_n = w.block_n;
     a.kb_per_block = w.block_k / 64;
   }
-  switch (kind_of(w)) {
+  const int kind = kind_of(w);
+  const bool evict_first =
+      evict_first_weights(int64_t(a.n_tiles) * a.k_blocks * ring_slot_bytes(kind));
+  switch (kind) {
     case kNvfp4Kind:
-      launch<kNvfp4Kind>(a, stream);
+      launch<kNvfp4Kind>(a, evict_first, stream);
       break;
     case kFp8Kind:
-      launch<kFp8Kind>(a, stream);
+      launch<kFp8Kind>(a, evict_first, stream);
       break;
     default:
-      launch<kFp8BlockKind>(a, stream);
+      launch<kFp8BlockKind>(a, evict_first, stream);
       break;
   }
   check_launch("quant_gemv");

@@ -19,13 +19,12 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 }
 
 // An L2 cache policy (createpolicy, sm_80+) for copies of data read once per step, e.g. decode
-// weights: evict_first when `evict_first`, so that they do not push out what is reused (code,
-// activations, the KV cache), else evict_unchanged (in effect no hint).
-__device__ __forceinline__ uint64_t l2_stream_policy(bool evict_first) {
-  uint64_t first, unchanged;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(first));
-  asm volatile("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;\n" : "=l"(unchanged));
-  return evict_first ? first : unchanged;
+// weights: evict_first, so that they do not push out what is reused (code, activations, the KV
+// cache).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
 }
 
 // cp_async_16 (always valid) with an L2 cache policy from createpolicy. The shared address is
