@@ -730,10 +730,8 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
     a.block_n = w.block_n;
     a.kb_per_block = w.block_k / 64;
   }
-  const int kind = kind_of(w);
-  const bool evict_first =
-      evict_first_weights(int64_t(a.n_tiles) * a.k_blocks * ring_slot_bytes(kind));
-  switch (kind) {
+  const bool evict_first = quant_gemv_evicts_first(w);
+  switch (kind_of(w)) {
     case kNvfp4Kind:
       launch<kNvfp4Kind>(a, evict_first, stream);
       break;
@@ -745,6 +743,11 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
       break;
   }
   check_launch("quant_gemv");
+}
+
+bool quant_gemv_evicts_first(const QuantGemmWeight& w) {
+  const int64_t tiles = quant_gemm_n_pad(w.n) / 32, k_blocks = quant_gemm_k_pad(w.k) / 64;
+  return evict_first_weights(tiles * k_blocks * ring_slot_bytes(kind_of(w)));
 }
 
 }  // namespace serval::kernels::cuda
