@@ -572,8 +572,9 @@ int resident_warps_per_sm() {
 // L2 (the kernels' code, activations, the residual). Measured on the H200 (bench/RESULTS.md
 // 2026-12-02): Llama-70B NVFP4 fp8, whose GEMV weights are 38–264 MB, b1 TPOT 11.408 / 11.406 ms
 // vs 11.540 / 11.530 without, b8 13.178 / 13.155 vs 13.305 / 13.476; Qwen3-30B NVFP4, whose
-// q/k/v and o are 5–6 MB, b1 2.072 vs 2.043 (one round), so small weights keep evict_unchanged.
-// SERVAL_GEMV_EVICT_FIRST=0 / 1 forces never / always (side-by-side comparisons).
+// q/k/v and o are 5–6 MB, b1 2.072 vs 2.043 (one round), so small weights keep plain copies.
+// (Those runs chose the policy at run time, evict_unchanged when off.) SERVAL_GEMV_EVICT_FIRST=0 /
+// 1 forces never / always (side-by-side comparisons).
 constexpr int64_t kEvictFirstMinBytes = int64_t(32) << 20;
 bool evict_first_weights(int64_t weight_bytes) {
   static const int forced = [] {
