@@ -511,7 +511,7 @@ __global__ void __maxnreg__(72) quant_gemv_kernel_72(const __grid_constant__ Gem
   gemv_body<kKind, 1, true, kEvictFirst>(a);
 }
 
-// The kernel of a variant (kCapped: quant_gemv_kernel_72; kEvictFirst: evict_first_weights).
+// The kernel of a variant (kCapped: quant_gemv_kernel_72; kEvictFirst: quant_gemv_evicts_first).
 template <int kKind, int NB, bool kPlainB, bool kCapped, bool kEvictFirst>
 constexpr auto gemv_kernel() {
   static_assert(!kCapped || (NB == 1 && kPlainB));
@@ -565,23 +565,6 @@ int resident_warps_per_sm() {
     return std::max(per_sm, 1);
   }();
   return warps;
-}
-
-// The L2 policy of a launch's weight copies (the kernels' kEvictFirst): evict_first for weights of
-// at least kEvictFirstMinBytes, so that streaming them does not flush what the step reuses from
-// L2 (the kernels' code, activations, the residual). Measured on the H200 (bench/RESULTS.md
-// 2026-12-02): Llama-70B NVFP4 fp8, whose GEMV weights are 38–264 MB, b1 TPOT 11.408 / 11.406 ms
-// vs 11.540 / 11.530 without, b8 13.178 / 13.155 vs 13.305 / 13.476; Qwen3-30B NVFP4, whose
-// q/k/v and o are 5–6 MB, b1 2.072 vs 2.043 (one round), so small weights keep plain copies.
-// (Those runs chose the policy at run time, evict_unchanged when off.) SERVAL_GEMV_EVICT_FIRST=0 /
-// 1 forces never / always (side-by-side comparisons).
-constexpr int64_t kEvictFirstMinBytes = int64_t(32) << 20;
-bool evict_first_weights(int64_t weight_bytes) {
-  static const int forced = [] {
-    const char* env = std::getenv("SERVAL_GEMV_EVICT_FIRST");
-    return env == nullptr ? -1 : std::atoi(env) != 0 ? 1 : 0;
-  }();
-  return forced >= 0 ? forced == 1 : weight_bytes >= kEvictFirstMinBytes;
 }
 
 // The SERVAL_GEMV_SPLIT choice for this shape (quant_gemv_split.h), if any; InvalidArgument if the
@@ -746,9 +729,23 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   check_launch("quant_gemv");
 }
 
+// The L2 policy of a launch's weight copies (the kernels' kEvictFirst): evict_first for weights of
+// at least kEvictFirstMinBytes, so that streaming them does not flush what the step reuses from
+// L2 (the kernels' code, activations, the residual). Measured on the H200 (bench/RESULTS.md
+// 2026-12-02): Llama-70B NVFP4 fp8, whose GEMV weights are 38–264 MB, b1 TPOT 11.408 / 11.406 ms
+// vs 11.540 / 11.530 without, b8 13.178 / 13.155 vs 13.305 / 13.476; Qwen3-30B NVFP4, whose
+// q/k/v and o are 5–6 MB, b1 2.072 vs 2.043 (one round), so small weights keep plain copies.
+// (Those runs chose the policy at run time, evict_unchanged when off.) SERVAL_GEMV_EVICT_FIRST=0 /
+// 1 forces never / always (side-by-side comparisons).
 bool quant_gemv_evicts_first(const QuantGemmWeight& w) {
+  constexpr int64_t kEvictFirstMinBytes = int64_t(32) << 20;
+  static const int forced = [] {
+    const char* env = std::getenv("SERVAL_GEMV_EVICT_FIRST");
+    return env == nullptr ? -1 : std::atoi(env) != 0 ? 1 : 0;
+  }();
+  if (forced >= 0) return forced == 1;
   const int64_t tiles = quant_gemm_n_pad(w.n) / 32, k_blocks = quant_gemm_k_pad(w.k) / 64;
-  return evict_first_weights(tiles * k_blocks * ring_slot_bytes(kind_of(w)));
+  return tiles * k_blocks * ring_slot_bytes(kind_of(w)) >= kEvictFirstMinBytes;
 }
 
 }  // namespace serval::kernels::cuda

@@ -15,6 +15,33 @@ namespace {
 constexpr int kMaxThreads = kRmsNormMaxThreads;
 constexpr int kMaxVecs = 4;  // vectors of 8 per thread held in registers (hidden ≤ 8192)
 
+// One 8-element vector of the fused add: v += r (fp32) stored to `residual_at` when it is non-null
+// (r then holds the residual's vector); returns Σ v² over the unrounded sums.
+__device__ __forceinline__ float add_residual_sum_sq(float (&v)[8], const float (&r)[8],
+                                                     __nv_bfloat16* residual_at) {
+  if (residual_at != nullptr) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] += r[j];
+    store8(residual_at, v);
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+  return sum_sq;
+}
+
+// out_at = v · inv · w; with a residual the stored (bf16-rounded) sums are scaled, as the two-pass
+// kernel does (the sum of squares used the unrounded sums, as there).
+__device__ __forceinline__ void scale_store(float (&v)[8], bool rounded, float inv,
+                                            const float (&w)[8], __nv_bfloat16* out_at) {
+  if (rounded)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = v[j] * inv * w[j];
+  store8(out_at, v);
+}
+
 // V vectors per thread: vector i of the thread is threadIdx.x + i·blockDim.x.
 template <int V>
 __global__ void __launch_bounds__(kMaxThreads)
@@ -50,27 +77,15 @@ __global__ void __launch_bounds__(kMaxThreads)
     sum_sq[i] = 0.0f;
     const int vec = threadIdx.x + i * blockDim.x;
     if (vec >= num_vecs) continue;
-    if (residual != nullptr) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[i][j] += r[i][j];
-      store8(residual + row + vec * 8, v[i]);
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sum_sq[i] += v[i][j] * v[i][j];
+    sum_sq[i] =
+        add_residual_sum_sq(v[i], r[i], residual != nullptr ? residual + row + vec * 8 : nullptr);
   }
   const float inv = rsqrtf(block_sum_parts(sum_sq, scratch) / float(hidden) + eps);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int vec = threadIdx.x + i * blockDim.x;
     if (vec >= num_vecs) continue;
-    // Scale the stored (bf16-rounded) residual, as the two-pass kernel does; the sum of squares
-    // above used the unrounded sums, as there.
-    if (residual != nullptr)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[i][j] = __bfloat162float(__float2bfloat16_rn(v[i][j]));
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[i][j] = v[i][j] * inv * w[i][j];
-    store8(out + row + vec * 8, v[i]);
+    scale_store(v[i], residual != nullptr, inv, w[i], out + row + vec * 8);
   }
 }
 
@@ -103,13 +118,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (active) {
     load8(x + at, v);  // loads before the store: see rms_norm_reg_kernel
     if (residual != nullptr) load8(residual + at, r);
-    if (residual != nullptr) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] += r[j];
-      store8(residual + at, v);
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+    sum_sq = add_residual_sum_sq(v, r, residual != nullptr ? residual + at : nullptr);
   }
   const float part = block_sum(sum_sq, scratch);
   if (int(threadIdx.x) < ctas) *cluster.map_shared_rank(&part_sums[rank], threadIdx.x) = part;
@@ -117,13 +126,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   float total = 0.0f;
   for (int c = 0; c < ctas; ++c) total += part_sums[c];
   const float inv = rsqrtf(total / float(hidden) + eps);
-  if (!active) return;
-  if (residual != nullptr)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = v[j] * inv * w[j];
-  store8(out + at, v);
+  if (active) scale_store(v, residual != nullptr, inv, w, out + at);
 }
 
 // Any hidden: two passes over the row (the second hits L1/L2).
