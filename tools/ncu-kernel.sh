@@ -13,6 +13,7 @@
 # SKIP launches of the matching kernels are passed over first (warm-up), then COUNT are profiled.
 # Clocks stay as they are (--clock-control none: the GPU's clocks are never changed).
 # Kernels run serialized and replayed under ncu: compare durations only among ncu runs.
+# NCU_FLAGS adds ncu options (e.g. "--cache-control none": caches not flushed between replays).
 set -uo pipefail
 if [[ $# -lt 6 || $5 != -- ]]; then
   echo "usage: tools/ncu-kernel.sh NAME KERNEL_REGEX SKIP COUNT -- COMMAND..." >&2
@@ -22,7 +23,7 @@ name=$1 regex=$2 skip=$3 count=$4
 shift 5
 out=${OUT:-gpu-results}
 mkdir -p "$out"
-ncu --clock-control none --set full --import-source yes --kernel-name "regex:$regex" \
+ncu --clock-control none ${NCU_FLAGS:-} --set full --import-source yes --kernel-name "regex:$regex" \
   --launch-skip "$skip" --launch-count "$count" -f -o "$out/$name" "$@" >"$out/$name-run.txt" 2>&1
 status=$?
 echo "ncu: exit $status (log $out/$name-run.txt)"

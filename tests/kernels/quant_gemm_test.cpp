@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -465,40 +464,6 @@ TEST(QuantGemv, MatchesMmaKernel) {
             << format_name(format) << " m=" << m << " n=" << s.n << " k=" << s.k;
       }
     }
-  }
-}
-
-// Weights of at least 32 MB take the kernels that copy them with an L2 evict_first policy
-// (quant_gemv_evicts_first): Llama-70B's o shape in NVFP4 and one just above 32 MiB in FP8, every
-// launch class (one token block plain and capped, not 16-byte-aligned x, two token blocks)
-// against the mma kernel (f32 outputs: 3e-5 as MatchesMmaKernel). The small shapes above take the
-// plain copies.
-TEST(QuantGemv, EvictFirstWeightsMatchMmaKernel) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  if (std::getenv("SERVAL_GEMV_EVICT_FIRST") != nullptr)
-    GTEST_SKIP() << "SERVAL_GEMV_EVICT_FIRST set: the policy is forced";
-  const Shape2 shapes[] = {{8192, 8192, kc::kQuantGemvMaxM}, {4160, 8192, kc::kQuantGemvMaxM}};
-  const WeightFormat formats[] = {WeightFormat::kNvfp4, WeightFormat::kFp8PerChannel};
-  kc::QuantGemmWeight qwen3_qkv{};  // Qwen3-30B's q/k/v in NVFP4: 5.9 MB
-  qwen3_qkv.format = WeightFormat::kNvfp4;
-  qwen3_qkv.n = 5120;
-  qwen3_qkv.k = 2048;
-  EXPECT_FALSE(kc::quant_gemv_evicts_first(qwen3_qkv));
-  uint32_t seed = 700;
-  for (int i = 0; i < 2; ++i) {
-    const Shape2& s = shapes[i];
-    const TestWeight tw = make_weight(formats[i], s.n, s.k, seed++);
-    DeviceWeight dw(tw);
-    ASSERT_TRUE(kc::quant_gemv_evicts_first(dw.w)) << format_name(formats[i]);
-    // Two spare leading elements: x + 2 is 4-byte but not 16-byte aligned.
-    DeviceBuffer<bf16> x(random_bf16(size_t(s.max_m) * s.k + 2, seed++));
-    for (int m : {1, 8, 9, 16})
-      for (size_t x0 : {size_t(0), size_t(2)}) {
-        const std::vector<float> a = run_path(Path::kGemv, dw.w, x.get() + x0, nullptr, m, true);
-        const std::vector<float> b = run_path(Path::kMma, dw.w, x.get() + x0, nullptr, m, true);
-        EXPECT_LT(rel_l2(a, b), 3e-5)
-            << format_name(formats[i]) << " m=" << m << " x offset " << x0;
-      }
   }
 }
 

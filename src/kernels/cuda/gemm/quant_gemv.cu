@@ -157,7 +157,7 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
 // alignment branch. NVFP4, one token block: 97 registers instead of 128 (and no spill), so more
 // resident warps, and fewer instructions per k block in the streaming loop.
 // The kernel body.
-template <int kKind, int NB, bool kPlainB, bool kEvictFirst>
+template <int kKind, int NB, bool kPlainB>
 __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
@@ -207,13 +207,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   uint32_t block_mult[kDepth];  // FP8 block: the multiplier of the k block in ring slot j
   // Requests k block (round base) + j into ring slot j from the current pointers, by cp.async
   // (no registers held while in flight; the caller commits the group).
-  auto copy16 = [&](uint8_t* dst, const uint8_t* src) {
-    if constexpr (kEvictFirst) {
-      cp_async_16_policy(dst, src, l2_evict_first_policy());
-    } else {
-      cp_async_16(dst, src, true);
-    }
-  };
   auto load = [&](int j) {
     const uint8_t* c = codes + j * kKbBytes;
     uint8_t* slot = ring + j * kSlotBytes + lane * kLaneBytes;
@@ -221,9 +214,9 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int q = 0; q < Slot<kKind>::kWords / 4; ++q)
-        copy16(slot + code_at(h, q), c + code_at(h, q));
+        cp_async_16(slot + code_at(h, q), c + code_at(h, q), true);
     if constexpr (kFp4) {
-      if (lane < 8) copy16(ring + j * kSlotBytes + kKbBytes + 16 * lane, sc + 128 * j);
+      if (lane < 8) cp_async_16(ring + j * kSlotBytes + kKbBytes + 16 * lane, sc + 128 * j, true);
     }
     if constexpr (kKind == kFp8BlockKind) {
       const uint32_t hb = __ldg(bp + bc);
@@ -496,29 +489,29 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   store_tile(v);
 }
 
-template <int kKind, int NB, bool kPlainB, bool kEvictFirst>
+template <int kKind, int NB, bool kPlainB>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     quant_gemv_kernel(const __grid_constant__ GemvArgs a) {
-  gemv_body<kKind, NB, kPlainB, kEvictFirst>(a);
+  gemv_body<kKind, NB, kPlainB>(a);
 }
 
 // The one-token-block plain variant capped at 72 registers (75–78 uncapped): 28 warps per SM
 // instead of 25, which lets the split model run big weights in two K splits in one wave (Llama-70B
 // gate_up, 1792 tiles: S = 2 needs 3584 resident warps, 27.2 per SM). __maxnreg__ excludes
 // __launch_bounds__; the launches stay at ≤ kMaxWarps · 32 threads (72 · 512 fits an SM's 64 K).
-template <int kKind, bool kEvictFirst>
+template <int kKind>
 __global__ void __maxnreg__(72) quant_gemv_kernel_72(const __grid_constant__ GemvArgs a) {
-  gemv_body<kKind, 1, true, kEvictFirst>(a);
+  gemv_body<kKind, 1, true>(a);
 }
 
-// The kernel of a variant (kCapped: quant_gemv_kernel_72; kEvictFirst: quant_gemv_evicts_first).
-template <int kKind, int NB, bool kPlainB, bool kCapped, bool kEvictFirst>
+// The kernel of a variant (kCapped: quant_gemv_kernel_72).
+template <int kKind, int NB, bool kPlainB, bool kCapped>
 constexpr auto gemv_kernel() {
   static_assert(!kCapped || (NB == 1 && kPlainB));
   if constexpr (kCapped)
-    return quant_gemv_kernel_72<kKind, kEvictFirst>;
+    return quant_gemv_kernel_72<kKind>;
   else
-    return quant_gemv_kernel<kKind, NB, kPlainB, kEvictFirst>;
+    return quant_gemv_kernel<kKind, NB, kPlainB>;
 }
 
 // Whether the plain one-block launches take quant_gemv_kernel_72 (SERVAL_GEMV_MAXNREG72=0: the
@@ -551,9 +544,9 @@ int kind_of(const QuantGemmWeight& w) {
 // Warps of a kernel variant resident per SM (register-limited; one-warp CTAs with the scale
 // table), queried once (the split model needs it on every eager launch). Also makes the kernel's
 // shared-memory opt-in on the current device.
-template <int kKind, int NB, bool kPlainB, bool kCapped, bool kEvictFirst>
+template <int kKind, int NB, bool kPlainB, bool kCapped>
 int resident_warps_per_sm() {
-  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped, kEvictFirst>();
+  auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped>();
   allow_dynamic_smem(kernel, smem_cap(kKind, NB), "quant_gemv");
   static const int warps = [kernel] {
     int per_sm = 0;
@@ -621,41 +614,32 @@ GemvSplit cached_split(int n_tiles, int k_blocks, int sms, int warps) {
   return c;
 }
 
-template <int kKind, int NB, bool kPlainB, bool kCapped, bool kEvictFirst>
+template <int kKind, int NB, bool kPlainB, bool kCapped = false>
 void launch_blocks(GemvArgs a, cudaStream_t stream) {
-  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped, kEvictFirst>();
+  const int warps_per_sm = resident_warps_per_sm<kKind, NB, kPlainB, kCapped>();
   const GemvSplit c = cached_split<kKind, NB>(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm);
   a.splits = c.splits;
   a.cta_warps = c.cta_warps;
   a.in_cta = c.in_cta;
   const size_t smem = smem_bytes(kKind, c.cta_warps, NB, c.splits > 1 && c.in_cta);
-  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped, kEvictFirst>(),
-             dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32), smem, stream, a);
+  launch_pdl("quant_gemv", gemv_kernel<kKind, NB, kPlainB, kCapped>(), dim3(unsigned(c.ctas)),
+             dim3(c.cta_warps * 32), smem, stream, a);
 }
 
 // One token block up to 8 tokens, two up to 16.
-template <int kKind, bool kEvictFirst>
+template <int kKind>
 void launch(const GemvArgs& a, cudaStream_t stream) {
   // Plain B loads for one token block only: with two, the NVFP4 kernel reached the 128-register
   // cap either way and the plain variant spilled more (measured with the ring in registers).
   if (a.m > 8) {
-    launch_blocks<kKind, 2, false, false, kEvictFirst>(a, stream);
+    launch_blocks<kKind, 2, false>(a, stream);
   } else if (a.x_aligned16 && a.k % 64 == 0) {
     if (capped_registers())
-      launch_blocks<kKind, 1, true, true, kEvictFirst>(a, stream);
+      launch_blocks<kKind, 1, true, true>(a, stream);
     else
-      launch_blocks<kKind, 1, true, false, kEvictFirst>(a, stream);
+      launch_blocks<kKind, 1, true>(a, stream);
   } else {
-    launch_blocks<kKind, 1, false, false, kEvictFirst>(a, stream);
-  }
-}
-
-template <int kKind>
-void launch(const GemvArgs& a, bool evict_first, cudaStream_t stream) {
-  if (evict_first) {
-    launch<kKind, true>(a, stream);
-  } else {
-    launch<kKind, false>(a, stream);
+    launch_blocks<kKind, 1, false>(a, stream);
   }
 }
 
@@ -714,38 +698,18 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
     a.block_n = w.block_n;
     a.kb_per_block = w.block_k / 64;
   }
-  const bool evict_first = quant_gemv_evicts_first(w);
   switch (kind_of(w)) {
     case kNvfp4Kind:
-      launch<kNvfp4Kind>(a, evict_first, stream);
+      launch<kNvfp4Kind>(a, stream);
       break;
     case kFp8Kind:
-      launch<kFp8Kind>(a, evict_first, stream);
+      launch<kFp8Kind>(a, stream);
       break;
     default:
-      launch<kFp8BlockKind>(a, evict_first, stream);
+      launch<kFp8BlockKind>(a, stream);
       break;
   }
   check_launch("quant_gemv");
-}
-
-// The L2 policy of a launch's weight copies (the kernels' kEvictFirst): evict_first for weights of
-// at least kEvictFirstMinBytes, so that streaming them does not flush what the step reuses from
-// L2 (the kernels' code, activations, the residual). Measured on the H200 (bench/RESULTS.md
-// 2026-12-02): Llama-70B NVFP4 fp8, whose GEMV weights are 38–264 MB, b1 TPOT 11.408 / 11.406 ms
-// vs 11.540 / 11.530 without, b8 13.178 / 13.155 vs 13.305 / 13.476; Qwen3-30B NVFP4, whose
-// q/k/v and o are 5–6 MB, b1 2.072 vs 2.043 (one round), so small weights keep plain copies.
-// (Those runs chose the policy at run time, evict_unchanged when off.) SERVAL_GEMV_EVICT_FIRST=0 /
-// 1 forces never / always (side-by-side comparisons).
-bool quant_gemv_evicts_first(const QuantGemmWeight& w) {
-  constexpr int64_t kEvictFirstMinBytes = int64_t(32) << 20;
-  static const int forced = [] {
-    const char* env = std::getenv("SERVAL_GEMV_EVICT_FIRST");
-    return env == nullptr ? -1 : std::atoi(env) != 0 ? 1 : 0;
-  }();
-  if (forced >= 0) return forced == 1;
-  const int64_t tiles = quant_gemm_n_pad(w.n) / 32, k_blocks = quant_gemm_k_pad(w.k) / 64;
-  return tiles * k_blocks * ring_slot_bytes(kind_of(w)) >= kEvictFirstMinBytes;
 }
 
 }  // namespace serval::kernels::cuda

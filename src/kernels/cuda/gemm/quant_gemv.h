@@ -28,11 +28,6 @@ bool quant_gemv_supported(const QuantGemmParams& p);
 // completed); calls on two streams of one device must not overlap.
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream);
 
-// Whether quant_gemv copies p.w with an L2 evict_first cache policy: weights of at least 32 MB,
-// streamed once per step, so that they do not flush what the step reuses from L2 (quant_gemv.cu);
-// SERVAL_GEMV_EVICT_FIRST=0 / 1 forces never / always.
-bool quant_gemv_evicts_first(const QuantGemmWeight& w);
-
 // quant_gemm's mma kernel for any m ≥ 0 (defined in quant_gemm.cu): the reference the tests
 // compare the decode path with, and the "old" column of the benchmark.
 void quant_gemm_mma(const QuantGemmParams& p, cudaStream_t stream);
