@@ -31,8 +31,7 @@ constexpr int kTileKeys = 64;  // keys per shared-memory KV tile
 struct PagedBlocks {
   int size, log2;  // log2 < 0: size is not a power of two
   __device__ __forceinline__ explicit PagedBlocks(int block_size) : size(block_size), log2(-1) {
-    if ((size & (size - 1)) == 0)
-      for (log2 = 0; (1 << log2) < size;) ++log2;
+    if ((size & (size - 1)) == 0) log2 = __ffs(size) - 1;
   }
   // key's block and its position in that block, for callers that test kPow2 (log2 >= 0) once.
   template <bool kPow2>
@@ -116,7 +115,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kNt][4], float (&m)[2]
     m[i] = mx[i];
     l[i] *= corr[i];
   }
-  rescale_rows(o, corr);
+  // o changes only where a row's running max rose (corr < 1): after the first tiles that is rare,
+  // and the rescale is 4·kOt multiplies per tile (a quarter of the decode loop's instructions at
+  // head_dim 128). Multiplying by 1 is exact, so skipping it changes no bit.
+  if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) rescale_rows(o, corr);
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
     s[j][0] = exp2f(s[j][0] - base[0]);

@@ -80,22 +80,66 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t pair) {
   }
 }
 
-// q fragments for fp8 caches, dims permuted to match qk_scores_fp8: within each 16-dim k-step, mma
-// k-indices 2c, 2c+1 hold dims 4c, 4c+1 and k-indices 2c+8, 2c+9 hold dims 4c+2, 4c+3. Null row
-// pointers give zero rows. bf16 → f16 as in load_q_frags.
-template <int D>
-__device__ __forceinline__ void load_q_frags_fp8(uint32_t (&qa)[D / 16][4], const __nv_bfloat16* lo,
-                                                 const __nv_bfloat16* hi, int c) {
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const int col = kk * 16 + 4 * c;
-    // 4-byte loads: q rows are only 4-byte aligned by contract.
-    qa[kk][0] = lo ? bf16x2_to_f16x2(ld32(reinterpret_cast<const uint16_t*>(lo + col))) : 0u;
-    qa[kk][1] = hi ? bf16x2_to_f16x2(ld32(reinterpret_cast<const uint16_t*>(hi + col))) : 0u;
-    qa[kk][2] = lo ? bf16x2_to_f16x2(ld32(reinterpret_cast<const uint16_t*>(lo + col + 2))) : 0u;
-    qa[kk][3] = hi ? bf16x2_to_f16x2(ld32(reinterpret_cast<const uint16_t*>(hi + col + 2))) : 0u;
+// q of a CTA's 16 mma rows, staged once in shared memory as every lane's A fragments so that a
+// warp reads its fragments with D/16 16-byte loads: [D/16 k-steps][32 lanes][4 words] (word i as
+// load_q_frags orders a0..a3). The 128 threads load q with one 4-byte load per bf16 pair and (fp8
+// caches) convert it to f16 once, instead of every warp loading and converting all of it (ncu, b1:
+// that was a fifth of each warp's instructions). fp8 caches permute the dims to match
+// qk_scores_fp8: within each 16-dim k-step, mma k-indices 2c, 2c+1 hold dims 4c, 4c+1 and
+// k-indices 2c+8, 2c+9 hold dims 4c+2, 4c+3. Rows ≥ num_rows are zero.
+template <int D, bool kFp8>
+struct QStage {
+  static constexpr int kWords = 16 * D / 2;  // rows × bf16 pairs
+  static constexpr int kPerThread = kWords / kThreads;
+  static constexpr int kBytes = kWords * 4;
+  static_assert(kWords % kThreads == 0);
+
+  // Word w of the row-major [16][D/2] pairs: row w / (D/2), dims 2·(w % (D/2)) + {0, 1}.
+  __device__ __forceinline__ static int word(int k) { return int(threadIdx.x) + k * kThreads; }
+
+  // Fragment word holding dims (d, d + 1) (d even) of row r.
+  __device__ __forceinline__ static int frag_word(int r, int d) {
+    const int kk = d / 16, w = d % 16;
+    const int c = kFp8 ? w / 4 : (w % 8) / 2;
+    const int high_k = kFp8 ? (w / 2) % 2 : w / 8;  // k-index 8.. of the step: a2 / a3
+    const int lane = (r % 8) * 4 + c;
+    return (kk * 32 + lane) * 4 + (r >= 8 ? 1 : 0) + 2 * high_k;
   }
-}
+
+  // This thread's pairs of q (rows < num_rows; `rows` points at row 0, rows D apart).
+  __device__ __forceinline__ static void load(uint32_t (&pairs)[kPerThread],
+                                              const __nv_bfloat16* rows, int num_rows) {
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int w = word(k), r = w / (D / 2);
+      pairs[k] = r < num_rows ? ld32(reinterpret_cast<const uint16_t*>(rows + 2 * w)) : 0u;
+    }
+  }
+
+  // Stores this thread's pairs (fp8: as f16) into `staged` in fragment order.
+  __device__ __forceinline__ static void store(uint32_t* staged,
+                                               const uint32_t (&pairs)[kPerThread]) {
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int w = word(k);
+      staged[frag_word(w / (D / 2), 2 * (w % (D / 2)))] =
+          kFp8 ? bf16x2_to_f16x2(pairs[k]) : pairs[k];
+    }
+  }
+
+  // This lane's fragments (after a barrier that follows every thread's store).
+  __device__ __forceinline__ static void read(uint32_t (&qa)[D / 16][4], const uint32_t* staged,
+                                              int lane) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint4 v = reinterpret_cast<const uint4*>(staged)[kk * 32 + lane];
+      qa[kk][0] = v.x;
+      qa[kk][1] = v.y;
+      qa[kk][2] = v.z;
+      qa[kk][3] = v.w;
+    }
+  }
+};
 
 // s[j] = Q · K[8j .. 8j+7]ᵀ from the staged fp8 key rows at `sk` (row stride D + 16 bytes).
 template <int D, DType C>
@@ -173,22 +217,28 @@ __device__ __forceinline__ int o_dim(int n, int e, int c) {
   }
 }
 
+// Where this thread's copies read: its 16-byte chunk of its KV head in cache slot 0 of the K and
+// V caches, and the bytes from one slot to the next.
+struct KvSource {
+  const unsigned char* k;
+  const unsigned char* v;
+  int64_t slot_bytes;
+};
+
 // cp.async of one [K | V] tile: this thread's key rows (first + i·kRowStep) from the cache slots
 // `slot` (−1: past key_end, zero-filled), its 16-byte chunk `chunk` of each row.
 template <int D, DType C>
-__device__ __forceinline__ void issue_tile(unsigned char* stage, const unsigned char* k_cache,
-                                           const unsigned char* v_cache,
+__device__ __forceinline__ void issue_tile(unsigned char* stage, const KvSource& src,
                                            const int (&slot)[DecodeShape<D, C>::kRowsPerThread],
-                                           int num_kv_heads, int kv_head, int first, int chunk) {
+                                           int first, int chunk) {
   using S = DecodeShape<D, C>;
 #pragma unroll
   for (int i = 0; i < S::kRowsPerThread; ++i) {
     const bool valid = slot[i] >= 0;
-    const int64_t off =
-        valid ? ((int64_t(slot[i]) * num_kv_heads + kv_head) * D) * S::kElemBytes + chunk * 16 : 0;
+    const int64_t off = valid ? slot[i] * src.slot_bytes : 0;
     const int dst = (first + i * S::kRowStep) * S::kRowBytes + chunk * 16;
-    cp_async_16(stage + dst, k_cache + off, valid);
-    cp_async_16(stage + S::kTileBytes + dst, v_cache + off, valid);
+    cp_async_16(stage + dst, src.k + off, valid);
+    cp_async_16(stage + S::kTileBytes + dst, src.v + off, valid);
   }
 }
 
@@ -323,17 +373,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   for (int s = 0; s < S::kStages; ++s)
     fetch_entries<D, C>(entry[s], table, blocks, max_blocks_per_seq, guess_begin + s * kTileKeys,
                         copy_row);
-  uint32_t qa[D / 16][4];
-  {
-    auto row_ptr = [&](int r) -> const __nv_bfloat16* {
-      return r < num_rows ? q + (int64_t(seq) * num_q_heads + head0 + r) * D : nullptr;
-    };
-    if constexpr (kFp8) {
-      load_q_frags_fp8<D>(qa, row_ptr(g), row_ptr(g + 8), c);
-    } else {
-      load_q_frags<D, false>(qa, row_ptr(g), row_ptr(g + 8), c);
-    }
-  }
+  using Q = QStage<D, kFp8>;
+  uint32_t q_pairs[Q::kPerThread];
+  Q::load(q_pairs, q + (int64_t(seq) * num_q_heads + head0) * D, num_rows);
 
   const DecodePartition part =
       decode_partition(ctx, num_splits, num_rows, gridDim.y * gridDim.z, slots);
@@ -351,14 +393,21 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     prefetch_table_l1(table, blocks.block(key_begin + S::kStages * kTileKeys),
                       blocks.block(key_end - 1));
 
+  // q goes through the last stage, which the loop fills first at its first iteration.
+  static_assert(Q::kBytes <= 2 * S::kTileBytes);
+  uint32_t* q_staged = reinterpret_cast<uint32_t*>(stage(S::kStages - 1));
+  Q::store(q_staged, q_pairs);
+
+  const int64_t head_bytes = int64_t(kv_head) * D * S::kElemBytes + copy_chunk * 16;
+  const KvSource kv_src{k_cache + head_bytes, v_cache + head_bytes,
+                        int64_t(num_kv_heads) * D * S::kElemBytes};
   // Prologue: tiles 0 .. kStages-2 in flight, the entries of tile kStages-1 loaded.
   int slot[S::kRowsPerThread];
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
     if (s < num_tiles) {
       entries_to_slots<D, C>(slot, entry[s], blocks, key_begin + s * kTileKeys, key_end, copy_row);
-      issue_tile<D, C>(stage(s), k_cache, v_cache, slot, num_kv_heads, kv_head, copy_row,
-                       copy_chunk);
+      issue_tile<D, C>(stage(s), kv_src, slot, copy_row, copy_chunk);
     }
     cp_async_commit();
   }
@@ -378,13 +427,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
+  uint32_t qa[D / 16][4];
+  __syncthreads();  // q staged
+  Q::read(qa, q_staged, lane);
+  __syncthreads();  // every warp holds its fragments before the loop refills the last stage
+
   for (int t = 0; t < num_tiles; ++t) {
     // Tile t + kStages - 1 goes into the stage freed at the end of iteration t - 1.
     const int ahead = t + S::kStages - 1;
     if (ahead < num_tiles) {
       entries_to_slots<D, C>(slot, next, blocks, key_begin + ahead * kTileKeys, key_end, copy_row);
-      issue_tile<D, C>(stage(ahead % S::kStages), k_cache, v_cache, slot, num_kv_heads, kv_head,
-                       copy_row, copy_chunk);
+      issue_tile<D, C>(stage(ahead % S::kStages), kv_src, slot, copy_row, copy_chunk);
       if (ahead + 1 < num_tiles)  // used next iteration: its latency hides behind this one
         fetch_entries<D, C>(next, table, blocks, max_blocks_per_seq,
                             key_begin + (ahead + 1) * kTileKeys, copy_row);
@@ -469,15 +522,23 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     if (!single) lse_part[part_row0 + int64_t(r) * num_splits] = mx + __log2f(sum);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < num_rows * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    float acc = 0.0f;
+  // Two dims per thread and step (bf16x2 / float2 stores; out and o_part rows are 4- / 8-byte
+  // aligned: paged_attention's checks and the 16-byte aligned workspace).
+  for (int i = threadIdx.x; i < num_rows * D / 2; i += kThreads) {
+    const int r = i / (D / 2), d = 2 * (i % (D / 2));
+    float acc0 = 0.0f, acc1 = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) acc += so[(w * 16 + r) * S::kOStride + d] * warp_l[w][r];
+    for (int w = 0; w < kWarps; ++w) {
+      const float* src = so + (w * 16 + r) * S::kOStride + d;
+      acc0 += src[0] * warp_l[w][r];
+      acc1 += src[1] * warp_l[w][r];
+    }
     if (single) {
-      out[(int64_t(seq) * num_q_heads + head0 + r) * D + d] = __float2bfloat16(acc);
+      *reinterpret_cast<__nv_bfloat162*>(out + (int64_t(seq) * num_q_heads + head0 + r) * D + d) =
+          __floats2bfloat162_rn(acc0, acc1);
     } else {
-      o_part[(part_row0 + int64_t(r) * num_splits) * D + d] = acc;
+      *reinterpret_cast<float2*>(o_part + (part_row0 + int64_t(r) * num_splits) * D + d) =
+          make_float2(acc0, acc1);
     }
   }
   if (!single && fused_merge)  // (its barriers also end every read of `so` before the merge)

@@ -63,19 +63,39 @@ __device__ __forceinline__ void mma_tile(float (&acc)[4], const uint4& w, const 
   }
 }
 
-// Copies `cols` bf16 (cols % 64 == 0, 16-byte aligned) from global `src` into shared `dst` with
-// every 64-column chunk permuted: word (bf16 pair) i of 16-byte piece m of chunk kb goes to word
-// 32·kb + 8·i + m % 8, so lane t4 finds its MMA B words (columns 16·kk + 2·t4 (+1) and
-// 16·kk + 8 + 2·t4 (+1), kk = 0..3) at words 32·kb + 8·t4 + [0, 8) in (kk, b0/b1) order.
-__device__ __forceinline__ void stage_permuted(uint32_t* dst, const __nv_bfloat16* src, int cols,
+// Copies `rows` rows of `cols` bf16 (cols % 64 == 0; row r from global src_row(r), 16-byte
+// aligned) into shared `dst` (row r from word r·cols/2) with every 64-column chunk permuted: word
+// (bf16 pair) i of 16-byte piece m of chunk kb goes to word 32·kb + 8·i + m % 8 of its row, so
+// lane t4 finds its MMA B words (columns 16·kk + 2·t4 (+1) and 16·kk + 8 + 2·t4 (+1), kk = 0..3)
+// at words 32·kb + 8·t4 + [0, 8) in (kk, b0/b1) order. Threads first, first + stride, ... take the
+// pieces of all rows in turn, four loaded before any is stored, so that their L2 round trips
+// overlap (a loop with the stores in it waits for each load in turn).
+template <typename SrcRow>
+__device__ __forceinline__ void stage_permuted(uint32_t* dst, SrcRow src_row, int rows, int cols,
                                                int first, int stride) {
-  for (int m = first; m < cols / 8; m += stride) {
-    const uint4 v = *reinterpret_cast<const uint4*>(src + 8 * m);
-    uint32_t* d = dst + 32 * (m / 8) + (m % 8);
-    d[0] = v.x;
-    d[8] = v.y;
-    d[16] = v.z;
-    d[24] = v.w;
+  constexpr int kBatch = 4;
+  const int row_pieces = cols / 8, pieces = rows * row_pieces;
+  for (int m0 = first; m0 < pieces; m0 += kBatch * stride) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int m = m0 + j * stride;
+      if (m < pieces) {
+        const int r = m / row_pieces;
+        v[j] = *reinterpret_cast<const uint4*>(src_row(r) + 8 * (m - r * row_pieces));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int m = m0 + j * stride;
+      if (m >= pieces) break;
+      const int r = m / row_pieces, q = m - r * row_pieces;
+      uint32_t* d = dst + r * (cols / 2) + 32 * (q / 8) + (q % 8);
+      d[0] = v[j].x;
+      d[8] = v[j].y;
+      d[16] = v[j].z;
+      d[24] = v[j].w;
+    }
   }
 }
 
@@ -107,12 +127,19 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   const int pair = blockIdx.x / strips, mt = blockIdx.x % strips;
   pdl_wait();  // the expert ids (or, kRoute, the router logits) come from the kernel before
   pdl_launch_dependents();
+  const int t = pair / p.top_k;
+  const __nv_bfloat16* x_row = reinterpret_cast<const __nv_bfloat16*>(p.x) + size_t(t) * p.hidden;
+  auto x_of = [x_row](int) { return x_row; };
   int e;
   if constexpr (kRoute) {
     __shared__ float s_row[kMoeMaxExperts];
     __shared__ int32_t s_ids[kMoeMaxTopK];
     __shared__ float s_weights[kMoeMaxTopK];
-    routing::route_in_cta(r.logits, r.params, pair / p.top_k, s_row, s_ids, s_weights);
+    // Warp 0 routes the token while the other warps stage x, off the path from the routing to
+    // the first weights (route_in_cta's closing barrier ends both).
+    static_assert(kWarps >= 2, "the routing variant stages x with the warps after warp 0");
+    if (warp > 0) stage_permuted(xs, x_of, 1, p.hidden, tid - 32, (kWarps - 1) * 32);
+    routing::route_in_cta(r.logits, r.params, t, s_row, s_ids, s_weights);
     e = s_ids[pair % p.top_k] - p.local_offset;
   } else {
     e = p.topk_ids[pair] - p.local_offset;
@@ -148,10 +175,10 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
 #pragma unroll
   for (int s = 0; s < kDepth; ++s) load(s, s);
 
-  const int t = pair / p.top_k;
-  stage_permuted(xs, reinterpret_cast<const __nv_bfloat16*>(p.x) + size_t(t) * p.hidden, p.hidden,
-                 tid, kWarps * 32);
-  __syncthreads();  // x staged, scale table built
+  if constexpr (!kRoute) {
+    stage_permuted(xs, x_of, 1, p.hidden, tid, kWarps * 32);
+    __syncthreads();  // x staged, scale table built
+  }
 
   float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
   for (int i0 = 0; i0 < n; i0 += kDepth) {
@@ -290,9 +317,8 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
   pdl_wait();  // act from the gate_up kernel
   pdl_launch_dependents();
   const __nv_bfloat16* act = reinterpret_cast<const __nv_bfloat16*>(p.act);
-  for (int c = 0; c < n_local; ++c)
-    stage_permuted(acts + size_t(c) * (p.inter / 2), act + size_t(t * p.top_k + c_j[c]) * p.inter,
-                   p.inter, tid, kWarps * 32);
+  auto act_of = [&](int c) { return act + size_t(t * p.top_k + c_j[c]) * p.inter; };
+  stage_permuted(acts, act_of, n_local, p.inter, tid, kWarps * 32);
   __syncthreads();  // activations staged
 
   float acc[4] = {0, 0, 0, 0};

@@ -307,7 +307,16 @@ __device__ __forceinline__ void route_in_cta(const float* logits, const MoeRouti
                                              int t, float* row, int32_t* ids, float* weights) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x, E = params.num_experts;
-    for (int e = lane; e < E; e += 32) row[e] = __ldcg(logits + size_t(t) * E + e);
+    // Every load in flight before the first store: one L2 round trip, not one per 32 experts
+    // (the loop over experts with a store in it had waited for each load in turn).
+    const float* src = logits + size_t(t) * E;
+    float v[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      v[i] = i * 32 + lane < E ? __ldcg(src + i * 32 + lane) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (i * 32 + lane < E) row[i * 32 + lane] = v[i];
     __syncwarp();
     MoeRoutingParams rp = params;
     rp.logits = row;
