@@ -304,7 +304,8 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
                                                  int seq, int head0, int num_rows, int num_q_heads,
                                                  int num_splits, int active, float v_scale,
                                                  float* scratch) {
-  __shared__ bool last;
+  // No static shared memory here (a bool would put the decode kernel's dynamic stages off their
+  // 128-byte alignment): the arrival's outcome is broadcast by __syncthreads_or.
   const int counter = blockIdx.z * gridDim.y + blockIdx.y;
   const bool tree = active > kFlatMergeMaxSplits;
   __threadfence();  // this CTA's partials are visible before its arrival is counted
@@ -314,20 +315,20 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
     const int size = min(kMergeGroup, active - first);
     if (size > 1) {
       unsigned int* arrivals = &g_decode_group_arrivals[counter * kMergeGroups + group];
-      if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == unsigned(size - 1);
-      __syncthreads();
+      const bool last =
+          __syncthreads_or(threadIdx.x == 0 && atomicAdd(arrivals, 1u) == unsigned(size - 1));
       if (!last) return;
       __threadfence();  // see the group's partials
       if (threadIdx.x == 0) *arrivals = 0;
       merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits,
                               first, 1, size, scratch, MergeOut::to_slot(o_part, lse_part, first));
       __threadfence();  // the group partial is visible before the group's arrival is counted
-      __syncthreads();  // (merge_rows' barriers ended every read of `last`)
+      __syncthreads();  // every thread's fence before thread 0's atomic below
     }
   }
   const int expected = tree ? (active + kMergeGroup - 1) / kMergeGroup : active;
-  if (threadIdx.x == 0) last = atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(expected - 1);
-  __syncthreads();
+  const bool last = __syncthreads_or(
+      threadIdx.x == 0 && atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(expected - 1));
   if (!last) return;
   __threadfence();  // see the other partials
   if (threadIdx.x == 0) g_decode_arrivals[counter] = 0;
@@ -348,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
                   float* __restrict__ lse_part) {
   using S = DecodeShape<D, C>;
   constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   auto stage = [&](int s) { return smem_raw + s * 2 * S::kTileBytes; };
   __shared__ float warp_m[kWarps][16], warp_l[kWarps][16];
   pdl_wait();  // q, the metadata and the KV cache come from earlier kernels of the step
