@@ -1,5 +1,5 @@
-// DISABLED_ benchmarks of paged attention at the Qwen3-30B-A3B shape (Hq 32, Hkv 4, D 128), bf16
-// and fp8 KV caches.
+// DISABLED_ benchmarks of paged attention at the Qwen3-30B-A3B shape (Hq 32, Hkv 4, D 128) and
+// the Llama-3.3-70B one (Hq 64, Hkv 8), bf16 and fp8 KV caches.
 // Run on the GPU with: kernels_gpu --gtest_also_run_disabled_tests --gtest_filter='*Bench*'
 #include <gtest/gtest.h>
 
@@ -17,7 +17,12 @@
 namespace serval::testing {
 namespace {
 
-constexpr int kHq = 32, kHkv = 4, kD = 128, kBs = 16;
+constexpr int kD = 128, kBs = 16;
+
+struct Heads {
+  int q, kv;
+};
+constexpr Heads kQwen3Heads{32, 4}, kLlamaHeads{64, 8};
 
 // Random cache bytes of `dtype`: bf16 in [-1, 1), or fp8 codes with the top exponent bit clear
 // (finite in both formats, magnitudes ≤ 2).
@@ -32,12 +37,12 @@ std::vector<uint8_t> random_cache(size_t elems, DType dtype, uint32_t seed) {
 // bound: the host bound max_context_len (0: ctx_len, as an eager step; CUDA graphs pass
 // max_model_len). Prints eager µs per launch and, for decode, µs per launch inside a graph.
 void bench(const char* name, int num_seqs, int q_len, int ctx_len, DType cache_dtype = DType::kBF16,
-           int bound = 0) {
+           int bound = 0, Heads heads = kQwen3Heads) {
   if (bound == 0) bound = ctx_len;
   // num_seqs sequences of ctx_len context, q_len new tokens each, blocks shuffled.
   const PagedLayout layout = make_dense_paged_layout(num_seqs, q_len, ctx_len, kBs);
-  const size_t cache_elems = size_t(layout.num_blocks) * kBs * kHkv * kD;
-  PagedDeviceProblem dev(make_bench_problem(layout, kHq, kHkv, kD, cache_dtype,
+  const size_t cache_elems = size_t(layout.num_blocks) * kBs * heads.kv * kD;
+  PagedDeviceProblem dev(make_bench_problem(layout, heads.q, heads.kv, kD, cache_dtype,
                                             random_cache(cache_elems, cache_dtype, 2),
                                             random_cache(cache_elems, cache_dtype, 3)),
                          bound);
@@ -54,14 +59,14 @@ void bench(const char* name, int num_seqs, int q_len, int ctx_len, DType cache_d
   cuda_check(cudaDeviceSynchronize(), name);
   // KV bytes read once per (sequence, kv head); FLOPs: QKᵀ and PV, 2 each per MAC, causal keys.
   const double kv_bytes =
-      double(num_seqs) * ctx_len * kHkv * kD * 2 * cache_elem_bytes(cache_dtype);
-  const double flops = causal_attention_flops(num_seqs, q_len, ctx_len, kHq, kD);
+      double(num_seqs) * ctx_len * heads.kv * kD * 2 * cache_elem_bytes(cache_dtype);
+  const double flops = causal_attention_flops(num_seqs, q_len, ctx_len, heads.q, kD);
   if (q_len == 1) {
     std::printf(
         "%s (bound %d): eager %.1f us; in a graph %.2f us, KV read %.2f TB/s (%.0f%% of 4.3), "
         "splits %d\n",
         name, bound, us, graph, kv_bytes / graph * 1e-6, kv_bytes / graph * 1e-6 / 4.3 * 100,
-        kernels::cuda::paged_attention_num_splits(num_seqs, kHq, kHkv, bound));
+        kernels::cuda::paged_attention_num_splits(num_seqs, heads.q, heads.kv, bound));
   } else {
     std::printf("%s: %.1f us, %.1f TFLOP/s\n", name, us, flops / us * 1e-6);
   }
@@ -114,6 +119,16 @@ TEST(CudaPagedAttentionBench, DISABLED_LongContext) {
     bench("decode batch 1 ctx 16384", 1, 1, 16384, t, 40960);
     bench("decode batch 1 ctx 32000", 1, 1, 32000, t, 40960);
     bench("decode batch 4 ctx 32000", 4, 1, 32000, t, 40960);
+  }
+}
+
+// The Llama-3.3-70B decode steps of `serval bench latency` (fp8 KV, 128 or 1024 prompt tokens
+// plus up to 32 generated), under the exact bound and the bounds a CUDA graph may carry.
+TEST(CudaPagedAttentionBench, DISABLED_LlamaShapeFp8) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int bound : {0, 2048, 131072}) {
+    bench("llama decode batch 1 ctx 144", 1, 1, 144, DType::kF8E4M3, bound, kLlamaHeads);
+    bench("llama decode batch 8 ctx 1040", 8, 1, 1040, DType::kF8E4M3, bound, kLlamaHeads);
   }
 }
 
