@@ -276,7 +276,6 @@ class CudaBackend final : public Backend {
     cuda::OpScope scope(profiler_, "attention", stream_, capturing_);
     expect(qkv, DType::kBF16, "attention input");
     const int T = meta.num_tokens;
-    Tensor q = empty(DType::kBF16, {T, a.num_q_heads, a.head_dim});
     kernels::cuda::QkNormRopeKvParams r{};
     r.qkv = bf(qkv);
     r.q_norm = a.q_norm ? bf(*a.q_norm) : nullptr;
@@ -284,7 +283,6 @@ class CudaBackend final : public Backend {
     r.positions = meta.positions.as<int32_t>();
     r.inv_freq = a.inv_freq->as<float>();
     r.slot_mapping = meta.slot_mapping.as<int32_t>();
-    r.q_out = bf_mut(q);
     r.k_cache = cache.k.data;
     r.v_cache = cache.v.data;
     r.cache_dtype = cache.k.dtype;
@@ -295,10 +293,8 @@ class CudaBackend final : public Backend {
     r.num_kv_heads = a.num_kv_heads;
     r.head_dim = a.head_dim;
     r.eps = a.rms_norm_eps;
-    kernels::cuda::qk_norm_rope_kv(r, stream_);
 
     kernels::cuda::PagedAttentionParams p{};
-    p.q = bf(q);
     p.out = bf_mut(out);
     p.k_cache = cache.k.data;
     p.v_cache = cache.v.data;
@@ -326,6 +322,15 @@ class CudaBackend final : public Backend {
       p.workspace = workspace.data;
       p.workspace_bytes = ws;
     }
+    // Decode steps: the q/k norm, RoPE and KV append inside the decode attention kernel.
+    if (meta.max_query_len == 1 && rope_in_attention_) {
+      kernels::cuda::paged_attention_rope(p, r, stream_);
+      return;
+    }
+    Tensor q = empty(DType::kBF16, {T, a.num_q_heads, a.head_dim});
+    r.q_out = bf_mut(q);
+    p.q = bf(q);
+    kernels::cuda::qk_norm_rope_kv(r, stream_);
     kernels::cuda::paged_attention(p, stream_);
   }
 
@@ -763,6 +768,9 @@ class CudaBackend final : public Backend {
   // Fused residual add + norm + router + routing before the MoE experts (add_rms_norm_moe);
   // SERVAL_NO_FUSED_MOE_NORM=1 turns it off (for side-by-side timing).
   const bool fuse_moe_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_NORM") == nullptr;
+  // Decode attention applies RoPE and appends the new key and value itself (paged_attention_rope);
+  // SERVAL_NO_ROPE_IN_ATTENTION=1 runs qk_norm_rope_kv before it instead (for comparisons).
+  const bool rope_in_attention_ = std::getenv("SERVAL_NO_ROPE_IN_ATTENTION") == nullptr;
   // SERVAL_NO_FUSED_MOE_FINALIZE_NORM=1: the add + RMSNorm after an MoE block as its own rms_norm
   // kernel instead of inside the block's finalize (A/B and bisection).
   const bool fuse_moe_finalize_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_FINALIZE_NORM") == nullptr;

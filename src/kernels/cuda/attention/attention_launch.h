@@ -62,10 +62,26 @@ __device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_spl
 }
 #endif
 
+// What the decode kernel needs to do qk_norm_rope_kv's work itself (paged_attention_rope): the
+// step's fused QKV rows (row = sequence) and that kernel's parameters, the scales as reciprocals
+// (taken on the host, as qk_norm_rope_kv does). The caches are paged_attention's, writable.
+struct DecodeRopeArgs {
+  const bf16* qkv = nullptr;  // [num_seqs, (Hq + 2·Hkv)·D]
+  const bf16* q_norm = nullptr;
+  const bf16* k_norm = nullptr;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  const int32_t* slot_mapping = nullptr;
+  unsigned char* k_cache = nullptr;
+  unsigned char* v_cache = nullptr;
+  float eps = 0.0f, inv_k_scale = 1.0f, inv_v_scale = 1.0f;
+};
+
 // Every query_len == 1. o_part/lse_part: [num_seqs, Hq, num_splits, D] / [num_seqs, Hq,
 // num_splits] fp32, used (and then merged) only by sequences with more than one active split.
+// rope_args: null, or the fused q/k norm, RoPE and KV append (p.q unused).
 void paged_attention_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
-                            float* lse_part, cudaStream_t stream);
+                            float* lse_part, const DecodeRopeArgs* rope_args, cudaStream_t stream);
 
 // log2 of the q heads one prefill CTA takes (both prefill kernels): the largest power of two
 // ≤ 8 dividing the GQA group, so the CTA's heads share one KV head.

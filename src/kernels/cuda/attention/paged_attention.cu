@@ -1,5 +1,5 @@
-// Host entry of paged attention: validates the metadata, sizes the decode split-KV workspace and
-// picks the decode or prefill path.
+// Host entries of paged attention: validate the metadata, size the decode split-KV workspace and
+// pick the decode or prefill path.
 #include <algorithm>
 #include <atomic>
 #include <string>
@@ -7,6 +7,7 @@
 #include "base/math.h"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
 
 namespace serval::kernels::cuda {
 
@@ -50,10 +51,13 @@ size_t paged_attention_workspace_bytes(int num_seqs, int num_q_heads, int num_kv
   return size_t(num_seqs) * num_q_heads * splits * (head_dim + 1) * sizeof(float);
 }
 
-void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
-  auto bad = [](const std::string& what) {
-    throw InvalidArgument("cuda paged_attention: " + what);
-  };
+namespace {
+
+[[noreturn]] void bad(const std::string& what) {
+  throw InvalidArgument("cuda paged_attention: " + what);
+}
+
+void check_params(const PagedAttentionParams& p) {
   if (p.head_dim != 16 && p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 128)
     bad("head_dim " + std::to_string(p.head_dim) + " unsupported (16, 32, 64 or 128)");
   const bool fp8 = p.cache_dtype == DType::kF8E4M3 || p.cache_dtype == DType::kF8E5M2;
@@ -71,12 +75,11 @@ void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
   if (!is_aligned16(p.k_cache) || !is_aligned16(p.v_cache) ||
       (reinterpret_cast<uintptr_t>(p.q) & 3u) || (reinterpret_cast<uintptr_t>(p.out) & 3u))
     bad("KV caches must be 16-byte aligned and q/out 4-byte aligned");
-  if (p.num_seqs == 0 || p.num_tokens == 0) return;
+}
 
-  if (p.max_query_len > 1) {
-    paged_attention_prefill(p, stream);
-    return;
-  }
+// The decode path (max_query_len 1, p checked, at least one sequence); rope_args: see
+// paged_attention_decode.
+void decode(const PagedAttentionParams& p, const DecodeRopeArgs* rope_args, cudaStream_t stream) {
   if (p.max_blocks_per_seq < 1)
     bad("decode needs max_blocks_per_seq ≥ 1, got " + std::to_string(p.max_blocks_per_seq));
   if (p.num_tokens != p.num_seqs)
@@ -96,7 +99,55 @@ void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
     o_part = static_cast<float*>(p.workspace);
     lse_part = o_part + size_t(p.num_seqs) * p.num_q_heads * splits * p.head_dim;
   }
-  paged_attention_decode(p, splits, o_part, lse_part, stream);
+  paged_attention_decode(p, splits, o_part, lse_part, rope_args, stream);
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
+  check_params(p);
+  if (p.num_seqs == 0 || p.num_tokens == 0) return;
+  if (p.max_query_len > 1) {
+    paged_attention_prefill(p, stream);
+    return;
+  }
+  decode(p, nullptr, stream);
+}
+
+void paged_attention_rope(const PagedAttentionParams& p, const QkNormRopeKvParams& r,
+                          cudaStream_t stream) {
+  check_params(p);
+  check_qk_norm_rope_kv(r);
+  if (p.max_query_len != 1)
+    bad("paged_attention_rope is decode only (max_query_len 1), got max_query_len " +
+        std::to_string(p.max_query_len));
+  if (r.num_tokens != p.num_tokens || r.num_q_heads != p.num_q_heads ||
+      r.num_kv_heads != p.num_kv_heads || r.head_dim != p.head_dim)
+    bad("the rope parameters' shape (" + std::to_string(r.num_tokens) + " tokens, " +
+        std::to_string(r.num_q_heads) + "/" + std::to_string(r.num_kv_heads) + " heads of " +
+        std::to_string(r.head_dim) + ") differs from the attention's (" +
+        std::to_string(p.num_tokens) + ", " + std::to_string(p.num_q_heads) + "/" +
+        std::to_string(p.num_kv_heads) + ", " + std::to_string(p.head_dim) + ")");
+  if (r.k_cache != p.k_cache || r.v_cache != p.v_cache || r.cache_dtype != p.cache_dtype)
+    bad("the rope parameters must name the attention's caches and cache dtype");
+  if (r.qkv == nullptr || r.positions == nullptr || r.inv_freq == nullptr ||
+      r.slot_mapping == nullptr)
+    bad("the rope parameters need qkv, positions, inv_freq and slot_mapping");
+  if (p.num_seqs == 0 || p.num_tokens == 0) return;
+  DecodeRopeArgs args;
+  args.qkv = r.qkv;
+  args.q_norm = r.q_norm;
+  args.k_norm = r.k_norm;
+  args.positions = r.positions;
+  args.inv_freq = r.inv_freq;
+  args.slot_mapping = r.slot_mapping;
+  args.k_cache = static_cast<unsigned char*>(r.k_cache);
+  args.v_cache = static_cast<unsigned char*>(r.v_cache);
+  args.eps = r.eps;
+  // The reciprocals in fp32 on the host, as qk_norm_rope_kv takes them.
+  args.inv_k_scale = 1.0f / r.k_scale;
+  args.inv_v_scale = 1.0f / r.v_scale;
+  decode(p, &args, stream);
 }
 
 }  // namespace serval::kernels::cuda

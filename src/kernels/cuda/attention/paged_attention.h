@@ -56,4 +56,15 @@ size_t paged_attention_workspace_bytes(int num_seqs, int num_q_heads, int num_kv
 
 void paged_attention(const PagedAttentionParams& p, cudaStream_t stream);
 
+// qk_norm_rope_kv(r) then paged_attention(p) for a decode step (p.max_query_len 1), in one kernel:
+// the decode kernel takes q and the new key and value unprocessed from the fused QKV rows r.qkv
+// (row = sequence), applies the q/k norm and RoPE itself, appends the key and value to the caches
+// at r.slot_mapping and attends over them. Same output and cache bits as the two calls (q
+// unwritten: r.q_out and p.q are not used). r names p's caches and cache dtype and shape. Each
+// sequence's new key is its key context_lens[s] − 1, at position r.positions[s], and
+// r.slot_mapping[s] must be that key's slot (< 0 only for padding: context 0).
+struct QkNormRopeKvParams;
+void paged_attention_rope(const PagedAttentionParams& p, const QkNormRopeKvParams& r,
+                          cudaStream_t stream);
+
 }  // namespace serval::kernels::cuda

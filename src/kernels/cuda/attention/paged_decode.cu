@@ -17,6 +17,11 @@
 // registers one iteration before their slot arithmetic (from L1: the CTA's later entries are
 // prefetched there), so no issue waits on a global load.
 //
+// paged_attention_rope runs the variant kRope, which also does qk_norm_rope_kv's work (one kernel
+// less per layer and step): q and the new key and value come unprocessed from the fused QKV rows.
+// As no running kernel then writes the cache, the CTA does everything up to the first tiles' copies
+// (and the RoPE angles) before pdl_wait, and only the QKV rows after it.
+//
 // fp8 caches never go through an f16 tile: the mma fragments are built in registers from the
 // staged fp8 bytes (rows padded to D + 16 bytes, conflict-free). K: one 4-byte shared load gives
 // dims 4c..4c+3 of a key, converted by two cvt.rn.f16x2.e4m3x2 (or byte moves for e5m2) into the
@@ -32,6 +37,7 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
+#include "kernels/cuda/norm_rope/rope_lane.cuh"
 
 namespace serval::kernels::cuda {
 namespace {
@@ -337,22 +343,110 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
                           MergeOut::to_output(out, v_scale));
 }
 
+// kRope: q's rows of this CTA, RoPE'd (and q-normed) from the fused QKV row into the staged
+// fragments (QStage's layout, rows ≥ num_rows zero), the same bits as qk_norm_rope_kv's q_out.
+// Warp w takes rows w, w + kWarps, ...; lane l holds dims i and i + D/2 (rope_lane.cuh) and pairs
+// them with lane l ^ 1 into the (d, d + 1) words of the fragments. After pdl_wait; whole warp.
+template <int D, bool kFp8>
+__device__ __forceinline__ void stage_rope_q(uint32_t* q_staged, const __nv_bfloat16* q_row0,
+                                             const DecodeRopeArgs& rope_args, int num_rows,
+                                             int warp, int lane,
+                                             const float (&w1)[rope::Lanes<D>::kPairs],
+                                             const float (&w2)[rope::Lanes<D>::kPairs],
+                                             const float (&cos_a)[rope::Lanes<D>::kPairs],
+                                             const float (&sin_a)[rope::Lanes<D>::kPairs]) {
+  using L = rope::Lanes<D>;
+  using Q = QStage<D, kFp8>;
+  static_assert(L::kHalf % 2 == 0, "dims i, i + 1 pair up across lanes");
+  constexpr int kRowsPerWarp = 16 / kWarps;
+  float x1[kRowsPerWarp][L::kPairs], x2[kRowsPerWarp][L::kPairs];
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {  // every row's loads in flight together
+    const int r = warp + kWarps * k;
+    if (r < num_rows) rope::load_head<D>(q_row0 + r * D, lane, x1[k], x2[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int r = warp + kWarps * k;  // warp-uniform
+    uint32_t y1[L::kPairs] = {}, y2[L::kPairs] = {};
+    if (r < num_rows) {
+      if (rope_args.q_norm != nullptr) rope::rms_norm_head<D>(x1[k], x2[k], w1, w2, rope_args.eps);
+      rope::rotate<D>(x1[k], x2[k], cos_a, sin_a);
+#pragma unroll
+      for (int j = 0; j < L::kPairs; ++j) {
+        y1[j] = __bfloat16_as_ushort(__float2bfloat16(x1[k][j]));
+        y2[j] = __bfloat16_as_ushort(__float2bfloat16(x2[k][j]));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < L::kPairs; ++j) {
+      const uint32_t o1 = __shfl_xor_sync(0xffffffffu, y1[j], 1);
+      const uint32_t o2 = __shfl_xor_sync(0xffffffffu, y2[j], 1);
+      if (!L::owns(lane, j)) continue;
+      const int i = lane + 32 * j;
+      // Even lanes: dims (i, i + 1); odd lanes: dims (i − 1 + D/2, i + D/2).
+      const bool even = (lane & 1) == 0;
+      const int d = even ? i : i - 1 + L::kHalf;
+      const uint32_t word = even ? (y1[j] | (o1 << 16)) : (o2 | (y2[j] << 16));
+      q_staged[Q::frag_word(r, d)] = kFp8 ? bf16x2_to_f16x2(word) : word;
+    }
+  }
+}
+
+// kRope, the CTA holding key ctx − 1: warp 0 computes that key (k-norm, RoPE, / k_scale) and warp
+// 1 its value (/ v_scale) from the fused QKV row, as cache elements in `row` (rope::encode_head);
+// sub-group 0 of the KV head also appends them to the caches at `slot` (≥ 0) for later steps.
+// After pdl_wait; warps 0 and 1 only.
 template <int D, DType C>
+__device__ __forceinline__ void rope_new_row(
+    uint32_t (&row)[rope::Lanes<D>::kPairs], const __nv_bfloat16* qkv_row,
+    const DecodeRopeArgs& rope_args, int slot, bool append, int num_q_heads, int num_kv_heads,
+    int kv_head, int warp, int lane, const float (&w1)[rope::Lanes<D>::kPairs],
+    const float (&w2)[rope::Lanes<D>::kPairs], const float (&cos_a)[rope::Lanes<D>::kPairs],
+    const float (&sin_a)[rope::Lanes<D>::kPairs]) {
+  using L = rope::Lanes<D>;
+  constexpr int kElemBytes = C == DType::kBF16 ? 2 : 1;
+  const bool is_v = warp == 1;
+  float x1[L::kPairs], x2[L::kPairs];
+  rope::load_head<D>(qkv_row + (num_q_heads + (is_v ? num_kv_heads : 0) + kv_head) * D, lane, x1,
+                     x2);
+  if (is_v) {
+    rope::encode_head<D, C>(x1, x2, rope_args.inv_v_scale, row);
+  } else {
+    if (rope_args.k_norm != nullptr) rope::rms_norm_head<D>(x1, x2, w1, w2, rope_args.eps);
+    rope::rotate<D>(x1, x2, cos_a, sin_a);
+    rope::encode_head<D, C>(x1, x2, rope_args.inv_k_scale, row);
+  }
+  if (append && slot >= 0) {
+    unsigned char* cache = is_v ? rope_args.v_cache : rope_args.k_cache;
+    rope::store_head<D, C>(cache + (int64_t(slot) * num_kv_heads + kv_head) * D * kElemBytes, lane,
+                           row);
+  }
+}
+
+// kRope (paged_attention_rope): q and the step's new key and value come unprocessed in the fused
+// QKV rows of rope_args; the kernel does qk_norm_rope_kv's work for them (q unused). Then no
+// running kernel writes what the CTA reads before pdl_wait, so everything but those rows comes
+// before it: the metadata (copied in before the step's first kernel), the split, the RoPE angles,
+// the first kStages − 1 tiles (the cache rows of earlier steps). The new key's row is not copied
+// (key ctx − 1 is left out of the copies, which zero-fill it): the CTA holding it computes it and
+// puts it into its stage when that tile has landed.
+template <int D, DType C, bool kRope>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     decode_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
-                  const unsigned char* __restrict__ k_cache,
-                  const unsigned char* __restrict__ v_cache,
+                  const unsigned char* k_cache, const unsigned char* v_cache,
                   const int32_t* __restrict__ context_lens,
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
                   int num_splits, int slots, bool fused_merge, float* __restrict__ o_part,
-                  float* __restrict__ lse_part) {
+                  float* __restrict__ lse_part, const __grid_constant__ DecodeRopeArgs rope_args) {
   using S = DecodeShape<D, C>;
   constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto stage = [&](int s) { return smem_raw + s * 2 * S::kTileBytes; };
   __shared__ float warp_m[kWarps][16], warp_l[kWarps][16];
-  pdl_wait();  // q, the metadata and the KV cache come from earlier kernels of the step
+  // Without kRope: q, the metadata and the KV cache come from earlier kernels of the step.
+  if constexpr (!kRope) pdl_wait();
 
   const int seq = blockIdx.z, split = blockIdx.x;
   const int group = num_q_heads / num_kv_heads;
@@ -364,9 +458,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int copy_row = threadIdx.x / S::kChunks, copy_chunk = threadIdx.x % S::kChunks;
   const PagedBlocks blocks(block_size);
+  using RL = rope::Lanes<D>;
+  float qw1[RL::kPairs], qw2[RL::kPairs], kw1[RL::kPairs], kw2[RL::kPairs], freq[RL::kPairs];
+  if constexpr (kRope) {  // weights
+    const auto* q_norm = reinterpret_cast<const __nv_bfloat16*>(rope_args.q_norm);
+    const auto* k_norm = reinterpret_cast<const __nv_bfloat16*>(rope_args.k_norm);
+    rope::load_weights<D>(q_norm, rope_args.inv_freq, lane, true, qw1, qw2, freq);
+    rope::load_weights<D>(k_norm, rope_args.inv_freq, lane, true, kw1, kw2, freq);
+  }
 
   // Three independent loads in flight together: the context length, the table entries of the
-  // first kStages tiles if this split starts at one tile per split, and q.
+  // first kStages tiles if this split starts at one tile per split, and (without kRope) q.
   const int ctx = context_lens[seq];
   const int guess_begin = split * kTileKeys;
   int entry[S::kStages][S::kRowsPerThread];
@@ -376,11 +478,14 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
                         copy_row);
   using Q = QStage<D, kFp8>;
   uint32_t q_pairs[Q::kPerThread];
-  Q::load(q_pairs, q + (int64_t(seq) * num_q_heads + head0) * D, num_rows);
+  if constexpr (!kRope) Q::load(q_pairs, q + (int64_t(seq) * num_q_heads + head0) * D, num_rows);
 
   const DecodePartition part =
       decode_partition(ctx, num_splits, num_rows, gridDim.y * gridDim.z, slots);
-  if (split >= part.active) return;  // no key for this split (CTA-uniform)
+  if (split >= part.active) {         // no key for this split (CTA-uniform)
+    if constexpr (kRope) pdl_wait();  // launch_pdl's contract: no grid completes before waiting
+    return;
+  }
   const int key_begin = split * part.chunk_keys, key_end = min(ctx, key_begin + part.chunk_keys);
   if (key_begin != guess_begin) {  // longer context: re-read (CTA-uniform)
 #pragma unroll
@@ -397,7 +502,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   // q goes through the last stage, which the loop fills first at its first iteration.
   static_assert(Q::kBytes <= 2 * S::kTileBytes);
   uint32_t* q_staged = reinterpret_cast<uint32_t*>(stage(S::kStages - 1));
-  Q::store(q_staged, q_pairs);
+  if constexpr (!kRope) Q::store(q_staged, q_pairs);
+  // kRope: key ctx − 1 is computed, not copied (kernel comment above).
+  const int copy_end = kRope ? min(key_end, ctx - 1) : key_end;
 
   const int64_t head_bytes = int64_t(kv_head) * D * S::kElemBytes + copy_chunk * 16;
   const KvSource kv_src{k_cache + head_bytes, v_cache + head_bytes,
@@ -407,10 +514,27 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
     if (s < num_tiles) {
-      entries_to_slots<D, C>(slot, entry[s], blocks, key_begin + s * kTileKeys, key_end, copy_row);
+      entries_to_slots<D, C>(slot, entry[s], blocks, key_begin + s * kTileKeys, copy_end, copy_row);
       issue_tile<D, C>(stage(s), kv_src, slot, copy_row, copy_chunk);
     }
     cp_async_commit();
+  }
+  // kRope: q, and the new key and value in the CTA holding key ctx − 1 (the last active split).
+  const int new_tile = kRope && key_end == ctx ? (ctx - 1 - key_begin) / kTileKeys : -1;
+  uint32_t new_row[RL::kPairs];  // warp 0: the new key, warp 1: its value (new_tile ≥ 0)
+  if constexpr (kRope) {
+    // The angles and the slot are metadata: before pdl_wait.
+    float cos_a[RL::kPairs], sin_a[RL::kPairs];
+    rope::angles<D>(float(rope_args.positions[seq]), freq, cos_a, sin_a);
+    const int new_slot = new_tile >= 0 ? rope_args.slot_mapping[seq] : -1;
+    pdl_wait();  // the fused QKV rows come from the kernel before
+    const __nv_bfloat16* qkv_row = reinterpret_cast<const __nv_bfloat16*>(rope_args.qkv) +
+                                   int64_t(seq) * (num_q_heads + 2 * num_kv_heads) * D;
+    if (new_tile >= 0 && warp < 2)
+      rope_new_row<D, C>(new_row, qkv_row, rope_args, new_slot, blockIdx.y % sub_groups == 0,
+                         num_q_heads, num_kv_heads, kv_head, warp, lane, kw1, kw2, cos_a, sin_a);
+    stage_rope_q<D, kFp8>(q_staged, qkv_row + head0 * D, rope_args, num_rows, warp, lane, qw1, qw2,
+                          cos_a, sin_a);
   }
   // The entries of the next tile to issue: loaded one iteration before the slot arithmetic that
   // uses them, so that their latency hides behind a tile's compute.
@@ -437,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     // Tile t + kStages - 1 goes into the stage freed at the end of iteration t - 1.
     const int ahead = t + S::kStages - 1;
     if (ahead < num_tiles) {
-      entries_to_slots<D, C>(slot, next, blocks, key_begin + ahead * kTileKeys, key_end, copy_row);
+      entries_to_slots<D, C>(slot, next, blocks, key_begin + ahead * kTileKeys, copy_end, copy_row);
       issue_tile<D, C>(stage(ahead % S::kStages), kv_src, slot, copy_row, copy_chunk);
       if (ahead + 1 < num_tiles)  // used next iteration: its latency hides behind this one
         fetch_entries<D, C>(next, table, blocks, max_blocks_per_seq,
@@ -446,6 +570,15 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     cp_async_commit();
     cp_async_wait<S::kStages - 1>();
     __syncthreads();
+    if constexpr (kRope) {
+      if (t == new_tile) {  // the new key's tile has landed (its row zero-filled): put the row in
+        if (warp < 2)
+          rope::store_head<D, C>(stage(t % S::kStages) + (warp == 1 ? S::kTileBytes : 0) +
+                                     (ctx - 1 - key_begin - t * kTileKeys) * S::kRowBytes,
+                                 lane, new_row);
+        __syncthreads();
+      }
+    }
     const int key0 = key_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
     if (key0 < key_end) {                                    // warp-uniform
       const unsigned char* sk = stage(t % S::kStages) + warp * 16 * S::kRowBytes;
@@ -574,10 +707,10 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D, DType C>
 void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
-                   cudaStream_t stream) {
+                   const DecodeRopeArgs* rope_args, cudaStream_t stream) {
   constexpr size_t kSmem = DecodeShape<D, C>::kSmemBytes;
-  auto kernel = decode_kernel<D, C>;
-  allow_dynamic_smem(kernel, kSmem, "paged_attention_decode");
+  auto kernel = rope_args ? decode_kernel<D, C, true> : decode_kernel<D, C, false>;
+  allow_dynamic_smem(kernel, kSmem, rope_args ? "paged_attention_rope" : "paged_attention_decode");
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(unsigned(num_splits), unsigned(p.num_kv_heads * ((group + 15) / 16)),
                   unsigned(p.num_seqs));
@@ -589,7 +722,8 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.context_lens, p.block_tables,
              p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads, p.scale * kLog2e,
-             p.v_scale, num_splits, slots, fused_merge, o_part, lse_part);
+             p.v_scale, num_splits, slots, fused_merge, o_part, lse_part,
+             rope_args ? *rope_args : DecodeRopeArgs{});
   if (num_splits > 1 && !fused_merge) {
     launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
                stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
@@ -600,17 +734,17 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
 // fp8 caches are built for head_dim 64 and 128 only (paged_attention() rejects the rest).
 template <int D>
 void dispatch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
-                     cudaStream_t stream) {
+                     const DecodeRopeArgs* rope_args, cudaStream_t stream) {
   switch (p.cache_dtype) {
     case DType::kBF16:
-      return launch_decode<D, DType::kBF16>(p, num_splits, o_part, lse_part, stream);
+      return launch_decode<D, DType::kBF16>(p, num_splits, o_part, lse_part, rope_args, stream);
     case DType::kF8E4M3:
       if constexpr (D >= 64)
-        return launch_decode<D, DType::kF8E4M3>(p, num_splits, o_part, lse_part, stream);
+        return launch_decode<D, DType::kF8E4M3>(p, num_splits, o_part, lse_part, rope_args, stream);
       break;
     case DType::kF8E5M2:
       if constexpr (D >= 64)
-        return launch_decode<D, DType::kF8E5M2>(p, num_splits, o_part, lse_part, stream);
+        return launch_decode<D, DType::kF8E5M2>(p, num_splits, o_part, lse_part, rope_args, stream);
       break;
     default:
       break;
@@ -623,16 +757,16 @@ void dispatch_decode(const PagedAttentionParams& p, int num_splits, float* o_par
 }  // namespace
 
 void paged_attention_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
-                            float* lse_part, cudaStream_t stream) {
+                            float* lse_part, const DecodeRopeArgs* rope_args, cudaStream_t stream) {
   switch (p.head_dim) {
     case 16:
-      return dispatch_decode<16>(p, num_splits, o_part, lse_part, stream);
+      return dispatch_decode<16>(p, num_splits, o_part, lse_part, rope_args, stream);
     case 32:
-      return dispatch_decode<32>(p, num_splits, o_part, lse_part, stream);
+      return dispatch_decode<32>(p, num_splits, o_part, lse_part, rope_args, stream);
     case 64:
-      return dispatch_decode<64>(p, num_splits, o_part, lse_part, stream);
+      return dispatch_decode<64>(p, num_splits, o_part, lse_part, rope_args, stream);
     case 128:
-      return dispatch_decode<128>(p, num_splits, o_part, lse_part, stream);
+      return dispatch_decode<128>(p, num_splits, o_part, lse_part, rope_args, stream);
     default:
       throw InvalidArgument("paged_attention: unsupported head_dim " + std::to_string(p.head_dim));
   }

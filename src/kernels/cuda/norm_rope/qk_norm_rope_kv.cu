@@ -5,8 +5,6 @@
 // Latency (decode: a few dozen warps) is one chain of dependent loads, kept to a single round
 // trip: the weights (norm weights, inv_freq: constant during a step) are read before pdl_wait,
 // and the slot, position and head values are all in flight together after it.
-#include <cuda_fp8.h>
-
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -14,6 +12,7 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
+#include "kernels/cuda/norm_rope/rope_lane.cuh"
 
 namespace serval::kernels::cuda {
 namespace {
@@ -21,24 +20,6 @@ namespace {
 // Warps per CTA: 4, or 1 when there are few items (decode), to spread them over more SMs.
 constexpr int kWarpsPerBlock = 4;
 constexpr int kSmallGridItems = 1024;
-
-// Stores a → row[i] and b → row[i + kHalf] in the cache type C (round to nearest even; fp8
-// saturates to the largest finite value: cvt.rn.satfinite).
-template <DType C, int kHalf>
-__device__ __forceinline__ void store_pair(void* row, int i, float a, float b) {
-  if constexpr (C == DType::kBF16) {
-    auto* p = static_cast<__nv_bfloat16*>(row);
-    p[i] = __float2bfloat16(a);
-    p[i + kHalf] = __float2bfloat16(b);
-  } else {
-    constexpr __nv_fp8_interpretation_t kFormat = C == DType::kF8E4M3 ? __NV_E4M3 : __NV_E5M2;
-    const __nv_fp8x2_storage_t two =
-        __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kFormat);  // a: low byte
-    auto* p = static_cast<uint8_t*>(row);
-    p[i] = uint8_t(two & 0xFFu);
-    p[i + kHalf] = uint8_t(two >> 8);
-  }
-}
 
 template <int D, DType C>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -50,8 +31,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                            const int32_t* __restrict__ slot_mapping, __nv_bfloat16* q_out,
                            void* k_cache, void* v_cache, int num_tokens, int num_q_heads,
                            int num_kv_heads, float eps, float inv_k_scale, float inv_v_scale) {
-  constexpr int kHalf = D / 2;
-  constexpr int kPairs = (kHalf + 31) / 32;  // rotary pairs per lane
+  using L = rope::Lanes<D>;
   constexpr int kElemBytes = C == DType::kBF16 ? 2 : 1;
   const int heads_per_token = num_q_heads + 2 * num_kv_heads;
   const int64_t item = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -64,15 +44,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
   // Weights before pdl_wait (constant during a step, never written by an earlier kernel).
   const __nv_bfloat16* norm_w = is_q ? q_norm : k_norm;
-  float w1[kPairs], w2[kPairs], freq[kPairs];
-#pragma unroll
-  for (int j = 0; j < kPairs; ++j) {
-    const int i = lane + 32 * j;
-    const bool ok = in_range && !is_v && i < kHalf;
-    w1[j] = ok && norm_w != nullptr ? __bfloat162float(norm_w[i]) : 0.0f;
-    w2[j] = ok && norm_w != nullptr ? __bfloat162float(norm_w[i + kHalf]) : 0.0f;
-    freq[j] = ok ? inv_freq[i] : 0.0f;
-  }
+  float w1[L::kPairs], w2[L::kPairs], freq[L::kPairs];
+  rope::load_weights<D>(norm_w, inv_freq, lane, in_range && !is_v, w1, w2, freq);
   pdl_wait();
   pdl_launch_dependents();
   if (!in_range) return;
@@ -80,61 +53,32 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   // Metadata and the head's values in flight together.
   const int32_t slot = slot_mapping[t];
   const float pos = float(positions[t]);
-  const __nv_bfloat16* src = qkv + item * D;  // row t, head h (heads are contiguous)
-  float x1[kPairs], x2[kPairs];
-#pragma unroll
-  for (int j = 0; j < kPairs; ++j) {
-    const int i = lane + 32 * j;
-    const bool ok = i < kHalf;
-    x1[j] = ok ? __bfloat162float(src[i]) : 0.0f;
-    x2[j] = ok ? __bfloat162float(src[i + kHalf]) : 0.0f;
-  }
+  float x1[L::kPairs], x2[L::kPairs];
+  rope::load_head<D>(qkv + item * D, lane, x1, x2);  // row t, head h (heads are contiguous)
   if (!is_q && slot < 0) return;
 
-  if (is_v) {  // cast(v · (1/v_scale)); __fmul_rn: the same single rounding as the CPU
-    const int v_h = kv_h - num_kv_heads;
-    void* row = static_cast<unsigned char*>(v_cache) +
-                (int64_t(slot) * num_kv_heads + v_h) * D * kElemBytes;
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j) {
-      const int i = lane + 32 * j;
-      if (i < kHalf)
-        store_pair<C, kHalf>(row, i, __fmul_rn(x1[j], inv_v_scale), __fmul_rn(x2[j], inv_v_scale));
-    }
+  uint32_t pairs[L::kPairs];
+  if (is_v) {  // cast(v · (1/v_scale))
+    rope::encode_head<D, C>(x1, x2, inv_v_scale, pairs);
+    rope::store_head<D, C>(
+        static_cast<unsigned char*>(v_cache) +
+            (int64_t(slot) * num_kv_heads + kv_h - num_kv_heads) * D * kElemBytes,
+        lane, pairs);
     return;
   }
-  if (norm_w != nullptr) {
-    float sum_sq = 0.0f;
+  if (norm_w != nullptr) rope::rms_norm_head<D>(x1, x2, w1, w2, eps);
+  float cos_a[L::kPairs], sin_a[L::kPairs];
+  rope::angles<D>(pos, freq, cos_a, sin_a);
+  rope::rotate<D>(x1, x2, cos_a, sin_a);
+  if (is_q) {
 #pragma unroll
-    for (int j = 0; j < kPairs; ++j) sum_sq += x1[j] * x1[j] + x2[j] * x2[j];
-    const float inv = rsqrtf(warp_sum(sum_sq) / float(D) + eps);
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j) {
-      const int i = lane + 32 * j;
-      if (i < kHalf) {
-        x1[j] *= inv * w1[j];
-        x2[j] *= inv * w2[j];
-      }
-    }
-  }
-  __nv_bfloat16* q_row = q_out + (int64_t(t) * num_q_heads + h) * D;
-  void* k_row = is_q ? nullptr
-                     : static_cast<unsigned char*>(k_cache) +
-                           (int64_t(slot) * num_kv_heads + kv_h) * D * kElemBytes;
-#pragma unroll
-  for (int j = 0; j < kPairs; ++j) {
-    const int i = lane + 32 * j;
-    if (i < kHalf) {
-      float s, c;
-      sincosf(pos * freq[j], &s, &c);
-      const float y1 = x1[j] * c - x2[j] * s, y2 = x2[j] * c + x1[j] * s;
-      if (is_q) {
-        q_row[i] = __float2bfloat16(y1);
-        q_row[i + kHalf] = __float2bfloat16(y2);
-      } else {
-        store_pair<C, kHalf>(k_row, i, __fmul_rn(y1, inv_k_scale), __fmul_rn(y2, inv_k_scale));
-      }
-    }
+    for (int j = 0; j < L::kPairs; ++j) pairs[j] = rope::encode_pair<DType::kBF16>(x1[j], x2[j]);
+    rope::store_head<D, DType::kBF16>(q_out + (int64_t(t) * num_q_heads + h) * D, lane, pairs);
+  } else {
+    rope::encode_head<D, C>(x1, x2, inv_k_scale, pairs);
+    rope::store_head<D, C>(static_cast<unsigned char*>(k_cache) +
+                               (int64_t(slot) * num_kv_heads + kv_h) * D * kElemBytes,
+                           lane, pairs);
   }
 }
 
@@ -169,7 +113,7 @@ void launch(const QkNormRopeKvParams& p, int64_t items, cudaStream_t stream) {
 
 }  // namespace
 
-void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream) {
+void check_qk_norm_rope_kv(const QkNormRopeKvParams& p) {
   if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) {
     throw InvalidArgument("cuda qk_norm_rope_kv: q_norm and k_norm must be both set or both null");
   }
@@ -180,10 +124,18 @@ void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream) {
                           " must be positive and finite");
   }
   const int64_t items = int64_t(p.num_tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
-  if (items == 0) return;
   if (items > int64_t(INT32_MAX) - kWarpsPerBlock)
     throw InvalidArgument("cuda qk_norm_rope_kv: " + std::to_string(items) +
                           " (token, head) items exceed the 32-bit index range");
+  if (p.head_dim != 16 && p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 128)
+    throw InvalidArgument("cuda qk_norm_rope_kv: head_dim " + std::to_string(p.head_dim) +
+                          " unsupported (16, 32, 64 or 128)");
+}
+
+void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream) {
+  check_qk_norm_rope_kv(p);
+  const int64_t items = int64_t(p.num_tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
+  if (items == 0) return;
   switch (p.head_dim) {
     case 16:
       launch<16>(p, items, stream);
@@ -194,12 +146,9 @@ void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream) {
     case 64:
       launch<64>(p, items, stream);
       break;
-    case 128:
+    default:  // 128 (checked)
       launch<128>(p, items, stream);
       break;
-    default:
-      throw InvalidArgument("cuda qk_norm_rope_kv: head_dim " + std::to_string(p.head_dim) +
-                            " unsupported (16, 32, 64 or 128)");
   }
 }
 

@@ -40,4 +40,8 @@ struct QkNormRopeKvParams {
 
 void qk_norm_rope_kv(const QkNormRopeKvParams& p, cudaStream_t stream);
 
+// InvalidArgument unless p's norms, scales, head_dim and size are valid for qk_norm_rope_kv
+// (which checks them itself; for the kernels that take its parameters, paged_attention_rope).
+void check_qk_norm_rope_kv(const QkNormRopeKvParams& p);
+
 }  // namespace serval::kernels::cuda
