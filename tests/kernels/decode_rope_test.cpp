@@ -37,6 +37,69 @@ size_t count_differing(const std::vector<uint8_t>& a, const std::vector<uint8_t>
   return n;
 }
 
+// Each decode sequence's token is its key ctx − 1, at position ctx − 1 + offset.
+std::vector<int32_t> token_positions(const PagedLayout& l, int offset) {
+  std::vector<int32_t> positions;
+  for (int ctx : l.ctx_lens) positions.push_back(ctx - 1 + offset);
+  return positions;
+}
+
+// That key's cache slot.
+std::vector<int32_t> token_slots(const PagedLayout& l) {
+  std::vector<int32_t> slots;
+  for (size_t s = 0; s < l.ctx_lens.size(); ++s) {
+    const int key = l.ctx_lens[s] - 1;
+    slots.push_back(l.tables[s * l.max_blocks + key / l.block_size] * l.block_size +
+                    key % l.block_size);
+  }
+  return slots;
+}
+
+std::vector<float> inv_freqs(int d) {
+  std::vector<float> f(d / 2);
+  for (int i = 0; i < d / 2; ++i) f[i] = float(1.0 / std::pow(1e6, 2.0 * i / d));
+  return f;
+}
+
+// The rope inputs of decode problem pr (one token per sequence): random fused QKV rows in
+// [-2, 2), positions, slots, frequencies, norm weights (used when `norm`) and a q_out buffer,
+// owned here; `r` points into them and at dev's caches, with pr's scales (fp8: k_scale as
+// make_paged_problem's). Neither copied nor moved.
+struct RopeInputs {
+  RopeInputs(const PagedProblem& pr, const PagedDeviceProblem& dev, bool norm, int position_offset)
+      : qkv(random_bf16(
+            pr.layout.ctx_lens.size() * size_t(pr.num_q_heads + 2 * pr.num_kv_heads) * pr.head_dim,
+            21, -2.0f, 2.0f)),
+        q_norm(random_bf16(pr.head_dim, 22, 0.5f, 1.5f)),
+        k_norm(random_bf16(pr.head_dim, 23, 0.5f, 1.5f)),
+        q_out(pr.layout.ctx_lens.size() * pr.num_q_heads * pr.head_dim),
+        positions(token_positions(pr.layout, position_offset)),
+        slots(token_slots(pr.layout)),
+        inv_freq(inv_freqs(pr.head_dim)) {
+    r.qkv = qkv.get();
+    r.q_norm = norm ? q_norm.get() : nullptr;
+    r.k_norm = norm ? k_norm.get() : nullptr;
+    r.positions = positions.get();
+    r.inv_freq = inv_freq.get();
+    r.slot_mapping = slots.get();
+    r.q_out = q_out.get();
+    r.k_cache = dev.k.get();
+    r.v_cache = dev.v.get();
+    r.num_tokens = int(pr.layout.ctx_lens.size());
+    r.num_q_heads = pr.num_q_heads;
+    r.num_kv_heads = pr.num_kv_heads;
+    r.head_dim = pr.head_dim;
+    r.eps = 1e-6f;
+    r.cache_dtype = pr.cache_dtype;
+    r.k_scale = is_fp8(pr.cache_dtype) ? 1.5f / cache_max(pr.cache_dtype) : 1.0f;
+    r.v_scale = pr.v_scale;
+  }
+  DeviceBuffer<bf16> qkv, q_norm, k_norm, q_out;
+  DeviceBuffer<int32_t> positions, slots;
+  DeviceBuffer<float> inv_freq;
+  kc::QkNormRopeKvParams r{};
+};
+
 void check(const RopeCase& rc, const std::vector<int>& ctx_lens, int bound) {
   SCOPED_TRACE(std::string(rc.name) + ", bound " + std::to_string(bound));
   PagedCase c;
@@ -49,48 +112,13 @@ void check(const RopeCase& rc, const std::vector<int>& ctx_lens, int bound) {
   c.max_context_bound = bound;
   const PagedProblem pr = make_paged_problem(c, uint32_t(7 + rc.d + rc.hq));
   PagedDeviceProblem dev(pr, bound);
-  const PagedLayout& l = pr.layout;
-  const int S = int(l.ctx_lens.size()), D = rc.d;
-
-  // The step's fused QKV rows; each sequence's token is its key ctx − 1, in that key's slot.
-  const size_t row = size_t(rc.hq + 2 * rc.hkv) * D;
-  DeviceBuffer<bf16> qkv(random_bf16(size_t(S) * row, 21, -2.0f, 2.0f));
-  std::vector<int32_t> positions(S), slots(S);
-  for (int s = 0; s < S; ++s) {
-    const int key = l.ctx_lens[s] - 1;
-    positions[s] = key + rc.position_offset;
-    slots[s] =
-        l.tables[size_t(s) * l.max_blocks + key / l.block_size] * l.block_size + key % l.block_size;
-  }
-  std::vector<float> inv_freq(D / 2);
-  for (int i = 0; i < D / 2; ++i) inv_freq[i] = float(1.0 / std::pow(1e6, 2.0 * i / D));
-  DeviceBuffer<int32_t> d_positions(positions), d_slots(slots);
-  DeviceBuffer<float> d_freq(inv_freq);
-  DeviceBuffer<bf16> q_norm(random_bf16(D, 22, 0.5f, 1.5f)), k_norm(random_bf16(D, 23, 0.5f, 1.5f));
-  DeviceBuffer<bf16> q_out(size_t(S) * rc.hq * D);
-  kc::QkNormRopeKvParams r{};
-  r.qkv = qkv.get();
-  r.q_norm = rc.norm ? q_norm.get() : nullptr;
-  r.k_norm = rc.norm ? k_norm.get() : nullptr;
-  r.positions = d_positions.get();
-  r.inv_freq = d_freq.get();
-  r.slot_mapping = d_slots.get();
-  r.q_out = q_out.get();
-  r.k_cache = dev.k.get();
-  r.v_cache = dev.v.get();
-  r.num_tokens = S;
-  r.num_q_heads = rc.hq;
-  r.num_kv_heads = rc.hkv;
-  r.head_dim = D;
-  r.eps = 1e-6f;
-  r.cache_dtype = rc.dtype;
-  r.k_scale = is_fp8(rc.dtype) ? 1.5f / cache_max(rc.dtype) : 1.0f;
-  r.v_scale = pr.v_scale;
+  const RopeInputs in(pr, dev, rc.norm, rc.position_offset);
+  const kc::QkNormRopeKvParams& r = in.r;
 
   // The twin: qk_norm_rope_kv, then paged_attention on its q.
   dev.poison();
   kc::qk_norm_rope_kv(r, nullptr);
-  dev.params.q = q_out.get();
+  dev.params.q = in.q_out.get();
   kc::paged_attention(dev.params, nullptr);
   cuda_check(cudaDeviceSynchronize(), "two kernels");
   const std::vector<bf16> want = dev.out.download();
@@ -149,21 +177,8 @@ TEST(DecodeRope, RejectsParametersThatDisagree) {
   c.d = 64;
   const PagedProblem pr = make_paged_problem(c, 3);
   PagedDeviceProblem dev(pr, 0);
-  DeviceBuffer<bf16> qkv(random_bf16(size_t(6) * 64, 4));
-  DeviceBuffer<int32_t> position(std::vector<int32_t>{4});
-  DeviceBuffer<int32_t> slot(std::vector<int32_t>{pr.layout.tables[0] * pr.layout.block_size + 4});
-  DeviceBuffer<float> freq(std::vector<float>(32, 1.0f));
-  kc::QkNormRopeKvParams r{};
-  r.qkv = qkv.get();
-  r.positions = position.get();
-  r.inv_freq = freq.get();
-  r.slot_mapping = slot.get();
-  r.k_cache = dev.k.get();
-  r.v_cache = dev.v.get();
-  r.num_tokens = 1;
-  r.num_q_heads = 4;
-  r.num_kv_heads = 1;
-  r.head_dim = 64;
+  const RopeInputs in(pr, dev, false, 0);
+  const kc::QkNormRopeKvParams& r = in.r;
   dev.params.q = nullptr;
   auto expect_error = [&](kc::QkNormRopeKvParams bad, const char* part) {
     try {

@@ -463,8 +463,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   if constexpr (kRope) {  // weights
     const auto* q_norm = reinterpret_cast<const __nv_bfloat16*>(rope_args.q_norm);
     const auto* k_norm = reinterpret_cast<const __nv_bfloat16*>(rope_args.k_norm);
-    rope::load_weights<D>(q_norm, rope_args.inv_freq, lane, true, qw1, qw2, freq);
-    rope::load_weights<D>(k_norm, rope_args.inv_freq, lane, true, kw1, kw2, freq);
+    rope::load_norm_weights<D>(q_norm, lane, true, qw1, qw2);
+    rope::load_norm_weights<D>(k_norm, lane, true, kw1, kw2);
+    rope::load_inv_freq<D>(rope_args.inv_freq, lane, true, freq);
   }
 
   // Three independent loads in flight together: the context length, the table entries of the

@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   // Weights before pdl_wait (constant during a step, never written by an earlier kernel).
   const __nv_bfloat16* norm_w = is_q ? q_norm : k_norm;
   float w1[L::kPairs], w2[L::kPairs], freq[L::kPairs];
-  rope::load_weights<D>(norm_w, inv_freq, lane, in_range && !is_v, w1, w2, freq);
+  rope::load_norm_weights<D>(norm_w, lane, in_range && !is_v, w1, w2);
+  rope::load_inv_freq<D>(inv_freq, lane, in_range && !is_v, freq);
   pdl_wait();
   pdl_launch_dependents();
   if (!in_range) return;

@@ -22,22 +22,29 @@ struct Lanes {
   __device__ __forceinline__ static bool owns(int lane, int j) { return lane + 32 * j < kHalf; }
 };
 
-// Norm weights (null: 0) and inverse frequencies of this lane's pairs. `ok`: the lane takes part
-// (false: zeros). Weights only: callable before pdl_wait.
+// Norm weights of this lane's pairs (0 where norm_w is null or `ok` is false). Weights only:
+// callable before pdl_wait.
 template <int D>
-__device__ __forceinline__ void load_weights(const __nv_bfloat16* norm_w, const float* inv_freq,
-                                             int lane, bool ok, float (&w1)[Lanes<D>::kPairs],
-                                             float (&w2)[Lanes<D>::kPairs],
-                                             float (&freq)[Lanes<D>::kPairs]) {
+__device__ __forceinline__ void load_norm_weights(const __nv_bfloat16* norm_w, int lane, bool ok,
+                                                  float (&w1)[Lanes<D>::kPairs],
+                                                  float (&w2)[Lanes<D>::kPairs]) {
   using L = Lanes<D>;
 #pragma unroll
   for (int j = 0; j < L::kPairs; ++j) {
     const int i = lane + 32 * j;
-    const bool own = ok && L::owns(lane, j);
-    w1[j] = own && norm_w != nullptr ? __bfloat162float(norm_w[i]) : 0.0f;
-    w2[j] = own && norm_w != nullptr ? __bfloat162float(norm_w[i + L::kHalf]) : 0.0f;
-    freq[j] = own ? inv_freq[i] : 0.0f;
+    const bool load = ok && norm_w != nullptr && L::owns(lane, j);
+    w1[j] = load ? __bfloat162float(norm_w[i]) : 0.0f;
+    w2[j] = load ? __bfloat162float(norm_w[i + L::kHalf]) : 0.0f;
   }
+}
+
+// Inverse frequencies of this lane's pairs (0 where `ok` is false). Callable before pdl_wait.
+template <int D>
+__device__ __forceinline__ void load_inv_freq(const float* inv_freq, int lane, bool ok,
+                                              float (&freq)[Lanes<D>::kPairs]) {
+#pragma unroll
+  for (int j = 0; j < Lanes<D>::kPairs; ++j)
+    freq[j] = ok && Lanes<D>::owns(lane, j) ? inv_freq[lane + 32 * j] : 0.0f;
 }
 
 // This lane's pairs of the head at `src` (D bf16 values), as fp32; 0 for pairs it does not own.
