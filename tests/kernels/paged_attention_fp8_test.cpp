@@ -76,8 +76,8 @@ TEST(CudaPagedAttentionFp8, DecodeManySplitsAndUnsplitBatch) {
 }
 
 // Short and medium contexts at batch 1 and 3, exact and loose bounds (see the bf16 test of the
-// same name): one active split, one-tile splits merged by the last CTA, and multi-tile splits
-// whose block-table entries are re-read (ctx 1024 under the bound 1024: 8 splits of 128 keys).
+// same name): one active split, and splits of the fp8 floor of four tiles merged by the last CTA
+// (ctx 1024: 4 splits of 256 keys).
 TEST(CudaPagedAttentionFp8, DecodeShortAndMediumContexts) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   const std::vector<int> contexts = {1, 15, 16, 17, 56, 300, 1024};

@@ -57,15 +57,16 @@ TEST(CudaPagedAttention, DecodeExactBoundVScaleAndBigGroup) {
 }
 
 // More than 16 active splits take the two-level merge (groups of 8 splits, then the groups). One
-// sequence with one q head per KV head under a 4096 bound gets 64 splits of one tile each, so a
-// context of T tiles has T active splits: 17 (groups 8, 8, 1), 37 (8, 8, 8, 8, 5), 62 (the last
-// group 6), 64 (eight full groups); 16 merges flat.
+// sequence with one q head per KV head under a 4096 bound gets 64 splits sized and splits of the
+// bf16 floor of two tiles (decode_min_tiles), so a context of T tiles has ⌈T / 2⌉ active splits:
+// 2112 keys 17 (groups 8, 8, 1), 2363 keys 19 (8, 8, 3), 3950 keys 31 (the last group 7), 4096
+// keys 32 (four full groups); 2048 keys (16) merge flat.
 TEST(CudaPagedAttention, DecodeTwoLevelMergeGroupSizes) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   ASSERT_EQ(kernels::cuda::paged_attention_num_splits(1, 2, 2, 4096), 64);
   uint32_t seed = 120;
   for (int d : {64, 128}) {
-    for (int ctx : {1088, 2363, 3950, 4096, 1024}) {
+    for (int ctx : {2112, 2363, 3950, 4096, 2048}) {
       PagedCase c{{1}, {ctx}, 2, 2, d};
       c.max_context_bound = 4096;
       EXPECT_LT(run_paged_case(c, seed++), kTol) << "D=" << d << " ctx=" << ctx;
@@ -76,9 +77,9 @@ TEST(CudaPagedAttention, DecodeTwoLevelMergeGroupSizes) {
 }
 
 // Split counts from the wave model (paged_attention.cu): a loose bound on few sequences gives
-// many splits of uneven fill (on an H200 32 splits of 256 keys: all used for 8191 keys, 5 of 64
-// keys for 300, 1 for 64), and a full batch at an exact bound a single split streaming 8 tiles
-// through the pipeline.
+// many splits of uneven fill (on an H200 32 splits of 256 keys: all used for 8191 keys, their
+// block-table entries re-read once the context is known; 3 of 128 keys for 300, 1 for 64), and a
+// full batch at an exact bound a single split streaming 8 tiles through the pipeline.
 TEST(CudaPagedAttention, DecodeManySplitsAndUnsplitBatch) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   PagedCase loose{{1, 1, 1}, {8191, 300, 64}, 32, 4, 128};
@@ -117,9 +118,9 @@ TEST(CudaPagedAttention, DecodeFullBatchUnderLooseBound) {
 
 // Short and medium contexts at batch 1 and 3 (the Qwen3 shape and a D64 GQA-4 one), under the
 // exact bound and under loose ones (CUDA graphs bound by max_model_len): a single active split
-// (written directly, no merge), several one-tile splits merged by the last CTA (fast path of the
-// guessed block-table entries), and multi-tile splits (entries re-read once the context is
-// known, e.g. ctx 1024 under the bound 1024). Contexts end inside and at block boundaries.
+// (written directly, no merge) and several splits of the two-tile floor merged by the last CTA
+// (the guessed block-table entries' fast path; e.g. ctx 1024: 8 splits of 128 keys). Contexts end
+// inside and at block boundaries.
 TEST(CudaPagedAttention, DecodeShortAndMediumContexts) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   const std::vector<int> contexts = {1, 15, 16, 17, 56, 300, 1024};

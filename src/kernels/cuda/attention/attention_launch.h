@@ -39,12 +39,13 @@ constexpr int kMergeTiles = 2;
 // `pairs` (sequence, head group) pairs of the grid, need more than one wave of `slots` CTAs, the
 // most splits that fit one wave are taken instead if the cost model finds them no slower (e.g.
 // batch 64, 4 KV heads, 1024 keys under a 40960 bound: 1 split of 16 tiles instead of 3 of 6 in
-// two waves).
+// two waves). Every split then takes at least min_tiles tiles (paged_decode.cu's
+// decode_min_tiles), fewer splits if need be.
 struct DecodePartition {
   int chunk_keys, active;
 };
 __device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_splits, int rows,
-                                                            int pairs, int slots) {
+                                                            int pairs, int slots, int min_tiles) {
   if (ctx <= 0) return {kDecodeTileKeys, 0};
   const int tiles = (ctx + kDecodeTileKeys - 1) / kDecodeTileKeys;
   const int balanced = max(int(sqrtf(float(tiles) * float(rows) * (1.0f / kDecodeTileKeys))), 1);
@@ -58,6 +59,7 @@ __device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_spl
     const int one_wave_cost = one_wave + kCtaFixedTiles + (one_wave < tiles ? kMergeTiles : 0);
     if (one_wave_cost <= cost) per_split = one_wave;
   }
+  per_split = max(per_split, min_tiles);
   return {per_split * kDecodeTileKeys, (tiles + per_split - 1) / per_split};
 }
 #endif

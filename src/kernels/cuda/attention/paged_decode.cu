@@ -11,8 +11,9 @@
 // Latency at small batch is a chain of dependent loads, so the kernel starts three independent
 // ones together right after pdl_wait(): the context length, q (row = sequence: decode has one
 // query row per sequence) and the block-table entries of its first kStages tiles, guessed for a
-// split of one tile (exact whenever the sequence's splits get one tile each; otherwise re-read
-// once the context and the split choice are known). Then kStages shared-memory stages of [K tile |
+// split of min_tiles tiles (decode_min_tiles: exact whenever the sequence's splits get that floor,
+// as short and medium contexts do; otherwise re-read once the context and the split choice are
+// known). Then kStages shared-memory stages of [K tile |
 // V tile] are filled by cp.async; the block-table entries of the next tile to issue are loaded into
 // registers one iteration before their slot arithmetic (from L1: the CTA's later entries are
 // prefetched there), so no issue waits on a global load.
@@ -30,6 +31,9 @@
 // (2c, 2c+1) of dims (2g, 2g+1); one byte permute per dim makes an e4m3x2 key pair, i.e. a B
 // register of an n-tile holding the even (or odd) dims of a 16-dim block. The accumulator
 // columns are therefore permuted, which the epilogue undoes (o_dim()).
+
+#include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
@@ -438,8 +442,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
                   const int32_t* __restrict__ context_lens,
                   const int32_t* __restrict__ block_tables, int max_blocks_per_seq, int block_size,
                   int num_q_heads, int num_kv_heads, float scale_log2, float v_scale,
-                  int num_splits, int slots, bool fused_merge, float* __restrict__ o_part,
-                  float* __restrict__ lse_part, const __grid_constant__ DecodeRopeArgs rope_args) {
+                  int num_splits, int slots, int min_tiles, bool fused_merge,
+                  float* __restrict__ o_part, float* __restrict__ lse_part,
+                  const __grid_constant__ DecodeRopeArgs rope_args) {
   using S = DecodeShape<D, C>;
   constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -468,10 +473,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     rope::load_inv_freq<D>(rope_args.inv_freq, lane, true, freq);
   }
 
-  // Three independent loads in flight together: the context length, the table entries of the
-  // first kStages tiles if this split starts at one tile per split, and (without kRope) q.
+  // Independent loads in flight together: the context length, the table entries of the first
+  // kStages tiles if this split starts at min_tiles tiles per split, and q (without kRope) or the
+  // RoPE position and the new key's slot (kRope; issued later, they were one more round trip before
+  // pdl_wait: 13 % of the kernel's stall samples at Qwen3-30B batch 8).
   const int ctx = context_lens[seq];
-  const int guess_begin = split * kTileKeys;
+  [[maybe_unused]] int position = 0, new_key_slot = -1;
+  if constexpr (kRope) {
+    position = rope_args.positions[seq];
+    new_key_slot = rope_args.slot_mapping[seq];
+  }
+  const int guess_begin = split * min_tiles * kTileKeys;
   int entry[S::kStages][S::kRowsPerThread];
 #pragma unroll
   for (int s = 0; s < S::kStages; ++s)
@@ -482,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   if constexpr (!kRope) Q::load(q_pairs, q + (int64_t(seq) * num_q_heads + head0) * D, num_rows);
 
   const DecodePartition part =
-      decode_partition(ctx, num_splits, num_rows, gridDim.y * gridDim.z, slots);
+      decode_partition(ctx, num_splits, num_rows, gridDim.y * gridDim.z, slots, min_tiles);
   if (split >= part.active) {         // no key for this split (CTA-uniform)
     if constexpr (kRope) pdl_wait();  // launch_pdl's contract: no grid completes before waiting
     return;
@@ -526,8 +538,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   if constexpr (kRope) {
     // The angles and the slot are metadata: before pdl_wait.
     float cos_a[RL::kPairs], sin_a[RL::kPairs];
-    rope::angles<D>(float(rope_args.positions[seq]), freq, cos_a, sin_a);
-    const int new_slot = new_tile >= 0 ? rope_args.slot_mapping[seq] : -1;
+    rope::angles<D>(float(position), freq, cos_a, sin_a);
+    const int new_slot = new_tile >= 0 ? new_key_slot : -1;
     pdl_wait();  // the fused QKV rows come from the kernel before
     const __nv_bfloat16* qkv_row = reinterpret_cast<const __nv_bfloat16*>(rope_args.qkv) +
                                    int64_t(seq) * (num_q_heads + 2 * num_kv_heads) * D;
@@ -688,7 +700,8 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     merge_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                  const int32_t* __restrict__ context_lens, __nv_bfloat16* __restrict__ out,
-                 int num_q_heads, int num_kv_heads, int num_splits, int slots, float v_scale) {
+                 int num_q_heads, int num_kv_heads, int num_splits, int slots, int min_tiles,
+                 float v_scale) {
   __shared__ float scratch[kMergeScratchFloats];
   pdl_wait();  // the partials of decode_kernel
   pdl_launch_dependents();
@@ -698,12 +711,27 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_head = blockIdx.x / sub_groups;
   const int head0 = kv_head * group + (blockIdx.x % sub_groups) * 16;
   const int num_rows = min(16, kv_head * group + group - head0);
-  const int active =
-      decode_partition(context_lens[seq], num_splits, num_rows, gridDim.x * gridDim.y, slots)
-          .active;
+  const int active = decode_partition(context_lens[seq], num_splits, num_rows,
+                                      gridDim.x * gridDim.y, slots, min_tiles)
+                         .active;
   if (active <= 1) return;
   merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0, 1,
                           active, scratch, MergeOut::to_output(out, v_scale));
+}
+
+// The fewest 64-key tiles per active split: kStages, the tiles a CTA requests in its prologue.
+// With RoPE inside (paged_attention_rope) the prologue runs before pdl_wait, behind the kernel
+// before, so a split of up to kStages tiles streams nothing after it, and fewer splits write fewer
+// partials for a shorter merge (Qwen3-30B NVFP4 fp8 b8 on the H200: TPOT 4.47-4.48 ms vs
+// 4.51-4.53 with the cost model's 2-tile splits; bench/RESULTS.md). The two-kernel path takes the
+// same floor, so both split alike and give the same bits. SERVAL_DECODE_MIN_TILES=N sets the
+// floor instead (1: the cost model's choice alone), for A/B.
+int decode_min_tiles(int stages) {
+  static const int forced = [] {
+    const char* env = std::getenv("SERVAL_DECODE_MIN_TILES");
+    return env ? std::max(1, std::atoi(env)) : 0;
+  }();
+  return forced > 0 ? forced : stages;
 }
 
 template <int D, DType C>
@@ -717,18 +745,19 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
                   unsigned(p.num_seqs));
   const bool fused_merge = int64_t(grid.y) * grid.z <= kMaxMergeCounters;
   const int slots = kDecodeCtasPerSm * sm_count();
+  const int min_tiles = decode_min_tiles(DecodeShape<D, C>::kStages);
   constexpr float kLog2e = 1.4426950408889634f;
   launch_pdl("paged_attention_decode", kernel, grid, dim3(kThreads), kSmem, stream,
              reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.context_lens, p.block_tables,
              p.max_blocks_per_seq, p.block_size, p.num_q_heads, p.num_kv_heads, p.scale * kLog2e,
-             p.v_scale, num_splits, slots, fused_merge, o_part, lse_part,
+             p.v_scale, num_splits, slots, min_tiles, fused_merge, o_part, lse_part,
              rope_args ? *rope_args : DecodeRopeArgs{});
   if (num_splits > 1 && !fused_merge) {
     launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
                stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
-               p.num_q_heads, p.num_kv_heads, num_splits, slots, p.v_scale);
+               p.num_q_heads, p.num_kv_heads, num_splits, slots, min_tiles, p.v_scale);
   }
 }
 
