@@ -13,10 +13,10 @@
 // query row per sequence) and the block-table entries of its first kStages tiles, guessed for a
 // split of min_tiles tiles (decode_min_tiles: exact whenever the sequence's splits get that floor,
 // as short and medium contexts do; otherwise re-read once the context and the split choice are
-// known). Then kStages shared-memory stages of [K tile |
-// V tile] are filled by cp.async; the block-table entries of the next tile to issue are loaded into
-// registers one iteration before their slot arithmetic (from L1: the CTA's later entries are
-// prefetched there), so no issue waits on a global load.
+// known). Then kStages shared-memory stages of [K tile | V tile] are filled by cp.async; the
+// block-table entries of the next tile to issue are loaded into registers one iteration before
+// their slot arithmetic (from L1: the CTA's later entries are prefetched there), so no issue waits
+// on a global load.
 //
 // paged_attention_rope runs the variant kRope, which also does qk_norm_rope_kv's work (one kernel
 // less per layer and step): q and the new key and value come unprocessed from the fused QKV rows.
