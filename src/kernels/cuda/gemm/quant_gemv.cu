@@ -78,6 +78,13 @@ constexpr int kSlotFloats = 8 * 32;  // per token block
 constexpr int kMergeBatch = 7;  // slots loaded at once by the merging warp (8: FP8 80 → 96 regs)
 __device__ float g_gemv_partials[size_t(kGemvMaxSplitItems) * kSlotFloats];
 __device__ unsigned int g_gemv_arrivals[kGemvMaxSplitTiles];
+// The MMAs' B columns past m read this zero row rather than copies of token m − 1: zeros toggle
+// fewer tensor-core bits, and sustained decode runs at the board's 700 W cap, where less energy
+// per weight is a higher SM clock (Llama-70B NVFP4 b1 sustained TPOT −0.5 %, bench/RESULTS.md
+// 2026-12-03). Zero at module load, never written; rows of k ≤ 2 · kZeroRowWords use it (longer
+// rows keep the copies).
+constexpr int kZeroRowWords = 32768;
+__device__ __align__(16) uint32_t g_zero_row[kZeroRowWords];
 
 struct GemvArgs {
   const uint8_t* data;
@@ -90,6 +97,7 @@ struct GemvArgs {
   bool y_f32;
   bool swiglu;  // y [m, n/2] = silu(gate) · up over the tiled gate/up rows (quant_gemm.h)
   bool x_aligned16;
+  bool zero_pad;  // B columns ≥ m read g_zero_row (k ≤ 2 · kZeroRowWords)
   int m, n, k;
   int k_blocks, n_tiles;
   float alpha;
@@ -267,15 +275,17 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
 
   __syncthreads();  // scale table built
 
-  // B fragments of lane (g, t) in token block nb: token 8·nb + g (clamped: MMA columns are
-  // independent, tokens ≥ m never stored); k16 step s takes words 8t + 2s and 8t + 2s + 1 of the
-  // k block's 32 (the permuted columns of quant_gemm.h): 32 consecutive bytes, two 16-byte loads
-  // when x is 16-byte aligned. k % 8 == 0, so each 4-word quarter is wholly inside the row or
-  // wholly past it.
+  // B fragments of lane (g, t) in token block nb: token 8·nb + g; tokens ≥ m read g_zero_row (or
+  // token m − 1 when the row is longer: MMA columns are independent, tokens ≥ m never stored).
+  // k16 step s takes words 8t + 2s and 8t + 2s + 1 of the k block's 32 (the permuted columns of
+  // quant_gemm.h): 32 consecutive bytes, two 16-byte loads when x is 16-byte aligned. k % 8 == 0,
+  // so each 4-word quarter is wholly inside the row or wholly past it.
   const uint32_t* xl[NB];
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
-    xl[nb] = a.x + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
+    xl[nb] = a.zero_pad && 8 * nb + g >= a.m
+                 ? g_zero_row + 32 * size_t(kb0) + 8 * t
+                 : a.x + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
   const int words = a.k / 2;  // valid words of a token row
   auto load_b = [&](int i, uint32_t(&b)[NB][8]) {
     const int left = words - 32 * (kb0 + i) - 8 * t;  // valid words from a row's k block i on
@@ -684,6 +694,7 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   a.y_f32 = p.y_f32;
   a.swiglu = p.swiglu;
   a.x_aligned16 = is_aligned16(p.x);
+  a.zero_pad = w.k / 2 <= kZeroRowWords;
   a.m = p.m;
   a.n = w.n;
   a.k = w.k;

@@ -5,10 +5,10 @@
 // tile's four k16 MMAs and one 8-byte load their block scales. A warp streams a contiguous run of
 // tiles of one strip through a register ring (kDepth tiles in flight), dequantizes them exactly as
 // the grouped GEMM does (dequant_nvfp4 of nvfp4_fragment.cuh: bf16 e2m1·scale·2⁻⁶²) and multiplies
-// them with the token's activations as the MMA's B side: every B column holds the same activation
-// vector, so column 0 of the accumulator (lanes t4 = 0) is the result and the other columns are
-// ignored. The K range of a strip is split over the warps of a CTA (partial sums in shared memory,
-// added in warp order), so that at one token the whole layer's weights are in flight at once.
+// them with the token's activations as the MMA's B side: B column 0 holds the activation vector
+// and the other columns zeros, so column 0 of the accumulator (lanes t4 = 0) is the result. The K
+// range of a strip is split over the warps of a CTA (partial sums in shared memory, added in warp
+// order), so that at one token the whole layer's weights are in flight at once.
 //   gate_up: CTA = (pair, 16 channels): the gate strip and the matching up strip (rows
 //            inter + 16·mt ...) share the activation fragments; SwiGLU in the epilogue.
 //   down:    CTA = (token, 16 hidden rows): the tiles of the token's local choices (in choice
@@ -107,9 +107,19 @@ __device__ __forceinline__ void load_b(const uint32_t* staged, int kb, int t4, u
   b23 = p[1];
 }
 
-// Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row.
+// 32 zero words after the staged activations, read as B by the lanes of columns ≥ 1, whose
+// results are not used: zeros toggle fewer tensor-core bits than copies of the activations (the
+// GPU decodes at its power cap; see g_zero_row in quant_gemv.cu). Written before the barrier that
+// publishes the staging.
+constexpr size_t kZeroBytes = 128;
+__device__ __forceinline__ void zero_words(uint32_t* z) {
+  if (threadIdx.x < 32) z[threadIdx.x] = 0u;
+}
+
+// Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row,
+// zero words.
 constexpr size_t gate_up_smem(int warps, int hidden) {
-  return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2;
+  return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2 + kZeroBytes;
 }
 
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
@@ -123,6 +133,9 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   uint32_t* xs = reinterpret_cast<uint32_t*>(part + kWarps * 2 * 16);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   build_nvfp4_scale_table(lut);
+  uint32_t* zeros = xs + p.hidden / 2;
+  zero_words(zeros);
+  const bool dead = g != 0;  // a B column whose result is not used
   const int strips = p.inter / 16;
   const int pair = blockIdx.x / strips, mt = blockIdx.x % strips;
   pdl_wait();  // the expert ids (or, kRoute, the router logits) come from the kernel before
@@ -187,7 +200,7 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
       const int i = i0 + s;
       if (i >= n) break;
       uint4 b01, b23;
-      load_b(xs, kb0 + i, t4, b01, b23);
+      load_b(dead ? zeros : xs, dead ? 0 : kb0 + i, t4, b01, b23);
       mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
       mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
       load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
@@ -233,7 +246,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 constexpr size_t kDownChoiceBytes = 2 * kMaxTopK * 4 + 16;
 constexpr size_t down_smem(int warps, int top_k, int inter) {
   return 1024 + kDownChoiceBytes + size_t(kMaxTopK) * warps * 16 * 4 + kMaxTopK * 16 * 4 +
-         size_t(top_k) * inter * 2;
+         size_t(top_k) * inter * 2 + kZeroBytes;
 }
 
 // CTA = (token t, strip hs of 16 hidden rows). The token's local choices c = 0 .. n_local − 1
@@ -253,6 +266,9 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
   uint32_t* acts = reinterpret_cast<uint32_t*>(ys + kMaxTopK * 16);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   build_nvfp4_scale_table(lut);
+  uint32_t* zeros = acts + size_t(p.top_k) * p.inter / 2;
+  zero_words(zeros);
+  const bool dead = g != 0;  // a B column whose result is not used
   const int strips = p.hidden / 16;
   const int t = blockIdx.x / strips, hs = blockIdx.x % strips;
   // The ids (or, kRoute, the router logits) before the PDL wait: this grid starts only after
@@ -329,7 +345,7 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
       const int i = i0 + s;
       if (i >= n) break;
       uint4 b01, b23;
-      load_b(acts + size_t(vc) * (p.inter / 2), vkb, t4, b01, b23);
+      load_b(dead ? zeros : acts + size_t(vc) * (p.inter / 2), dead ? 0 : vkb, t4, b01, b23);
       mma_tile(acc, wq[s], sq[s], b01, b23, lut);
       const bool choice_done = vkb + 1 == KT;
       if (choice_done || i + 1 == n) {  // this warp's last tile of choice vc
