@@ -347,28 +347,37 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
                           MergeOut::to_output(out, v_scale));
 }
 
-// kRope: q's rows of this CTA, RoPE'd (and q-normed) from the fused QKV row into the staged
+// kRope: q's rows of this CTA, loaded by load_rope_q, RoPE'd (and q-normed) into the staged
 // fragments (QStage's layout, rows ≥ num_rows zero), the same bits as qk_norm_rope_kv's q_out.
 // Warp w takes rows w, w + kWarps, ...; lane l holds dims i and i + D/2 (rope_lane.cuh) and pairs
 // them with lane l ^ 1 into the (d, d + 1) words of the fragments. After pdl_wait; whole warp.
-template <int D, bool kFp8>
-__device__ __forceinline__ void stage_rope_q(uint32_t* q_staged, const __nv_bfloat16* q_row0,
-                                             const DecodeRopeArgs& rope_args, int num_rows,
-                                             int warp, int lane,
-                                             const float (&w1)[rope::Lanes<D>::kPairs],
-                                             const float (&w2)[rope::Lanes<D>::kPairs],
-                                             const float (&cos_a)[rope::Lanes<D>::kPairs],
-                                             const float (&sin_a)[rope::Lanes<D>::kPairs]) {
-  using L = rope::Lanes<D>;
-  using Q = QStage<D, kFp8>;
-  static_assert(L::kHalf % 2 == 0, "dims i, i + 1 pair up across lanes");
-  constexpr int kRowsPerWarp = 16 / kWarps;
-  float x1[kRowsPerWarp][L::kPairs], x2[kRowsPerWarp][L::kPairs];
+constexpr int kRopeQRowsPerWarp = 16 / kWarps;
+
+// kRope: this warp's raw q rows (rows w, w + kWarps, ... of the CTA's 16) from the fused QKV row,
+// as load_head gives them; rows ≥ num_rows untouched. After pdl_wait.
+template <int D>
+__device__ __forceinline__ void load_rope_q(float (&x1)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
+                                            float (&x2)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
+                                            const __nv_bfloat16* q_row0, int num_rows, int warp,
+                                            int lane) {
 #pragma unroll
-  for (int k = 0; k < kRowsPerWarp; ++k) {  // every row's loads in flight together
+  for (int k = 0; k < kRopeQRowsPerWarp; ++k) {  // every row's loads in flight together
     const int r = warp + kWarps * k;
     if (r < num_rows) rope::load_head<D>(q_row0 + r * D, lane, x1[k], x2[k]);
   }
+}
+
+template <int D, bool kFp8>
+__device__ __forceinline__ void stage_rope_q(
+    uint32_t* q_staged, float (&x1)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
+    float (&x2)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs], const DecodeRopeArgs& rope_args,
+    int num_rows, int warp, int lane, const float (&w1)[rope::Lanes<D>::kPairs],
+    const float (&w2)[rope::Lanes<D>::kPairs], const float (&cos_a)[rope::Lanes<D>::kPairs],
+    const float (&sin_a)[rope::Lanes<D>::kPairs]) {
+  using L = rope::Lanes<D>;
+  using Q = QStage<D, kFp8>;
+  static_assert(L::kHalf % 2 == 0, "dims i, i + 1 pair up across lanes");
+  constexpr int kRowsPerWarp = kRopeQRowsPerWarp;
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
     const int r = warp + kWarps * k;  // warp-uniform
@@ -397,23 +406,30 @@ __device__ __forceinline__ void stage_rope_q(uint32_t* q_staged, const __nv_bflo
   }
 }
 
-// kRope, the CTA holding key ctx − 1: warp 0 computes that key (k-norm, RoPE, / k_scale) and warp
-// 1 its value (/ v_scale) from the fused QKV row, as cache elements in `row` (rope::encode_head);
-// sub-group 0 of the KV head also appends them to the caches at `slot` (≥ 0) for later steps.
-// After pdl_wait; warps 0 and 1 only.
-template <int D, DType C>
-__device__ __forceinline__ void rope_new_row(
-    uint32_t (&row)[rope::Lanes<D>::kPairs], const __nv_bfloat16* qkv_row,
-    const DecodeRopeArgs& rope_args, int slot, bool append, int num_q_heads, int num_kv_heads,
-    int kv_head, int warp, int lane, const float (&w1)[rope::Lanes<D>::kPairs],
-    const float (&w2)[rope::Lanes<D>::kPairs], const float (&cos_a)[rope::Lanes<D>::kPairs],
-    const float (&sin_a)[rope::Lanes<D>::kPairs]) {
-  using L = rope::Lanes<D>;
-  constexpr int kElemBytes = C == DType::kBF16 ? 2 : 1;
+// kRope, the CTA holding key ctx − 1: warp 0 loads that key's raw row and warp 1 its value's from
+// the fused QKV row (load_head's layout). After pdl_wait; warps 0 and 1 only.
+template <int D>
+__device__ __forceinline__ void load_new_row(float (&x1)[rope::Lanes<D>::kPairs],
+                                             float (&x2)[rope::Lanes<D>::kPairs],
+                                             const __nv_bfloat16* qkv_row, int num_q_heads,
+                                             int num_kv_heads, int kv_head, int warp, int lane) {
   const bool is_v = warp == 1;
-  float x1[L::kPairs], x2[L::kPairs];
   rope::load_head<D>(qkv_row + (num_q_heads + (is_v ? num_kv_heads : 0) + kv_head) * D, lane, x1,
                      x2);
+}
+
+// Then warp 0 computes the key (k-norm, RoPE, / k_scale) and warp 1 the value (/ v_scale) as cache
+// elements in `row` (rope::encode_head); sub-group 0 of the KV head also appends them to the caches
+// at `slot` (≥ 0) for later steps.
+template <int D, DType C>
+__device__ __forceinline__ void rope_new_row(
+    uint32_t (&row)[rope::Lanes<D>::kPairs], float (&x1)[rope::Lanes<D>::kPairs],
+    float (&x2)[rope::Lanes<D>::kPairs], const DecodeRopeArgs& rope_args, int slot, bool append,
+    int num_kv_heads, int kv_head, int warp, int lane, const float (&w1)[rope::Lanes<D>::kPairs],
+    const float (&w2)[rope::Lanes<D>::kPairs], const float (&cos_a)[rope::Lanes<D>::kPairs],
+    const float (&sin_a)[rope::Lanes<D>::kPairs]) {
+  constexpr int kElemBytes = C == DType::kBF16 ? 2 : 1;
+  const bool is_v = warp == 1;
   if (is_v) {
     rope::encode_head<D, C>(x1, x2, rope_args.inv_v_scale, row);
   } else {
@@ -543,11 +559,19 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     pdl_wait();  // the fused QKV rows come from the kernel before
     const __nv_bfloat16* qkv_row = reinterpret_cast<const __nv_bfloat16*>(rope_args.qkv) +
                                    int64_t(seq) * (num_q_heads + 2 * num_kv_heads) * D;
-    if (new_tile >= 0 && warp < 2)
-      rope_new_row<D, C>(new_row, qkv_row, rope_args, new_slot, blockIdx.y % sub_groups == 0,
-                         num_q_heads, num_kv_heads, kv_head, warp, lane, kw1, kw2, cos_a, sin_a);
-    stage_rope_q<D, kFp8>(q_staged, qkv_row + head0 * D, rope_args, num_rows, warp, lane, qw1, qw2,
-                          cos_a, sin_a);
+    // Every raw row of the warp requested before any is used: one round trip after the wait,
+    // also in the CTA holding the new key (its key's loads, then q's, were two).
+    const bool new_row_warp = new_tile >= 0 && warp < 2;  // warp-uniform
+    float nx1[RL::kPairs] = {}, nx2[RL::kPairs] = {};
+    if (new_row_warp)
+      load_new_row<D>(nx1, nx2, qkv_row, num_q_heads, num_kv_heads, kv_head, warp, lane);
+    float qx1[kRopeQRowsPerWarp][RL::kPairs], qx2[kRopeQRowsPerWarp][RL::kPairs];
+    load_rope_q<D>(qx1, qx2, qkv_row + head0 * D, num_rows, warp, lane);
+    if (new_row_warp)
+      rope_new_row<D, C>(new_row, nx1, nx2, rope_args, new_slot, blockIdx.y % sub_groups == 0,
+                         num_kv_heads, kv_head, warp, lane, kw1, kw2, cos_a, sin_a);
+    stage_rope_q<D, kFp8>(q_staged, qx1, qx2, rope_args, num_rows, warp, lane, qw1, qw2, cos_a,
+                          sin_a);
   }
   // The entries of the next tile to issue: loaded one iteration before the slot arithmetic that
   // uses them, so that their latency hides behind a tile's compute.
