@@ -142,21 +142,23 @@ void CublasLtGemm::run(const void* x, const void* w, const void* bias, void* y, 
     cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
     return status == cudaStreamCaptureStatusNone;
   };
-  // The first eager run of a shape (plan, timing, launch: the kernels cuBLASLt may load then)
-  // inside the thread's first-use fence (base/first_use_fence.h). Only a new shape, or one still
-  // to be timed, asks whether the stream is capturing.
-  const bool first = plans_.find({m, n, k, int(y_dtype), bias != nullptr}) == plans_.end();
-  const bool first_eager = first && is_eager();
-  FirstUseFence* fence = first_eager ? thread_first_use_fence() : nullptr;
+  // An eager run that may load kernels (gemm_run_may_load: a new shape, or one planned during a
+  // capture and still to be timed) runs inside the thread's first-use fence
+  // (base/first_use_fence.h). Only those runs ask whether the stream is capturing.
+  const auto found = plans_.find({m, n, k, int(y_dtype), bias != nullptr});
+  const bool planned = found != plans_.end();
+  const bool first_use =
+      gemm_run_may_load(planned, planned && !found->second.candidates.empty()) && is_eager();
+  FirstUseFence* fence = first_use ? thread_first_use_fence() : nullptr;
   if (fence) fence->before();
-  Plan& p = plan(m, n, k, y_dtype, bias != nullptr);
+  Plan& p = planned ? found->second : plan(m, n, k, y_dtype, bias != nullptr);
   if (bias) {
     cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof(bias)),
                  "bias pointer");
   }
   // Timing needs an eager stream; a capture keeps the heuristic's choice for now.
-  if (!p.candidates.empty() && (first ? first_eager : is_eager()))
+  if (!p.candidates.empty() && first_use)
     tune(p, {gemm_tune_bucket(m), n, k, int(y_dtype), bias != nullptr}, x, w, y, stream);
   const float alpha = 1.0f, beta = 0.0f;
   cublas_check(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,

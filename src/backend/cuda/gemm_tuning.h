@@ -50,4 +50,12 @@ inline int gemm_fastest(const std::vector<float>& median_ms) {
   return best;
 }
 
+// Whether CublasLtGemm::run may load kernels (cuBLASLt loads its kernels lazily): when the shape
+// has no plan yet (planning, timing, the first launch) or has one still to be timed (planned during
+// a graph capture, where nothing is timed). An eager run of such a shape goes inside the thread's
+// first-use fence (base/first_use_fence.h); every other run is a plain launch.
+inline bool gemm_run_may_load(bool planned, bool still_to_time) {
+  return !planned || still_to_time;
+}
+
 }  // namespace serval::backend::cuda

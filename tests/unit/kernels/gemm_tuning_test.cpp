@@ -35,5 +35,13 @@ TEST(GemmTuning, FastestByMedianTiesKeepTheHeuristicOrder) {
   EXPECT_EQ(gemm_fastest({}), -1);
 }
 
+TEST(GemmTuning, RunsThatMayLoadKernelsAreNewOrStillToBeTimed) {
+  EXPECT_TRUE(gemm_run_may_load(/*planned=*/false, /*still_to_time=*/false));
+  // Planned during a graph capture (nothing timed there): its first eager run times candidates,
+  // whose kernels cuBLASLt may load then (a tensor-parallel rank needs its first-use fence).
+  EXPECT_TRUE(gemm_run_may_load(true, true));
+  EXPECT_FALSE(gemm_run_may_load(true, false));
+}
+
 }  // namespace
 }  // namespace serval::backend::cuda
