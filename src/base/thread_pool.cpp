@@ -1,10 +1,8 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
 
-#include "base/log.h"
+#include "base/env.h"
 
 namespace serval {
 
@@ -22,27 +20,8 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-std::optional<int> parse_thread_count(std::string_view text) {
-  int value = 0;
-  const char* end = text.data() + text.size();
-  const auto [at, error] = std::from_chars(text.data(), end, value);
-  if (text.empty() || error != std::errc() || at != end || value < 1 || value > kMaxThreadCount)
-    return std::nullopt;
-  return value;
-}
-
 ThreadPool& ThreadPool::global() {
-  static ThreadPool pool([] {
-    const char* env = std::getenv("SERVAL_CPU_THREADS");
-    if (env == nullptr) return 0;
-    const std::optional<int> n = parse_thread_count(env);
-    if (!n)
-      log::warn(
-          "SERVAL_CPU_THREADS='{}' is not a thread count 1..{}: one thread per hardware "
-          "thread instead",
-          env, kMaxThreadCount);
-    return n.value_or(0);
-  }());
+  static ThreadPool pool(env_int("SERVAL_CPU_THREADS", 1, 4096, 0));
   return pool;
 }
 

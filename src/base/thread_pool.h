@@ -4,17 +4,10 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <optional>
-#include <string_view>
 #include <thread>
 #include <vector>
 
 namespace serval {
-
-// The thread count a SERVAL_CPU_THREADS value asks for: a whole number 1..kMaxThreadCount with
-// nothing else around it; nullopt otherwise.
-inline constexpr int kMaxThreadCount = 4096;
-std::optional<int> parse_thread_count(std::string_view text);
 
 class ThreadPool {
  public:
@@ -31,8 +24,8 @@ class ThreadPool {
   void parallel_for(int64_t n, int64_t min_chunk,
                     const std::function<void(int64_t begin, int64_t end)>& fn);
 
-  // The process-wide pool used by CPU kernels: SERVAL_CPU_THREADS threads (parse_thread_count),
-  // else one per hardware thread; a malformed value is logged and the default taken.
+  // The process-wide pool used by CPU kernels: SERVAL_CPU_THREADS threads (1..4096, base/env.h),
+  // else one per hardware thread.
   static ThreadPool& global();
 
  private:

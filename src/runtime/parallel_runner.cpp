@@ -1,10 +1,10 @@
 #include "runtime/parallel_runner.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 #include <string>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/first_use_fence.h"
 #include "base/log.h"
@@ -22,8 +22,7 @@ ParallelRunner::ParallelRunner(std::vector<std::unique_ptr<backend::Communicator
       bind_(std::move(bind)) {
   check(!ranks_.empty() && comms_.size() == ranks_.size(),
         "ParallelRunner: one communicator per rank");
-  const char* env = std::getenv("SERVAL_PARALLEL_STALL_S");
-  stall_limit_ = std::chrono::seconds(env ? std::max(0L, std::strtol(env, nullptr, 10)) : 600L);
+  stall_limit_ = std::chrono::seconds(env_int("SERVAL_PARALLEL_STALL_S", 0, 1 << 30, 600));
   for (int r = 1; r < size(); ++r) threads_.emplace_back(&ParallelRunner::rank_thread, this, r);
   watcher_ = std::thread(&ParallelRunner::watch, this);
 }

@@ -21,6 +21,7 @@
 #include "backend/cuda/step_graph.h"
 #include "backend/cuda/tensor_data.h"
 #include "backend/moe/moe_cuda.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "base/math.h"
 #include "base/thread_pool.h"
@@ -776,10 +777,7 @@ class CudaBackend final : public Backend {
   const bool fuse_moe_finalize_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_FINALIZE_NORM") == nullptr;
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
-  const int moe_route_in_gemv_tokens_ = [] {
-    const char* env = std::getenv("SERVAL_MOE_ROUTE_IN_GEMV");
-    return env ? std::atoi(env) : 1;
-  }();
+  const int moe_route_in_gemv_tokens_ = env_int("SERVAL_MOE_ROUTE_IN_GEMV", 0, 1 << 20, 1);
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask
 };
 

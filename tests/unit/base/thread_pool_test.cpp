@@ -1,4 +1,4 @@
-// ThreadPool: SERVAL_CPU_THREADS parsing and parallel_for's coverage of the range.
+// ThreadPool: parallel_for covers its range once, in chunks.
 #include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -8,14 +8,6 @@
 
 namespace serval {
 namespace {
-
-TEST(ThreadPool, ThreadCountIsAWholeNumberInRange) {
-  EXPECT_EQ(parse_thread_count("1"), 1);
-  EXPECT_EQ(parse_thread_count("16"), 16);
-  EXPECT_EQ(parse_thread_count("4096"), kMaxThreadCount);
-  for (const char* bad : {"", "0", "-2", "4097", "8 ", " 8", "8x", "abc", "1.5", "99999999999"})
-    EXPECT_EQ(parse_thread_count(bad), std::nullopt) << "'" << bad << "'";
-}
 
 TEST(ThreadPool, ParallelForCoversTheRangeOnce) {
   ThreadPool pool(3);

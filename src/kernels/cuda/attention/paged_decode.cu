@@ -33,8 +33,8 @@
 // columns are therefore permuted, which the epilogue undoes (o_dim()).
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "base/env.h"
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/decode_merge.cuh"
@@ -751,10 +751,7 @@ __global__ void __launch_bounds__(kThreads)
 // same floor, so both split alike and give the same bits. SERVAL_DECODE_MIN_TILES=N sets the
 // floor instead (1: the cost model's choice alone), for A/B.
 int decode_min_tiles(int stages) {
-  static const int forced = [] {
-    const char* env = std::getenv("SERVAL_DECODE_MIN_TILES");
-    return env ? std::max(1, std::atoi(env)) : 0;
-  }();
+  static const int forced = env_int("SERVAL_DECODE_MIN_TILES", 1, 1 << 20, 0);
   return forced > 0 ? forced : stages;
 }
 
