@@ -15,6 +15,7 @@
 
 #include "backend/moe/moe_cuda.h"
 #include "kernels/cuda/moe/moe_gemm.h"
+#include "kernels/cuda/moe/moe_gemv_nvfp4.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_bench_util.h"
@@ -104,7 +105,8 @@ void check(Layer& l, int T, MoeCudaBackend b) {
 }
 
 constexpr MoeCudaBackend kBoth[] = {MoeCudaBackend::kLatency, MoeCudaBackend::kThroughput};
-// 1..4 tokens take the latency backend's GEMV kernels (moe_gemv_nvfp4.h), more the grouped GEMMs.
+// 1..4 tokens take the latency backend's GEMV kernels (moe_gemv_nvfp4.h) by default
+// (MoeCudaArgs::gemv_max_tokens), more the grouped GEMMs.
 constexpr int kTokenCounts[] = {1, 2, 3, 4, 8, 17, 64, 255, 1024};
 
 class MoeNvfp4Gpu : public ::testing::Test {
@@ -161,8 +163,9 @@ TEST_F(MoeNvfp4Gpu, GraphReplayEqualsEager) {
   }
 }
 
-// The few-token GEMV kernels (what moe_forward_cuda runs at 1..4 tokens on the latency backend)
-// against the grouped GEMMs + finalize on the same routing: the maps the routing kernel left in
+// The few-token GEMV kernels (what moe_forward_cuda runs at 1..4 tokens on the latency backend by
+// default; here at every count they take, 1..kMoeGemvMaxTokens) against the grouped GEMMs +
+// finalize on the same routing: the maps the routing kernel left in
 // the workspace feed moe_grouped_gemm ×2 and moe_finalize into a second output. Both dequantize
 // to the same exact bf16 weights and round act, each expert's output and the output to bf16, so
 // only the fp32 summation order differs (MMA chains split over warps vs one chain): rare 1-ulp
@@ -174,9 +177,11 @@ TEST_F(MoeNvfp4Gpu, GemvMatchesGroupedGemm) {
   Layer mid(kSmall, 2, 4, 15);      // experts [2, 6): non-local choices, tokens with none
   Layer qslice(kQwen, 32, 32, 16);  // experts [32, 64) of the Qwen shape
   for (Layer* l : {&qwen(), &small, &mid, &qslice}) {
-    for (int T = 1; T <= 4; ++T) {
+    for (int T = 1; T <= serval::kernels::cuda::kMoeGemvMaxTokens; ++T) {
       Call c(*l, T, 500 + T);
-      const MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency);
+      MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency);
+      a.gemv_max_tokens = serval::kernels::cuda::kMoeGemvMaxTokens;
+      ASSERT_TRUE(moe_runs_gemv(a)) << "tokens " << T;
       const std::vector<uint16_t> gemv = [&] {
         c.run(a);
         return c.d_out.download<uint16_t>(size_t(T) * a.hidden);

@@ -19,7 +19,8 @@
 
 namespace serval::kernels::cuda {
 
-constexpr int kMoeGemvMaxTokens = 4;
+// The most tokens the kernels take (the backend runs them up to MoeCudaArgs::gemv_max_tokens).
+constexpr int kMoeGemvMaxTokens = 8;
 
 struct MoeGemvNvfp4Params {
   const bf16* x;  // [num_tokens, hidden]
