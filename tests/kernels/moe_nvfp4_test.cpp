@@ -232,9 +232,10 @@ TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
   for (Layer* l : {&qwen(), &small, &mid, &qslice}) {
     for (kernels::RoutingMethod method :
          {kernels::RoutingMethod::kSoftmaxTopK, kernels::RoutingMethod::kTopKSoftmax}) {
-      for (int T = 1; T <= 4; ++T) {
+      for (int T = 1; T <= serval::kernels::cuda::kMoeGemvMaxTokens; ++T) {
         Call c(*l, T, 700 + T);
         MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency, method);
+        a.gemv_max_tokens = serval::kernels::cuda::kMoeGemvMaxTokens;
         ASSERT_TRUE(moe_runs_gemv(a));
         const std::vector<float> routed = c.run(a);
         a.route_in_gemv = true;
@@ -247,8 +248,9 @@ TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
       }
     }
   }
-  Call c(small, 8, 9);  // 8 tokens run the grouped GEMMs: routing in the GEMVs is refused
+  Call c(small, 8, 9);  // past gemv_max_tokens, the grouped GEMMs: routing in the GEMVs refused
   MoeCudaArgs a = c.args(small, MoeCudaBackend::kLatency);
+  a.gemv_max_tokens = 4;
   a.route_in_gemv = true;
   EXPECT_THROW(moe_forward_cuda(a, nullptr), InvalidArgument);
 }
