@@ -36,9 +36,9 @@ struct MoeNvfp4Stack {
 // MoeCudaArgs::large_steps_on_throughput.
 bool moe_large_steps_on_throughput_default();
 // Steps of at most this many tokens run the NVFP4 expert GEMVs (moe_runs_gemv):
-// SERVAL_MOE_GEMV_MAX_TOKENS (1 .. kernels::cuda::kMoeGemvMaxTokens), else 4. EXPERIMENT: the
-// GEMVs at 5-8 tokens against the grouped GEMMs (measured: 4 is the crossover of the grouped
-// GEMMs of then, bench/RESULTS.md 2026-11-30).
+// SERVAL_MOE_GEMV_MAX_TOKENS (1 .. kernels::cuda::kMoeGemvMaxTokens), else 4, the kernels' limit
+// until they took 8. EXPERIMENT: the GEMVs at 5-8 tokens against the grouped GEMMs, not yet
+// measured.
 int moe_gemv_max_tokens_default();
 
 struct MoeCudaArgs {
