@@ -32,8 +32,6 @@
 // register of an n-tile holding the even (or odd) dims of a 16-dim block. The accumulator
 // columns are therefore permuted, which the epilogue undoes (o_dim()).
 
-#include <algorithm>
-
 #include "base/env.h"
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
@@ -347,11 +345,7 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
                           MergeOut::to_output(out, v_scale));
 }
 
-// kRope: q's rows of this CTA, loaded by load_rope_q, RoPE'd (and q-normed) into the staged
-// fragments (QStage's layout, rows ≥ num_rows zero), the same bits as qk_norm_rope_kv's q_out.
-// Warp w takes rows w, w + kWarps, ...; lane l holds dims i and i + D/2 (rope_lane.cuh) and pairs
-// them with lane l ^ 1 into the (d, d + 1) words of the fragments. After pdl_wait; whole warp.
-constexpr int kRopeQRowsPerWarp = 16 / kWarps;
+constexpr int kRopeQRowsPerWarp = 16 / kWarps;  // q rows of a CTA's 16 per warp
 
 // kRope: this warp's raw q rows (rows w, w + kWarps, ... of the CTA's 16) from the fused QKV row,
 // as load_head gives them; rows ≥ num_rows untouched. After pdl_wait.
@@ -367,6 +361,10 @@ __device__ __forceinline__ void load_rope_q(float (&x1)[kRopeQRowsPerWarp][rope:
   }
 }
 
+// kRope: q's rows of this CTA, loaded by load_rope_q, RoPE'd (and q-normed) into the staged
+// fragments (QStage's layout, rows ≥ num_rows zero), the same bits as qk_norm_rope_kv's q_out.
+// Warp w takes rows w, w + kWarps, ...; lane l holds dims i and i + D/2 (rope_lane.cuh) and pairs
+// them with lane l ^ 1 into the (d, d + 1) words of the fragments. After pdl_wait; whole warp.
 template <int D, bool kFp8>
 __device__ __forceinline__ void stage_rope_q(
     uint32_t* q_staged, float (&x1)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
@@ -377,9 +375,8 @@ __device__ __forceinline__ void stage_rope_q(
   using L = rope::Lanes<D>;
   using Q = QStage<D, kFp8>;
   static_assert(L::kHalf % 2 == 0, "dims i, i + 1 pair up across lanes");
-  constexpr int kRowsPerWarp = kRopeQRowsPerWarp;
 #pragma unroll
-  for (int k = 0; k < kRowsPerWarp; ++k) {
+  for (int k = 0; k < kRopeQRowsPerWarp; ++k) {
     const int r = warp + kWarps * k;  // warp-uniform
     uint32_t y1[L::kPairs] = {}, y2[L::kPairs] = {};
     if (r < num_rows) {
