@@ -57,10 +57,10 @@ TEST(CudaPagedAttention, DecodeExactBoundVScaleAndBigGroup) {
 }
 
 // More than 16 active splits take the two-level merge (groups of 8 splits, then the groups). One
-// sequence with one q head per KV head under a 4096 bound gets 64 splits sized and splits of the
-// bf16 floor of two tiles (decode_min_tiles), so a context of T tiles has ⌈T / 2⌉ active splits:
-// 2112 keys 17 (groups 8, 8, 1), 2363 keys 19 (8, 8, 3), 3950 keys 31 (the last group 7), 4096
-// keys 32 (four full groups); 2048 keys (16) merge flat.
+// sequence with one q head per KV head under a 4096 bound gets 64 split slots, and every split
+// takes at least the bf16 floor of two tiles (decode_min_tiles), so a context of T tiles has
+// ⌈T / 2⌉ active splits: 2112 keys 17 (groups 8, 8, 1), 2363 keys 19 (8, 8, 3), 3950 keys 31 (the
+// last group 7), 4096 keys 32 (four full groups); 2048 keys (16) merge flat.
 TEST(CudaPagedAttention, DecodeTwoLevelMergeGroupSizes) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   ASSERT_EQ(kernels::cuda::paged_attention_num_splits(1, 2, 2, 4096), 64);
