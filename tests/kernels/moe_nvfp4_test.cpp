@@ -15,7 +15,6 @@
 
 #include "backend/moe/moe_cuda.h"
 #include "kernels/cuda/moe/moe_gemm.h"
-#include "kernels/cuda/moe/moe_gemv_nvfp4.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_bench_util.h"
@@ -105,8 +104,7 @@ void check(Layer& l, int T, MoeCudaBackend b) {
 }
 
 constexpr MoeCudaBackend kBoth[] = {MoeCudaBackend::kLatency, MoeCudaBackend::kThroughput};
-// 1..4 tokens take the latency backend's GEMV kernels (moe_gemv_nvfp4.h) by default
-// (MoeCudaArgs::gemv_max_tokens), more the grouped GEMMs.
+// 1..4 tokens take the latency backend's GEMV kernels (moe_gemv_nvfp4.h), more the grouped GEMMs.
 constexpr int kTokenCounts[] = {1, 2, 3, 4, 8, 17, 64, 255, 1024};
 
 class MoeNvfp4Gpu : public ::testing::Test {
@@ -163,9 +161,8 @@ TEST_F(MoeNvfp4Gpu, GraphReplayEqualsEager) {
   }
 }
 
-// The few-token GEMV kernels (what moe_forward_cuda runs at 1..4 tokens on the latency backend by
-// default; here at every count they take, 1..kMoeGemvMaxTokens) against the grouped GEMMs +
-// finalize on the same routing: the maps the routing kernel left in
+// The few-token GEMV kernels (what moe_forward_cuda runs at 1..4 tokens on the latency backend)
+// against the grouped GEMMs + finalize on the same routing: the maps the routing kernel left in
 // the workspace feed moe_grouped_gemm ×2 and moe_finalize into a second output. Both dequantize
 // to the same exact bf16 weights and round act, each expert's output and the output to bf16, so
 // only the fp32 summation order differs (MMA chains split over warps vs one chain): rare 1-ulp
@@ -177,11 +174,9 @@ TEST_F(MoeNvfp4Gpu, GemvMatchesGroupedGemm) {
   Layer mid(kSmall, 2, 4, 15);      // experts [2, 6): non-local choices, tokens with none
   Layer qslice(kQwen, 32, 32, 16);  // experts [32, 64) of the Qwen shape
   for (Layer* l : {&qwen(), &small, &mid, &qslice}) {
-    for (int T = 1; T <= serval::kernels::cuda::kMoeGemvMaxTokens; ++T) {
+    for (int T = 1; T <= 4; ++T) {
       Call c(*l, T, 500 + T);
-      MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency);
-      a.gemv_max_tokens = serval::kernels::cuda::kMoeGemvMaxTokens;
-      ASSERT_TRUE(moe_runs_gemv(a)) << "tokens " << T;
+      const MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency);
       const std::vector<uint16_t> gemv = [&] {
         c.run(a);
         return c.d_out.download<uint16_t>(size_t(T) * a.hidden);
@@ -232,10 +227,9 @@ TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
   for (Layer* l : {&qwen(), &small, &mid, &qslice}) {
     for (kernels::RoutingMethod method :
          {kernels::RoutingMethod::kSoftmaxTopK, kernels::RoutingMethod::kTopKSoftmax}) {
-      for (int T = 1; T <= serval::kernels::cuda::kMoeGemvMaxTokens; ++T) {
+      for (int T = 1; T <= 4; ++T) {
         Call c(*l, T, 700 + T);
         MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency, method);
-        a.gemv_max_tokens = serval::kernels::cuda::kMoeGemvMaxTokens;
         ASSERT_TRUE(moe_runs_gemv(a));
         const std::vector<float> routed = c.run(a);
         a.route_in_gemv = true;
@@ -248,9 +242,8 @@ TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
       }
     }
   }
-  Call c(small, 8, 9);  // past gemv_max_tokens, the grouped GEMMs: routing in the GEMVs refused
+  Call c(small, 8, 9);  // 8 tokens run the grouped GEMMs: routing in the GEMVs is refused
   MoeCudaArgs a = c.args(small, MoeCudaBackend::kLatency);
-  a.gemv_max_tokens = 4;
   a.route_in_gemv = true;
   EXPECT_THROW(moe_forward_cuda(a, nullptr), InvalidArgument);
 }

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "base/env.h"
 #include "base/error.h"
 #include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_gemm.h"
@@ -86,11 +85,6 @@ bool moe_large_steps_on_throughput_default() {
   return on;
 }
 
-int moe_gemv_max_tokens_default() {
-  static const int n = env_int("SERVAL_MOE_GEMV_MAX_TOKENS", 1, kc::kMoeGemvMaxTokens, 4);
-  return n;
-}
-
 MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
   if (a.backend == MoeCudaBackend::kThroughput || !a.large_steps_on_throughput) return a.backend;
   return moe_latency_hands_over(a.num_tokens, a.top_k, a.num_experts,
@@ -101,7 +95,6 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
 
 bool moe_runs_gemv(const MoeCudaArgs& a) {
   return moe_step_kernels(a) == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kNvfp4 &&
-         a.num_tokens <= a.gemv_max_tokens &&
          kc::moe_gemv_nvfp4_supported(a.num_tokens, a.top_k, a.hidden, a.inter);
 }
 

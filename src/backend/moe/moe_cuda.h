@@ -35,11 +35,6 @@ struct MoeNvfp4Stack {
 // True unless SERVAL_MOE_LATENCY_KERNELS_ONLY=1 (side-by-side comparisons): see
 // MoeCudaArgs::large_steps_on_throughput.
 bool moe_large_steps_on_throughput_default();
-// Steps of at most this many tokens run the NVFP4 expert GEMVs (moe_runs_gemv):
-// SERVAL_MOE_GEMV_MAX_TOKENS (1 .. kernels::cuda::kMoeGemvMaxTokens), else 4, the kernels' limit
-// until they took 8. EXPERIMENT: the GEMVs at 5-8 tokens against the grouped GEMMs, not yet
-// measured.
-int moe_gemv_max_tokens_default();
 
 struct MoeCudaArgs {
   const bf16* x;               // [num_tokens, hidden], device
@@ -63,9 +58,6 @@ struct MoeCudaArgs {
   // Latency backend: steps past its tokens per expert limit (moe_hand_over.h) run the throughput
   // kernels (false: always the latency kernels, for tests and benchmarks of the kernels).
   bool large_steps_on_throughput = moe_large_steps_on_throughput_default();
-  // NVFP4 experts on the latency kernels: steps of at most this many tokens (≤
-  // kernels::cuda::kMoeGemvMaxTokens) run the expert GEMVs.
-  int gemv_max_tokens = moe_gemv_max_tokens_default();
   void* workspace = nullptr;  // device, 256-byte aligned, moe_workspace_bytes(...) bytes
   size_t workspace_bytes = 0;
   // True: an earlier kernel on `stream` (kernels/cuda/moe/moe_norm_router.h) already wrote this

@@ -19,8 +19,7 @@
 
 namespace serval::kernels::cuda {
 
-// The most tokens the kernels take (the backend runs them up to MoeCudaArgs::gemv_max_tokens).
-constexpr int kMoeGemvMaxTokens = 8;
+constexpr int kMoeGemvMaxTokens = 4;
 
 struct MoeGemvNvfp4Params {
   const bf16* x;  // [num_tokens, hidden]
