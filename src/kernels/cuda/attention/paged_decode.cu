@@ -316,7 +316,8 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
   // 128-byte alignment): the arrival's outcome is broadcast by __syncthreads_or.
   const int counter = blockIdx.z * gridDim.y + blockIdx.y;
   const bool tree = active > kFlatMergeMaxSplits;
-  __threadfence();  // this CTA's partials are visible before its arrival is counted
+  // Every thread's partial stores before thread 0's arrival, which releases them (and acquires
+  // the others' for the last CTA: arrive_acq_rel; __syncthreads_or passes them on to its threads).
   __syncthreads();
   if (tree) {
     const int group = blockIdx.x / kMergeGroup, first = group * kMergeGroup;
@@ -324,21 +325,18 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
     if (size > 1) {
       unsigned int* arrivals = &g_decode_group_arrivals[counter * kMergeGroups + group];
       const bool last =
-          __syncthreads_or(threadIdx.x == 0 && atomicAdd(arrivals, 1u) == unsigned(size - 1));
+          __syncthreads_or(threadIdx.x == 0 && arrive_acq_rel(arrivals) == unsigned(size - 1));
       if (!last) return;
-      __threadfence();  // see the group's partials
       if (threadIdx.x == 0) *arrivals = 0;
       merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits,
                               first, 1, size, scratch, MergeOut::to_slot(o_part, lse_part, first));
-      __threadfence();  // the group partial is visible before the group's arrival is counted
-      __syncthreads();  // every thread's fence before thread 0's atomic below
+      __syncthreads();  // the group partial's stores before thread 0's arrival below
     }
   }
   const int expected = tree ? (active + kMergeGroup - 1) / kMergeGroup : active;
   const bool last = __syncthreads_or(
-      threadIdx.x == 0 && atomicAdd(&g_decode_arrivals[counter], 1u) == unsigned(expected - 1));
+      threadIdx.x == 0 && arrive_acq_rel(&g_decode_arrivals[counter]) == unsigned(expected - 1));
   if (!last) return;
-  __threadfence();  // see the other partials
   if (threadIdx.x == 0) g_decode_arrivals[counter] = 0;
   merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0,
                           tree ? kMergeGroup : 1, expected, scratch,

@@ -273,14 +273,12 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemm_kernel(DeviceArgs d) {
 
   // Every thread of the CTA takes part from here on (inactive warps too: there are barriers).
   __shared__ bool last;
-  __threadfence();  // this CTA's partials are visible before its arrival is counted
-  __syncthreads();
+  __syncthreads();  // every thread's partials before thread 0's arrival, which releases them
   const int column = blockIdx.z * gridDim.x + blockIdx.x;
   if (threadIdx.x == 0)
-    last = atomicAdd(&g_quant_split_arrivals[column], 1u) == unsigned(d.splits - 1);
-  __syncthreads();
+    last = arrive_acq_rel(&g_quant_split_arrivals[column]) == unsigned(d.splits - 1);
+  __syncthreads();  // thread 0 acquired the other CTAs' partials: every thread reads after it
   if (!last) return;
-  __threadfence();  // see the other CTAs' partials
   const QuantGemmParams& p = d.p;
   const int row0 = blockIdx.x * kWarps * 32, row1 = min(p.w.n, row0 + kWarps * 32);
   const int tok0 = blockIdx.z * 8 * NI, tok1 = min(p.m, tok0 + 8 * NI);

@@ -457,13 +457,12 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a) {
         __stcg(slot + 2 * nb + h,
                make_float4(acc[h][nb][0], acc[h][nb][1], acc[h][nb][2], acc[h][nb][3]));
   }
-  __threadfence();  // this lane's partials are visible before the warp's arrival is counted
-  __syncwarp();
+  __syncwarp();  // every lane's partials before lane 0's arrival, which releases them
   unsigned arrived = 0;
-  if (lane == 0) arrived = atomicAdd(&g_gemv_arrivals[rt], 1u);
+  if (lane == 0) arrived = arrive_acq_rel(&g_gemv_arrivals[rt]);
   arrived = __shfl_sync(0xffffffffu, arrived, 0);
   if (arrived != unsigned(S - 1)) return;
-  __threadfence();                         // the other splits' partials
+  __syncwarp();  // lane 0 acquired the other splits' partials: every lane reads after it
   if (lane == 0) g_gemv_arrivals[rt] = 0;  // zero again for the next launch (or graph replay)
   if (!lane_used) return;
   const float4* slots =

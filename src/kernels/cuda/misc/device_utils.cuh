@@ -114,6 +114,22 @@ inline int sm_count() {
   return count;
 }
 
+// One arrival at a last-arriver merge: atomicAdd(counter, 1) with acq_rel semantics at GPU scope;
+// returns the old count. Release: the caller's stores, and (cumulativity) those of every thread
+// that passed a barrier with it before the call, are visible to the arrival that completes the
+// count. Acquire: that arrival then sees every earlier arrival's stores, and so do the threads of
+// its CTA (warp) after a barrier (__syncthreads, __syncwarp) with it. Stands for a
+// __threadfence() (a sequentially consistent fence) in every thread before and after a relaxed
+// atomicAdd: the merge needs release / acquire only.
+__device__ __forceinline__ unsigned arrive_acq_rel(unsigned* counter) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(counter), "r"(1u)
+               : "memory");
+  return old;
+}
+
 // 16 bytes of read-only data streamed past L1 (weights read once per kernel).
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {
   uint4 v;

@@ -149,10 +149,9 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeNormRouterPara
   if (p.logits_only) return;
 
   // The last CTA of the grid routes from every CTA's logits.
-  __threadfence();  // this CTA's logits are visible before its arrival is counted
-  __syncthreads();
-  if (tid == 0) s_last = atomicAdd(&g_norm_router_grid_arrivals, 1u) == gridDim.x * gridDim.y - 1;
-  __syncthreads();
+  __syncthreads();  // this CTA's logits before thread 0's arrival, which releases them
+  if (tid == 0) s_last = arrive_acq_rel(&g_norm_router_grid_arrivals) == gridDim.x * gridDim.y - 1;
+  __syncthreads();  // thread 0 acquired the other CTAs' logits: every thread reads after it
   if (!s_last) return;
   // The expert kernels launch once every other CTA has exited, on an idle GPU: launched while
   // this grid's CTAs still held SMs, the grouped GEMM's CTAs landed unevenly and ran 30 % longer
@@ -160,7 +159,6 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeNormRouterPara
   // logits_only the early launch is the faster (b1 2.14 vs 2.19 ms).
   pdl_launch_dependents();
   if (tid == 0) g_norm_router_grid_arrivals = 0;
-  __threadfence();  // the other CTAs' logits before reading them
   MoeRoutingParams rp = p.routing;
   rp.logits = p.logits;
   routing::few_tokens_routing(rp);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 
 namespace serval::kernels::cuda {
@@ -132,9 +133,8 @@ __global__ void __launch_bounds__(kThreads) argmax_split_kernel(ArgmaxParams p, 
     return;
   }
   if (key != 0) atomicMax(&g_argmax_slots[r], key);
-  __threadfence();  // this CTA's key is in the slot before its arrival is counted
-  if (atomicAdd(&g_argmax_arrivals[r], 1u) != unsigned(splits - 1)) return;
-  __threadfence();
+  // The arrival releases this CTA's slot update and, for the last, acquires the others'.
+  if (arrive_acq_rel(&g_argmax_arrivals[r]) != unsigned(splits - 1)) return;
   const unsigned long long row_key = atomicExch(&g_argmax_slots[r], 0ull);
   g_argmax_arrivals[r] = 0;
   p.out[r] = row_key != 0 ? key_index(row_key) : 0;
