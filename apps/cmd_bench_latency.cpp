@@ -54,6 +54,48 @@ IterationTimes run_iteration(runtime::StepRunner& runner, const LatencyOptions& 
   return times;
 }
 
+// --async-scheduling: each decode step is launched before the previous one is collected, its
+// inputs the previous step's ids, fed back on the device; a step's time is the interval between
+// two collections (the prefill's and the first decode step's as in run_iteration).
+IterationTimes run_iteration_queued(runtime::StepRunner& runner, const LatencyOptions& o, int vocab,
+                                    std::mt19937& rng) {
+  const int B = o.batch_size, bs = runner.block_size();
+  const int blocks_per_seq = ceil_div(o.input_len + o.output_len, bs);
+  std::vector<std::vector<int32_t>> tokens(B), tables(B);
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  for (int s = 0; s < B; ++s) {
+    for (int i = 0; i < o.input_len; ++i) tokens[s].push_back(id(rng));
+    for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
+  }
+  IterationTimes times;
+  std::vector<runtime::SeqChunk> chunks;
+  for (int s = 0; s < B; ++s)
+    chunks.push_back({tokens[s], 0, o.input_len, tables[s], runtime::SeqChunk::Logits::kLast});
+  auto last = std::chrono::steady_clock::now();
+  runner.launch_greedy(chunks);
+  // Pending placeholders resolve in launch order: sequence s's is row s of its step.
+  auto collect = [&](int pending_at) {
+    const std::vector<int32_t> next = runner.collect_greedy();
+    for (int s = 0; s < B; ++s) tokens[s][size_t(pending_at)] = next[s];
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - last).count();
+    (pending_at == o.input_len ? times.prefill_s : times.decode_s.emplace_back()) = dt;
+    last = now;
+  };
+  for (int s = 0; s < B; ++s) tokens[s].push_back(-s - 1);
+  for (int step = 1; step < o.output_len; ++step) {
+    chunks.clear();
+    const int pos = o.input_len + step - 1;  // the previous step's token, still pending
+    for (int s = 0; s < B; ++s)
+      chunks.push_back({tokens[s], pos, 1, tables[s], runtime::SeqChunk::Logits::kLast});
+    runner.launch_greedy(chunks);
+    for (int s = 0; s < B; ++s) tokens[s].push_back(-s - 1);
+    collect(pos);
+  }
+  collect(o.input_len + o.output_len - 1);
+  return times;
+}
+
 std::string parallel_note(const runtime::EngineConfig& e) {
   if (e.tensor_parallel_size == 1 && !e.enable_expert_parallel) return "";
   return fmt::format(", tensor parallel {}{}", e.tensor_parallel_size,
@@ -80,10 +122,14 @@ void run_latency(LatencyOptions o) {
   if (m.num_blocks < o.batch_size * blocks_per_seq)
     throw OutOfResources(fmt::format("the KV cache has {} blocks, the run needs {}", m.num_blocks,
                                      o.batch_size * blocks_per_seq));
+  const bool queued = o.engine.async_scheduling && m.runner->supports_token_feedback();
+  if (o.engine.async_scheduling && !queued)
+    std::cerr << "--async-scheduling: this runner has no token feedback; steps run in turn\n";
   std::mt19937 rng(1234);
   std::vector<double> prefill, tpot;
   for (int it = 0; it < o.warmup_iters + o.iters; ++it) {
-    IterationTimes t = run_iteration(*m.runner, o, m.config.vocab_size, rng);
+    IterationTimes t = queued ? run_iteration_queued(*m.runner, o, m.config.vocab_size, rng)
+                              : run_iteration(*m.runner, o, m.config.vocab_size, rng);
     if (it < o.warmup_iters) continue;
     prefill.push_back(t.prefill_s);
     tpot.push_back(median(t.decode_s));
@@ -125,6 +171,9 @@ void register_bench_latency(CLI::App& bench) {
       ->check(at_least(1));
   cmd->add_option("--gpu-memory-utilization", o->engine.gpu_memory_utilization);
   cmd->add_flag("--enforce-eager", o->engine.enforce_eager);
+  cmd->add_flag("--async-scheduling", o->engine.async_scheduling,
+                "Launch each decode step before the previous one's tokens reach the host (fed "
+                "back on the device)");
   cmd->add_option("--tensor-parallel-size", o->engine.tensor_parallel_size)->check(at_least(1));
   cmd->add_flag("--enable-expert-parallel", o->engine.enable_expert_parallel);
   cmd->add_flag("--nvfp4-activations", o->engine.nvfp4_activations);

@@ -159,6 +159,16 @@ struct DummyQuantized {
   float fp8_scale = 1.0f;
 };
 
+// A point in the device's queue of work (a CUDA event): wait() returns once everything enqueued
+// before the latest record() has finished. Where calls finish before returning (the CPU), both
+// are no-ops.
+class StreamMark {
+ public:
+  virtual ~StreamMark() = default;
+  virtual void record() {}
+  virtual void wait() {}
+};
+
 // A recorded sequence of device work (a CUDA graph) that can be replayed on the same buffers.
 class StepGraph {
  public:
@@ -204,7 +214,20 @@ class Backend {
   // Fills a tensor with zeros.
   virtual void zero(Tensor& t) = 0;
   // Copies t.nbytes() host bytes into an existing device tensor (ordered with the step's work).
+  // From host_staging memory the copy may still be queued on return: keep `src` unchanged until
+  // a StreamMark recorded after the call has passed.
   virtual void copy_to_device(const void* src, Tensor& dst) = 0;
+  // Host memory that device copies use without waiting for the device (pinned on CUDA), at least
+  // `bytes` long (> 0); freed when its last owner lets go.
+  virtual std::shared_ptr<void> host_staging(size_t bytes) {
+    return std::shared_ptr<void>(::operator new(bytes), [](void* p) { ::operator delete(p); });
+  }
+  // Queues the copy of a device tensor into `dst` (host_staging memory of src.nbytes() bytes or
+  // more) and returns: the bytes are there once a StreamMark recorded after this call has passed.
+  // The default waits for them (download).
+  virtual void download_async(const Tensor& src, void* dst) { download(src, dst); }
+  // A mark on this backend's queue of work (see StreamMark), not yet recorded.
+  virtual std::unique_ptr<StreamMark> make_mark() { return std::make_unique<StreamMark>(); }
 
   // Step-scoped memory. After reserve_step_memory(bytes), every empty() between two
   // begin_step() calls comes from one arena in allocation order, so a step makes no driver calls
@@ -295,6 +318,10 @@ class Backend {
   virtual void argmax(const Tensor& logits, Tensor& out) = 0;
   // out[i] = x[rows[i]]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+  // Pending token ids (async scheduling): ids[i] = sampled[−ids[i] − 1] where ids[i] < 0, the ids
+  // the previous greedy step sampled, taken where they are; other ids stay. ids [N] and sampled
+  // [R] i32; the caller has checked every pending id against R.
+  virtual void resolve_pending_tokens(Tensor& ids, const Tensor& sampled) = 0;
 };
 
 inline QuantizedWeight Backend::upload_quantized(const QuantizedWeight& host) {

@@ -54,7 +54,10 @@ DecodeGraphs::DecodeGraphs(backend::Backend& b, int max_batch, int max_model_len
       block_size_(block_size),
       max_blocks_(ceil_div(max_model_len, block_size)) {
   const Packed p = packed_layout(max_batch_, max_blocks_);
-  host_.assign(size_t(p.total), 0);
+  for (int i = 0; i < 2; ++i) {
+    host_[i] = b_.host_staging(size_t(p.total) * sizeof(int32_t));
+    copied_[i] = b_.make_mark();
+  }
   device_ = b_.empty(DType::kI32, {p.total});
 }
 
@@ -89,25 +92,30 @@ backend::StepMetadata DecodeGraphs::metadata(int batch) const {
 void DecodeGraphs::fill_host(std::span<const SeqChunk> chunks, int batch) {
   const Packed p = packed_layout(max_batch_, max_blocks_);
   const int64_t used = p.block_tables + int64_t(batch) * max_blocks_;
-  std::fill(host_.begin(), host_.begin() + used, 0);
-  for (int i = 0; i <= batch; ++i) host_[p.query_start + i] = i;
+  const int buffer = next_host_;
+  next_host_ ^= 1;
+  copied_[buffer]->wait();  // its copy two steps ago has run
+  int32_t* host = static_cast<int32_t*>(host_[buffer].get());
+  std::fill(host, host + used, 0);
+  for (int i = 0; i <= batch; ++i) host[p.query_start + i] = i;
   for (int i = 0; i < batch; ++i) {
-    host_[p.logits_rows + i] = i;
-    host_[p.slots + i] = -1;
-    host_[p.context_lens + i] = 1;
+    host[p.logits_rows + i] = i;
+    host[p.slots + i] = -1;
+    host[p.context_lens + i] = 1;
   }
   for (size_t i = 0; i < chunks.size(); ++i) {
     const SeqChunk& c = chunks[i];
     const int pos = c.start;
-    host_[p.token_ids + i] = c.tokens[pos];
-    host_[p.positions + i] = pos;
-    host_[p.slots + i] = c.block_table[pos / block_size_] * block_size_ + pos % block_size_;
-    host_[p.context_lens + i] = pos + 1;
+    host[p.token_ids + i] = c.tokens[pos];
+    host[p.positions + i] = pos;
+    host[p.slots + i] = c.block_table[pos / block_size_] * block_size_ + pos % block_size_;
+    host[p.context_lens + i] = pos + 1;
     std::copy(c.block_table.begin(), c.block_table.end(),
-              host_.begin() + p.block_tables + int64_t(i) * max_blocks_);
+              host + p.block_tables + int64_t(i) * max_blocks_);
   }
   Tensor prefix = view(device_, 0, {used});
-  b_.copy_to_device(host_.data(), prefix);
+  b_.copy_to_device(host, prefix);
+  copied_[buffer]->record();
 }
 
 void DecodeGraphs::warm_up(const Forward& forward) {

@@ -8,6 +8,7 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -54,9 +55,12 @@ class EngineImpl final : public Engine {
     scheduler_ = std::make_unique<sched::Scheduler>(sc);
     if (cfg.async_scheduling) {
       outputs_ = std::make_unique<OutputQueue>();
-      log::info(
-          "async scheduling: outputs are delivered on their own thread while the next step is "
-          "scheduled and run");
+      token_feedback_ = runner_->supports_token_feedback();
+      log::info("async scheduling: outputs are delivered on their own thread{}",
+                token_feedback_
+                    ? "; greedy steps are scheduled and launched while the one before runs, their "
+                      "tokens fed back on the device"
+                    : " (this runner takes each step in turn: no token feedback)");
     }
     update_stats();  // /metrics shows the KV cache's size before the first step
     thread_ = std::thread([this] { loop(); });
@@ -207,7 +211,8 @@ class EngineImpl final : public Engine {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] {
-        return !alive_ || !incoming_.empty() || !aborts_.empty() || !requests_.empty();
+        return !alive_ || !incoming_.empty() || !aborts_.empty() || !requests_.empty() ||
+               queued_.has_value();
       });
       if (!alive_) return false;
       incoming.swap(incoming_);
@@ -223,13 +228,19 @@ class EngineImpl final : public Engine {
     return true;
   }
 
+  // One step: with token feedback, queued behind the step before while every request samples
+  // greedily; otherwise (and once the queued step's tokens are in) run to the end.
   void step() {
-    const double start = now_seconds();
-    sched::SchedulerOutput out = scheduler_->schedule();
-    if (out.empty()) {
-      reject_unschedulable();
+    if (token_feedback_ && !host_samples_any()) {
+      step_queued();
       return;
     }
+    if (queued_) collect_queued();
+    step_synchronous();
+  }
+
+  // The runner's input of each scheduled chunk (spans into the requests and block tables).
+  std::vector<SeqChunk> step_chunks(const sched::SchedulerOutput& out) const {
     std::vector<SeqChunk> chunks;
     chunks.reserve(out.chunks.size());
     for (const sched::ScheduledChunk& c : out.chunks) {
@@ -237,14 +248,106 @@ class EngineImpl final : public Engine {
                         scheduler_->block_table(c.request->id),
                         c.samples_token ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone});
     }
-    // Prompt tokens are the scheduled positions below num_prompt_tokens (a sampled token is
-    // not a scheduled input, so "scheduled - sampled" undercounts by one per prefill).
-    // Counted before sampling: a finished request's sched::Request is freed by append_token.
+    return chunks;
+  }
+
+  // Prompt tokens are the scheduled positions below num_prompt_tokens (a sampled token is not a
+  // scheduled input, so "scheduled - sampled" undercounts by one per prefill). Counted before
+  // sampling: a finished request's sched::Request is freed by emit_token.
+  static int64_t prompt_tokens_of(const sched::SchedulerOutput& out) {
     int64_t prompt_tokens = 0;
     for (const sched::ScheduledChunk& c : out.chunks)
       prompt_tokens +=
           std::max(0, std::min(c.start_position + c.num_new_tokens, c.request->num_prompt_tokens) -
                           c.start_position);
+    return prompt_tokens;
+  }
+
+  void add_step_stats(int64_t prompt_tokens, int64_t generated, double model_seconds,
+                      double start) {
+    std::lock_guard lock(stats_mu_);
+    stats_.prompt_tokens_total += prompt_tokens;
+    stats_.generation_tokens_total += generated;
+    stats_.model_seconds_total += model_seconds;
+    stats_.step_seconds_total += now_seconds() - start;
+    ++stats_.steps_total;
+  }
+
+  // True when some request's next token is sampled on the host (from logits), so that steps
+  // cannot be queued ahead of its tokens.
+  bool host_samples_any() const {
+    for (const auto& [id, r] : requests_)
+      if (!plain_greedy(*r)) return true;
+    return false;
+  }
+
+  // Token feedback: schedules this step while the queued one runs (its tokens are pending
+  // placeholders, −(row + 1), which the device fills in), launches it, and only then waits for
+  // the queued step's tokens. Each sampling row appends a placeholder to its request, unless the
+  // token is its last by max_tokens (nothing comes after it). A request that stops on EOS or is
+  // aborted meanwhile has one more row computed, whose token is dropped.
+  void step_queued() {
+    const double start = now_seconds();
+    sched::SchedulerOutput out = scheduler_->schedule();
+    if (out.empty()) {
+      if (queued_) {
+        collect_queued();
+      } else {
+        reject_unschedulable();
+      }
+      return;
+    }
+    const std::vector<SeqChunk> chunks = step_chunks(out);
+    const int64_t prompt_tokens = prompt_tokens_of(out);
+    const double model_start = now_seconds();
+    runner_->launch_greedy(chunks);
+    double model_seconds = now_seconds() - model_start;
+    QueuedStep next;
+    for (const sched::ScheduledChunk& c : out.chunks) {
+      if (!c.samples_token) continue;
+      const int32_t placeholder = -int32_t(next.rows.size()) - 1;
+      next.rows.push_back(c.request->id);
+      sched::Request& req = *c.request;
+      if (req.num_output_tokens() + 1 < req.max_tokens) {
+        req.token_ids.push_back(placeholder);
+        ++req.num_pending_tokens;
+      }
+    }
+    int64_t generated = 0;
+    if (queued_) {
+      const double wait_start = now_seconds();
+      generated = collect_queued();
+      model_seconds += now_seconds() - wait_start;
+    }
+    queued_ = std::move(next);
+    add_step_stats(prompt_tokens, generated, model_seconds, start);
+  }
+
+  // Waits for the queued step's tokens and emits them (rows of requests that ended meanwhile are
+  // dropped). Returns the tokens emitted.
+  int64_t collect_queued() {
+    const std::vector<int32_t> ids = runner_->collect_greedy();
+    const QueuedStep step = std::move(*queued_);
+    queued_.reset();
+    int64_t emitted = 0;
+    for (size_t row = 0; row < step.rows.size(); ++row) {
+      auto it = requests_.find(step.rows[row]);
+      if (it == requests_.end()) continue;
+      emit_token(*it->second, ids.at(row), std::nullopt);
+      ++emitted;
+    }
+    return emitted;
+  }
+
+  void step_synchronous() {
+    const double start = now_seconds();
+    sched::SchedulerOutput out = scheduler_->schedule();
+    if (out.empty()) {
+      reject_unschedulable();
+      return;
+    }
+    const std::vector<SeqChunk> chunks = step_chunks(out);
+    const int64_t prompt_tokens = prompt_tokens_of(out);
     // When every sampled token is a plain argmax, it is taken on the device and only token ids
     // come back (a decode step's logits are batch × vocab floats).
     bool all_greedy = true;
@@ -272,12 +375,7 @@ class EngineImpl final : public Engine {
       }
       ++generated;
     }
-    std::lock_guard lock(stats_mu_);
-    stats_.prompt_tokens_total += prompt_tokens;
-    stats_.generation_tokens_total += generated;
-    stats_.model_seconds_total += model_seconds;
-    stats_.step_seconds_total += now_seconds() - start;
-    ++stats_.steps_total;
+    add_step_stats(prompt_tokens, generated, model_seconds, start);
   }
 
   // True when the request's next token is the plain argmax of its logits: greedy, no logprobs,
@@ -303,11 +401,16 @@ class EngineImpl final : public Engine {
     emit_token(r, s.token, std::move(s.logprobs));
   }
 
-  // Appends `token` to the request, streams it out, and finishes the request on EOS, a stop id
-  // or max_tokens.
+  // Appends `token` to the request (in place of its oldest pending placeholder, if any), streams
+  // it out, and finishes the request on EOS, a stop id or max_tokens.
   void emit_token(EngineRequest& r, int32_t token, std::optional<LogprobEntry> logprobs) {
     const SamplingParams& p = r.params;
-    r.req.token_ids.push_back(token);
+    if (r.req.num_pending_tokens > 0) {
+      r.req.token_ids[r.req.token_ids.size() - size_t(r.req.num_pending_tokens)] = token;
+      --r.req.num_pending_tokens;
+    } else {
+      r.req.token_ids.push_back(token);
+    }
     RequestOutput o;
     o.request_id = r.req.id;
     o.new_token_ids = {token};
@@ -322,7 +425,7 @@ class EngineImpl final : public Engine {
     if (is_eos || is_stop_id) {
       o.finish = FinishReason::kStop;
       o.stop_token_id = token;
-    } else if (r.req.num_output_tokens() >= p.max_tokens) {
+    } else if (r.req.num_output_tokens() - r.req.num_pending_tokens >= p.max_tokens) {
       o.finish = FinishReason::kLength;
     }
     const uint64_t id = r.req.id;
@@ -414,6 +517,13 @@ class EngineImpl final : public Engine {
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::unique_ptr<OutputQueue> outputs_;  // --async-scheduling only
+  // --async-scheduling with a runner that feeds greedy tokens back on the device.
+  bool token_feedback_ = false;
+  // A greedy step launched but not collected (token feedback): the request of each ids row.
+  struct QueuedStep {
+    std::vector<uint64_t> rows;
+  };
+  std::optional<QueuedStep> queued_;
   std::unordered_map<uint64_t, std::unique_ptr<EngineRequest>> requests_;  // engine thread only
 
   mutable std::mutex mu_;  // guards the fields below

@@ -103,6 +103,15 @@ class DeviceBoundRunner final : public StepRunner {
     backend::bind_cuda_device(device_);
     return inner_->execute_greedy(chunks);
   }
+  bool supports_token_feedback() const override { return inner_->supports_token_feedback(); }
+  void launch_greedy(std::span<const SeqChunk> chunks) override {
+    backend::bind_cuda_device(device_);
+    inner_->launch_greedy(chunks);
+  }
+  std::vector<int32_t> collect_greedy() override {
+    backend::bind_cuda_device(device_);
+    return inner_->collect_greedy();
+  }
   int block_size() const override { return inner_->block_size(); }
   model::Model& model() override { return inner_->model(); }
   const std::vector<backend::KvCacheLayer>& kv_cache() const override { return inner_->kv_cache(); }
@@ -364,6 +373,8 @@ LoadedModel load_model(const EngineConfig& cfg) {
             model::device_dummy(*weights, *backend) ? "generated on the device (dummy)" : "loaded",
             now_seconds() - weights_start);
   num_blocks_for(*backend, *model);
+  // One rank: --async-scheduling feeds greedy tokens back on the device (engine.cpp).
+  if (cfg.async_scheduling) runner.token_feedback_rows = cfg.max_num_seqs;
   const bool rebind = backend->device() == Device::kCuda && cfg.first_device != 0;
   const double runner_start = now_seconds();
   out.runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), out.num_blocks,

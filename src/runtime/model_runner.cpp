@@ -1,5 +1,7 @@
 #include "runtime/model_runner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "base/error.h"
@@ -82,6 +84,14 @@ backend::StepMetadata build_step_metadata(std::span<const SeqChunk> chunks, int 
   return m;
 }
 
+void StepRunner::launch_greedy(std::span<const SeqChunk>) {
+  throw Error("this runner has no token feedback (launch_greedy)");
+}
+
+std::vector<int32_t> StepRunner::collect_greedy() {
+  throw Error("this runner has no token feedback (collect_greedy)");
+}
+
 int64_t ModelRunner::kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype) {
   return int64_t(g.num_layers) * 2 * g.num_kv_heads * g.head_dim * dtype_bits(kv_dtype) / 8;
 }
@@ -105,6 +115,9 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
     kv_.push_back(std::move(layer));
   }
   if (options_.step_memory_bytes > 0) backend_->reserve_step_memory(options_.step_memory_bytes);
+  if (options_.token_feedback_rows > 0)
+    sampled_ids_ = backend_->empty(DType::kI32, {options_.token_feedback_rows});
+  for (QueuedIds& slot : slots_) slot.done = backend_->make_mark();
   if (!options_.defer_graph_capture) {
     warm_up_decode_graphs();
     capture_decode_graphs();
@@ -124,14 +137,36 @@ void ModelRunner::capture_decode_graphs() {
   DecodeGraphs* graphs = decode_graphs();
   if (graphs == nullptr || graphs_captured_) return;
   graphs_captured_ = true;
-  graphs->capture_all(
-      [this](const backend::StepMetadata& meta) { return model_->forward(meta, kv_); });
+  graphs->capture_all([this](const backend::StepMetadata& meta) { return run_model(meta); });
 }
 
 void ModelRunner::warm_up_decode_graphs() {
   if (DecodeGraphs* graphs = decode_graphs())
-    graphs->warm_up(
-        [this](const backend::StepMetadata& meta) { return model_->forward(meta, kv_); });
+    graphs->warm_up([this](const backend::StepMetadata& meta) { return run_model(meta); });
+}
+
+Tensor ModelRunner::run_model(const backend::StepMetadata& meta) {
+  if (options_.token_feedback_rows > 0) {
+    Tensor ids = meta.token_ids;  // a view: the device copy of the step's ids
+    backend_->resolve_pending_tokens(ids, sampled_ids_);
+  }
+  return model_->forward(meta, kv_);
+}
+
+void ModelRunner::check_pending_tokens(std::span<const SeqChunk> chunks) const {
+  for (const SeqChunk& c : chunks) {
+    for (int i = c.start; i < c.start + c.num_new && i < int(c.tokens.size()); ++i) {
+      const int32_t id = c.tokens[i];
+      if (id >= 0) continue;
+      const int64_t row = -(int64_t(id) + 1);
+      if (row >= sampled_rows_)
+        throw InvalidArgument(fmt::format(
+            "pending token {} at position {} names row {} of the previous greedy step, which "
+            "left {} rows on the device{}",
+            id, i, row, sampled_rows_,
+            options_.token_feedback_rows > 0 ? "" : " (token feedback is off)"));
+    }
+  }
 }
 
 ModelRunner::~ModelRunner() = default;
@@ -153,6 +188,7 @@ Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
   int tokens = 0;
   for (const SeqChunk& c : chunks) tokens += c.num_new;
   if (tokens == 0) throw InvalidArgument("ModelRunner: a step needs at least one new token");
+  check_pending_tokens(chunks);
   backend_->begin_step();
   if (graphs_ && graphs_->can_run(chunks)) return graphs_->run(chunks);
   backend::StepMetadata meta = build_step_metadata(chunks, block_size_);
@@ -169,11 +205,12 @@ Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
     *t = rebase(*t, meta.packed, device);
   }
   meta.packed = device;
-  return model_->forward(meta, kv_);
+  return run_model(meta);
 }
 
 std::vector<float> ModelRunner::execute(std::span<const SeqChunk> chunks) {
   Tensor logits = forward(chunks);
+  sampled_rows_ = 0;  // the next step follows this one, which sampled nothing on the device
   std::vector<float> out(size_t(logits.numel()));
   backend_->download(logits, out.data());
   backend_->end_step();
@@ -181,12 +218,39 @@ std::vector<float> ModelRunner::execute(std::span<const SeqChunk> chunks) {
 }
 
 std::vector<int32_t> ModelRunner::execute_greedy(std::span<const SeqChunk> chunks) {
+  launch_greedy(chunks);
+  return collect_greedy();
+}
+
+void ModelRunner::launch_greedy(std::span<const SeqChunk> chunks) {
+  if (queued_ == 2) throw InvalidArgument("launch_greedy: two greedy steps are queued already");
   Tensor logits = forward(chunks);
-  Tensor ids = backend_->empty(DType::kI32, {logits.dim(0)});
+  const int64_t rows = logits.dim(0);
+  // Ids the next step may name stay on the device; a larger step's go to step memory.
+  const bool kept = rows <= options_.token_feedback_rows;
+  Tensor ids = kept ? sampled_ids_.rows(0, rows) : backend_->empty(DType::kI32, {rows});
   backend_->argmax(logits, ids);
-  std::vector<int32_t> out(size_t(ids.numel()));
-  backend_->download(ids, out.data());
+  sampled_rows_ = kept ? int(rows) : 0;
+  QueuedIds& slot = slots_[(oldest_ + queued_) % 2];  // free: at most one other is queued
+  if (slot.capacity < rows) {
+    slot.capacity = std::max<int64_t>(rows, 256);
+    slot.host = backend_->host_staging(size_t(slot.capacity) * sizeof(int32_t));
+  }
+  backend_->download_async(ids, slot.host.get());
+  slot.done->record();
+  slot.rows = rows;
+  ++queued_;
   backend_->end_step();
+}
+
+std::vector<int32_t> ModelRunner::collect_greedy() {
+  if (queued_ == 0) throw InvalidArgument("collect_greedy: no greedy step is queued");
+  QueuedIds& slot = slots_[oldest_];
+  slot.done->wait();
+  const auto* ids = static_cast<const int32_t*>(slot.host.get());
+  std::vector<int32_t> out(ids, ids + slot.rows);
+  oldest_ = (oldest_ + 1) % 2;
+  --queued_;
   return out;
 }
 

@@ -35,6 +35,9 @@ struct RunnerOptions {
   int64_t step_memory_bytes = 0;          // activation arena (see Backend::reserve_step_memory)
   std::optional<DType> kv_cache_dtype;    // unset: the backend's default
   std::vector<float> k_scales, v_scales;  // per layer (fp8 KV); empty: 1.0
+  // > 0: greedy steps of up to this many logits rows keep their ids on the device, where the
+  // next step's pending tokens (StepRunner::launch_greedy) take them (async scheduling).
+  int token_feedback_rows = 0;
 };
 
 // What the engine drives: one step over scheduled chunks. ModelRunner runs one model on one
@@ -46,6 +49,16 @@ class StepRunner {
   virtual std::vector<float> execute(std::span<const SeqChunk> chunks) = 0;
   // Runs one step and returns the argmax token of each logits row.
   virtual std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) = 0;
+
+  // Greedy steps that overlap the host's work (async scheduling), where
+  // supports_token_feedback(). launch_greedy queues a greedy step and returns without waiting
+  // for the device; collect_greedy waits for the oldest queued step and returns its argmax ids
+  // (execute_greedy's result). At most two steps are queued. A queued step's chunks may hold
+  // pending tokens: −(r + 1) stands for row r of the ids that the greedy step launched just
+  // before it sampled, taken on the device whether or not that step was collected.
+  virtual bool supports_token_feedback() const { return false; }
+  virtual void launch_greedy(std::span<const SeqChunk> chunks);
+  virtual std::vector<int32_t> collect_greedy();
   virtual int block_size() const = 0;
   // The model and KV cache of rank 0 (the only one without parallelism).
   virtual model::Model& model() = 0;
@@ -65,6 +78,11 @@ class ModelRunner final : public StepRunner {
   std::vector<float> execute(std::span<const SeqChunk> chunks) override;
   // Runs one step and returns the argmax token of each logits row (only ids leave the device).
   std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) override;
+  bool supports_token_feedback() const override { return options_.token_feedback_rows > 0; }
+  // InvalidArgument for a pending token without feedback or past the previous step's rows, and
+  // when two steps are queued already.
+  void launch_greedy(std::span<const SeqChunk> chunks) override;
+  std::vector<int32_t> collect_greedy() override;
   // Data parallel + expert parallel (dp_ep_group.h): the next steps' tokens are rows
   // [offset, offset + tokens) of the `total` rows all replicas' MoE layers run on.
   void set_dp_rows(int offset, int total) {
@@ -93,6 +111,10 @@ class ModelRunner final : public StepRunner {
 
  private:
   Tensor forward(std::span<const SeqChunk> chunks);
+  // The model on `meta` after the pending tokens are resolved (with token feedback).
+  Tensor run_model(const backend::StepMetadata& meta);
+  // Throws unless every pending token of `chunks` names a row of sampled_ids_.
+  void check_pending_tokens(std::span<const SeqChunk> chunks) const;
   // The decode graphs, made on first use; null when graphs are off.
   DecodeGraphs* decode_graphs();
 
@@ -104,6 +126,20 @@ class ModelRunner final : public StepRunner {
   std::unique_ptr<DecodeGraphs> graphs_;
   bool graphs_captured_ = false;
   int dp_row_offset_ = 0, dp_rows_total_ = 0;  // see set_dp_rows
+
+  // Token feedback: the last greedy step's ids (persistent, so graphs read a fixed address),
+  // of which the first sampled_rows_ may be named by the next step's pending tokens.
+  Tensor sampled_ids_;
+  int sampled_rows_ = 0;
+  // Queued greedy steps: slots_[oldest_] and, when two are queued, the other one.
+  struct QueuedIds {
+    std::shared_ptr<void> host;  // host_staging: the ids' copy lands here
+    int64_t capacity = 0;        // ids the host buffer holds
+    std::unique_ptr<backend::StreamMark> done;
+    int64_t rows = 0;
+  };
+  QueuedIds slots_[2];
+  int oldest_ = 0, queued_ = 0;
 };
 
 }  // namespace serval::runtime

@@ -20,6 +20,9 @@ struct Request {
   double arrival_time = 0;
   RequestStatus status = RequestStatus::kWaiting;
   int num_preemptions = 0;
+  // The last tokens of token_ids that are placeholders for ids still on the device (async
+  // scheduling: runtime::StepRunner::launch_greedy); their KV may be scheduled, not hashed.
+  int num_pending_tokens = 0;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -57,7 +57,10 @@ void Scheduler::add_request(Request* request) {
 void Scheduler::schedule_chunk(Request* r, int num_new_tokens, SchedulerOutput& out) {
   const int start = r->num_computed_tokens;
   r->num_computed_tokens += num_new_tokens;
-  kv_.cache_computed(r->id, r->token_ids, r->num_computed_tokens);
+  // Blocks holding a pending token are hashed at a later step, once its value is known.
+  const int known = r->num_tokens() - r->num_pending_tokens;
+  kv_.cache_computed(r->id, std::span<const int32_t>(r->token_ids).first(size_t(known)),
+                     std::min(r->num_computed_tokens, known));
   out.chunks.push_back({r, start, num_new_tokens, r->num_computed_tokens == r->num_tokens()});
   out.num_scheduled_tokens += num_new_tokens;
 }

@@ -41,10 +41,11 @@ class Scheduler {
   void add_request(Request* request);
 
   // Builds the next step. Advances each scheduled request's num_computed_tokens by its
-  // num_new_tokens and registers newly-full blocks in the prefix cache (KV is written by the
-  // step that follows, which the engine always runs; the runner must write a layer's KV for
-  // the whole batch before attention reads it, since a request admitted this step may share
-  // a block another request fills this step).
+  // num_new_tokens and registers newly-full blocks in the prefix cache (a block holding a pending
+  // token at a later step, once the token is known). KV is written by the step that follows,
+  // which the engine always runs; the runner must write a layer's KV for the whole batch before
+  // attention reads it, since a request admitted this step may share a block another request
+  // fills this step.
   SchedulerOutput schedule();
 
   // Removes a finished request (after the engine appended its last token) and frees its

@@ -1,4 +1,6 @@
-// CUDA graph replay of decode steps against eager runs of the same steps, on the demo model.
+// CUDA graph replay of decode steps against eager runs of the same steps, on the demo model; and
+// greedy steps with their tokens fed back on the device (token feedback), graphs on and off,
+// against synchronous steps.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -6,13 +8,14 @@
 #include "kernels/gpu_test_support.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
+#include "support/greedy_steps.h"
 
 namespace serval {
 namespace {
 
 constexpr int kBlockSize = 16, kMaxModelLen = 256, kMaxBatch = 8;
 
-std::unique_ptr<runtime::ModelRunner> make_runner(bool graphs) {
+std::unique_ptr<runtime::ModelRunner> make_runner(bool graphs, int feedback_rows = 0) {
   const std::string dir = std::string(SERVAL_SOURCE_DIR) + "/models/demo";
   io::ModelConfig config = io::load_model_config(dir);
   auto b = backend::make_cuda_backend();
@@ -23,6 +26,7 @@ std::unique_ptr<runtime::ModelRunner> make_runner(bool graphs) {
   o.max_decode_batch = kMaxBatch;
   o.cuda_graphs = graphs;
   o.step_memory_bytes = 64 << 20;
+  o.token_feedback_rows = feedback_rows;
   return std::make_unique<runtime::ModelRunner>(std::move(b), std::move(m), 256, kBlockSize, o);
 }
 
@@ -71,6 +75,25 @@ TEST(DecodeGraphs, ReplayEqualsEagerBitForBit) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)))
           << "batch " << batch << " decode step " << i;
+  }
+}
+
+// Decode steps queued behind each other, their inputs pending ids resolved on the device (in the
+// graph's first kernel, or before an eager or mixed step's model), rows reordered between steps:
+// the tokens of synchronous steps on the same runner kind.
+TEST(DecodeGraphs, TokenFeedbackGeneratesTheSynchronousTokens) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  std::vector<std::vector<int32_t>> prompts(kMaxBatch), tables(kMaxBatch);
+  for (int s = 0; s < kMaxBatch; ++s) {
+    for (int t = 0; t < 4 + 5 * s; ++t) prompts[s].push_back(20 + 13 * s + 7 * t);
+    for (int b = 0; b < 4; ++b) tables[s].push_back(s * 4 + b);
+  }
+  for (bool graphs : {true, false}) {
+    auto reference = make_runner(graphs);
+    auto queued = make_runner(graphs, kMaxBatch);
+    const auto want = testing::reordered_greedy_decode(*reference, prompts, tables, 24, false);
+    const auto got = testing::reordered_greedy_decode(*queued, prompts, tables, 24, true);
+    EXPECT_EQ(got, want) << (graphs ? "graphs" : "eager");
   }
 }
 

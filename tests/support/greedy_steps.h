@@ -1,8 +1,10 @@
-// Step-level runs the runtime tests share: a prefill of every prompt with all logits rows, then
-// greedy decode steps, straight on a StepRunner (no engine).
+// Step-level runs the runtime tests share, straight on a StepRunner (no engine): a prefill of
+// every prompt with all logits rows, then greedy decode steps; and greedy decoding with the
+// tokens fed back on the device (token feedback).
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "runtime/model_runner.h"
@@ -41,6 +43,56 @@ inline GreedySteps prefill_and_decode(runtime::StepRunner& runner, int vocab,
     for (size_t s = 0; s < seqs; ++s) r.tokens[s].push_back(next[s]);
   }
   return r;
+}
+
+// Greedy decoding of prompts[s] (KV blocks tables[s]) for `steps` steps whose sequence order is
+// reversed every other step: sequence 0 stops after step 2 and the last sequence joins at step 2
+// (its prefill then shares a step with decodes). With `feedback`, each step is launched
+// (launch_greedy) before the one before it is collected, its decode inputs the previous step's
+// ids as pending tokens −(row + 1); otherwise each step runs through execute_greedy, the
+// reference. Returns each sequence's prompt and generated tokens.
+inline std::vector<std::vector<int32_t>> reordered_greedy_decode(
+    runtime::StepRunner& runner, std::vector<std::vector<int32_t>> prompts,
+    const std::vector<std::vector<int32_t>>& tables, int steps, bool feedback) {
+  using runtime::SeqChunk;
+  std::vector<std::vector<int32_t>> tokens = std::move(prompts);
+  const size_t seqs = tokens.size(), last = seqs - 1;
+  std::vector<std::deque<size_t>> pending(seqs);  // positions of each sequence's placeholders
+  std::vector<size_t> queued;                     // the queued step's sequence of each row
+  auto resolve = [&](const std::vector<int32_t>& ids, const std::vector<size_t>& order) {
+    for (size_t row = 0; row < order.size(); ++row) {
+      const size_t s = order[row];
+      tokens[s][pending[s].front()] = ids.at(row);
+      pending[s].pop_front();
+    }
+  };
+  for (int step = 0; step < steps; ++step) {
+    std::vector<size_t> order;
+    for (size_t s = 0; s < seqs; ++s)
+      if ((s != 0 || step <= 2) && (s != last || step >= 2)) order.push_back(s);
+    if (step % 2 == 1) std::reverse(order.begin(), order.end());
+    std::vector<SeqChunk> chunks;
+    for (size_t s : order) {
+      const bool prefill = step == 0 || (s == last && step == 2);
+      const int start = prefill ? 0 : int(tokens[s].size()) - 1;
+      chunks.push_back({tokens[s], start, int(tokens[s].size()) - start, tables[s]});
+    }
+    if (!feedback) {
+      const std::vector<int32_t> ids = runner.execute_greedy(chunks);
+      for (size_t row = 0; row < order.size(); ++row) tokens[order[row]].push_back(ids.at(row));
+      continue;
+    }
+    runner.launch_greedy(chunks);
+    for (size_t row = 0; row < order.size(); ++row) {
+      const size_t s = order[row];
+      pending[s].push_back(tokens[s].size());
+      tokens[s].push_back(-int32_t(row) - 1);
+    }
+    if (!queued.empty()) resolve(runner.collect_greedy(), queued);
+    queued = order;
+  }
+  if (!queued.empty()) resolve(runner.collect_greedy(), queued);
+  return tokens;
 }
 
 }  // namespace serval::testing

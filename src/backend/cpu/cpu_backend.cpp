@@ -153,6 +153,12 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void resolve_pending_tokens(Tensor& ids, const Tensor& sampled) override {
+    int32_t* v = ids.as<int32_t>();
+    for (int64_t i = 0; i < ids.numel(); ++i)
+      if (v[i] < 0) v[i] = sampled.as<int32_t>()[-(int64_t(v[i]) + 1)];
+  }
+
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
     size_t row_bytes = x.nbytes() / size_t(x.dim(0));
     for (int64_t i = 0; i < rows.numel(); ++i) {

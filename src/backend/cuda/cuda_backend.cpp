@@ -19,6 +19,7 @@
 #include "backend/cuda/pinned_upload.h"
 #include "backend/cuda/quantized_pack.h"
 #include "backend/cuda/step_graph.h"
+#include "backend/cuda/stream_mark.h"
 #include "backend/cuda/tensor_data.h"
 #include "backend/moe/moe_cuda.h"
 #include "base/env.h"
@@ -39,6 +40,7 @@
 #include "kernels/cuda/quant/nvfp4_dequant.h"
 #include "kernels/cuda/quant/nvfp4_quant.h"
 #include "kernels/cuda/sampling/argmax.h"
+#include "kernels/cuda/sampling/pending_tokens.h"
 
 namespace serval::backend {
 
@@ -231,6 +233,21 @@ class CudaBackend final : public Backend {
   void copy_to_device(const void* src, Tensor& dst) override {
     cuda_check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_),
                "copy_to_device");
+  }
+
+  std::shared_ptr<void> host_staging(size_t bytes) override {
+    void* p = nullptr;
+    cuda_check(cudaHostAlloc(&p, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  }
+
+  void download_async(const Tensor& src, void* dst) override {
+    cuda_check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_),
+               "download_async");
+  }
+
+  std::unique_ptr<StreamMark> make_mark() override {
+    return std::make_unique<cuda::CudaStreamMark>(stream_, profiler_);
   }
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
@@ -617,6 +634,14 @@ class CudaBackend final : public Backend {
     expect(logits, DType::kF32, "argmax logits");
     kernels::cuda::argmax(
         {logits.as<float>(), out.as<int32_t>(), int(logits.dim(0)), int(logits.dim(1))}, stream_);
+  }
+
+  void resolve_pending_tokens(Tensor& ids, const Tensor& sampled) override {
+    cuda::OpScope scope(profiler_, "resolve_pending_tokens", stream_, capturing_);
+    expect(ids, DType::kI32, "pending token ids");
+    expect(sampled, DType::kI32, "sampled token ids");
+    kernels::cuda::resolve_pending_tokens(
+        {ids.as<int32_t>(), sampled.as<int32_t>(), int(ids.numel())}, stream_);
   }
 
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {

@@ -67,6 +67,9 @@ class RecordingBackend final : public backend::Backend {
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
     inner_->embedding(table, ids, out);
   }
+  void resolve_pending_tokens(Tensor& ids, const Tensor& sampled) override {
+    inner_->resolve_pending_tokens(ids, sampled);
+  }
   void rms_norm(const Tensor& x, Tensor* residual, const Tensor& w, float eps,
                 Tensor& out) override {
     inner_->rms_norm(x, residual, w, eps, out);
