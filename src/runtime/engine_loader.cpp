@@ -294,6 +294,10 @@ LoadedModel load_model(const EngineConfig& cfg) {
           "steps run eagerly (as with FULL_DECODE_ONLY)");
     runner.step_memory_bytes = step_memory_bytes(cfg, mc);
   }
+  // --async-scheduling feeds greedy tokens back on the device (engine.cpp) where the runner
+  // allows it: one rank or a tensor-parallel group on one node, not data-parallel replicas
+  // sharing experts nor several nodes (their step plans carry token values).
+  if (cfg.async_scheduling) runner.token_feedback_rows = cfg.max_num_seqs;
   // KV blocks per rank from the backend's budget, once the (rank's) weights are loaded.
   auto num_blocks_for = [&](backend::Backend& b, const model::Model& model) {
     const int64_t per_token = ModelRunner::kv_bytes_per_token(model.kv_geometry(), kv_dtype);
@@ -373,8 +377,6 @@ LoadedModel load_model(const EngineConfig& cfg) {
             model::device_dummy(*weights, *backend) ? "generated on the device (dummy)" : "loaded",
             now_seconds() - weights_start);
   num_blocks_for(*backend, *model);
-  // One rank: --async-scheduling feeds greedy tokens back on the device (engine.cpp).
-  if (cfg.async_scheduling) runner.token_feedback_rows = cfg.max_num_seqs;
   const bool rebind = backend->device() == Device::kCuda && cfg.first_device != 0;
   const double runner_start = now_seconds();
   out.runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), out.num_blocks,

@@ -257,6 +257,19 @@ std::vector<int32_t> ParallelRunner::execute_greedy(std::span<const SeqChunk> ch
   return out;
 }
 
+void ParallelRunner::launch_greedy(std::span<const SeqChunk> chunks) {
+  run_ranks([&](int r) { ranks_[size_t(r)]->launch_greedy(chunks); });
+}
+
+std::vector<int32_t> ParallelRunner::collect_greedy() {
+  std::vector<int32_t> out;
+  run_ranks([&](int r) {
+    std::vector<int32_t> ids = ranks_[size_t(r)]->collect_greedy();
+    if (r == 0) out = std::move(ids);
+  });
+  return out;
+}
+
 std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& config,
                                                      const model::WeightSource& weights,
                                                      const ParallelLoadOptions& options) {

@@ -39,6 +39,12 @@ class ParallelRunner final : public StepRunner {
   // first exception is rethrown, and the runner is unusable afterwards.
   std::vector<float> execute(std::span<const SeqChunk> chunks) override;
   std::vector<int32_t> execute_greedy(std::span<const SeqChunk> chunks) override;
+  // Token feedback when the ranks have it: every rank queues the step (pending ids resolve on
+  // each rank from its own argmax of the same gathered logits) and every rank collects it; rank
+  // 0's ids are returned.
+  bool supports_token_feedback() const override { return ranks_[0]->supports_token_feedback(); }
+  void launch_greedy(std::span<const SeqChunk> chunks) override;
+  std::vector<int32_t> collect_greedy() override;
   int block_size() const override { return ranks_[0]->block_size(); }
   model::Model& model() override { return ranks_[0]->model(); }
   const std::vector<backend::KvCacheLayer>& kv_cache() const override {

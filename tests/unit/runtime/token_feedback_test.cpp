@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/model_runner.h"
+#include "runtime/parallel_runner.h"
 #include "support/engine_batch.h"
 #include "support/expect_error.h"
 #include "support/greedy_steps.h"
@@ -62,6 +63,31 @@ TEST(TokenFeedback, QueuedStepsGenerateTheSynchronousTokens) {
   EXPECT_EQ(got, want);
   for (const auto& seq : got)
     for (int32_t id : seq) EXPECT_GE(id, 0);
+}
+
+// Tensor parallel 2 (CPU communicators): every rank queues the step and resolves the pending ids
+// from its own argmax.
+TEST(TokenFeedback, TensorParallelQueuedStepsGenerateTheSynchronousTokens) {
+  const std::string dir =
+      (std::filesystem::path(SERVAL_SOURCE_DIR) / "tests/fixtures/qwen3_moe").string();
+  const io::ModelConfig config = io::load_model_config(dir);
+  auto weights = model::open_checkpoint_weights(dir);
+  auto make_tp2 = [&](int feedback_rows) {
+    ParallelLoadOptions o;
+    o.parallel = {2, 1, false};
+    o.block_size = kBlockSize;
+    o.num_blocks = [](backend::Backend&, const model::Model&) { return kSeqs * kBlocksPerSeq; };
+    o.runner.token_feedback_rows = feedback_rows;
+    return load_parallel_runner(config, *weights, o);
+  };
+  auto reference = make_tp2(0);
+  auto queued = make_tp2(kSeqs);
+  EXPECT_FALSE(reference->supports_token_feedback());
+  ASSERT_TRUE(queued->supports_token_feedback());
+  const auto want =
+      serval::testing::reordered_greedy_decode(*reference, prompts(), tables(), 16, false);
+  const auto got = serval::testing::reordered_greedy_decode(*queued, prompts(), tables(), 16, true);
+  EXPECT_EQ(got, want);
 }
 
 TEST(TokenFeedback, PendingTokensAreCheckedBeforeTheStep) {
@@ -178,6 +204,19 @@ TEST(TokenFeedbackEngine, SameTokensUnderPreemptionAndPrefixCaching) {
   EXPECT_EQ(c.async, c.sync);
   EXPECT_GT(c.async_stats.num_preemptions, 0);
   EXPECT_GT(c.async_stats.prefix_cache_hits, 0);
+  for (size_t i = 0; i < requests.size(); ++i)
+    EXPECT_EQ(c.async[i].tokens.size(), size_t(requests[i].params.max_tokens)) << "request " << i;
+}
+
+// Tensor parallel 2 on the CPU: the engine queues steps on the group as on one rank.
+TEST(TokenFeedbackEngine, TensorParallelSameTokens) {
+  std::vector<Submitted> requests;
+  for (int i = 0; i < 6; ++i)
+    requests.push_back({{3, 14, 15, int32_t(60 + 9 * i)}, greedy(12 + i)});
+  EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();
+  cfg.tensor_parallel_size = 2;
+  const Compared c = compare(cfg, requests);
+  EXPECT_EQ(c.async, c.sync);
   for (size_t i = 0; i < requests.size(); ++i)
     EXPECT_EQ(c.async[i].tokens.size(), size_t(requests[i].params.max_tokens)) << "request " << i;
 }
