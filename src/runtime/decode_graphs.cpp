@@ -52,12 +52,9 @@ DecodeGraphs::DecodeGraphs(backend::Backend& b, int max_batch, int max_model_len
       max_batch_(max_batch),
       max_model_len_(max_model_len),
       block_size_(block_size),
-      max_blocks_(ceil_div(max_model_len, block_size)) {
+      max_blocks_(ceil_div(max_model_len, block_size)),
+      host_(b) {
   const Packed p = packed_layout(max_batch_, max_blocks_);
-  for (int i = 0; i < 2; ++i) {
-    host_[i] = b_.host_staging(size_t(p.total) * sizeof(int32_t));
-    copied_[i] = b_.make_mark();
-  }
   device_ = b_.empty(DType::kI32, {p.total});
 }
 
@@ -92,10 +89,7 @@ backend::StepMetadata DecodeGraphs::metadata(int batch) const {
 void DecodeGraphs::fill_host(std::span<const SeqChunk> chunks, int batch) {
   const Packed p = packed_layout(max_batch_, max_blocks_);
   const int64_t used = p.block_tables + int64_t(batch) * max_blocks_;
-  const int buffer = next_host_;
-  next_host_ ^= 1;
-  copied_[buffer]->wait();  // its copy two steps ago has run
-  int32_t* host = static_cast<int32_t*>(host_[buffer].get());
+  auto* host = static_cast<int32_t*>(host_.next(size_t(used) * sizeof(int32_t)));
   std::fill(host, host + used, 0);
   for (int i = 0; i <= batch; ++i) host[p.query_start + i] = i;
   for (int i = 0; i < batch; ++i) {
@@ -115,7 +109,7 @@ void DecodeGraphs::fill_host(std::span<const SeqChunk> chunks, int batch) {
   }
   Tensor prefix = view(device_, 0, {used});
   b_.copy_to_device(host, prefix);
-  copied_[buffer]->record();
+  host_.copy_queued();
 }
 
 void DecodeGraphs::warm_up(const Forward& forward) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "runtime/staging_ring.h"
 
 namespace serval::runtime {
 
@@ -51,13 +52,8 @@ class DecodeGraphs {
 
   backend::Backend& b_;
   int max_batch_, max_model_len_, block_size_, max_blocks_;
-  // Packed int32 metadata in two host_staging buffers used in turn, so that a step can be filled
-  // while the previous step's copy is still queued; copied_[i] passes once buffer i's last copy
-  // has run.
-  std::shared_ptr<void> host_[2];
-  std::unique_ptr<backend::StreamMark> copied_[2];
-  int next_host_ = 0;
-  Tensor device_;  // what the graphs read
+  StagingRing host_;  // the packed int32 metadata, filled on the host
+  Tensor device_;     // what the graphs read
   struct Graph {
     std::unique_ptr<backend::StepGraph> graph;
     Tensor logits;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/error.h"
 
@@ -118,6 +119,7 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
   if (options_.token_feedback_rows > 0)
     sampled_ids_ = backend_->empty(DType::kI32, {options_.token_feedback_rows});
   for (QueuedIds& slot : slots_) slot.done = backend_->make_mark();
+  staging_ = std::make_unique<StagingRing>(*backend_);
   if (!options_.defer_graph_capture) {
     warm_up_decode_graphs();
     capture_decode_graphs();
@@ -199,7 +201,12 @@ Tensor ModelRunner::forward(std::span<const SeqChunk> chunks) {
   // batch size bit for bit (other batch sizes split differently: equal up to rounding).
   if (options_.max_model_len > 0 && meta.max_query_len == 1)
     meta.max_context_len = std::max(meta.max_context_len, options_.max_model_len);
-  const Tensor device = backend_->upload(meta.packed);
+  // Through staging memory: the copy may queue behind the step before (no wait for the device).
+  void* staged = staging_->next(meta.packed.nbytes());
+  std::memcpy(staged, meta.packed.data, meta.packed.nbytes());
+  Tensor device = backend_->empty(DType::kI32, meta.packed.shape);
+  backend_->copy_to_device(staged, device);
+  staging_->copy_queued();
   for (Tensor* t : {&meta.token_ids, &meta.positions, &meta.slot_mapping, &meta.query_start,
                     &meta.context_lens, &meta.block_tables, &meta.logits_indices}) {
     *t = rebase(*t, meta.packed, device);

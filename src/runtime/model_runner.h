@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "runtime/decode_graphs.h"
+#include "runtime/staging_ring.h"
 
 namespace serval::runtime {
 
@@ -124,6 +125,7 @@ class ModelRunner final : public StepRunner {
   int block_size_;
   RunnerOptions options_;
   std::unique_ptr<DecodeGraphs> graphs_;
+  std::unique_ptr<StagingRing> staging_;  // eager steps' metadata on its way to the device
   bool graphs_captured_ = false;
   int dp_row_offset_ = 0, dp_rows_total_ = 0;  // see set_dp_rows
 
