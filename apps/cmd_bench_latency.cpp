@@ -27,16 +27,27 @@ struct IterationTimes {
   std::vector<double> decode_s;
 };
 
-IterationTimes run_iteration(runtime::StepRunner& runner, const LatencyOptions& o, int vocab,
-                             std::mt19937& rng) {
-  const int B = o.batch_size, bs = runner.block_size();
-  const int blocks_per_seq = ceil_div(o.input_len + o.output_len, bs);
-  std::vector<std::vector<int32_t>> tokens(B), tables(B);
+// B random prompts of input_len tokens and their KV block tables (each sequence its own blocks).
+struct Batch {
+  std::vector<std::vector<int32_t>> tokens, tables;
+};
+Batch random_batch(const runtime::StepRunner& runner, const LatencyOptions& o, int vocab,
+                   std::mt19937& rng) {
+  const int B = o.batch_size;
+  const int blocks_per_seq = ceil_div(o.input_len + o.output_len, runner.block_size());
+  Batch batch{std::vector<std::vector<int32_t>>(B), std::vector<std::vector<int32_t>>(B)};
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   for (int s = 0; s < B; ++s) {
-    for (int i = 0; i < o.input_len; ++i) tokens[s].push_back(id(rng));
-    for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
+    for (int i = 0; i < o.input_len; ++i) batch.tokens[s].push_back(id(rng));
+    for (int b = 0; b < blocks_per_seq; ++b) batch.tables[s].push_back(s * blocks_per_seq + b);
   }
+  return batch;
+}
+
+IterationTimes run_iteration(runtime::StepRunner& runner, const LatencyOptions& o, int vocab,
+                             std::mt19937& rng) {
+  const int B = o.batch_size;
+  auto [tokens, tables] = random_batch(runner, o, vocab, rng);
   IterationTimes times;
   for (int step = 0; step < o.output_len; ++step) {
     std::vector<runtime::SeqChunk> chunks;
@@ -59,14 +70,8 @@ IterationTimes run_iteration(runtime::StepRunner& runner, const LatencyOptions& 
 // two collections (the prefill's and the first decode step's as in run_iteration).
 IterationTimes run_iteration_queued(runtime::StepRunner& runner, const LatencyOptions& o, int vocab,
                                     std::mt19937& rng) {
-  const int B = o.batch_size, bs = runner.block_size();
-  const int blocks_per_seq = ceil_div(o.input_len + o.output_len, bs);
-  std::vector<std::vector<int32_t>> tokens(B), tables(B);
-  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
-  for (int s = 0; s < B; ++s) {
-    for (int i = 0; i < o.input_len; ++i) tokens[s].push_back(id(rng));
-    for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
-  }
+  const int B = o.batch_size;
+  auto [tokens, tables] = random_batch(runner, o, vocab, rng);
   IterationTimes times;
   std::vector<runtime::SeqChunk> chunks;
   for (int s = 0; s < B; ++s)

@@ -14,6 +14,14 @@ echo "$out"
 grep -Eq '^batch 2 input 16 output 8: prefill [0-9.]+ tok/s, TTFT [0-9.]+ ms, TPOT median [0-9.]+ ms' \
   <<<"$out" || { echo "FAIL: no bench latency result line"; exit 1; }
 
+# --async-scheduling: decode steps queued behind each other, their tokens fed back on the device.
+out=$("$serval" bench latency --model "$model" --batch-size 2 --input-len 16 --output-len 8 \
+  --num-iters 1 --device cpu --async-scheduling 2>&1)
+echo "$out"
+grep -Eq '^batch 2 input 16 output 8: prefill [0-9.]+ tok/s, TTFT [0-9.]+ ms, TPOT median [0-9.]+ ms' \
+  <<<"$out" || { echo "FAIL: no bench latency --async-scheduling result line"; exit 1; }
+! grep -q 'no token feedback' <<<"$out" || { echo "FAIL: the runner took steps in turn"; exit 1; }
+
 out=$("$serval" bench moe --config "$model" --tokens 1,8 --iters 2 --device cpu 2>&1)
 echo "$out"
 [[ $(grep -Ec '^ +(1|8) +[0-9.]+ +[0-9.]+ \|' <<<"$out") == 2 ]] ||
