@@ -8,7 +8,8 @@
 // all-reduce alike). From the first such step the sequence is compared as vLLM's
 // check_logprobs_close does: each run's greedy token must be among the other's top 5, then the
 // texts may part. With CUDA graphs (the all-reduces captured) TP=2 decode logits equal the eager
-// TP=2 run bit for bit.
+// TP=2 run bit for bit, and queued steps with their tokens fed back on the device give the
+// synchronous steps' tokens.
 // Skipped with fewer than two GPUs.
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@
 #include "runtime/dp_ep_group.h"
 #include "runtime/parallel_runner.h"
 #include "support/compare.h"
+#include "support/greedy_steps.h"
 
 namespace serval::runtime {
 namespace {
@@ -34,8 +36,9 @@ std::string fixture(const std::string& name) {
   return std::string(SERVAL_SOURCE_DIR) + "/tests/fixtures/" + name;
 }
 
-RunnerOptions runner_options(bool graphs) {
+RunnerOptions runner_options(bool graphs, int feedback_rows = 0) {
   RunnerOptions ro;
+  ro.token_feedback_rows = feedback_rows;
   ro.max_model_len = kMaxModelLen;  // the fixed decode layout, with or without graphs
   ro.max_decode_batch = kSeqs;
   ro.cuda_graphs = graphs;
@@ -45,18 +48,18 @@ RunnerOptions runner_options(bool graphs) {
 
 std::unique_ptr<StepRunner> make_runner(dist::ParallelConfig p, bool graphs,
                                         const model::WeightSource& weights,
-                                        const io::ModelConfig& config) {
+                                        const io::ModelConfig& config, int feedback_rows = 0) {
   if (p.world_size() == 1) {
     auto backend = backend::make_cuda_backend();
     auto m = model::create_model(config, weights, *backend, {});
     return std::make_unique<ModelRunner>(std::move(backend), std::move(m), kSeqs * kBlocksPerSeq,
-                                         kBlockSize, runner_options(graphs));
+                                         kBlockSize, runner_options(graphs, feedback_rows));
   }
   ParallelLoadOptions o;
   o.device = "cuda";
   o.parallel = p;
   o.block_size = kBlockSize;
-  o.runner = runner_options(graphs);
+  o.runner = runner_options(graphs, feedback_rows);
   o.num_blocks = [](backend::Backend&, const model::Model&) { return kSeqs * kBlocksPerSeq; };
   return load_parallel_runner(config, weights, o);
 }
@@ -199,6 +202,27 @@ TEST_P(ParallelGpu, OneAndTwoSequencesMatchOneGpu) {
 }
 
 // The quantized Llamas split packed NVFP4 / FP8 weights and their scales over the ranks.
+// Token feedback on a TP=2 group (graphs and eager): steps queued behind each other, rows
+// reordered, a prefill joining decodes, give the synchronous steps' tokens.
+TEST_P(ParallelGpu, TokenFeedbackGeneratesTheSynchronousTokens) {
+  if (testing::gpu_count_for_collectives() < 2) GTEST_SKIP() << "needs two CUDA GPUs: skipped";
+  const io::ModelConfig config = io::load_model_config(fixture(GetParam()));
+  auto weights = model::open_checkpoint_weights(fixture(GetParam()));
+  std::vector<std::vector<int32_t>> prompts(kSeqs), tables(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) {
+    for (int i = 0; i < 5 + 4 * s; ++i) prompts[s].push_back((37 * (i + 1) + 101 * s) % 97);
+    for (int b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(s * kBlocksPerSeq + b);
+  }
+  for (bool graphs : {true, false}) {
+    SCOPED_TRACE(GetParam() + (graphs ? " graphs" : " eager"));
+    auto reference = make_runner({2, 1, false}, graphs, *weights, config);
+    auto queued = make_runner({2, 1, false}, graphs, *weights, config, kSeqs);
+    ASSERT_TRUE(queued->supports_token_feedback());
+    EXPECT_EQ(testing::reordered_greedy_decode(*queued, prompts, tables, kSteps, true),
+              testing::reordered_greedy_decode(*reference, prompts, tables, kSteps, false));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelGpu,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral",
                                            "llama_nvfp4_modelopt", "llama_fp8_modelopt"));
