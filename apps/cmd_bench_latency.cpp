@@ -176,9 +176,9 @@ void register_bench_latency(CLI::App& bench) {
       ->check(at_least(1));
   cmd->add_option("--gpu-memory-utilization", o->engine.gpu_memory_utilization);
   cmd->add_flag("--enforce-eager", o->engine.enforce_eager);
-  cmd->add_flag("--async-scheduling", o->engine.async_scheduling,
+  cmd->add_flag("--async-scheduling,!--no-async-scheduling", o->engine.async_scheduling,
                 "Launch each decode step before the previous one's tokens reach the host (fed "
-                "back on the device)");
+                "back on the device; on by default)");
   cmd->add_option("--tensor-parallel-size", o->engine.tensor_parallel_size)->check(at_least(1));
   cmd->add_flag("--enable-expert-parallel", o->engine.enable_expert_parallel);
   cmd->add_flag("--nvfp4-activations", o->engine.nvfp4_activations);

@@ -97,7 +97,9 @@ struct EngineConfig {
   double dist_timeout_s = 300;  // how long node 0 waits for the others (and they for it)
   bool enforce_eager = false;
   bool nvfp4_activations = false;  // W4A4: quantize NVFP4 linears' inputs (SPEC 2.2)
-  bool async_scheduling = false;   // deliver outputs on their own thread (runtime/output_queue.h)
+  // Greedy steps queued behind each other with their tokens fed back on the device where the
+  // runner allows it (engine.cpp), outputs delivered on their own thread (output_queue.h).
+  bool async_scheduling = true;
   std::string cudagraph_mode = "FULL_DECODE_ONLY";
 };
 
@@ -137,8 +139,8 @@ struct EngineStats {
   int64_t steps_total = 0;
   // Wall time of the engine's steps (scheduling, the model, sampling and output bookkeeping) and,
   // within it, of the model runner's calls (device work, copies and launches): the difference is
-  // host work during which a synchronous step leaves the device idle (--async-scheduling moves
-  // output delivery off this path).
+  // host work during which a synchronous step leaves the device idle (with --async-scheduling a
+  // queued step's wait for the step before counts as the model's).
   double step_seconds_total = 0;
   double model_seconds_total = 0;
 };

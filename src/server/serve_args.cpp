@@ -50,6 +50,7 @@ constexpr KnownFlag kKnown[] = {
     {"--enforce-eager", false},
     {"--nvfp4-activations", false},
     {"--async-scheduling", false},
+    {"--no-async-scheduling", false},
     {"--compilation-config", true},
     {"--cudagraph-mode", true},
     {"--max-waiting-requests", true},
@@ -265,7 +266,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_flag("--enforce-eager", e.enforce_eager, "Disable CUDA graphs");
   app.add_flag("--nvfp4-activations", e.nvfp4_activations,
                "NVFP4 checkpoints: quantize activations too (W4A4, static input scales)");
-  app.add_flag("--async-scheduling", e.async_scheduling, "Overlap scheduling with the GPU");
+  app.add_flag("--async-scheduling,!--no-async-scheduling", e.async_scheduling,
+               "Schedule and launch each greedy step while the one before runs, its tokens fed "
+               "back on the device (on by default, as in vLLM)");
   app.add_option("--cudagraph-mode", e.cudagraph_mode,
                  "CUDA graph mode (also --compilation-config.cudagraph_mode)");
   app.add_option("--max-waiting-requests", e.max_waiting_requests, "Queue size before 503")
