@@ -236,8 +236,8 @@ class CudaBackend final : public Backend {
   }
 
   std::shared_ptr<void> host_staging(size_t bytes) override {
-    void* p = nullptr;
-    cuda_check(cudaHostAlloc(&p, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    void* p = nullptr;  // portable: pinned for every GPU's copies (parallel ranks)
+    cuda_check(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc");
     return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
   }
 
