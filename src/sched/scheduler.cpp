@@ -54,13 +54,17 @@ void Scheduler::add_request(Request* request) {
   waiting_.push_back(request);
 }
 
-void Scheduler::schedule_chunk(Request* r, int num_new_tokens, SchedulerOutput& out) {
-  const int start = r->num_computed_tokens;
-  r->num_computed_tokens += num_new_tokens;
-  // Blocks holding a pending token are hashed at a later step, once its value is known.
+void Scheduler::cache_known_blocks(const Request* r) {
+  // Blocks holding a pending token are hashed later, once its value is known.
   const int known = r->num_tokens() - r->num_pending_tokens;
   kv_.cache_computed(r->id, std::span<const int32_t>(r->token_ids).first(size_t(known)),
                      std::min(r->num_computed_tokens, known));
+}
+
+void Scheduler::schedule_chunk(Request* r, int num_new_tokens, SchedulerOutput& out) {
+  const int start = r->num_computed_tokens;
+  r->num_computed_tokens += num_new_tokens;
+  cache_known_blocks(r);
   out.chunks.push_back({r, start, num_new_tokens, r->num_computed_tokens == r->num_tokens()});
   out.num_scheduled_tokens += num_new_tokens;
 }
@@ -143,6 +147,9 @@ Request* Scheduler::remove(uint64_t request_id) {
 }
 
 void Scheduler::finish_request(uint64_t request_id) {
+  // A block whose last token was pending when it was scheduled is hashed now, its tokens known
+  // (its KV is written by a step queued before any that could reuse it).
+  if (auto it = requests_.find(request_id); it != requests_.end()) cache_known_blocks(it->second);
   if (remove(request_id) == nullptr) {
     throw InvalidArgument("finish_request: request " + std::to_string(request_id) +
                           " is not queued");

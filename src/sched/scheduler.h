@@ -49,7 +49,8 @@ class Scheduler {
   SchedulerOutput schedule();
 
   // Removes a finished request (after the engine appended its last token) and frees its
-  // blocks. Throws InvalidArgument for unknown ids.
+  // blocks, first registering the full blocks it computed that are not cached yet. Throws
+  // InvalidArgument for unknown ids.
   void finish_request(uint64_t request_id);
   // Removes a waiting or running request and frees its blocks; no-op for unknown ids.
   void abort_request(uint64_t request_id);
@@ -69,6 +70,8 @@ class Scheduler {
 
  private:
   void schedule_chunk(Request* r, int num_new_tokens, SchedulerOutput& out);
+  // Registers r's newly full blocks of known tokens and computed (or scheduled) KV.
+  void cache_known_blocks(const Request* r);
   void preempt_last_running(SchedulerOutput& out);
   Request* remove(uint64_t request_id);  // from running or waiting; nullptr when unknown
 

@@ -208,6 +208,30 @@ TEST(TokenFeedbackEngine, SameTokensUnderPreemptionAndPrefixCaching) {
     EXPECT_EQ(c.async[i].tokens.size(), size_t(requests[i].params.max_tokens)) << "request " << i;
 }
 
+// A second turn whose prompt holds the first turn's output: the block that closes at the first
+// turn's last scheduled token (pending when it was scheduled) is cached as without async
+// scheduling, so both engines hit the same prefix.
+TEST(TokenFeedbackEngine, PrefixCacheSeesTheLastBlockOfAFinishedRequest) {
+  auto turns = [](bool async) {
+    EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();
+    cfg.async_scheduling = async;
+    auto engine = Engine::create(cfg);
+    // 10 prompt tokens + 7 generated: the 16th token (position 15) is the last one scheduled.
+    const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42, 108, 7, 99, 300};
+    const Outcome first = run_all(*engine, {{prompt, greedy(7)}}).at(0);
+    std::vector<int32_t> second = prompt;
+    second.insert(second.end(), first.tokens.begin(), first.tokens.end());
+    second.insert(second.end(), {11, 12, 13});
+    run_all(*engine, {{second, greedy(2)}});
+    const int64_t hits = engine->stats().prefix_cache_hits;
+    engine->shutdown();
+    return hits;
+  };
+  const int64_t sync_hits = turns(false);
+  EXPECT_EQ(sync_hits, 16);
+  EXPECT_EQ(turns(true), sync_hits);
+}
+
 // Tensor parallel 2 on the CPU: the engine queues steps on the group as on one rank.
 TEST(TokenFeedbackEngine, TensorParallelSameTokens) {
   std::vector<Submitted> requests;
