@@ -313,30 +313,31 @@ class EngineImpl final : public Engine {
         ++req.num_pending_tokens;
       }
     }
-    int64_t generated = 0;
     if (queued_) {
       const double wait_start = now_seconds();
-      generated = collect_queued();
+      collect_queued();
       model_seconds += now_seconds() - wait_start;
     }
     queued_ = std::move(next);
-    add_step_stats(prompt_tokens, generated, model_seconds, start);
+    add_step_stats(prompt_tokens, 0, model_seconds, start);  // tokens count as collected
   }
 
   // Waits for the queued step's tokens and emits them (rows of requests that ended meanwhile are
-  // dropped). Returns the tokens emitted.
-  int64_t collect_queued() {
+  // dropped), counting them in the stats.
+  void collect_queued() {
     const std::vector<int32_t> ids = runner_->collect_greedy();
     const QueuedStep step = std::move(*queued_);
     queued_.reset();
-    int64_t emitted = 0;
-    for (size_t row = 0; row < step.rows.size(); ++row) {
-      auto it = requests_.find(step.rows[row]);
-      if (it == requests_.end()) continue;
-      emit_token(*it->second, ids.at(row), std::nullopt);
-      ++emitted;
+    std::vector<std::pair<EngineRequest*, int32_t>> tokens;
+    for (size_t row = 0; row < step.rows.size(); ++row)
+      if (auto it = requests_.find(step.rows[row]); it != requests_.end())
+        tokens.emplace_back(it->second.get(), ids.at(row));
+    {
+      // Counted before they are delivered: a client that saw its last token sees them counted.
+      std::lock_guard lock(stats_mu_);
+      stats_.generation_tokens_total += int64_t(tokens.size());
     }
-    return emitted;
+    for (const auto& [r, token] : tokens) emit_token(*r, token, std::nullopt);
   }
 
   void step_synchronous() {

@@ -204,8 +204,12 @@ TEST(TokenFeedbackEngine, SameTokensUnderPreemptionAndPrefixCaching) {
   EXPECT_EQ(c.async, c.sync);
   EXPECT_GT(c.async_stats.num_preemptions, 0);
   EXPECT_GT(c.async_stats.prefix_cache_hits, 0);
-  for (size_t i = 0; i < requests.size(); ++i)
+  int64_t delivered = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(c.async[i].tokens.size(), size_t(requests[i].params.max_tokens)) << "request " << i;
+    delivered += int64_t(c.async[i].tokens.size());
+  }
+  EXPECT_EQ(c.async_stats.generation_tokens_total, delivered);
 }
 
 // A second turn whose prompt holds the first turn's output: the block that closes at the first
