@@ -59,6 +59,15 @@ TEST(ServeArgs, ModelFlagAndDefaults) {
   EXPECT_THROW(parse_serve_args({"--port", "1"}, nullptr), InvalidArgument);  // no model
 }
 
+// On by default as in vLLM; --no-async-scheduling turns it off, --async-scheduling is accepted.
+TEST(ServeArgs, AsyncSchedulingDefaultAndSwitches) {
+  EXPECT_TRUE(parse_serve_args({"/m"}, nullptr).engine.async_scheduling);
+  EXPECT_TRUE(parse_serve_args({"/m", "--async-scheduling"}, nullptr).engine.async_scheduling);
+  const ServeArgs off = parse_serve_args({"/m", "--no-async-scheduling"}, nullptr);
+  EXPECT_FALSE(off.engine.async_scheduling);
+  EXPECT_TRUE(off.ignored.empty());
+}
+
 TEST(ServeArgs, IgnoredVllmFlagsAreListed) {
   ServeArgs a = parse_serve_args(
       {"/m", "--swap-space", "4", "--trust-remote-code", "--pipeline-parallel-size=1",
