@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -263,14 +264,19 @@ class EngineImpl final : public Engine {
     return prompt_tokens;
   }
 
-  void add_step_stats(int64_t prompt_tokens, int64_t generated, double model_seconds,
-                      double start) {
+  void add_step_stats(int64_t prompt_tokens, double model_seconds, double start) {
     std::lock_guard lock(stats_mu_);
     stats_.prompt_tokens_total += prompt_tokens;
-    stats_.generation_tokens_total += generated;
     stats_.model_seconds_total += model_seconds;
     stats_.step_seconds_total += now_seconds() - start;
     ++stats_.steps_total;
+  }
+
+  // Counts tokens about to be emitted before they are delivered: a client that saw its last
+  // token sees it counted.
+  void count_generated(size_t tokens) {
+    std::lock_guard lock(stats_mu_);
+    stats_.generation_tokens_total += int64_t(tokens);
   }
 
   // True when some request's next token is sampled on the host (from logits), so that steps
@@ -319,7 +325,7 @@ class EngineImpl final : public Engine {
       model_seconds += now_seconds() - wait_start;
     }
     queued_ = std::move(next);
-    add_step_stats(prompt_tokens, 0, model_seconds, start);  // tokens count as collected
+    add_step_stats(prompt_tokens, model_seconds, start);  // its tokens count when collected
   }
 
   // Waits for the queued step's tokens and emits them (rows of requests that ended meanwhile are
@@ -332,11 +338,7 @@ class EngineImpl final : public Engine {
     for (size_t row = 0; row < step.rows.size(); ++row)
       if (auto it = requests_.find(step.rows[row]); it != requests_.end())
         tokens.emplace_back(it->second.get(), ids.at(row));
-    {
-      // Counted before they are delivered: a client that saw its last token sees them counted.
-      std::lock_guard lock(stats_mu_);
-      stats_.generation_tokens_total += int64_t(tokens.size());
-    }
+    count_generated(tokens.size());
     for (const auto& [r, token] : tokens) emit_token(*r, token, std::nullopt);
   }
 
@@ -363,9 +365,10 @@ class EngineImpl final : public Engine {
       logits = runner_->execute(chunks);
     }
     const double model_seconds = now_seconds() - model_start;
+    count_generated(size_t(std::count_if(out.chunks.begin(), out.chunks.end(),
+                                         [](const auto& c) { return c.samples_token; })));
     const size_t vocab = size_t(config_.vocab_size);
     size_t row = 0;
-    int64_t generated = 0;
     for (const sched::ScheduledChunk& c : out.chunks) {
       if (!c.samples_token) continue;
       EngineRequest& r = *requests_.at(c.request->id);
@@ -374,9 +377,8 @@ class EngineImpl final : public Engine {
       } else {
         sample_token(r, std::span<float>(&logits[row++ * vocab], vocab));
       }
-      ++generated;
     }
-    add_step_stats(prompt_tokens, generated, model_seconds, start);
+    add_step_stats(prompt_tokens, model_seconds, start);
   }
 
   // True when the request's next token is the plain argmax of its logits: greedy, no logprobs,

@@ -163,13 +163,14 @@ std::vector<Outcome> run_all(Engine& engine, const std::vector<Submitted>& reque
 // returns both outcomes and the async engine's stats.
 struct Compared {
   std::vector<Outcome> sync, async;
-  EngineStats async_stats;
+  EngineStats sync_stats, async_stats;
 };
 Compared compare(EngineConfig cfg, const std::vector<Submitted>& requests) {
   Compared c;
   cfg.async_scheduling = false;
   auto sync_engine = Engine::create(cfg);
   c.sync = run_all(*sync_engine, requests);
+  c.sync_stats = sync_engine->stats();
   sync_engine->shutdown();
   cfg.async_scheduling = true;
   auto async_engine = Engine::create(cfg);
@@ -210,6 +211,7 @@ TEST(TokenFeedbackEngine, SameTokensUnderPreemptionAndPrefixCaching) {
     delivered += int64_t(c.async[i].tokens.size());
   }
   EXPECT_EQ(c.async_stats.generation_tokens_total, delivered);
+  EXPECT_EQ(c.sync_stats.generation_tokens_total, delivered);
 }
 
 // A second turn whose prompt holds the first turn's output: the block that closes at the first
