@@ -295,9 +295,11 @@ LoadedModel load_model(const EngineConfig& cfg) {
     runner.step_memory_bytes = step_memory_bytes(cfg, mc);
   }
   // --async-scheduling feeds greedy tokens back on the device (engine.cpp) where the runner
-  // allows it: one rank or a tensor-parallel group on one node, not data-parallel replicas
-  // sharing experts nor several nodes (their step plans carry token values).
-  if (cfg.async_scheduling) runner.token_feedback_rows = cfg.max_num_seqs;
+  // allows it: one rank or a tensor-parallel group on one node. Data-parallel replicas sharing
+  // experts and several nodes (their step plans carry token values) take steps in turn, so their
+  // runners get no feedback buffer and their graphs no resolve kernel.
+  if (cfg.async_scheduling && dp == 1 && cfg.nnodes == 1)
+    runner.token_feedback_rows = cfg.max_num_seqs;
   // KV blocks per rank from the backend's budget, once the (rank's) weights are loaded.
   auto num_blocks_for = [&](backend::Backend& b, const model::Model& model) {
     const int64_t per_token = ModelRunner::kv_bytes_per_token(model.kv_geometry(), kv_dtype);
