@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
@@ -25,6 +26,9 @@ constexpr int kBK = 64;  // K per pipeline stage: 8 chunks of 16 B per smem row
 // The latency tile-8 GEMMs shrink the weight-row tile until the worst-case grid has at least
 // this many CTAs per SM (decode: 1 token gives GEMM1 only 12·9 CTAs at 128 rows).
 constexpr int kMinCtasPerSm = 2;
+// The 128-row NVFP4 tile-8 GEMMs split K over two warp groups while their worst-case grid has at
+// most this many CTAs per SM (moe_gemm_k_groups).
+constexpr int kKSplitMaxCtasPerSm = 9;
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -76,14 +80,16 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 // Shared memory per stage: the A tile (bf16: BM × kBK swizzled; NVFP4: BM/16 fragments × 512
 // code bytes, then BM/16 × 64 scale bytes, both in the repacked order) and the B tile (BN × kBK
 // swizzled bf16); NVFP4 adds a 256-entry table e4m3 byte → bf16x2 of 2⁶⁴·scale at the end.
-// WARPS_K > 1 (bf16 only) splits K over that many groups of WARPS_M·WARPS_N warps, each with its
-// own STAGES-deep pipeline over a contiguous run of K tiles and its own barrier; the groups'
+// WARPS_K > 1 splits K over that many groups of WARPS_M·WARPS_N warps, each with its own
+// STAGES-deep pipeline over a contiguous run of K tiles and its own barrier; the groups'
 // accumulators are summed in group order through shared memory before group 0's epilogue. At one
 // token the tile-8 GEMMs have ~3 one-warp CTAs per SM, and a lone warp issuing every copy, barrier
-// and mma of its 32 K tiles is what bounds them (ncu: 0.15 eligible warps per scheduler).
+// and mma of its 32 K tiles is what bounds them (ncu: 0.15 eligible warps per scheduler). The
+// NVFP4 128-row tile-8 GEMMs at ~8 tokens are bound the same way (ncu, Qwen3 GEMM1: 209 warp
+// instructions per K tile, issue 41 % busy, and the same 39-40 µs for 432 or 624 working CTAs):
+// two K groups there (moe_gemm_k_groups).
 template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4, int WARPS_K>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kernel(MoeGemmParams p) {
-  static_assert(WARPS_K == 1 || !kFp4, "K groups: bf16 weights only");
   constexpr int kThreads = WARPS_M * WARPS_N * 32;  // per K group
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
   constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
@@ -100,12 +106,16 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
   const int kw = WARPS_K == 1 ? 0 : int(threadIdx.x) / kThreads;  // K group
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4) + kw * kGroupSmemBytes;
   __nv_bfloat16* sB = reinterpret_cast<__nv_bfloat16*>(smem + STAGES * kAStageBytes);
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + kGroupSmemBytes);
+  // NVFP4: the scale table after every group's stages.
+  uint32_t* lut =
+      reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(smem_u4) + WARPS_K * kGroupSmemBytes);
   const int tid = WARPS_K == 1 ? int(threadIdx.x) : int(threadIdx.x) % kThreads;
   const int lane = tid & 31, warp = tid >> 5;
   if constexpr (kFp4) {
     // Depends on nothing: built while the previous kernel drains (PDL).
     build_nvfp4_scale_table(lut);  // visible after the first barrier of the main loop
+    // ... of the CTA: the groups' own barriers would not publish the other groups' entries.
+    if constexpr (WARPS_K > 1) __syncthreads();
   }
 
   const int tile = blockIdx.y;
@@ -387,6 +397,7 @@ template <bool kFp4>
 void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int kLatStages = kFp4 ? 6 : 4, kThrStages = kFp4 ? 4 : 3;
   constexpr int kSmallStages = kFp4 ? 12 : 8;
+  constexpr int kSplitStages = 4;  // per K group (46 KB of shared memory for two groups)
   if (p.config == MoeGemmConfig::kThroughput) {
     if (p.tile != 128) throw InvalidArgument("moe_grouped_gemm: throughput tile must be 128");
     launch<4, 2, 8, kThrStages, kFp4>(p, stream);
@@ -407,7 +418,11 @@ void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
           launch<2, 1, 1, kSmallStages, kFp4>(p, stream);
           break;
         default:
-          launch<4, 1, 1, kLatStages, kFp4>(p, stream);
+          if (kFp4 && moe_gemm_k_groups(p) == 2) {
+            launch<4, 1, 1, kSplitStages, kFp4, 2>(p, stream);
+          } else {
+            launch<4, 1, 1, kLatStages, kFp4>(p, stream);
+          }
           break;
       }
       break;
@@ -436,6 +451,16 @@ int moe_gemm_block_rows(const MoeGemmParams& p) {
     if (m_blocks * p.max_tiles >= target) return bm;
   }
   return 32;
+}
+
+int moe_gemm_k_groups(const MoeGemmParams& p) {
+  if (p.config != MoeGemmConfig::kLatency || p.tile != 8 || p.format != MoeWeightFormat::kNvfp4 ||
+      moe_gemm_block_rows(p) != 128)
+    return 1;
+  static const int forced = env_int("SERVAL_MOE_TILE8_KSPLIT", 0, 2, 0);
+  if (forced > 0) return forced;
+  const long m_blocks = p.gemm1 ? p.n_out / 64 : p.n_out / 128;
+  return m_blocks * p.max_tiles <= long(kKSplitMaxCtasPerSm) * sm_count() ? 2 : 1;
 }
 
 void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
