@@ -27,8 +27,10 @@ constexpr int kBK = 64;  // K per pipeline stage: 8 chunks of 16 B per smem row
 // this many CTAs per SM (decode: 1 token gives GEMM1 only 12·9 CTAs at 128 rows).
 constexpr int kMinCtasPerSm = 2;
 // The 128-row NVFP4 tile-8 GEMMs split K over two warp groups while their worst-case grid has at
-// most this many CTAs per SM (moe_gemm_k_groups).
-constexpr int kKSplitMaxCtasPerSm = 9;
+// most this many CTAs per SM (moe_gemm_k_groups). Qwen3-30B NVFP4 on the H200, TPOT with both
+// GEMMs split vs neither (the larger grid, GEMM2's, in CTAs per SM): b8 (8.7) −5 %, b10 (10.9)
+// −1 %, b12 (13.1) even; GEMM1 alone split: b16 (13.1) +0.4 %, b32 (14.5) +1 %.
+constexpr int kKSplitMaxCtasPerSm = 12;
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -397,7 +399,9 @@ template <bool kFp4>
 void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int kLatStages = kFp4 ? 6 : 4, kThrStages = kFp4 ? 4 : 3;
   constexpr int kSmallStages = kFp4 ? 12 : 8;
-  constexpr int kSplitStages = 4;  // per K group (46 KB of shared memory for two groups)
+  // Per K group: 34 KB of shared memory for two groups. Three stages measured faster than four
+  // (Qwen3-30B NVFP4 b8 TPOT 4.16-4.18 vs 4.23-4.24 ms) and two slower (4.36).
+  constexpr int kSplitStages = 3;
   if (p.config == MoeGemmConfig::kThroughput) {
     if (p.tile != 128) throw InvalidArgument("moe_grouped_gemm: throughput tile must be 128");
     launch<4, 2, 8, kThrStages, kFp4>(p, stream);

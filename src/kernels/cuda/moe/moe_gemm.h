@@ -14,7 +14,7 @@ namespace serval::kernels::cuda {
 // 4-stage cp.async pipeline (NVFP4: 6); at tile 8 the weight-row tile shrinks to 64 (2 warps) or
 // 32 rows (NVFP4: 1 warp; bf16: 2 warps, each over half of K) with deeper pipelines when the
 // worst-case grid would put fewer than 2 CTAs on each SM (moe_gemm_block_rows); the NVFP4
-// 128-row tile-8 GEMMs of small grids use two K groups of 4 warps, 4 stages each
+// 128-row tile-8 GEMMs of small grids use two K groups of 4 warps, 3 stages each
 // (moe_gemm_k_groups). kThroughput: 8 warps, 128 × 128 (tile must be 128), 3 stages. All kernels
 // are launched with programmatic dependent launch (misc/pdl.cuh); GEMM2 reads the routing maps and
 // streams its first weight stages before waiting for GEMM1, which is valid only when GEMM2
@@ -60,10 +60,10 @@ struct MoeGemmParams {
 void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream);
 
 // K groups (1 or 2) of the 128-row NVFP4 tile-8 latency GEMMs for `p`: 2 while the worst-case grid
-// has at most 9 CTAs per SM (decode up to ~8 tokens of a top-8 model: each warp then streams half
-// of K, and the per-warp chain of K tiles, not DRAM, bounds these kernels); 1 otherwise and for
-// every other configuration. SERVAL_MOE_TILE8_KSPLIT=1 / 2 forces it (A/B). Host-only,
-// deterministic per shape.
+// has at most 12 CTAs per SM (decode up to ~10 tokens of a 128-expert top-8 model: each warp then
+// streams half of K, and the per-warp chain of K tiles, not DRAM, bounds these kernels); 1
+// otherwise and for every other configuration. SERVAL_MOE_TILE8_KSPLIT=1 / 2 forces it (A/B).
+// Host-only, deterministic per shape.
 int moe_gemm_k_groups(const MoeGemmParams& p);
 
 // Weight rows per CTA (128, 64 or 32) moe_grouped_gemm uses for `p`: the largest whose
