@@ -408,14 +408,16 @@ TEST(MoeNormRouter, BackToBackAndGraphReplay) {
 }
 
 // µs per layer of fused vs unfused (rms_norm + router linear as the CUDA backend runs it: the
-// bf16 GEMV up to 2 tokens, cuBLASLt above + moe_routing), 200 layers back to back in one CUDA
-// graph, median of 30 replays. The residual grows over the launches (timing only).
+// bf16 GEMV up to 2 tokens, cuBLASLt above + moe_routing), and of the fused kernel without its
+// routing tail (logits_only), 200 layers back to back in one CUDA graph, median of 30 replays. The
+// residual grows over the launches (timing only).
 TEST(MoeNormRouterBench, DISABLED_FusedVsUnfused) {
   if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   constexpr int kLaunches = 200;
   backend::cuda::CublasLtGemm gemm;
   std::printf("µs per layer, %d layers in one CUDA graph (median of 30 replays)\n", kLaunches);
-  std::printf("tokens    E  k hidden | unfused (norm + router + routing) | fused | saved\n");
+  std::printf(
+      "tokens    E  k hidden | unfused (norm + router + routing) | fused | saved | logits only\n");
   for (const Shape& s : {Shape{1, 128, 8, 2048}, Shape{2, 128, 8, 2048}, Shape{4, 128, 8, 2048},
                          Shape{6, 128, 8, 2048}, Shape{8, 128, 8, 2048}, Shape{1, 8, 2, 4096},
                          Shape{8, 8, 2, 4096}}) {
@@ -445,8 +447,15 @@ TEST(MoeNormRouterBench, DISABLED_FusedVsUnfused) {
           for (int i = 0; i < kLaunches; ++i) moe_norm_router_topk(p, st);
         },
         kLaunches);
-    std::printf("%6d %4d %2d %6d | %33.2f | %5.2f | %5.2f\n", s.tokens, s.experts, s.top_k,
-                s.hidden, unfused, fused, unfused - fused);
+    MoeNormRouterParams logits_only = p;
+    logits_only.logits_only = true;
+    const float no_routing = graph_us(
+        [&](cudaStream_t st) {
+          for (int i = 0; i < kLaunches; ++i) moe_norm_router_topk(logits_only, st);
+        },
+        kLaunches);
+    std::printf("%6d %4d %2d %6d | %33.2f | %5.2f | %5.2f | %11.2f\n", s.tokens, s.experts, s.top_k,
+                s.hidden, unfused, fused, unfused - fused, no_routing);
   }
 }
 
