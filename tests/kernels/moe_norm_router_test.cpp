@@ -442,18 +442,17 @@ TEST(MoeNormRouterBench, DISABLED_FusedVsUnfused) {
           }
         },
         kLaunches);
-    const float fused = graph_us(
-        [&](cudaStream_t st) {
-          for (int i = 0; i < kLaunches; ++i) moe_norm_router_topk(p, st);
-        },
-        kLaunches);
+    auto fused_us = [&](const MoeNormRouterParams& q) {
+      return graph_us(
+          [&](cudaStream_t st) {
+            for (int i = 0; i < kLaunches; ++i) moe_norm_router_topk(q, st);
+          },
+          kLaunches);
+    };
+    const float fused = fused_us(p);
     MoeNormRouterParams logits_only = p;
     logits_only.logits_only = true;
-    const float no_routing = graph_us(
-        [&](cudaStream_t st) {
-          for (int i = 0; i < kLaunches; ++i) moe_norm_router_topk(logits_only, st);
-        },
-        kLaunches);
+    const float no_routing = fused_us(logits_only);
     std::printf("%6d %4d %2d %6d | %33.2f | %5.2f | %5.2f | %11.2f\n", s.tokens, s.experts, s.top_k,
                 s.hidden, unfused, fused, unfused - fused, no_routing);
   }
