@@ -104,9 +104,11 @@ void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder
                                                std::lock_guard lock(mu_);
                                                in_flight_.erase(key);
                                              });
+  bool aborting;
   {
     std::lock_guard lock(mu_);
     in_flight_[key] = {job, res};
+    aborting = aborting_;
   }
   try {
     job->start();
@@ -115,10 +117,14 @@ void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder
     in_flight_.erase(key);
     throw;
   }
+  // Registered after abort_all went through in_flight_ (shutdown): end it now, on this strand, as
+  // the abort posted to every earlier job does.
+  if (aborting) job->abort_all();
 }
 
 void ApiServer::abort_all() {
   std::lock_guard lock(mu_);
+  aborting_ = true;
   for (auto& [key, f] : in_flight_)
     if (auto job = f.job.lock()) f.res->post([job] { job->abort_all(); });
 }

@@ -30,7 +30,9 @@ class ApiServer {
   // The HttpHandler: runs on the connection's strand, never throws.
   void handle(HttpRequest req, std::shared_ptr<Responder> res);
 
-  // Aborts every generation in flight (shutdown); their responses end shortly after.
+  // Aborts every generation in flight (shutdown); their responses end shortly after. A generation
+  // whose request arrives later (a connection accepted before the listener closed) is aborted as
+  // soon as it starts, so that its response ends too.
   void abort_all();
   int num_in_flight() const;
   // The name responses carry in "model".
@@ -57,6 +59,7 @@ class ApiServer {
     std::shared_ptr<Responder> res;
   };
   std::unordered_map<uint64_t, InFlight> in_flight_;
+  bool aborting_ = false;  // abort_all was called (under mu_)
 };
 
 }  // namespace serval::server
