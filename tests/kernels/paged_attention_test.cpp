@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <tuple>
+#include <vector>
 
 #include "base/math.h"
 #include "kernels/cuda_test_util.h"
@@ -142,6 +144,47 @@ TEST(CudaPagedAttention, DecodeShortAndMediumContexts) {
               << " ctx0=" << c.ctx_lens[0];
         }
       }
+    }
+  }
+}
+
+// Scores far apart, so that the decode softmax's lazy rescaling (attention_common.cuh: a row's
+// base moves only when its max rises by more than 2^8) takes both branches: q × 16 spreads the
+// scores over tens of units of log2 (the max jumps in early tiles, creeps up later), and with the
+// bf16 cache the key rows grow along the context (key j × (1 + j / 64)), so the max keeps rising
+// by large steps to the last tile. Contexts of several tiles and splits, bf16 and fp8 caches.
+TEST(CudaPagedAttention, DecodeRisingAndSpreadScores) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  uint32_t seed = 1500;
+  for (DType t : {DType::kBF16, DType::kF8E4M3}) {
+    for (int bound : {0, 40960}) {
+      PagedCase c{{1, 1, 1}, {70, 700, 3000}, 32, 4, 128};
+      c.dtype = t;
+      c.max_context_bound = bound;
+      PagedProblem pr = make_paged_problem(c, seed++);
+      for (bf16& q : pr.q) q = float_to_bf16(bf16_to_float(q) * 16.0f);
+      if (t == DType::kBF16) {
+        const PagedLayout& l = pr.layout;
+        const size_t row = size_t(c.hkv) * c.d;
+        std::vector<bf16> k(pr.k.size() / sizeof(bf16));
+        std::memcpy(k.data(), pr.k.data(), pr.k.size());
+        for (size_t sq = 0; sq < l.ctx_lens.size(); ++sq)
+          for (int j = 0; j < l.ctx_lens[sq]; ++j) {
+            const size_t slot =
+                size_t(l.tables[sq * l.max_blocks + j / l.block_size]) * l.block_size +
+                j % l.block_size;
+            for (size_t e = 0; e < row; ++e) {
+              bf16& x = k[slot * row + e];
+              x = float_to_bf16(bf16_to_float(x) * (1.0f + float(j) / 64.0f));
+            }
+          }
+        std::memcpy(pr.k.data(), k.data(), pr.k.size());
+      }
+      const std::vector<float> want = paged_reference(pr);
+      PagedDeviceProblem dev(pr, c.max_context_bound);
+      dev.poison();
+      kernels::cuda::paged_attention(dev.params, nullptr);
+      EXPECT_LT(rel_l2(dev.out.download(), want), kTol) << dtype_name(t) << " bound=" << bound;
     }
   }
 }

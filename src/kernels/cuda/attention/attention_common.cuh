@@ -49,6 +49,10 @@ struct PagedBlocks {
   __device__ __forceinline__ int64_t slot(int entry, int key) const {
     return int64_t(entry) * size + (log2 >= 0 ? key & (size - 1) : key - (key / size) * size);
   }
+  // The same in 32-bit arithmetic, for caches of fewer than 2^31 slots (the decode kernel).
+  __device__ __forceinline__ int slot32(int entry, int key) const {
+    return entry * size + (log2 >= 0 ? key & (size - 1) : key - (key / size) * size);
+  }
 };
 constexpr int kThreads = 128;  // 4 warps per decode CTA
 
@@ -90,41 +94,68 @@ __device__ __forceinline__ void rescale_rows(float (&o)[kOt][4], const float (&c
   }
 }
 
-// Online softmax over one block of scores already in the log2 domain (scale·log2e applied,
-// masked entries −inf). Updates the running max m and the thread-partial sums l of rows g
-// (index 0) and g+8 (index 1), rescales o, and turns s into probabilities.
+// Decode: −inf for the scores s (keys key0 + 8j + 2c, +1 of rows g and g + 8) at or past key_end.
+template <int kNt>
+__device__ __forceinline__ void mask_keys(float (&s)[kNt][4], int key0, int key_end, int c) {
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+    const int key = key0 + 8 * j + 2 * c;
+    if (key >= key_end) s[j][0] = s[j][2] = -INFINITY;
+    if (key + 1 >= key_end) s[j][1] = s[j][3] = -INFINITY;
+  }
+}
+
+// How far (log2) a decode row's max may rise above its softmax base before the base moves.
+constexpr float kLazyRescaleLog2 = 8.0f;
+
+// Decode online softmax over one block of raw scores (masked entries −inf; scale_log2 = scale ·
+// log2 e > 0, so raw and scaled maxima order alike) with lazy rescaling: a row's base m (the
+// exponent offset of its probabilities, of o and of l) moves only when the block's scaled max
+// exceeds it by more than kLazyRescaleLog2, and then for every row of the warp at once. So o is
+// rescaled (4·kOt multiplies) only when some max jumps, not whenever it creeps up (with random
+// scores that was two tiles in three: ncu, Llama-70B shape). Probabilities stay ≤ 2^8, which f16,
+// bf16 and the fp32 o and l hold without loss; the epilogue merges with the bases, which give the
+// same o / l as the maxima would. One ex2.approx.ftz each: probabilities below 2^-126 flush to 0
+// (they are 0 in f16 / bf16 P anyway). Updates m, the thread-partial sums l of rows g (index 0)
+// and g+8 (index 1), rescales o, and turns s into probabilities.
 template <int kNt, int kOt>
-__device__ __forceinline__ void online_softmax(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
-                                               float (&o)[kOt][4]) {
-  float mx[2] = {m[0], m[1]};
+__device__ __forceinline__ void online_softmax_lazy(float (&s)[kNt][4], float (&m)[2],
+                                                    float (&l)[2], float (&o)[kOt][4],
+                                                    float scale_log2) {
+  float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
     mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
     mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
   }
+  bool rise = false;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {  // the 4 lanes of a quad share rows g, g+8
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    mx[i] *= scale_log2;                      // −inf stays −inf
+    rise |= mx[i] > m[i] + kLazyRescaleLog2;  // m = −inf: any finite max
   }
-  float base[2], corr[2];
+  if (__any_sync(0xffffffffu, rise)) {
+    float corr[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    base[i] = mx[i] == -INFINITY ? 0.0f : mx[i];  // all masked so far: avoid (−inf) − (−inf)
-    corr[i] = exp2f(m[i] - base[i]);
-    m[i] = mx[i];
-    l[i] *= corr[i];
+    for (int i = 0; i < 2; ++i) {
+      const float base = fmaxf(m[i], mx[i]);
+      corr[i] = base == m[i] ? 1.0f : fast_exp2(m[i] - base);  // m = −inf: 0 (o, l are 0)
+      m[i] = base;
+      l[i] *= corr[i];
+    }
+    rescale_rows(o, corr);
   }
-  // o changes only where a row's running max rose (corr < 1): after the first tiles that is rare,
-  // and the rescale is 4·kOt multiplies per tile (a quarter of the decode loop's instructions at
-  // head_dim 128). Multiplying by 1 is exact, so skipping it changes no bit.
-  if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) rescale_rows(o, corr);
+  float ms[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) ms[i] = m[i] == -INFINITY ? 0.0f : m[i];  // all masked so far
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
-    s[j][0] = exp2f(s[j][0] - base[0]);
-    s[j][1] = exp2f(s[j][1] - base[0]);
-    s[j][2] = exp2f(s[j][2] - base[1]);
-    s[j][3] = exp2f(s[j][3] - base[1]);
+    s[j][0] = fast_exp2(fmaf(s[j][0], scale_log2, -ms[0]));
+    s[j][1] = fast_exp2(fmaf(s[j][1], scale_log2, -ms[0]));
+    s[j][2] = fast_exp2(fmaf(s[j][2], scale_log2, -ms[1]));
+    s[j][3] = fast_exp2(fmaf(s[j][3], scale_log2, -ms[1]));
     l[0] += s[j][0] + s[j][1];
     l[1] += s[j][2] + s[j][3];
   }

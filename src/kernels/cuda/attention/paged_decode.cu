@@ -226,11 +226,11 @@ __device__ __forceinline__ int o_dim(int n, int e, int c) {
 }
 
 // Where this thread's copies read: its 16-byte chunk of its KV head in cache slot 0 of the K and
-// V caches, and the bytes from one slot to the next.
+// V caches, and the bytes from one slot to the next (Hkv · D · element bytes < 2^31).
 struct KvSource {
   const unsigned char* k;
   const unsigned char* v;
-  int64_t slot_bytes;
+  int slot_bytes;
 };
 
 // cp.async of one [K | V] tile: this thread's key rows (first + i·kRowStep) from the cache slots
@@ -242,8 +242,9 @@ __device__ __forceinline__ void issue_tile(unsigned char* stage, const KvSource&
   using S = DecodeShape<D, C>;
 #pragma unroll
   for (int i = 0; i < S::kRowsPerThread; ++i) {
+    // One 32 × 32 → 64-bit multiply; a zero-filled row (slot −1) reads nothing at slot 0.
+    const int64_t off = int64_t(max(slot[i], 0)) * src.slot_bytes;
     const bool valid = slot[i] >= 0;
-    const int64_t off = valid ? slot[i] * src.slot_bytes : 0;
     const int dst = (first + i * S::kRowStep) * S::kRowBytes + chunk * 16;
     cp_async_16(stage + dst, src.k + off, valid);
     cp_async_16(stage + S::kTileBytes + dst, src.v + off, valid);
@@ -274,7 +275,7 @@ __device__ __forceinline__ void entries_to_slots(
 #pragma unroll
   for (int i = 0; i < S::kRowsPerThread; ++i) {
     const int key = key0 + first + i * S::kRowStep;
-    slot[i] = key < key_end ? int(blocks.slot(entry[i], key)) : -1;
+    slot[i] = key < key_end ? blocks.slot32(entry[i], key) : -1;
   }
 }
 
@@ -532,7 +533,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
 
   const int64_t head_bytes = int64_t(kv_head) * D * S::kElemBytes + copy_chunk * 16;
   const KvSource kv_src{k_cache + head_bytes, v_cache + head_bytes,
-                        int64_t(num_kv_heads) * D * S::kElemBytes};
+                        num_kv_heads * D * S::kElemBytes};
   // Prologue: tiles 0 .. kStages-2 in flight, the entries of tile kStages-1 loaded.
   int slot[S::kRowsPerThread];
 #pragma unroll
@@ -621,15 +622,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
       } else {
         qk_scores<D, 2, false>(s, qa, reinterpret_cast<const uint16_t*>(sk), g, c);
       }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int key = key0 + 8 * j + 2 * c;
-        s[j][0] = key < key_end ? s[j][0] * scale_log2 : -INFINITY;
-        s[j][1] = key + 1 < key_end ? s[j][1] * scale_log2 : -INFINITY;
-        s[j][2] = key < key_end ? s[j][2] * scale_log2 : -INFINITY;
-        s[j][3] = key + 1 < key_end ? s[j][3] * scale_log2 : -INFINITY;
-      }
-      online_softmax<2, D / 8>(s, m, l, o);
+      if (key0 + 16 > key_end) mask_keys(s, key0, key_end, c);  // warp-uniform: the last keys
+      online_softmax_lazy<2, D / 8>(s, m, l, o, scale_log2);
       if constexpr (kFp8) {
         pv_accumulate_fp8<D, C>(o, s, sv, lane);
       } else {
