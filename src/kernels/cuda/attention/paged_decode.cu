@@ -31,263 +31,30 @@
 // (2c, 2c+1) of dims (2g, 2g+1); one byte permute per dim makes an e4m3x2 key pair, i.e. a B
 // register of an n-tile holding the even (or odd) dims of a 16-dim block. The accumulator
 // columns are therefore permuted, which the epilogue undoes (o_dim()).
+//
+// The kernel's parts: decode_shape.cuh (shared-memory stages, q staging), decode_kv_copy.cuh (the
+// tiles' cp.async copies), decode_fp8_mma.cuh (fp8 fragments), decode_rope_io.cuh (the kRope
+// variant's rows), decode_merge.cuh (the split merge); this file the kernel, the fused merge's
+// arrivals and the launch.
 
 #include "base/env.h"
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/attention/decode_fp8_mma.cuh"
+#include "kernels/cuda/attention/decode_kv_copy.cuh"
 #include "kernels/cuda/attention/decode_merge.cuh"
+#include "kernels/cuda/attention/decode_rope_io.cuh"
+#include "kernels/cuda/attention/decode_shape.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
-#include "kernels/cuda/norm_rope/rope_lane.cuh"
 
 namespace serval::kernels::cuda {
 namespace {
 
 using namespace attn;
-constexpr int kWarps = kThreads / 32;
+using namespace decode;
 static_assert(kDecodeTileKeys == kTileKeys);
-
-// Shared memory of one decode CTA: kStages × [K tile | V tile], each [kTileKeys][kRowBytes].
-// bf16 rows are mma-ready (kMmaStride<D> elements); fp8 rows are D bytes + 16 of padding. Both
-// paddings shift consecutive rows by 4 banks: fragment loads and ldmatrix are conflict-free.
-// Sized so that three CTAs fit on an SM at head_dim 128 (paged_attention.cu assumes it).
-template <int D, DType C>
-struct DecodeShape {
-  static constexpr bool kFp8 = kIsFp8<C>;
-  static constexpr int kElemBytes = kFp8 ? 1 : 2;
-  static constexpr int kRowBytes = kFp8 ? D + 16 : kMmaStride<D> * 2;
-  static constexpr int kStages = kFp8 ? 4 : 2;
-  static constexpr int kTileBytes = kTileKeys * kRowBytes;
-  static constexpr int kSmemBytes = kStages * 2 * kTileBytes;
-  static constexpr int kChunks = D * kElemBytes / 16;          // 16-byte chunks per key row
-  static constexpr int kRowStep = kThreads / kChunks;          // rows between a thread's chunks
-  static constexpr int kRowsPerThread = kTileKeys / kRowStep;  // key rows each thread copies
-  static_assert(kThreads % kChunks == 0 && kTileKeys % kRowStep == 0);
-  static_assert(kRowBytes % 16 == 0, "cp.async and ldmatrix need 16-byte aligned rows");
-  // Epilogue: the per-warp outputs [warp][16][kOStride] fp32 reuse the stages. The padding makes
-  // the fragment stores conflict-free (bf16: float2 stores, 8g + 2c spans 32 banks per half warp)
-  // or 2-way (fp8: scalar stores of dims 4c apart, g + 4c).
-  static constexpr int kOStride = kFp8 ? D + 1 : D + 8;
-  static_assert(size_t(kWarps) * 16 * kOStride * sizeof(float) <= size_t(kSmemBytes),
-                "the epilogue reuses the stages for the per-warp outputs");
-  static_assert(size_t(attn::kMergeScratchFloats) * sizeof(float) <= size_t(kSmemBytes),
-                "the fused merge reuses the stages for its weights");
-};
-
-// Two e4m3 / e5m2 values (element 0 in the low byte) as an f16 pair, element 0 in the low half.
-template <DType C>
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t pair) {
-  if constexpr (C == DType::kF8E4M3) {
-    uint32_t r;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(uint16_t(pair)));
-    return r;
-  } else {
-    static_assert(C == DType::kF8E5M2);
-    return __byte_perm(pair, 0u, 0x1404);  // e5m2 = high byte of the equal f16
-  }
-}
-
-// q of a CTA's 16 mma rows, staged once in shared memory as every lane's A fragments so that a
-// warp reads its fragments with D/16 16-byte loads: [D/16 k-steps][32 lanes][4 words] (word i as
-// load_q_frags orders a0..a3). The 128 threads load q with one 4-byte load per bf16 pair and (fp8
-// caches) convert it to f16 once, instead of every warp loading and converting all of it (ncu, b1:
-// that was a fifth of each warp's instructions). fp8 caches permute the dims to match
-// qk_scores_fp8: within each 16-dim k-step, mma k-indices 2c, 2c+1 hold dims 4c, 4c+1 and
-// k-indices 2c+8, 2c+9 hold dims 4c+2, 4c+3. Rows ≥ num_rows are zero.
-template <int D, bool kFp8>
-struct QStage {
-  static constexpr int kWords = 16 * D / 2;  // rows × bf16 pairs
-  static constexpr int kPerThread = kWords / kThreads;
-  static constexpr int kBytes = kWords * 4;
-  static_assert(kWords % kThreads == 0);
-
-  // Word w of the row-major [16][D/2] pairs: row w / (D/2), dims 2·(w % (D/2)) + {0, 1}.
-  __device__ __forceinline__ static int word(int k) { return int(threadIdx.x) + k * kThreads; }
-
-  // Fragment word holding dims (d, d + 1) (d even) of row r.
-  __device__ __forceinline__ static int frag_word(int r, int d) {
-    const int kk = d / 16, w = d % 16;
-    const int c = kFp8 ? w / 4 : (w % 8) / 2;
-    const int high_k = kFp8 ? (w / 2) % 2 : w / 8;  // k-index 8.. of the step: a2 / a3
-    const int lane = (r % 8) * 4 + c;
-    return (kk * 32 + lane) * 4 + (r >= 8 ? 1 : 0) + 2 * high_k;
-  }
-
-  // This thread's pairs of q (rows < num_rows; `rows` points at row 0, rows D apart).
-  __device__ __forceinline__ static void load(uint32_t (&pairs)[kPerThread],
-                                              const __nv_bfloat16* rows, int num_rows) {
-#pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const int w = word(k), r = w / (D / 2);
-      pairs[k] = r < num_rows ? ld32(reinterpret_cast<const uint16_t*>(rows + 2 * w)) : 0u;
-    }
-  }
-
-  // Stores this thread's pairs (fp8: as f16) into `staged` in fragment order.
-  __device__ __forceinline__ static void store(uint32_t* staged,
-                                               const uint32_t (&pairs)[kPerThread]) {
-#pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const int w = word(k);
-      staged[frag_word(w / (D / 2), 2 * (w % (D / 2)))] =
-          kFp8 ? bf16x2_to_f16x2(pairs[k]) : pairs[k];
-    }
-  }
-
-  // This lane's fragments (after a barrier that follows every thread's store).
-  __device__ __forceinline__ static void read(uint32_t (&qa)[D / 16][4], const uint32_t* staged,
-                                              int lane) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint4 v = reinterpret_cast<const uint4*>(staged)[kk * 32 + lane];
-      qa[kk][0] = v.x;
-      qa[kk][1] = v.y;
-      qa[kk][2] = v.z;
-      qa[kk][3] = v.w;
-    }
-  }
-};
-
-// s[j] = Q · K[8j .. 8j+7]ᵀ from the staged fp8 key rows at `sk` (row stride D + 16 bytes).
-template <int D, DType C>
-__device__ __forceinline__ void qk_scores_fp8(float (&s)[2][4], const uint32_t (&qa)[D / 16][4],
-                                              const unsigned char* sk, int g, int c) {
-  constexpr int kRowBytes = DecodeShape<D, C>::kRowBytes;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-    const unsigned char* row = sk + (8 * j + g) * kRowBytes + 4 * c;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(row + kk * 16);
-      mma_16816<true>(s[j], qa[kk], fp8x2_to_f16x2<C>(w), fp8x2_to_f16x2<C>(w >> 16));
-    }
-  }
-}
-
-// From r = bytes (key k, dim d), (k, d+1), (k+1, d), (k+1, d+1) of an ldmatrix.trans register:
-// keys (k, k+1) of dim d (kOdd false) or d+1 (kOdd true) as an f16 pair, key k in the low half.
-template <DType C, bool kOdd>
-__device__ __forceinline__ uint32_t fp8_key_pair_to_f16x2(uint32_t r) {
-  if constexpr (C == DType::kF8E4M3) {
-    return fp8x2_to_f16x2<C>(__byte_perm(r, 0u, kOdd ? 0x31 : 0x20));
-  } else {
-    return __byte_perm(r, 0u, kOdd ? 0x3414 : 0x2404);  // e5m2 bytes as f16 high bytes
-  }
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans_bytes(uint32_t (&r)[4], const unsigned char* p) {
-  const uint32_t addr = uint32_t(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// o += P · V for the 16 keys starting at the staged fp8 row `sv`. o[4·dd + w] covers the
-// 32-dim block dd: w = 0 / 1 the even / odd dims of its first 16, w = 2 / 3 of its second 16.
-template <int D, DType C>
-__device__ __forceinline__ void pv_accumulate_fp8(float (&o)[D / 8][4], const float (&p)[2][4],
-                                                  const unsigned char* sv, int lane) {
-  constexpr int kRowBytes = DecodeShape<D, C>::kRowBytes;
-  // Lane L addresses key (L & 7) + 8·((L >> 3) & 1), bytes 16·(L >> 4) of each 32-dim block:
-  // matrices 0..3 = (keys 0-7, dims 0-15), (keys 8-15, dims 0-15), (keys 0-7, 16-31), (8-15,
-  // 16-31).
-  const unsigned char* base =
-      sv + ((lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes + (lane >> 4) * 16;
-  const uint32_t pa[4] = {pack_pair<true>(p[0][0], p[0][1]), pack_pair<true>(p[0][2], p[0][3]),
-                          pack_pair<true>(p[1][0], p[1][1]), pack_pair<true>(p[1][2], p[1][3])};
-#pragma unroll
-  for (int dd = 0; dd < D / 32; ++dd) {
-    // r[i]: keys (2c, 2c+1) of matrix i, dims (2g, 2g+1), as bytes k0d0 k0d1 k1d0 k1d1.
-    uint32_t r[4];
-    ldmatrix_x4_trans_bytes(r, base + dd * 32);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {                       // dims 0-15 / 16-31 of the block
-      const uint32_t lo = r[2 * h], hi = r[2 * h + 1];  // keys 0-7 / 8-15 of the k-step
-      mma_16816<true>(o[4 * dd + 2 * h], pa, fp8_key_pair_to_f16x2<C, false>(lo),
-                      fp8_key_pair_to_f16x2<C, false>(hi));  // even dims
-      mma_16816<true>(o[4 * dd + 2 * h + 1], pa, fp8_key_pair_to_f16x2<C, true>(lo),
-                      fp8_key_pair_to_f16x2<C, true>(hi));  // odd dims
-    }
-  }
-}
-
-// Head dim of accumulator o[n][e] (e = 0..3 as in the C fragment; rows g, g+8 alike).
-template <bool kFp8>
-__device__ __forceinline__ int o_dim(int n, int e, int c) {
-  if constexpr (kFp8) {
-    const int w = n & 3;
-    return (n >> 2) * 32 + (w >> 1) * 16 + (w & 1) + 4 * c + 2 * (e & 1);
-  } else {
-    return n * 8 + 2 * c + (e & 1);
-  }
-}
-
-// Where this thread's copies read: its 16-byte chunk of its KV head in cache slot 0 of the K and
-// V caches, and the bytes from one slot to the next (Hkv · D · element bytes < 2^31).
-struct KvSource {
-  const unsigned char* k;
-  const unsigned char* v;
-  int slot_bytes;
-};
-
-// cp.async of one [K | V] tile: this thread's key rows (first + i·kRowStep) from the cache slots
-// `slot` (−1: past key_end, zero-filled), its 16-byte chunk `chunk` of each row.
-template <int D, DType C>
-__device__ __forceinline__ void issue_tile(unsigned char* stage, const KvSource& src,
-                                           const int (&slot)[DecodeShape<D, C>::kRowsPerThread],
-                                           int first, int chunk) {
-  using S = DecodeShape<D, C>;
-#pragma unroll
-  for (int i = 0; i < S::kRowsPerThread; ++i) {
-    // One 32 × 32 → 64-bit multiply; a zero-filled row (slot −1) reads nothing at slot 0.
-    const int64_t off = int64_t(max(slot[i], 0)) * src.slot_bytes;
-    const bool valid = slot[i] >= 0;
-    const int dst = (first + i * S::kRowStep) * S::kRowBytes + chunk * 16;
-    cp_async_16(stage + dst, src.k + off, valid);
-    cp_async_16(stage + S::kTileBytes + dst, src.v + off, valid);
-  }
-}
-
-// Block-table entries of this thread's key rows of the tile starting at key0, unconditionally
-// (the index clamped into the table row): they can be loaded before the context length is known.
-template <int D, DType C>
-__device__ __forceinline__ void fetch_entries(int (&entry)[DecodeShape<D, C>::kRowsPerThread],
-                                              const int32_t* __restrict__ table,
-                                              const PagedBlocks& blocks, int max_blocks_per_seq,
-                                              int key0, int first) {
-  using S = DecodeShape<D, C>;
-#pragma unroll
-  for (int i = 0; i < S::kRowsPerThread; ++i)
-    entry[i] = table[min(blocks.block(key0 + first + i * S::kRowStep), max_blocks_per_seq - 1)];
-}
-
-// Cache slots of this thread's key rows of the tile starting at key0 from their block-table
-// entries (−1 past key_end).
-template <int D, DType C>
-__device__ __forceinline__ void entries_to_slots(
-    int (&slot)[DecodeShape<D, C>::kRowsPerThread],
-    const int (&entry)[DecodeShape<D, C>::kRowsPerThread], const PagedBlocks& blocks, int key0,
-    int key_end, int first) {
-  using S = DecodeShape<D, C>;
-#pragma unroll
-  for (int i = 0; i < S::kRowsPerThread; ++i) {
-    const int key = key0 + first + i * S::kRowStep;
-    slot[i] = key < key_end ? blocks.slot32(entry[i], key) : -1;
-  }
-}
-
-// Brings the block-table entries [first, last] into L1, one prefetch per 128-byte line. The main
-// loop reads a tile's entries one iteration before it copies the tile; a read that goes to L2
-// queues behind the KV copies in flight, and the next copy's slot arithmetic waits for it (ncu,
-// batch 64, fp8: the largest long-scoreboard stalls of the loop).
-__device__ __forceinline__ void prefetch_table_l1(const int32_t* table, int first, int last) {
-  for (int e = first + int(threadIdx.x) * 32; e <= last; e += kThreads * 32)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(table + e));
-  if (threadIdx.x == 0) asm volatile("prefetch.global.L1 [%0];" ::"l"(table + last));
-}
 
 // The merge without a second kernel (fused_merge): the last active split CTA of each (sequence,
 // head group) to finish combines the group's partials. Up to kFlatMergeMaxSplits active splits it
@@ -342,102 +109,6 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
   merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0,
                           tree ? kMergeGroup : 1, expected, scratch,
                           MergeOut::to_output(out, v_scale));
-}
-
-constexpr int kRopeQRowsPerWarp = 16 / kWarps;  // q rows of a CTA's 16 per warp
-
-// kRope: this warp's raw q rows (rows w, w + kWarps, ... of the CTA's 16) from the fused QKV row,
-// as load_head gives them; rows ≥ num_rows untouched. After pdl_wait.
-template <int D>
-__device__ __forceinline__ void load_rope_q(float (&x1)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
-                                            float (&x2)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
-                                            const __nv_bfloat16* q_row0, int num_rows, int warp,
-                                            int lane) {
-#pragma unroll
-  for (int k = 0; k < kRopeQRowsPerWarp; ++k) {  // every row's loads in flight together
-    const int r = warp + kWarps * k;
-    if (r < num_rows) rope::load_head<D>(q_row0 + r * D, lane, x1[k], x2[k]);
-  }
-}
-
-// kRope: q's rows of this CTA, loaded by load_rope_q, RoPE'd (and q-normed) into the staged
-// fragments (QStage's layout, rows ≥ num_rows zero), the same bits as qk_norm_rope_kv's q_out.
-// Warp w takes rows w, w + kWarps, ...; lane l holds dims i and i + D/2 (rope_lane.cuh) and pairs
-// them with lane l ^ 1 into the (d, d + 1) words of the fragments. After pdl_wait; whole warp.
-template <int D, bool kFp8>
-__device__ __forceinline__ void stage_rope_q(
-    uint32_t* q_staged, float (&x1)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
-    float (&x2)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs], const DecodeRopeArgs& rope_args,
-    int num_rows, int warp, int lane, const float (&w1)[rope::Lanes<D>::kPairs],
-    const float (&w2)[rope::Lanes<D>::kPairs], const float (&cos_a)[rope::Lanes<D>::kPairs],
-    const float (&sin_a)[rope::Lanes<D>::kPairs]) {
-  using L = rope::Lanes<D>;
-  using Q = QStage<D, kFp8>;
-  static_assert(L::kHalf % 2 == 0, "dims i, i + 1 pair up across lanes");
-#pragma unroll
-  for (int k = 0; k < kRopeQRowsPerWarp; ++k) {
-    const int r = warp + kWarps * k;  // warp-uniform
-    uint32_t y1[L::kPairs] = {}, y2[L::kPairs] = {};
-    if (r < num_rows) {
-      if (rope_args.q_norm != nullptr) rope::rms_norm_head<D>(x1[k], x2[k], w1, w2, rope_args.eps);
-      rope::rotate<D>(x1[k], x2[k], cos_a, sin_a);
-#pragma unroll
-      for (int j = 0; j < L::kPairs; ++j) {
-        y1[j] = __bfloat16_as_ushort(__float2bfloat16(x1[k][j]));
-        y2[j] = __bfloat16_as_ushort(__float2bfloat16(x2[k][j]));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < L::kPairs; ++j) {
-      const uint32_t o1 = __shfl_xor_sync(0xffffffffu, y1[j], 1);
-      const uint32_t o2 = __shfl_xor_sync(0xffffffffu, y2[j], 1);
-      if (!L::owns(lane, j)) continue;
-      const int i = lane + 32 * j;
-      // Even lanes: dims (i, i + 1); odd lanes: dims (i − 1 + D/2, i + D/2).
-      const bool even = (lane & 1) == 0;
-      const int d = even ? i : i - 1 + L::kHalf;
-      const uint32_t word = even ? (y1[j] | (o1 << 16)) : (o2 | (y2[j] << 16));
-      q_staged[Q::frag_word(r, d)] = kFp8 ? bf16x2_to_f16x2(word) : word;
-    }
-  }
-}
-
-// kRope, the CTA holding key ctx − 1: warp 0 loads that key's raw row and warp 1 its value's from
-// the fused QKV row (load_head's layout). After pdl_wait; warps 0 and 1 only.
-template <int D>
-__device__ __forceinline__ void load_new_row(float (&x1)[rope::Lanes<D>::kPairs],
-                                             float (&x2)[rope::Lanes<D>::kPairs],
-                                             const __nv_bfloat16* qkv_row, int num_q_heads,
-                                             int num_kv_heads, int kv_head, int warp, int lane) {
-  const bool is_v = warp == 1;
-  rope::load_head<D>(qkv_row + (num_q_heads + (is_v ? num_kv_heads : 0) + kv_head) * D, lane, x1,
-                     x2);
-}
-
-// Then warp 0 computes the key (k-norm, RoPE, / k_scale) and warp 1 the value (/ v_scale) as cache
-// elements in `row` (rope::encode_head); sub-group 0 of the KV head also appends them to the caches
-// at `slot` (≥ 0) for later steps.
-template <int D, DType C>
-__device__ __forceinline__ void rope_new_row(
-    uint32_t (&row)[rope::Lanes<D>::kPairs], float (&x1)[rope::Lanes<D>::kPairs],
-    float (&x2)[rope::Lanes<D>::kPairs], const DecodeRopeArgs& rope_args, int slot, bool append,
-    int num_kv_heads, int kv_head, int warp, int lane, const float (&w1)[rope::Lanes<D>::kPairs],
-    const float (&w2)[rope::Lanes<D>::kPairs], const float (&cos_a)[rope::Lanes<D>::kPairs],
-    const float (&sin_a)[rope::Lanes<D>::kPairs]) {
-  constexpr int kElemBytes = C == DType::kBF16 ? 2 : 1;
-  const bool is_v = warp == 1;
-  if (is_v) {
-    rope::encode_head<D, C>(x1, x2, rope_args.inv_v_scale, row);
-  } else {
-    if (rope_args.k_norm != nullptr) rope::rms_norm_head<D>(x1, x2, w1, w2, rope_args.eps);
-    rope::rotate<D>(x1, x2, cos_a, sin_a);
-    rope::encode_head<D, C>(x1, x2, rope_args.inv_k_scale, row);
-  }
-  if (append && slot >= 0) {
-    unsigned char* cache = is_v ? rope_args.v_cache : rope_args.k_cache;
-    rope::store_head<D, C>(cache + (int64_t(slot) * num_kv_heads + kv_head) * D * kElemBytes, lane,
-                           row);
-  }
 }
 
 // kRope (paged_attention_rope): q and the step's new key and value come unprocessed in the fused
