@@ -3,6 +3,8 @@
 # launches of one kernel of a command, written as text under $OUT (or ./gpu-results):
 #   NAME-details.txt  the sections (speed of light, scheduler, warp states, occupancy, ...)
 #   NAME-source.csv   the SASS with executed instructions and stall samples per instruction
+#   NAME-report.txt   tools/ncu_source_report.py of it: stall reasons, hottest instructions, the
+#                     instruction mix per pass of the hottest loops
 #   NAME.ncu-rep      the report itself
 #
 #   tools/ncu-kernel.sh NAME KERNEL_REGEX SKIP COUNT -- COMMAND...
@@ -32,4 +34,6 @@ ncu -i "$out/$name.ncu-rep" --page details >"$out/$name-details.txt" 2>&1
 ncu -i "$out/$name.ncu-rep" --page source --csv --print-source sass >"$out/$name-source.csv" 2>&1
 grep -E "Duration|Registers Per Thread|Issue Slots Busy|Eligible Warps|No Eligible|Warp Cycles Per Issued" \
   "$out/$name-details.txt"
+python3 "$(dirname "$0")/ncu_source_report.py" "$out/$name-source.csv" >"$out/$name-report.txt" 2>&1 &&
+  sed -n '/^stall reasons/p;/^loop of/,+1p' "$out/$name-report.txt"
 exit "$status"
