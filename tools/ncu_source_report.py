@@ -27,7 +27,8 @@ def load(path):
     header_at = next(i for i, r in enumerate(rows) if "Address" in r and "Source" in r)
     header = rows[header_at]
     name_row = rows[header_at - 1] if header_at else []
-    kernel = name_row[-1] if name_row else ""  # "Kernel Name", then the name
+    named = [cell for cell in name_row if cell]  # "Kernel Name", then the name
+    kernel = named[-1] if len(named) > 1 else ""
     return kernel, header, rows[header_at + 1 :]
 
 
