@@ -94,6 +94,22 @@ __device__ __forceinline__ void rescale_rows(float (&o)[kOt][4], const float (&c
   }
 }
 
+// s = 2^(s · scale_log2 − ms[row]) for rows g (ms[0]) and g + 8 (ms[1]), one FFMA and one MUFU
+// (ex2.approx.ftz) each, added to the thread-partial row sums l. Both online softmaxes end here.
+template <int kNt>
+__device__ __forceinline__ void exp2_probs(float (&s)[kNt][4], const float (&ms)[2],
+                                           float scale_log2, float (&l)[2]) {
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+    s[j][0] = fast_exp2(fmaf(s[j][0], scale_log2, -ms[0]));
+    s[j][1] = fast_exp2(fmaf(s[j][1], scale_log2, -ms[0]));
+    s[j][2] = fast_exp2(fmaf(s[j][2], scale_log2, -ms[1]));
+    s[j][3] = fast_exp2(fmaf(s[j][3], scale_log2, -ms[1]));
+    l[0] += s[j][0] + s[j][1];
+    l[1] += s[j][2] + s[j][3];
+  }
+}
+
 // Decode: −inf for the scores s (keys key0 + 8j + 2c, +1 of rows g and g + 8) at or past key_end.
 template <int kNt>
 __device__ __forceinline__ void mask_keys(float (&s)[kNt][4], int key0, int key_end, int c) {
@@ -150,15 +166,7 @@ __device__ __forceinline__ void online_softmax_lazy(float (&s)[kNt][4], float (&
   float ms[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) ms[i] = m[i] == -INFINITY ? 0.0f : m[i];  // all masked so far
-#pragma unroll
-  for (int j = 0; j < kNt; ++j) {
-    s[j][0] = fast_exp2(fmaf(s[j][0], scale_log2, -ms[0]));
-    s[j][1] = fast_exp2(fmaf(s[j][1], scale_log2, -ms[0]));
-    s[j][2] = fast_exp2(fmaf(s[j][2], scale_log2, -ms[1]));
-    s[j][3] = fast_exp2(fmaf(s[j][3], scale_log2, -ms[1]));
-    l[0] += s[j][0] + s[j][1];
-    l[1] += s[j][2] + s[j][3];
-  }
+  exp2_probs(s, ms, scale_log2, l);
 }
 
 // o += P · V for the kNt·8 keys starting at smem row `sv`; P comes from C fragments (rows g, g+8).
@@ -255,15 +263,7 @@ __device__ __forceinline__ void online_softmax_raw(float (&s)[kNt][4], float (&m
     l[i] *= corr[i];
   }
   rescale_rows(o, corr);
-#pragma unroll
-  for (int j = 0; j < kNt; ++j) {
-    s[j][0] = fast_exp2(fmaf(s[j][0], scale_log2, -ms[0]));
-    s[j][1] = fast_exp2(fmaf(s[j][1], scale_log2, -ms[0]));
-    s[j][2] = fast_exp2(fmaf(s[j][2], scale_log2, -ms[1]));
-    s[j][3] = fast_exp2(fmaf(s[j][3], scale_log2, -ms[1]));
-    l[0] += s[j][0] + s[j][1];
-    l[1] += s[j][2] + s[j][3];
-  }
+  exp2_probs(s, ms, scale_log2, l);
 }
 
 // Prefill epilogue: rows g and g + 8 of o (query rows row_lo, row_hi of the sequence starting at
