@@ -48,9 +48,7 @@ std::vector<int32_t> token_positions(const PagedLayout& l, int offset) {
 std::vector<int32_t> token_slots(const PagedLayout& l) {
   std::vector<int32_t> slots;
   for (size_t s = 0; s < l.ctx_lens.size(); ++s) {
-    const int key = l.ctx_lens[s] - 1;
-    slots.push_back(l.tables[s * l.max_blocks + key / l.block_size] * l.block_size +
-                    key % l.block_size);
+    slots.push_back(int32_t(slot_of(l, s, l.ctx_lens[s] - 1)));
   }
   return slots;
 }

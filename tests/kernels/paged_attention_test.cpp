@@ -170,9 +170,7 @@ TEST(CudaPagedAttention, DecodeRisingAndSpreadScores) {
         std::memcpy(k.data(), pr.k.data(), pr.k.size());
         for (size_t sq = 0; sq < l.ctx_lens.size(); ++sq)
           for (int j = 0; j < l.ctx_lens[sq]; ++j) {
-            const size_t slot =
-                size_t(l.tables[sq * l.max_blocks + j / l.block_size]) * l.block_size +
-                j % l.block_size;
+            const size_t slot = slot_of(l, sq, j);
             for (size_t e = 0; e < row; ++e) {
               bf16& x = k[slot * row + e];
               x = float_to_bf16(bf16_to_float(x) * (1.0f + float(j) / 64.0f));

@@ -23,6 +23,12 @@ struct PagedLayout {
   int T = 0, max_ctx = 0, max_q = 0, max_blocks = 0, num_blocks = 0;  // T: total query rows
 };
 
+// The cache slot of key `key` of sequence `seq` (its block's table entry · block_size + offset).
+inline size_t slot_of(const PagedLayout& l, size_t seq, int key) {
+  return size_t(l.tables[seq * l.max_blocks + key / l.block_size]) * l.block_size +
+         key % l.block_size;
+}
+
 namespace detail {
 
 // Fills query_start, ctx_lens, T, max_ctx, max_q and block_size of `l` from the per-sequence
@@ -41,11 +47,9 @@ inline void set_paged_lengths(PagedLayout& l, const std::vector<int>& q_lens,
 
 // Marks the slots of every sequence's first ctx_len tokens live (tables must be set).
 inline void mark_live_slots(PagedLayout& l) {
-  const int bs = l.block_size;
-  l.live.assign(size_t(l.num_blocks) * bs, false);
+  l.live.assign(size_t(l.num_blocks) * l.block_size, false);
   for (size_t s = 0; s < l.ctx_lens.size(); ++s)
-    for (int j = 0; j < l.ctx_lens[s]; ++j)
-      l.live[size_t(l.tables[s * l.max_blocks + j / bs]) * bs + j % bs] = true;
+    for (int j = 0; j < l.ctx_lens[s]; ++j) l.live[slot_of(l, s, j)] = true;
 }
 
 }  // namespace detail

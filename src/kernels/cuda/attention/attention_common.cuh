@@ -45,13 +45,17 @@ struct PagedBlocks {
   __device__ __forceinline__ int block(int key) const {
     return log2 >= 0 ? key >> log2 : key / size;
   }
+  // `key`'s position in its block.
+  __device__ __forceinline__ int in_block(int key) const {
+    return log2 >= 0 ? key & (size - 1) : key - (key / size) * size;
+  }
   // Cache slot of `key`, whose block's table entry is `entry`.
   __device__ __forceinline__ int64_t slot(int entry, int key) const {
-    return int64_t(entry) * size + (log2 >= 0 ? key & (size - 1) : key - (key / size) * size);
+    return int64_t(entry) * size + in_block(key);
   }
   // The same in 32-bit arithmetic, for caches of fewer than 2^31 slots (the decode kernel).
   __device__ __forceinline__ int slot32(int entry, int key) const {
-    return entry * size + (log2 >= 0 ? key & (size - 1) : key - (key / size) * size);
+    return entry * size + in_block(key);
   }
 };
 constexpr int kThreads = 128;  // 4 warps per decode CTA
