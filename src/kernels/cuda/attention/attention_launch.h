@@ -28,8 +28,9 @@ constexpr int kCtaFixedTiles = 6;
 constexpr int kMergeTiles = 2;
 
 #ifdef __CUDACC__
-// A sequence of `ctx` keys (T64 = ⌈ctx / 64⌉ tiles) served by CTAs of `rows` q heads: each active
-// split streams `chunk_keys` = tiles_per_split · 64 keys, split i covering keys
+// A sequence of `ctx` keys (T64 = ⌈ctx / 64⌉ tiles; below, tiles of kTileKeys keys, 64 for the
+// usual 4-warp CTA and 128 for the wide one of paged_decode.cu) served by CTAs of `rows` q heads:
+// each active split streams `chunk_keys` = tiles_per_split · 64 keys, split i covering keys
 // [i·chunk_keys, min(ctx, (i+1)·chunk_keys)); splits ≥ `active` have no key and do nothing.
 // tiles_per_split = max(⌈T64 / num_splits⌉, ⌊√(T64 · rows / 64)⌋): the second term balances
 // streaming against the merge, whose last CTA reads rows·D fp32 per split (1/64 of a tile per
@@ -44,11 +45,12 @@ constexpr int kMergeTiles = 2;
 struct DecodePartition {
   int chunk_keys, active;
 };
+template <int kTileKeys = kDecodeTileKeys>
 __device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_splits, int rows,
                                                             int pairs, int slots, int min_tiles) {
-  if (ctx <= 0) return {kDecodeTileKeys, 0};
-  const int tiles = (ctx + kDecodeTileKeys - 1) / kDecodeTileKeys;
-  const int balanced = max(int(sqrtf(float(tiles) * float(rows) * (1.0f / kDecodeTileKeys))), 1);
+  if (ctx <= 0) return {kTileKeys, 0};
+  const int tiles = (ctx + kTileKeys - 1) / kTileKeys;
+  const int balanced = max(int(sqrtf(float(tiles) * float(rows) * (1.0f / kTileKeys))), 1);
   int per_split = max((tiles + num_splits - 1) / num_splits, balanced);
   const int splits = (tiles + per_split - 1) / per_split;
   const int wave_splits = max(slots / max(pairs, 1), 1);
@@ -60,7 +62,7 @@ __device__ __forceinline__ DecodePartition decode_partition(int ctx, int num_spl
     if (one_wave_cost <= cost) per_split = one_wave;
   }
   per_split = max(per_split, min_tiles);
-  return {per_split * kDecodeTileKeys, (tiles + per_split - 1) / per_split};
+  return {per_split * kTileKeys, (tiles + per_split - 1) / per_split};
 }
 #endif
 

@@ -23,11 +23,11 @@ struct KvSource {
 
 // cp.async of one [K | V] tile: this thread's key rows (first + i·kRowStep) from the cache slots
 // `slot` (−1: past key_end, zero-filled), its 16-byte chunk `chunk` of each row.
-template <int D, DType C>
+// S: the CTA's DecodeShape (also below).
+template <class S>
 __device__ __forceinline__ void issue_tile(unsigned char* stage, const KvSource& src,
-                                           const int (&slot)[DecodeShape<D, C>::kRowsPerThread],
-                                           int first, int chunk) {
-  using S = DecodeShape<D, C>;
+                                           const int (&slot)[S::kRowsPerThread], int first,
+                                           int chunk) {
 #pragma unroll
   for (int i = 0; i < S::kRowsPerThread; ++i) {
     // One 32 × 32 → 64-bit multiply; a zero-filled row (slot −1) reads nothing at slot 0.
@@ -41,12 +41,11 @@ __device__ __forceinline__ void issue_tile(unsigned char* stage, const KvSource&
 
 // Block-table entries of this thread's key rows of the tile starting at key0, unconditionally
 // (the index clamped into the table row): they can be loaded before the context length is known.
-template <int D, DType C>
-__device__ __forceinline__ void fetch_entries(int (&entry)[DecodeShape<D, C>::kRowsPerThread],
+template <class S>
+__device__ __forceinline__ void fetch_entries(int (&entry)[S::kRowsPerThread],
                                               const int32_t* __restrict__ table,
                                               const PagedBlocks& blocks, int max_blocks_per_seq,
                                               int key0, int first) {
-  using S = DecodeShape<D, C>;
 #pragma unroll
   for (int i = 0; i < S::kRowsPerThread; ++i)
     entry[i] = table[min(blocks.block(key0 + first + i * S::kRowStep), max_blocks_per_seq - 1)];
@@ -54,12 +53,11 @@ __device__ __forceinline__ void fetch_entries(int (&entry)[DecodeShape<D, C>::kR
 
 // Cache slots of this thread's key rows of the tile starting at key0 from their block-table
 // entries (−1 past key_end).
-template <int D, DType C>
-__device__ __forceinline__ void entries_to_slots(
-    int (&slot)[DecodeShape<D, C>::kRowsPerThread],
-    const int (&entry)[DecodeShape<D, C>::kRowsPerThread], const PagedBlocks& blocks, int key0,
-    int key_end, int first) {
-  using S = DecodeShape<D, C>;
+template <class S>
+__device__ __forceinline__ void entries_to_slots(int (&slot)[S::kRowsPerThread],
+                                                 const int (&entry)[S::kRowsPerThread],
+                                                 const PagedBlocks& blocks, int key0, int key_end,
+                                                 int first) {
 #pragma unroll
   for (int i = 0; i < S::kRowsPerThread; ++i) {
     const int key = key0 + first + i * S::kRowStep;
@@ -70,9 +68,10 @@ __device__ __forceinline__ void entries_to_slots(
 // Brings the block-table entries [first, last] into L1, one prefetch per 128-byte line. The main
 // loop reads a tile's entries one iteration before it copies the tile; a read that goes to L2
 // queues behind the KV copies in flight, and the next copy's slot arithmetic waits for it (ncu,
-// batch 64, fp8: the largest long-scoreboard stalls of the loop).
+// batch 64, fp8: the largest long-scoreboard stalls of the loop). By the CTA's kCtaThreads threads.
+template <int kCtaThreads>
 __device__ __forceinline__ void prefetch_table_l1(const int32_t* table, int first, int last) {
-  for (int e = first + int(threadIdx.x) * 32; e <= last; e += kThreads * 32)
+  for (int e = first + int(threadIdx.x) * 32; e <= last; e += kCtaThreads * 32)
     asm volatile("prefetch.global.L1 [%0];" ::"l"(table + e));
   if (threadIdx.x == 0) asm volatile("prefetch.global.L1 [%0];" ::"l"(table + last));
 }

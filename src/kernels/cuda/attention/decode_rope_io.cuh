@@ -15,39 +15,41 @@ namespace serval::kernels::cuda::decode {
 
 using namespace attn;
 
-constexpr int kRopeQRowsPerWarp = 16 / kWarps;  // q rows of a CTA's 16 per warp
+// q rows of a CTA's 16 per warp, for a CTA of W warps.
+template <int W>
+constexpr int kRopeQRowsPerWarp = 16 / W;
 
-// kRope: this warp's raw q rows (rows w, w + kWarps, ... of the CTA's 16) from the fused QKV row,
-// as load_head gives them; rows ≥ num_rows untouched. After pdl_wait.
-template <int D>
-__device__ __forceinline__ void load_rope_q(float (&x1)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
-                                            float (&x2)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
-                                            const __nv_bfloat16* q_row0, int num_rows, int warp,
-                                            int lane) {
+// kRope: this warp's raw q rows (rows w, w + W, ... of the CTA's 16; a CTA of W warps) from the
+// fused QKV row, as load_head gives them; rows ≥ num_rows untouched. After pdl_wait.
+template <int D, int W>
+__device__ __forceinline__ void load_rope_q(
+    float (&x1)[kRopeQRowsPerWarp<W>][rope::Lanes<D>::kPairs],
+    float (&x2)[kRopeQRowsPerWarp<W>][rope::Lanes<D>::kPairs], const __nv_bfloat16* q_row0,
+    int num_rows, int warp, int lane) {
 #pragma unroll
-  for (int k = 0; k < kRopeQRowsPerWarp; ++k) {  // every row's loads in flight together
-    const int r = warp + kWarps * k;
+  for (int k = 0; k < kRopeQRowsPerWarp<W>; ++k) {  // every row's loads in flight together
+    const int r = warp + W * k;
     if (r < num_rows) rope::load_head<D>(q_row0 + r * D, lane, x1[k], x2[k]);
   }
 }
 
 // kRope: q's rows of this CTA, loaded by load_rope_q, RoPE'd (and q-normed) into the staged
 // fragments (QStage's layout, rows ≥ num_rows zero), the same bits as qk_norm_rope_kv's q_out.
-// Warp w takes rows w, w + kWarps, ...; lane l holds dims i and i + D/2 (rope_lane.cuh) and pairs
+// Warp w takes rows w, w + W, ...; lane l holds dims i and i + D/2 (rope_lane.cuh) and pairs
 // them with lane l ^ 1 into the (d, d + 1) words of the fragments. After pdl_wait; whole warp.
-template <int D, bool kFp8>
+template <int D, bool kFp8, int W>
 __device__ __forceinline__ void stage_rope_q(
-    uint32_t* q_staged, float (&x1)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs],
-    float (&x2)[kRopeQRowsPerWarp][rope::Lanes<D>::kPairs], const DecodeRopeArgs& rope_args,
+    uint32_t* q_staged, float (&x1)[kRopeQRowsPerWarp<W>][rope::Lanes<D>::kPairs],
+    float (&x2)[kRopeQRowsPerWarp<W>][rope::Lanes<D>::kPairs], const DecodeRopeArgs& rope_args,
     int num_rows, int warp, int lane, const float (&w1)[rope::Lanes<D>::kPairs],
     const float (&w2)[rope::Lanes<D>::kPairs], const float (&cos_a)[rope::Lanes<D>::kPairs],
     const float (&sin_a)[rope::Lanes<D>::kPairs]) {
   using L = rope::Lanes<D>;
-  using Q = QStage<D, kFp8>;
+  using Q = QStage<D, kFp8, 32 * W>;
   static_assert(L::kHalf % 2 == 0, "dims i, i + 1 pair up across lanes");
 #pragma unroll
-  for (int k = 0; k < kRopeQRowsPerWarp; ++k) {
-    const int r = warp + kWarps * k;  // warp-uniform
+  for (int k = 0; k < kRopeQRowsPerWarp<W>; ++k) {
+    const int r = warp + W * k;  // warp-uniform
     uint32_t y1[L::kPairs] = {}, y2[L::kPairs] = {};
     if (r < num_rows) {
       if (rope_args.q_norm != nullptr) rope::rms_norm_head<D>(x1[k], x2[k], w1, w2, rope_args.eps);

@@ -37,7 +37,11 @@
 // variant's rows), decode_merge.cuh (the split merge); this file the kernel, the fused merge's
 // arrivals and the launch.
 
+#include <algorithm>
+#include <cstdint>
+
 #include "base/env.h"
+#include "base/error.h"
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/decode_fp8_mma.cuh"
@@ -74,8 +78,8 @@ __device__ unsigned int g_decode_group_arrivals[kMaxMergeCounters * kMergeGroups
 
 // Counts this CTA's arrival among the `active` splits; the last arrivals merge (above). Called by
 // all threads after the CTA's partials are written. scratch: shared memory of kMergeScratchFloats
-// floats, free from here on.
-template <int D>
+// floats, free from here on. By all kCtaThreads threads of the CTA.
+template <int D, int kCtaThreads>
 __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part, __nv_bfloat16* out,
                                                  int seq, int head0, int num_rows, int num_q_heads,
                                                  int num_splits, int active, float v_scale,
@@ -96,8 +100,9 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
           __syncthreads_or(threadIdx.x == 0 && arrive_acq_rel(arrivals) == unsigned(size - 1));
       if (!last) return;
       if (threadIdx.x == 0) *arrivals = 0;
-      merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits,
-                              first, 1, size, scratch, MergeOut::to_slot(o_part, lse_part, first));
+      merge_rows<D, kCtaThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits,
+                                 first, 1, size, scratch,
+                                 MergeOut::to_slot(o_part, lse_part, first));
       __syncthreads();  // the group partial's stores before thread 0's arrival below
     }
   }
@@ -106,9 +111,9 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
       threadIdx.x == 0 && arrive_acq_rel(&g_decode_arrivals[counter]) == unsigned(expected - 1));
   if (!last) return;
   if (threadIdx.x == 0) g_decode_arrivals[counter] = 0;
-  merge_rows<D, kThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0,
-                          tree ? kMergeGroup : 1, expected, scratch,
-                          MergeOut::to_output(out, v_scale));
+  merge_rows<D, kCtaThreads>(o_part, lse_part, seq, head0, num_rows, num_q_heads, num_splits, 0,
+                             tree ? kMergeGroup : 1, expected, scratch,
+                             MergeOut::to_output(out, v_scale));
 }
 
 // kRope (paged_attention_rope): q and the step's new key and value come unprocessed in the fused
@@ -117,9 +122,10 @@ __device__ __forceinline__ void arrive_and_merge(float* o_part, float* lse_part,
 // before it: the metadata (copied in before the step's first kernel), the split, the RoPE angles,
 // the first kStages − 1 tiles (the cache rows of earlier steps). The new key's row is not copied
 // (key ctx − 1 is left out of the copies, which zero-fill it): the CTA holding it computes it and
-// puts it into its stage when that tile has landed.
-template <int D, DType C, bool kRope>
-__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
+// puts it into its stage when that tile has landed. W: the CTA's warps (DecodeShape).
+template <int D, DType C, bool kRope, int W>
+__global__ void __launch_bounds__(DecodeShape<D, C, W>::kCtaThreads,
+                                  DecodeShape<D, C, W>::kCtasPerSm)
     decode_kernel(const __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ out,
                   const unsigned char* k_cache, const unsigned char* v_cache,
                   const int32_t* __restrict__ context_lens,
@@ -128,11 +134,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
                   int num_splits, int slots, int min_tiles, bool fused_merge,
                   float* __restrict__ o_part, float* __restrict__ lse_part,
                   const __grid_constant__ DecodeRopeArgs rope_args) {
-  using S = DecodeShape<D, C>;
+  using S = DecodeShape<D, C, W>;
   constexpr bool kFp8 = S::kFp8;  // fp8 caches run the mma in f16
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto stage = [&](int s) { return smem_raw + s * 2 * S::kTileBytes; };
-  __shared__ float warp_m[kWarps][16], warp_l[kWarps][16];
+  __shared__ float warp_m[W][16], warp_l[W][16];
   // Without kRope: q, the metadata and the KV cache come from earlier kernels of the step.
   if constexpr (!kRope) pdl_wait();
 
@@ -166,18 +172,18 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     position = rope_args.positions[seq];
     new_key_slot = rope_args.slot_mapping[seq];
   }
-  const int guess_begin = split * min_tiles * kTileKeys;
+  const int guess_begin = split * min_tiles * S::kTileKeys;
   int entry[S::kStages][S::kRowsPerThread];
 #pragma unroll
   for (int s = 0; s < S::kStages; ++s)
-    fetch_entries<D, C>(entry[s], table, blocks, max_blocks_per_seq, guess_begin + s * kTileKeys,
-                        copy_row);
-  using Q = QStage<D, kFp8>;
+    fetch_entries<S>(entry[s], table, blocks, max_blocks_per_seq, guess_begin + s * S::kTileKeys,
+                     copy_row);
+  using Q = QStage<D, kFp8, S::kCtaThreads>;
   uint32_t q_pairs[Q::kPerThread];
   if constexpr (!kRope) Q::load(q_pairs, q + (int64_t(seq) * num_q_heads + head0) * D, num_rows);
 
-  const DecodePartition part =
-      decode_partition(ctx, num_splits, num_rows, gridDim.y * gridDim.z, slots, min_tiles);
+  const DecodePartition part = decode_partition<S::kTileKeys>(
+      ctx, num_splits, num_rows, gridDim.y * gridDim.z, slots, min_tiles);
   if (split >= part.active) {         // no key for this split (CTA-uniform)
     if constexpr (kRope) pdl_wait();  // launch_pdl's contract: no grid completes before waiting
     return;
@@ -186,14 +192,14 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
   if (key_begin != guess_begin) {  // longer context: re-read (CTA-uniform)
 #pragma unroll
     for (int s = 0; s < S::kStages; ++s)
-      fetch_entries<D, C>(entry[s], table, blocks, max_blocks_per_seq, key_begin + s * kTileKeys,
-                          copy_row);
+      fetch_entries<S>(entry[s], table, blocks, max_blocks_per_seq, key_begin + s * S::kTileKeys,
+                       copy_row);
   }
-  const int num_tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
+  const int num_tiles = (key_end - key_begin + S::kTileKeys - 1) / S::kTileKeys;
   // Tiles past the first kStages read their entries in the loop: from L1 after this.
   if (num_tiles > S::kStages)
-    prefetch_table_l1(table, blocks.block(key_begin + S::kStages * kTileKeys),
-                      blocks.block(key_end - 1));
+    prefetch_table_l1<S::kCtaThreads>(table, blocks.block(key_begin + S::kStages * S::kTileKeys),
+                                      blocks.block(key_end - 1));
 
   // q goes through the last stage, which the loop fills first at its first iteration.
   static_assert(Q::kBytes <= 2 * S::kTileBytes);
@@ -210,13 +216,13 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
     if (s < num_tiles) {
-      entries_to_slots<D, C>(slot, entry[s], blocks, key_begin + s * kTileKeys, copy_end, copy_row);
-      issue_tile<D, C>(stage(s), kv_src, slot, copy_row, copy_chunk);
+      entries_to_slots<S>(slot, entry[s], blocks, key_begin + s * S::kTileKeys, copy_end, copy_row);
+      issue_tile<S>(stage(s), kv_src, slot, copy_row, copy_chunk);
     }
     cp_async_commit();
   }
   // kRope: q, and the new key and value in the CTA holding key ctx − 1 (the last active split).
-  const int new_tile = kRope && key_end == ctx ? (ctx - 1 - key_begin) / kTileKeys : -1;
+  const int new_tile = kRope && key_end == ctx ? (ctx - 1 - key_begin) / S::kTileKeys : -1;
   uint32_t new_row[RL::kPairs];  // warp 0: the new key, warp 1: its value (new_tile ≥ 0)
   if constexpr (kRope) {
     // The angles and the slot are metadata: before pdl_wait.
@@ -232,13 +238,13 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     float nx1[RL::kPairs] = {}, nx2[RL::kPairs] = {};
     if (new_row_warp)
       load_new_row<D>(nx1, nx2, qkv_row, num_q_heads, num_kv_heads, kv_head, warp, lane);
-    float qx1[kRopeQRowsPerWarp][RL::kPairs], qx2[kRopeQRowsPerWarp][RL::kPairs];
-    load_rope_q<D>(qx1, qx2, qkv_row + head0 * D, num_rows, warp, lane);
+    float qx1[kRopeQRowsPerWarp<W>][RL::kPairs], qx2[kRopeQRowsPerWarp<W>][RL::kPairs];
+    load_rope_q<D, W>(qx1, qx2, qkv_row + head0 * D, num_rows, warp, lane);
     if (new_row_warp)
       rope_new_row<D, C>(new_row, nx1, nx2, rope_args, new_slot, blockIdx.y % sub_groups == 0,
                          num_kv_heads, kv_head, warp, lane, kw1, kw2, cos_a, sin_a);
-    stage_rope_q<D, kFp8>(q_staged, qx1, qx2, rope_args, num_rows, warp, lane, qw1, qw2, cos_a,
-                          sin_a);
+    stage_rope_q<D, kFp8, W>(q_staged, qx1, qx2, rope_args, num_rows, warp, lane, qw1, qw2, cos_a,
+                             sin_a);
   }
   // The entries of the next tile to issue: loaded one iteration before the slot arithmetic that
   // uses them, so that their latency hides behind a tile's compute.
@@ -265,11 +271,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     // Tile t + kStages - 1 goes into the stage freed at the end of iteration t - 1.
     const int ahead = t + S::kStages - 1;
     if (ahead < num_tiles) {
-      entries_to_slots<D, C>(slot, next, blocks, key_begin + ahead * kTileKeys, copy_end, copy_row);
-      issue_tile<D, C>(stage(ahead % S::kStages), kv_src, slot, copy_row, copy_chunk);
+      entries_to_slots<S>(slot, next, blocks, key_begin + ahead * S::kTileKeys, copy_end, copy_row);
+      issue_tile<S>(stage(ahead % S::kStages), kv_src, slot, copy_row, copy_chunk);
       if (ahead + 1 < num_tiles)  // used next iteration: its latency hides behind this one
-        fetch_entries<D, C>(next, table, blocks, max_blocks_per_seq,
-                            key_begin + (ahead + 1) * kTileKeys, copy_row);
+        fetch_entries<S>(next, table, blocks, max_blocks_per_seq,
+                         key_begin + (ahead + 1) * S::kTileKeys, copy_row);
     }
     cp_async_commit();
     cp_async_wait<S::kStages - 1>();
@@ -278,13 +284,13 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
       if (t == new_tile) {  // the new key's tile has landed (its row zero-filled): put the row in
         if (warp < 2)
           rope::store_head<D, C>(stage(t % S::kStages) + (warp == 1 ? S::kTileBytes : 0) +
-                                     (ctx - 1 - key_begin - t * kTileKeys) * S::kRowBytes,
+                                     (ctx - 1 - key_begin - t * S::kTileKeys) * S::kRowBytes,
                                  lane, new_row);
         __syncthreads();
       }
     }
-    const int key0 = key_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
-    if (key0 < key_end) {                                    // warp-uniform
+    const int key0 = key_begin + t * S::kTileKeys + warp * 16;  // this warp's 16 keys
+    if (key0 < key_end) {                                       // warp-uniform
       const unsigned char* sk = stage(t % S::kStages) + warp * 16 * S::kRowBytes;
       const unsigned char* sv = sk + S::kTileBytes;
       float s[2][4];
@@ -340,26 +346,26 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     const int r = threadIdx.x;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, warp_m[w][r]);
-    float f[kWarps], sum = 0.0f;
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, warp_m[w][r]);
+    float f[W], sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
       f[w] = warp_m[w][r] == -INFINITY ? 0.0f : exp2f(warp_m[w][r] - mx);
       sum += warp_l[w][r] * f[w];
     }
     const float norm = (single ? v_scale : 1.0f) / sum;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) warp_l[w][r] = f[w] * norm;  // m and l are read no more
+    for (int w = 0; w < W; ++w) warp_l[w][r] = f[w] * norm;  // m and l are read no more
     if (!single) lse_part[part_row0 + int64_t(r) * num_splits] = mx + __log2f(sum);
   }
   __syncthreads();
   // Two dims per thread and step (bf16x2 / float2 stores; out and o_part rows are 4- / 8-byte
   // aligned: paged_attention's checks and the 16-byte aligned workspace).
-  for (int i = threadIdx.x; i < num_rows * D / 2; i += kThreads) {
+  for (int i = threadIdx.x; i < num_rows * D / 2; i += S::kCtaThreads) {
     const int r = i / (D / 2), d = 2 * (i % (D / 2));
     float acc0 = 0.0f, acc1 = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
       const float* src = so + (w * 16 + r) * S::kOStride + d;
       acc0 += src[0] * warp_l[w][r];
       acc1 += src[1] * warp_l[w][r];
@@ -373,8 +379,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm)
     }
   }
   if (!single && fused_merge)  // (its barriers also end every read of `so` before the merge)
-    arrive_and_merge<D>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads, num_splits,
-                        part.active, v_scale, reinterpret_cast<float*>(smem_raw));
+    arrive_and_merge<D, S::kCtaThreads>(o_part, lse_part, out, seq, head0, num_rows, num_q_heads,
+                                        num_splits, part.active, v_scale,
+                                        reinterpret_cast<float*>(smem_raw));
 }
 
 // The merge for grids beyond kMaxMergeCounters (sequence, head group) pairs: one CTA of kThreads
@@ -415,20 +422,44 @@ int decode_min_tiles(int stages) {
   return forced > 0 ? forced : stages;
 }
 
-template <int D, DType C>
+// The wide CTA (kWideWarps warps, 128-key tiles, one per SM) when every (sequence, head group)
+// pair can take splits of at most kWideMaxTiles tiles of its bound in one wave of one CTA per SM:
+// small batches, where 4-warp CTAs leave most SMs idle and each CTA's chain of tiles (one per 64
+// keys, ~0.5-1.4 µs each: bench/RESULTS.md 2026-12-04) is the kernel's time; the wide one takes
+// twice the keys per step. Head dims ≥ 64 (QStage's thread split). SERVAL_DECODE_WIDE=0: never.
+constexpr int kWideMaxTiles = 4;
+// SERVAL_DECODE_WIDE: 0 never; 1 (default) by the bound, as above; 2 (experiment) whenever every
+// pair can take kWideMinSplits splits in one wave, whatever the bound, with at most one wave of
+// splits (the device partition then follows each sequence's own length).
+constexpr int kWideMinSplits = 4;
+int wide_mode() {
+  static const int mode = env_int("SERVAL_DECODE_WIDE", 0, 2, 1);
+  return mode;
+}
+bool use_wide_cta(int head_dim, int64_t pairs, int max_context_len) {
+  constexpr int kWideKeys = DecodeShape<128, DType::kBF16, kWideWarps>::kTileKeys;
+  const int64_t tiles = (int64_t(std::max(max_context_len, 1)) + kWideKeys - 1) / kWideKeys;
+  if (head_dim < 64) return false;
+  if (wide_mode() == 2) return pairs * kWideMinSplits <= int64_t(sm_count());
+  return wide_mode() == 1 &&
+         pairs * ((tiles + kWideMaxTiles - 1) / kWideMaxTiles) <= int64_t(sm_count());
+}
+
+template <int D, DType C, int W>
 void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
                    const DecodeRopeArgs* rope_args, cudaStream_t stream) {
-  constexpr size_t kSmem = DecodeShape<D, C>::kSmemBytes;
-  auto kernel = rope_args ? decode_kernel<D, C, true> : decode_kernel<D, C, false>;
+  using S = DecodeShape<D, C, W>;
+  constexpr size_t kSmem = S::kSmemBytes;
+  auto kernel = rope_args ? decode_kernel<D, C, true, W> : decode_kernel<D, C, false, W>;
   allow_dynamic_smem(kernel, kSmem, rope_args ? "paged_attention_rope" : "paged_attention_decode");
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(unsigned(num_splits), unsigned(p.num_kv_heads * ((group + 15) / 16)),
                   unsigned(p.num_seqs));
   const bool fused_merge = int64_t(grid.y) * grid.z <= kMaxMergeCounters;
-  const int slots = kDecodeCtasPerSm * sm_count();
-  const int min_tiles = decode_min_tiles(DecodeShape<D, C>::kStages);
+  const int slots = S::kCtasPerSm * sm_count();
+  const int min_tiles = decode_min_tiles(S::kStages);
   constexpr float kLog2e = 1.4426950408889634f;
-  launch_pdl("paged_attention_decode", kernel, grid, dim3(kThreads), kSmem, stream,
+  launch_pdl("paged_attention_decode", kernel, grid, dim3(S::kCtaThreads), kSmem, stream,
              reinterpret_cast<const __nv_bfloat16*>(p.q), reinterpret_cast<__nv_bfloat16*>(p.out),
              static_cast<const unsigned char*>(p.k_cache),
              static_cast<const unsigned char*>(p.v_cache), p.context_lens, p.block_tables,
@@ -436,10 +467,31 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
              p.v_scale, num_splits, slots, min_tiles, fused_merge, o_part, lse_part,
              rope_args ? *rope_args : DecodeRopeArgs{});
   if (num_splits > 1 && !fused_merge) {
-    launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
-               stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
-               p.num_q_heads, p.num_kv_heads, num_splits, slots, min_tiles, p.v_scale);
+    // merge_kernel splits as the 4-warp CTA; wide grids (one CTA per SM) always merge fused.
+    if constexpr (W == kNarrowWarps) {
+      launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
+                 stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
+                 p.num_q_heads, p.num_kv_heads, num_splits, slots, min_tiles, p.v_scale);
+    } else {
+      throw Error("paged_attention: the wide decode CTA needs the fused merge");
+    }
   }
+}
+
+// The 4-warp CTA, or the wide one for small grids (use_wide_cta).
+template <int D, DType C>
+void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
+                   const DecodeRopeArgs* rope_args, cudaStream_t stream) {
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t pairs = int64_t(p.num_seqs) * p.num_kv_heads * ((group + 15) / 16);
+  if constexpr (D >= 64) {
+    if (use_wide_cta(D, pairs, p.max_context_len)) {
+      const int wave = int(std::max<int64_t>(1, sm_count() / pairs));
+      return launch_decode<D, C, kWideWarps>(p, std::min(num_splits, wave), o_part, lse_part,
+                                             rope_args, stream);
+    }
+  }
+  launch_decode<D, C, kNarrowWarps>(p, num_splits, o_part, lse_part, rope_args, stream);
 }
 
 // fp8 caches are built for head_dim 64 and 128 only (paged_attention() rejects the rest).
