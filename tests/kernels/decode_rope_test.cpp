@@ -3,7 +3,8 @@
 // CPU: the same output bits and the same cache bytes. Cases: bf16, e4m3 and e5m2 caches, with and
 // without q/k norm, GQA groups of 8 and of 20 (two CTAs per KV head), head dims 128, 64 and 32,
 // new keys in the first tile, at tile edges and deep in split contexts, positions past sincosf's
-// fast range, under the exact context bound and a graph-sized one (many splits, fused merge).
+// fast range, under the exact context bound and a graph-sized one (many splits, fused merge), on
+// both decode CTAs (the 4-warp one and the 8-warp one of small grids).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,8 +99,10 @@ struct RopeInputs {
   kc::QkNormRopeKvParams r{};
 };
 
-void check(const RopeCase& rc, const std::vector<int>& ctx_lens, int bound) {
-  SCOPED_TRACE(std::string(rc.name) + ", bound " + std::to_string(bound));
+// Both kernels on the same decode CTA (the CTAs differ in fp32 summation order).
+void check(const RopeCase& rc, const std::vector<int>& ctx_lens, int bound, kc::DecodeCta cta) {
+  SCOPED_TRACE(std::string(rc.name) + ", bound " + std::to_string(bound) +
+               (cta == kc::DecodeCta::kWide ? ", wide CTA" : ", 4-warp CTA"));
   PagedCase c;
   c.ctx_lens = ctx_lens;
   c.q_lens.assign(ctx_lens.size(), 1);
@@ -112,6 +115,7 @@ void check(const RopeCase& rc, const std::vector<int>& ctx_lens, int bound) {
   PagedDeviceProblem dev(pr, bound);
   const RopeInputs in(pr, dev, rc.norm, rc.position_offset);
   const kc::QkNormRopeKvParams& r = in.r;
+  dev.params.decode_cta = cta;
 
   // The twin: qk_norm_rope_kv, then paged_attention on its q.
   dev.poison();
@@ -137,6 +141,11 @@ void check(const RopeCase& rc, const std::vector<int>& ctx_lens, int bound) {
   EXPECT_EQ(differing, 0u) << "of " << want.size() << " outputs";
   EXPECT_EQ(count_differing(dev.k.download(), want_k), 0u) << "K cache bytes";
   EXPECT_EQ(count_differing(dev.v.download(), want_v), 0u) << "V cache bytes";
+}
+
+// check() on every decode CTA of the head dim.
+void check(const RopeCase& rc, const std::vector<int>& ctx_lens, int bound) {
+  for (kc::DecodeCta cta : decode_ctas(rc.d)) check(rc, ctx_lens, bound, cta);
 }
 
 const std::vector<int> kContexts = {1, 2, 63, 64, 65, 129, 200, 1040, 2000, 4097};

@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "base/error.h"
 #include "base/math.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
@@ -59,18 +61,20 @@ TEST(CudaPagedAttention, DecodeExactBoundVScaleAndBigGroup) {
 }
 
 // More than 16 active splits take the two-level merge (groups of 8 splits, then the groups). One
-// sequence with one q head per KV head under a 4096 bound gets 64 split slots, and every split
-// takes at least the bf16 floor of two tiles (decode_min_tiles), so a context of T tiles has
-// ⌈T / 2⌉ active splits: 2112 keys 17 (groups 8, 8, 1), 2363 keys 19 (8, 8, 3), 3950 keys 31 (the
-// last group 7), 4096 keys 32 (four full groups); 2048 keys (16) merge flat.
+// sequence with one q head per KV head under a 4096 bound gets 64 split slots, and on the 4-warp
+// CTA every split takes at least the bf16 floor of two 64-key tiles (decode_min_tiles), so a
+// context of T tiles has ⌈T / 2⌉ active splits: 2112 keys 17 (groups 8, 8, 1), 2363 keys 19 (8,
+// 8, 3), 3950 keys 31 (the last group 7), 4096 keys 32 (four full groups); 2048 keys (16) merge
+// flat. The wide CTA's splits take at least three 128-key tiles (its stages): those contexts
+// merge flat there, and under an 8192 bound 6529 keys take 18 splits (8, 8, 2) and 8192 keys 22.
 TEST(CudaPagedAttention, DecodeTwoLevelMergeGroupSizes) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   ASSERT_EQ(kernels::cuda::paged_attention_num_splits(1, 2, 2, 4096), 64);
   uint32_t seed = 120;
   for (int d : {64, 128}) {
-    for (int ctx : {2112, 2363, 3950, 4096, 2048}) {
+    for (int ctx : {2112, 2363, 3950, 4096, 2048, 6529, 8192}) {
       PagedCase c{{1}, {ctx}, 2, 2, d};
-      c.max_context_bound = 4096;
+      c.max_context_bound = ctx <= 4096 ? 4096 : 8192;
       EXPECT_LT(run_paged_case(c, seed++), kTol) << "D=" << d << " ctx=" << ctx;
       c.v_scale = 0.25f;
       EXPECT_LT(run_paged_case(c, seed++), kTol) << "D=" << d << " ctx=" << ctx << " v_scale";
@@ -250,6 +254,16 @@ TEST(CudaPagedAttention, TinyHeadDims) {
     EXPECT_LT(run_paged_case({{1, 1, 1}, {1, 90, 300}, 4, 2, d}, 200 + d), kTol)
         << "decode D=" << d;
     EXPECT_LT(run_paged_case({{70, 3}, {70, 40}, 4, 2, d}, 300 + d), kTol) << "prefill D=" << d;
+  }
+  // The 8-warp decode CTA splits q among its threads by head dims ≥ 64: forcing it is an error.
+  const PagedProblem pr = make_paged_problem({{1}, {90}, 4, 2, 32}, 7);
+  PagedDeviceProblem dev(pr, 0);
+  dev.params.decode_cta = kernels::cuda::DecodeCta::kWide;
+  try {
+    kernels::cuda::paged_attention(dev.params, nullptr);
+    ADD_FAILURE() << "the wide CTA accepted head_dim 32";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("wide decode CTA"), std::string::npos) << e.what();
   }
 }
 

@@ -2,6 +2,7 @@
 // their device copies with the launch parameters (PagedDeviceProblem), the CPU twin's answer
 // (paged_reference) and a whole checked case (run_paged_case: random inputs, GPU against CPU).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -183,16 +184,30 @@ struct PagedDeviceProblem {
   kernels::cuda::PagedAttentionParams params{};
 };
 
+// The decode CTAs that a decode problem of head dim d can run on (the wide one needs d ≥ 64).
+inline std::vector<kernels::cuda::DecodeCta> decode_ctas(int d) {
+  using kernels::cuda::DecodeCta;
+  if (d < 64) return {DecodeCta::kNarrow};
+  return {DecodeCta::kNarrow, DecodeCta::kWide};
+}
+
 // Case c on inputs from `seed` (make_paged_problem): one launch on the null stream with out and
-// workspace poisoned; returns the rel L2 error of the GPU output against the CPU twin (+inf if
-// any output is NaN/inf).
+// workspace poisoned, or for a decode case one per decode CTA (decode_ctas); returns the worst
+// rel L2 error of the GPU output against the CPU twin (+inf if any output is NaN/inf).
 inline double run_paged_case(const PagedCase& c, uint32_t seed) {
   const PagedProblem pr = make_paged_problem(c, seed);
   const std::vector<float> want = paged_reference(pr);
   PagedDeviceProblem dev(pr, c.max_context_bound);
-  dev.poison();
-  kernels::cuda::paged_attention(dev.params, nullptr);
-  return rel_l2(dev.out.download(), want);
+  const bool decode = pr.layout.max_q == 1;
+  double worst = 0.0;
+  for (kernels::cuda::DecodeCta cta :
+       decode ? decode_ctas(c.d) : std::vector{kernels::cuda::DecodeCta::kAuto}) {
+    dev.params.decode_cta = cta;
+    dev.poison();
+    kernels::cuda::paged_attention(dev.params, nullptr);
+    worst = std::max(worst, rel_l2(dev.out.download(), want));
+  }
+  return worst;
 }
 
 // Benchmark inputs on `layout` (make_dense_paged_layout): the caches k and v as given (bytes of

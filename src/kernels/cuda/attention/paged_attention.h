@@ -19,6 +19,13 @@ namespace serval::kernels::cuda {
 // f16 and mma in f16 (q re-encoded bf16 → f16, saturating at ±65504; see attention_common.cuh).
 // head_dim ∈ {16, 32, 64, 128} for bf16, {64, 128} for fp8; num_q_heads a multiple of
 // num_kv_heads; both caches 16-byte aligned.
+// The decode kernel's CTA: kAuto picks the 8-warp one for small grids (a few sequences: every
+// (sequence, group of ≤ 16 q heads) pair can take 4 splits of one CTA per SM) and the 4-warp one
+// otherwise (SERVAL_DECODE_WIDE=0: always the 4-warp one); kNarrow and kWide force one (tests;
+// kWide needs head_dim ≥ 64 and at most 8192 pairs). Both give the same result up to fp32
+// summation order.
+enum class DecodeCta { kAuto, kNarrow, kWide };
+
 struct PagedAttentionParams {
   const bf16* q;                // [num_tokens, num_q_heads, head_dim]
   bf16* out;                    // [num_tokens, num_q_heads, head_dim]
@@ -40,6 +47,7 @@ struct PagedAttentionParams {
   void* workspace = nullptr;         // paged_attention_workspace_bytes(...) bytes, device, 16-B
                                      // aligned
   size_t workspace_bytes = 0;
+  DecodeCta decode_cta = DecodeCta::kAuto;
 };
 
 // Decode split-KV partitions per (sequence, kv head), 1..64, chosen so the CTAs fill whole waves

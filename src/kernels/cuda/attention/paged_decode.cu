@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "base/env.h"
 #include "base/error.h"
@@ -422,27 +423,32 @@ int decode_min_tiles(int stages) {
   return forced > 0 ? forced : stages;
 }
 
-// The wide CTA (kWideWarps warps, 128-key tiles, one per SM) when every (sequence, head group)
-// pair can take splits of at most kWideMaxTiles tiles of its bound in one wave of one CTA per SM:
-// small batches, where 4-warp CTAs leave most SMs idle and each CTA's chain of tiles (one per 64
-// keys, ~0.5-1.4 µs each: bench/RESULTS.md 2026-12-04) is the kernel's time; the wide one takes
-// twice the keys per step. Head dims ≥ 64 (QStage's thread split). SERVAL_DECODE_WIDE=0: never.
-constexpr int kWideMaxTiles = 4;
-// SERVAL_DECODE_WIDE: 0 never; 1 (default) by the bound, as above; 2 (experiment) whenever every
-// pair can take kWideMinSplits splits in one wave, whatever the bound, with at most one wave of
-// splits (the device partition then follows each sequence's own length).
+// The wide CTA (kWideWarps warps, 128-key tiles, one per SM) for small grids: when every
+// (sequence, head group) pair can take kWideMinSplits splits in one wave of one CTA per SM (Qwen3-
+// 30B: batch ≤ 8; Llama-70B: batch ≤ 4). There 4-warp CTAs leave most SMs idle and each CTA's
+// chain of 64-key tiles (~0.5-1.4 µs each: bench/RESULTS.md 2026-12-04) is the kernel's time;
+// the wide CTA takes twice the keys per step, and with RoPE inside its prologue requests twice the
+// keys before the PDL wait. The rule reads no context bound: under CUDA graphs the bound is
+// max_model_len, whatever the step's lengths (bench/RESULTS.md 2026-12-05). Head dims ≥ 64
+// (QStage's thread split). SERVAL_DECODE_WIDE=0: the 4-warp CTA always (A/B).
 constexpr int kWideMinSplits = 4;
-int wide_mode() {
-  static const int mode = env_int("SERVAL_DECODE_WIDE", 0, 2, 1);
-  return mode;
-}
-bool use_wide_cta(int head_dim, int64_t pairs, int max_context_len) {
-  constexpr int kWideKeys = DecodeShape<128, DType::kBF16, kWideWarps>::kTileKeys;
-  const int64_t tiles = (int64_t(std::max(max_context_len, 1)) + kWideKeys - 1) / kWideKeys;
-  if (head_dim < 64) return false;
-  if (wide_mode() == 2) return pairs * kWideMinSplits <= int64_t(sm_count());
-  return wide_mode() == 1 &&
-         pairs * ((tiles + kWideMaxTiles - 1) / kWideMaxTiles) <= int64_t(sm_count());
+bool use_wide_cta(const PagedAttentionParams& p, int64_t pairs) {
+  switch (p.decode_cta) {
+    case DecodeCta::kNarrow:
+      return false;
+    case DecodeCta::kWide:
+      if (p.head_dim < 64 || pairs > kMaxMergeCounters)
+        throw InvalidArgument(
+            "paged_attention: the wide decode CTA needs head_dim ≥ 64 and at "
+            "most " +
+            std::to_string(kMaxMergeCounters) + " (sequence, head group) pairs, got head_dim " +
+            std::to_string(p.head_dim) + " and " + std::to_string(pairs));
+      return true;
+    case DecodeCta::kAuto:
+      break;
+  }
+  static const bool enabled = env_int("SERVAL_DECODE_WIDE", 0, 1, 1) == 1;
+  return enabled && p.head_dim >= 64 && pairs * kWideMinSplits <= int64_t(sm_count());
 }
 
 template <int D, DType C, int W>
@@ -467,25 +473,24 @@ void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part,
              p.v_scale, num_splits, slots, min_tiles, fused_merge, o_part, lse_part,
              rope_args ? *rope_args : DecodeRopeArgs{});
   if (num_splits > 1 && !fused_merge) {
-    // merge_kernel splits as the 4-warp CTA; wide grids (one CTA per SM) always merge fused.
-    if constexpr (W == kNarrowWarps) {
+    // merge_kernel splits as the 4-warp CTA; wide grids merge fused (use_wide_cta's limit).
+    static_assert(W == kNarrowWarps || W == kWideWarps);
+    if constexpr (W == kNarrowWarps)
       launch_pdl("paged_attention_merge", merge_kernel<D>, dim3(grid.y, grid.z), dim3(kThreads), 0,
                  stream, o_part, lse_part, p.context_lens, reinterpret_cast<__nv_bfloat16*>(p.out),
                  p.num_q_heads, p.num_kv_heads, num_splits, slots, min_tiles, p.v_scale);
-    } else {
-      throw Error("paged_attention: the wide decode CTA needs the fused merge");
-    }
   }
 }
 
-// The 4-warp CTA, or the wide one for small grids (use_wide_cta).
+// The 4-warp CTA, or the wide one (use_wide_cta) with at most one wave of splits.
 template <int D, DType C>
 void launch_decode(const PagedAttentionParams& p, int num_splits, float* o_part, float* lse_part,
                    const DecodeRopeArgs* rope_args, cudaStream_t stream) {
   const int group = p.num_q_heads / p.num_kv_heads;
   const int64_t pairs = int64_t(p.num_seqs) * p.num_kv_heads * ((group + 15) / 16);
+  const bool wide = use_wide_cta(p, pairs);  // never for D < 64
   if constexpr (D >= 64) {
-    if (use_wide_cta(D, pairs, p.max_context_len)) {
+    if (wide) {
       const int wave = int(std::max<int64_t>(1, sm_count() / pairs));
       return launch_decode<D, C, kWideWarps>(p, std::min(num_splits, wave), o_part, lse_part,
                                              rope_args, stream);
