@@ -424,14 +424,18 @@ int decode_min_tiles(int stages) {
 }
 
 // The wide CTA (kWideWarps warps, 128-key tiles, one per SM) for small grids: when every
-// (sequence, head group) pair can take kWideMinSplits splits in one wave of one CTA per SM (Qwen3-
-// 30B: batch ≤ 8; Llama-70B: batch ≤ 4). There 4-warp CTAs leave most SMs idle and each CTA's
-// chain of 64-key tiles (~0.5-1.4 µs each: bench/RESULTS.md 2026-12-04) is the kernel's time;
-// the wide CTA takes twice the keys per step, and with RoPE inside its prologue requests twice the
-// keys before the PDL wait. The rule reads no context bound: under CUDA graphs the bound is
-// max_model_len, whatever the step's lengths (bench/RESULTS.md 2026-12-05). Head dims ≥ 64
-// (QStage's thread split). SERVAL_DECODE_WIDE=0: the 4-warp CTA always (A/B).
+// (sequence, head group) pair can take kWideMinSplits splits in one wave of one CTA per SM (fp8
+// caches: Qwen3-30B batch ≤ 8, Llama-70B batch ≤ 4; bf16 caches half that). There 4-warp CTAs leave
+// most SMs idle and each CTA's chain of 64-key tiles (~0.5-1.4 µs each: bench/RESULTS.md
+// 2026-12-04) is the kernel's time; the wide CTA takes twice the keys per step, and with RoPE
+// inside its prologue requests twice the keys before the PDL wait. The rule reads no context bound:
+// under CUDA graphs the bound is max_model_len, whatever the step's lengths (bench/RESULTS.md
+// 2026-12-05). Head dims ≥ 64 (QStage's thread split). bf16 caches ask for kWideMinSplitsBf16
+// splits per pair: their wide CTA holds three 64 KB stages, and at Qwen3-30B batch 8 (32 pairs) it
+// made the step 1.3 % slower where the fp8 one made it 0.7 % faster (bench/RESULTS.md 2026-12-05,
+// H100). SERVAL_DECODE_WIDE=0: the 4-warp CTA always (A/B).
 constexpr int kWideMinSplits = 4;
+constexpr int kWideMinSplitsBf16 = 8;
 bool use_wide_cta(const PagedAttentionParams& p, int64_t pairs) {
   switch (p.decode_cta) {
     case DecodeCta::kNarrow:
@@ -448,7 +452,8 @@ bool use_wide_cta(const PagedAttentionParams& p, int64_t pairs) {
       break;
   }
   static const bool enabled = env_int("SERVAL_DECODE_WIDE", 0, 1, 1) == 1;
-  return enabled && p.head_dim >= 64 && pairs * kWideMinSplits <= int64_t(sm_count());
+  const int min_splits = p.cache_dtype == DType::kBF16 ? kWideMinSplitsBf16 : kWideMinSplits;
+  return enabled && p.head_dim >= 64 && pairs * min_splits <= int64_t(sm_count());
 }
 
 template <int D, DType C, int W>
