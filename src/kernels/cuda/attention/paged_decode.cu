@@ -425,17 +425,18 @@ int decode_min_tiles(int stages) {
 
 // The wide CTA (kWideWarps warps, 128-key tiles, one per SM) for small grids: when every
 // (sequence, head group) pair can take kWideMinSplits splits in one wave of one CTA per SM (fp8
-// caches: Qwen3-30B batch ≤ 8, Llama-70B batch ≤ 4; bf16 caches half that). There 4-warp CTAs leave
-// most SMs idle and each CTA's chain of 64-key tiles (~0.5-1.4 µs each: bench/RESULTS.md
-// 2026-12-04) is the kernel's time; the wide CTA takes twice the keys per step, and with RoPE
-// inside its prologue requests twice the keys before the PDL wait. The rule reads no context bound:
-// under CUDA graphs the bound is max_model_len, whatever the step's lengths (bench/RESULTS.md
-// 2026-12-05). Head dims ≥ 64 (QStage's thread split). bf16 caches ask for kWideMinSplitsBf16
-// splits per pair: their wide CTA holds three 64 KB stages, and at Qwen3-30B batch 8 (32 pairs) it
-// made the step 1.3 % slower where the fp8 one made it 0.7 % faster (bench/RESULTS.md 2026-12-05,
-// H100). SERVAL_DECODE_WIDE=0: the 4-warp CTA always (A/B).
+// caches: Qwen3-30B batch ≤ 8, Llama-70B batch ≤ 4). There 4-warp CTAs leave most SMs idle and
+// each CTA's chain of 64-key tiles (~0.5-1.4 µs each: bench/RESULTS.md 2026-12-04) is the
+// kernel's time; the wide CTA takes twice the keys per step, and with RoPE inside its prologue
+// requests twice the keys before the PDL wait. The rule reads no context bound: under CUDA graphs
+// the bound is max_model_len, whatever the step's lengths (bench/RESULTS.md 2026-12-05). Head
+// dims ≥ 64 (QStage's thread split). bf16 caches (three 64 KB stages per wide CTA) ask for
+// kWideMinSplitsBf16 splits, at most 4 pairs on 132 SMs (Qwen3-30B batch 1): the wide CTA made
+// Qwen3-30B's step 5-6 % faster at batch 1 but 1 % slower at batch 2, 4 and 8 × 1024 (H100,
+// bench/RESULTS.md 2026-12-05), where with fp8 caches it was faster at batch 1, 4 and 8.
+// SERVAL_DECODE_WIDE=0: the 4-warp CTA always (A/B).
 constexpr int kWideMinSplits = 4;
-constexpr int kWideMinSplitsBf16 = 8;
+constexpr int kWideMinSplitsBf16 = 32;
 bool use_wide_cta(const PagedAttentionParams& p, int64_t pairs) {
   switch (p.decode_cta) {
     case DecodeCta::kNarrow:
