@@ -430,7 +430,7 @@ int decode_min_tiles(int stages) {
 // kernel's time; the wide CTA takes twice the keys per step, and with RoPE inside its prologue
 // requests twice the keys before the PDL wait. The rule reads no context bound: under CUDA graphs
 // the bound is max_model_len, whatever the step's lengths (bench/RESULTS.md 2026-12-05). Head
-// dims ≥ 64 (QStage's thread split). bf16 caches (three 64 KB stages per wide CTA) ask for
+// dims ≥ 64 (QStage's thread split). bf16 caches (three 68 KB stages, 209 KB, per wide CTA) ask for
 // kWideMinSplitsBf16 splits, at most 4 pairs on 132 SMs (Qwen3-30B batch 1): the wide CTA made
 // Qwen3-30B's step 5-6 % faster at batch 1 but 1 % slower at batch 2, 4 and 8 × 1024 (H100,
 // bench/RESULTS.md 2026-12-05), where with fp8 caches it was faster at batch 1, 4 and 8.
