@@ -24,7 +24,8 @@ constexpr int kWideWarps = 8;                // of a CTA alone on its SM (small 
 // mma-ready (kMmaStride<D> elements); fp8 rows are D bytes + 16 of padding. Both paddings shift
 // consecutive rows by 4 banks: fragment loads and ldmatrix are conflict-free. The narrow CTA (4
 // warps) is sized so that three fit on an SM at head_dim 128 (paged_attention.cu assumes it);
-// the wide one (8 warps, ≥ 160 registers) runs alone on its SM, with three stages of 128 keys.
+// the wide one (8 warps, ≥ 160 registers) runs alone on its SM, with stages of 128 keys: three
+// with fp8 (110 KB), two with bf16 (139 KB; three, 209 KB, made it lose at batch 2-8 × 1024).
 template <int D, DType C, int W = kNarrowWarps>
 struct DecodeShape {
   static constexpr int kWarps = W;
@@ -34,7 +35,7 @@ struct DecodeShape {
   static constexpr bool kFp8 = kIsFp8<C>;
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kRowBytes = kFp8 ? D + 16 : kMmaStride<D> * 2;
-  static constexpr int kStages = W == kNarrowWarps ? (kFp8 ? 4 : 2) : 3;
+  static constexpr int kStages = W == kNarrowWarps ? (kFp8 ? 4 : 2) : (kFp8 ? 3 : 2);
   static constexpr int kTileBytes = kTileKeys * kRowBytes;
   static constexpr int kSmemBytes = kStages * 2 * kTileBytes;
   static constexpr int kChunks = D * kElemBytes / 16;          // 16-byte chunks per key row

@@ -20,10 +20,10 @@ namespace serval::kernels::cuda {
 // head_dim ∈ {16, 32, 64, 128} for bf16, {64, 128} for fp8; num_q_heads a multiple of
 // num_kv_heads; both caches 16-byte aligned.
 // The decode kernel's CTA: kAuto picks the 8-warp one for small grids (a few sequences: every
-// (sequence, group of ≤ 16 q heads) pair can take 4 splits of one CTA per SM, 32 with a bf16
-// cache) and the 4-warp one otherwise (SERVAL_DECODE_WIDE=0: always the 4-warp one); kNarrow
-// and kWide force one (tests; kWide needs head_dim ≥ 64 and at most 8192 pairs). Both give the
-// same result up to fp32 summation order.
+// (sequence, group of ≤ 16 q heads) pair can take 2 splits of one CTA per SM) and the 4-warp one
+// otherwise (SERVAL_DECODE_WIDE=0: always the 4-warp one); kNarrow and kWide force one (tests;
+// kWide needs head_dim ≥ 64 and at most 8192 pairs). Both give the same result up to fp32 summation
+// order.
 enum class DecodeCta { kAuto, kNarrow, kWide };
 
 struct PagedAttentionParams {

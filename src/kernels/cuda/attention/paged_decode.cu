@@ -424,19 +424,19 @@ int decode_min_tiles(int stages) {
 }
 
 // The wide CTA (kWideWarps warps, 128-key tiles, one per SM) for small grids: when every
-// (sequence, head group) pair can take kWideMinSplits splits in one wave of one CTA per SM (fp8
-// caches: Qwen3-30B batch ≤ 8, Llama-70B batch ≤ 4). There 4-warp CTAs leave most SMs idle and
-// each CTA's chain of 64-key tiles (~0.5-1.4 µs each: bench/RESULTS.md 2026-12-04) is the
-// kernel's time; the wide CTA takes twice the keys per step, and with RoPE inside its prologue
-// requests twice the keys before the PDL wait. The rule reads no context bound: under CUDA graphs
-// the bound is max_model_len, whatever the step's lengths (bench/RESULTS.md 2026-12-05). Head
-// dims ≥ 64 (QStage's thread split). bf16 caches (three 68 KB stages, 209 KB, per wide CTA) ask for
-// kWideMinSplitsBf16 splits, at most 4 pairs on 132 SMs (Qwen3-30B batch 1): the wide CTA made
-// Qwen3-30B's step 5-6 % faster at batch 1 but 1 % slower at batch 2, 4 and 8 × 1024 (H100,
-// bench/RESULTS.md 2026-12-05), where with fp8 caches it was faster at batch 1, 4 and 8.
+// (sequence, head group) pair can take kWideMinSplits splits in one wave of one CTA per SM
+// (Qwen3-30B batch ≤ 16, Llama-70B batch ≤ 8 on 132 SMs). There 4-warp CTAs leave SMs idle or
+// give each pair few warps, and each CTA's chain of 64-key tiles (~0.5-1.4 µs each:
+// bench/RESULTS.md 2026-12-04) is the kernel's time; the wide CTA takes twice the keys per step,
+// and with RoPE inside its prologue requests twice the keys before the PDL wait. The rule reads
+// no context bound: under CUDA graphs the bound is max_model_len, whatever the step's lengths.
+// Head dims ≥ 64 (QStage's thread split). Measured TPOT against the 4-warp CTA (H100,
+// bench/RESULTS.md 2026-12-05): Llama-70B NVFP4 fp8 b6 / b8 × 1024 −1.9 / −3.1 %, bf16 b8 −3.3 %;
+// Qwen3-30B NVFP4 bf16 b2 / b4 / b8 / b16 −3.7 / −1.8 / −2.7 / −0.9 %, fp8 b8 −0.9 %, but fp8
+// b12 / b16 +1.4 / +0.6 %; Llama-70B fp8 b1 +0.3 % (noise); the serving benchmark's mean TPOT
+// −1.8 %.
 // SERVAL_DECODE_WIDE=0: the 4-warp CTA always (A/B).
-constexpr int kWideMinSplits = 4;
-constexpr int kWideMinSplitsBf16 = 32;
+constexpr int kWideMinSplits = 2;
 bool use_wide_cta(const PagedAttentionParams& p, int64_t pairs) {
   switch (p.decode_cta) {
     case DecodeCta::kNarrow:
@@ -453,8 +453,7 @@ bool use_wide_cta(const PagedAttentionParams& p, int64_t pairs) {
       break;
   }
   static const bool enabled = env_int("SERVAL_DECODE_WIDE", 0, 1, 1) == 1;
-  const int min_splits = p.cache_dtype == DType::kBF16 ? kWideMinSplitsBf16 : kWideMinSplits;
-  return enabled && p.head_dim >= 64 && pairs * min_splits <= int64_t(sm_count());
+  return enabled && p.head_dim >= 64 && pairs * kWideMinSplits <= int64_t(sm_count());
 }
 
 template <int D, DType C, int W>
