@@ -430,11 +430,11 @@ int decode_min_tiles(int stages) {
 // bench/RESULTS.md 2026-12-04) is the kernel's time; the wide CTA takes twice the keys per step,
 // and with RoPE inside its prologue requests twice the keys before the PDL wait. The rule reads
 // no context bound: under CUDA graphs the bound is max_model_len, whatever the step's lengths.
-// Head dims ≥ 64 (QStage's thread split). Measured TPOT against the 4-warp CTA (H100,
-// bench/RESULTS.md 2026-12-05): Llama-70B NVFP4 fp8 b6 / b8 × 1024 −1.9 / −3.1 %, bf16 b8 −3.3 %;
-// Qwen3-30B NVFP4 bf16 b2 / b4 / b8 / b16 −3.7 / −1.8 / −2.7 / −0.9 %, fp8 b8 −0.9 %, but fp8
-// b12 / b16 +1.4 / +0.6 %; Llama-70B fp8 b1 +0.3 % (noise); the serving benchmark's mean TPOT
-// −1.8 %.
+// Head dims ≥ 64 (QStage's thread split). Measured TPOT against the 4-warp CTA (bench/RESULTS.md
+// 2026-12-05), H200 / H100: Llama-70B NVFP4 fp8 b8 × 1024 −0.5 / −3.1 %, bf16 b8 — / −3.3 %;
+// Qwen3-30B NVFP4 fp8 b8 −1.2 / −0.9 %, bf16 b2 −3.2 / −3.7 %, bf16 b8 −2.5 / −2.7 %; Qwen3-30B
+// bf16 b1 −2.4 / −2.2 %; the serving benchmark's mean TPOT +0.5 / −1.8 %. It loses at Qwen3-30B
+// fp8 b12 and b16 (+0.9 / +1.4 % and +0.7 / +0.6 %), where Llama-70B's equal grid (b6, b8) wins.
 // SERVAL_DECODE_WIDE=0: the 4-warp CTA always (A/B).
 constexpr int kWideMinSplits = 2;
 bool use_wide_cta(const PagedAttentionParams& p, int64_t pairs) {
