@@ -35,7 +35,7 @@ struct DecodeShape {
   static constexpr bool kFp8 = kIsFp8<C>;
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   static constexpr int kRowBytes = kFp8 ? D + 16 : kMmaStride<D> * 2;
-  static constexpr int kStages = W == kNarrowWarps ? (kFp8 ? 4 : 2) : (kFp8 ? 3 : 2);
+  static constexpr int kStages = !kFp8 ? 2 : W == kNarrowWarps ? 4 : 3;  // see above
   static constexpr int kTileBytes = kTileKeys * kRowBytes;
   static constexpr int kSmemBytes = kStages * 2 * kTileBytes;
   static constexpr int kChunks = D * kElemBytes / 16;          // 16-byte chunks per key row
