@@ -31,25 +31,28 @@ struct Problem {
   int n, k, max_m;  // max_m bounds the CPU oracle's cost
 };
 
-// Runs bf16_gemv on device buffers; returns the output as float.
+// Runs bf16_gemv (bulk_ctas_per_sm = 0) or bf16_gemv_bulk with that many CTAs per SM on device
+// buffers; returns the output as float.
 std::vector<float> run_gpu(const DeviceBuffer<bf16>& x, const DeviceBuffer<bf16>& w,
-                           const bf16* bias, int m, int n, int k, bool f32) {
+                           const bf16* bias, int m, int n, int k, bool f32,
+                           int bulk_ctas_per_sm = 0) {
   DeviceBuffer<float> yf(size_t(m) * n);
   DeviceBuffer<bf16> yb(size_t(m) * n);
   yf.poison();
   yb.poison();
   void* y = f32 ? static_cast<void*>(yf.get()) : static_cast<void*>(yb.get());
-  kc::bf16_gemv({x.get(), w.get(), bias, y, f32, m, n, k}, nullptr);
+  const kc::Bf16GemvParams p{x.get(), w.get(), bias, y, f32, m, n, k};
+  if (bulk_ctas_per_sm > 0) {
+    kc::bf16_gemv_bulk(p, bulk_ctas_per_sm, nullptr);
+  } else {
+    kc::bf16_gemv(p, nullptr);
+  }
   return f32 ? yf.download() : to_float(yb.download());
 }
 
-TEST(Bf16Gemv, MatchesCpuOracle) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  // Odd n (333: the last row pair has one row), k not a multiple of the 256-column slice or of
-  // the 1024-column stage (72, 1000, 264), k over several stages (4096, 8200), and n large enough
-  // (40000) that warps take several row pairs each through one register ring.
-  const Problem problems[] = {{200, 72, 4},   {333, 1000, 4},   {2048, 1024, 4}, {1536, 4096, 4},
-                              {4100, 264, 4}, {40000, 2048, 4}, {96, 8200, 4}};
+// Every m of every problem against the CPU oracle, with and without bias, f32 and bf16 outputs;
+// bulk_ctas_per_sm as in run_gpu, or -1: bf16_gemv_bulk cycling through 1, 2 and 3 CTAs per SM.
+void expect_matches_oracle(const std::vector<Problem>& problems, int bulk_ctas_per_sm) {
   const int ms[] = {1, 2, 3, 4};
   uint32_t seed = 11;
   int variant = 0;
@@ -71,13 +74,44 @@ TEST(Bf16Gemv, MatchesCpuOracle) {
       if (with_bias)
         for (int r = 0; r < m; ++r)
           for (int c = 0; c < s.n; ++c) ref[size_t(r) * s.n + c] += bias_f[c];
+      const int ctas = bulk_ctas_per_sm < 0 ? 1 + variant % 3 : bulk_ctas_per_sm;
       const std::vector<float> got =
-          run_gpu(x, w, with_bias ? bias.get() : nullptr, m, s.n, s.k, f32);
+          run_gpu(x, w, with_bias ? bias.get() : nullptr, m, s.n, s.k, f32, ctas);
       EXPECT_LT(rel_l2(got, ref), f32 ? 1e-4 : 1e-2)
           << "m=" << m << " n=" << s.n << " k=" << s.k << (with_bias ? " bias" : "")
-          << (f32 ? " f32" : " bf16");
+          << (f32 ? " f32" : " bf16") << " bulk CTAs per SM " << ctas;
     }
   }
+}
+
+TEST(Bf16Gemv, MatchesCpuOracle) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  // Odd n (333: the last row pair has one row), k not a multiple of the 256-column slice or of
+  // the 1024-column stage (72, 1000, 264), k over several stages (4096, 8200), and n large enough
+  // (40000) that warps take several row pairs each through one register ring.
+  expect_matches_oracle({{200, 72, 4},
+                         {333, 1000, 4},
+                         {2048, 1024, 4},
+                         {1536, 4096, 4},
+                         {4100, 264, 4},
+                         {40000, 2048, 4},
+                         {96, 8200, 4}},
+                        0);
+}
+
+TEST(Bf16GemvBulk, MatchesCpuOracle) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  // Stages of 64 rows (256), of 2 rows with a third of the stage unused (3072), of one row
+  // (8192); CTAs with one partial stage (7 rows), spans that split stages unevenly (333, 5120 over
+  // 132-396 CTAs), and many stages per CTA (40000 rows).
+  expect_matches_oracle({{200, 256, 4},
+                         {333, 3072, 4},
+                         {5120, 2048, 4},
+                         {2048, 4096, 4},
+                         {7, 8192, 4},
+                         {40000, 1024, 4},
+                         {130, 2560, 4}},
+                        -1);
 }
 
 // Each output is one warp's fixed-order sum: two runs give identical bits.
@@ -89,6 +123,27 @@ TEST(Bf16Gemv, Deterministic) {
   const std::vector<float> b = run_gpu(x, w, nullptr, m, n, k, true);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+// A fixed summation order per output, whatever the grid: two runs give identical bits.
+TEST(Bf16GemvBulk, Deterministic) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const int m = 3, n = 5120, k = 2048;
+  DeviceBuffer<bf16> x(random_bf16(size_t(m) * k, 33)), w(random_bf16(size_t(n) * k, 34));
+  const std::vector<float> a = run_gpu(x, w, nullptr, m, n, k, true, 2);
+  const std::vector<float> b = run_gpu(x, w, nullptr, m, n, k, true, 2);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+TEST(Bf16GemvBulk, SupportedShapes) {
+  alignas(16) static bf16 buf[16];
+  EXPECT_TRUE(kc::bf16_gemv_bulk_supported(buf, buf, 1, 256));
+  EXPECT_TRUE(kc::bf16_gemv_bulk_supported(buf, buf, kc::kBf16GemvMaxM, 8192));
+  EXPECT_FALSE(kc::bf16_gemv_bulk_supported(buf, buf, 1, 264));   // k % 256 != 0
+  EXPECT_FALSE(kc::bf16_gemv_bulk_supported(buf, buf, 1, 8448));  // a row over one stage
+  EXPECT_FALSE(kc::bf16_gemv_bulk_supported(buf, buf, kc::kBf16GemvMaxM + 1, 256));
+  EXPECT_FALSE(kc::bf16_gemv_bulk_supported(buf, buf + 1, 1, 256));
 }
 
 TEST(Bf16Gemv, SupportedShapes) {
@@ -126,10 +181,19 @@ TEST(Bf16GemvBench, DISABLED_VsCublasLt) {
         kc::bf16_gemv(p, st);
       });
       const double lt_us = cold_graph_us(copies, [&](cudaStream_t st, int c) {
-        lt.run(x.get(), ws[size_t(c)]->get(), nullptr, y.get(), f32 ? DType::kF32 : DType::kBF16,
-               m, s.n, s.k, st);
+        lt.run(x.get(), ws[size_t(c)]->get(), nullptr, y.get(), f32 ? DType::kF32 : DType::kBF16, m,
+               s.n, s.k, st);
       });
+      double bulk_us[4] = {0, 0, 0, 0};
+      if (kc::bf16_gemv_bulk_supported(x.get(), ws[0]->get(), m, s.k))
+        for (int ctas = 1; ctas <= 3; ++ctas)
+          bulk_us[ctas] = cold_graph_us(copies, [&](cudaStream_t st, int c) {
+            p.w = ws[size_t(c)]->get();
+            kc::bf16_gemv_bulk(p, ctas, st);
+          });
       const double tbs = double(bytes) / (us * 1e-6) / 1e12;
+      std::printf("bf16 %-20s m=%3d bulk µs at 1 / 2 / 3 CTAs per SM: %.1f / %.1f / %.1f\n", s.name,
+                  m, bulk_us[1], bulk_us[2], bulk_us[3]);
       std::printf(
           "bf16 %-20s m=%3d n=%6d k=%6d  gemv %8.1f us %6.3f TB/s (%5.1f%% of floor)  "
           "cublasLt %8.1f us %6.3f TB/s  speedup %.2fx\n",

@@ -274,13 +274,28 @@ class CudaBackend final : public Backend {
     const int k = int(w.dim(1)), n = int(w.dim(0));
     const int m = int(x.numel() / k);
     if (m == 0) return;
-    // The GEMV where it beats cuBLASLt (Bf16GemvBench.DISABLED_VsCublasLt on the H200, graph-timed
-    // over cold weights, bench/RESULTS.md): one or two tokens on up to 8 MB of weights (up to 3×
-    // faster there); on larger weights cuBLASLt is as fast or faster.
-    const bool gemv_wins = m <= 2 && int64_t(n) * k * 2 <= (int64_t(8) << 20);
-    if (gemv_wins && kernels::cuda::bf16_gemv_supported(x.data, w.data, m, k) &&
-        (y.dtype == DType::kBF16 || y.dtype == DType::kF32) &&
-        (!bias || bias->dtype == DType::kBF16)) {
+    const int64_t weight_bytes = int64_t(n) * k * 2;
+    const bool bf16_out = y.dtype == DType::kBF16 || y.dtype == DType::kF32;
+    const bool bias_ok = !bias || bias->dtype == DType::kBF16;
+    // One or two tokens on up to 64 MB of weights (every projection of the bench models, not
+    // their LM heads): the bulk-copy GEMV with three CTAs per SM. H100, side by side: Qwen3-30B
+    // bf16 b1 TPOT 3.20 vs 3.35 ms, b2 4.54 vs 4.60, Qwen3-0.6B b1 0.87 vs 0.98; the LM heads
+    // gained nothing (bench/RESULTS.md). SERVAL_BF16_GEMV_BULK=0 turns it off, =1 or 2 sets the
+    // CTAs per SM.
+    if (bf16_bulk_ctas_per_sm_ > 0 && m <= 2 && weight_bytes <= (int64_t(64) << 20) && bf16_out &&
+        bias_ok && kernels::cuda::bf16_gemv_bulk_supported(x.data, w.data, m, k)) {
+      kernels::cuda::bf16_gemv_bulk(
+          {bf(x), bf(w), bias ? bf(*bias) : nullptr, y.data, y.dtype == DType::kF32, m, n, k},
+          bf16_bulk_ctas_per_sm_, stream_);
+      return;
+    }
+    // The register-streaming GEMV (shapes the bulk one does not take) where it beats cuBLASLt
+    // (Bf16GemvBench.DISABLED_VsCublasLt on the H200, graph-timed over cold weights,
+    // bench/RESULTS.md): one or two tokens on up to 8 MB of weights (up to 3× faster there); on
+    // larger weights cuBLASLt is as fast or faster.
+    const bool gemv_wins = m <= 2 && weight_bytes <= (int64_t(8) << 20);
+    if (gemv_wins && bf16_out && bias_ok &&
+        kernels::cuda::bf16_gemv_supported(x.data, w.data, m, k)) {
       kernels::cuda::bf16_gemv(
           {bf(x), bf(w), bias ? bf(*bias) : nullptr, y.data, y.dtype == DType::kF32, m, n, k},
           stream_);
@@ -803,6 +818,8 @@ class CudaBackend final : public Backend {
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
   const int moe_route_in_gemv_tokens_ = env_int("SERVAL_MOE_ROUTE_IN_GEMV", 0, 1 << 20, 1);
+  // CTAs per SM of the bulk-copy bf16 GEMV (linear); 0 turns it off.
+  const int bf16_bulk_ctas_per_sm_ = env_int("SERVAL_BF16_GEMV_BULK", 0, 3, 3);
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask
 };
 

@@ -34,4 +34,12 @@ bool bf16_gemv_supported(const void* x, const void* w, int m, int k);
 // InvalidArgument unless bf16_gemv_supported and n > 0.
 void bf16_gemv(const Bf16GemvParams& p, cudaStream_t stream);
 
+// The same product on bulk copies (bf16_gemv_bulk.cu): each of ctas_per_sm · SMs CTAs streams a
+// contiguous span of whole rows through shared memory (cp.async.bulk, 16 KB stages, four in
+// flight, the first four requested before the PDL wait), so a few hundred instructions per CTA
+// move ~16 MB where the register-streaming kernel needs a load per 16 bytes. Deterministic.
+// Needs bf16_gemv_supported, k % 256 == 0 and k ≤ 8192; throws InvalidArgument otherwise.
+bool bf16_gemv_bulk_supported(const void* x, const void* w, int m, int k);
+void bf16_gemv_bulk(const Bf16GemvParams& p, int ctas_per_sm, cudaStream_t stream);
+
 }  // namespace serval::kernels::cuda
