@@ -1,14 +1,12 @@
 // bf16 GEMV for 1–4 tokens on bulk copies (see bf16_gemv.h, bf16_gemv_bulk).
 //
 // CTA i owns the weight rows [i·n/G, (i+1)·n/G) of a grid of G CTAs: one contiguous byte range
-// of W, streamed front to back through kStages shared-memory stages of kStageRows(k) whole rows
-// (≤ 16 KB) by one-instruction bulk copies (cp.async.bulk, completion counted by an mbarrier per
-// stage). Thread 0 issues the first kStages copies before the PDL wait (weights only). Every stage
-// is read the same way: 256 threads × 4 pieces of 8 bf16, warp w's piece j covering the stage's
-// pieces (8j + w)·32 + lane; with k % 256 == 0 a warp's 32 pieces of one j lie in one row, so a
-// thread meets the same 4 columns of x in every stage (held in registers). Each warp sums its 32
-// lanes per (j, token) and thread r·M + t adds row r's k/256 warp sums in slot order after the
-// stage's barrier: a fixed summation order (deterministic, graph replays equal eager runs).
+// of W, streamed front to back through kStages shared-memory stages of whole rows (≤ 16 KB,
+// bulk_stage.cuh) by one-instruction bulk copies (cp.async.bulk, completion counted by an mbarrier
+// per stage). Thread 0 issues the first kStages copies before the PDL wait (weights only). A
+// thread keeps the x pieces of its 4 columns in registers; after each stage's barrier thread
+// r·M + t adds row r's warp sums in slot order: a fixed summation order (deterministic, graph
+// replays equal eager runs).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -18,7 +16,7 @@
 
 #include "base/error.h"
 #include "kernels/cuda/gemm/bf16_gemv.h"
-#include "kernels/cuda/gemm/row_stream.cuh"
+#include "kernels/cuda/gemm/bulk_stage.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/mbarrier.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
@@ -28,46 +26,12 @@ namespace serval::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kPieces = 4;                        // 16-byte pieces per thread and stage
-constexpr int kStagePieces = kThreads * kPieces;  // 1024 pieces: 16 KB
-constexpr int kStageBytes = kStagePieces * 16;
-constexpr int kSlots = kStagePieces / 32;  // warp sums per stage and token
-constexpr int kStages = 4;                 // stages in flight per CTA
-constexpr int kMaxK = kStagePieces * 8;    // one row fills a stage: 8192
+using namespace bulk;
+constexpr int kStages = 4;  // stages in flight per CTA
 constexpr int kSumsBytes = kStages * kSlots * kBf16GemvMaxM * 4;
 // Stages, warp sums, then the stages' mbarriers (all dynamic: static shared memory beside the
 // stages would move them off their 128-byte alignment).
 constexpr int kSmem = kStages * kStageBytes + kSumsBytes + kStages * 8;
-
-// Rows per stage: as many whole rows as fit 16 KB (k % 256 == 0, k ≤ kMaxK).
-__host__ __device__ constexpr int stage_rows(int k) {
-  return kStagePieces / (k / 8);
-}
-
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%2], [%3], %1, [%0];\n" ::
-          "r"(bar),
-      "r"(bytes), "r"(dst), "l"(src)
-      : "memory");
-}
-
-// Σ_i w[i]·x[i] over eight bf16 pairs (raw words: a bf16's fp32 value is its bits shifted up 16),
-// in index order from 0.
-__device__ __forceinline__ float dot8_bf16x2(const uint4& w, const uint4& x) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
-    acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
-  }
-  return acc;
-}
 
 // Four tokens' x pieces take 64 registers: capped for two CTAs per SM that variant spills.
 template <int M>
@@ -83,12 +47,16 @@ __global__ void __launch_bounds__(kThreads, M == 4 ? 1 : 2)
   const uint8_t* w = reinterpret_cast<const uint8_t*>(p.w) + size_t(row_begin) * k * 2;
   const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t bar0 = smem0 + kStages * kStageBytes + kSumsBytes;
+  auto rows_of = [&](int q) {
+    return min(rows_per_stage, row_end - row_begin - q * rows_per_stage);
+  };
   // Stage q: rows [row_begin + q·R, min(+R, row_end)) into slot q % kStages.
   auto issue = [&](int q) {
-    const int rows = min(rows_per_stage, row_end - row_begin - q * rows_per_stage);
     const int slot = q % kStages;
-    bulk_copy(smem0 + slot * kStageBytes, w + size_t(q) * rows_per_stage * k * 2,
-              uint32_t(rows) * k * 2, bar0 + 8 * slot);
+    const uint32_t bytes = uint32_t(rows_of(q)) * k * 2;
+    expect_bytes(bar0 + 8 * slot, bytes);
+    copy_rows(smem0 + slot * kStageBytes, w + size_t(q) * rows_per_stage * k * 2, bytes,
+              bar0 + 8 * slot);
   };
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) mbarrier::init(bar0 + 8 * s, 1);
@@ -105,7 +73,7 @@ __global__ void __launch_bounds__(kThreads, M == 4 ? 1 : 2)
   int piece_row[kPieces];  // row within the stage of piece j
 #pragma unroll
   for (int j = 0; j < kPieces; ++j) {
-    const int piece = (j * kWarps + warp) * 32 + lane;
+    const int piece = piece_of(j, warp, lane);
     piece_row[j] = piece / row_pieces;
     const int col = (piece % row_pieces) * 8;
 #pragma unroll
@@ -114,27 +82,16 @@ __global__ void __launch_bounds__(kThreads, M == 4 ? 1 : 2)
   }
 
   for (int q = 0; q < stages; ++q) {
-    const int slot = q % kStages;
-    const int rows = min(rows_per_stage, row_end - row_begin - q * rows_per_stage);
+    const int slot = q % kStages, rows = rows_of(q);
     mbarrier::wait(bar0 + 8 * slot, uint32_t(q / kStages) & 1u);
-    const uint4* stage = reinterpret_cast<const uint4*>(smem + slot * kStageBytes);
     float* stage_sums = sums + slot * kSlots * M;
-#pragma unroll
-    for (int j = 0; j < kPieces; ++j) {
-      if (piece_row[j] >= rows) continue;  // warp-uniform: a warp's 32 pieces share a row
-      const uint4 wv = stage[(j * kWarps + warp) * 32 + lane];
-#pragma unroll
-      for (int t = 0; t < M; ++t) {
-        const float s = warp_sum(dot8_bf16x2(wv, x[t][j]));
-        if (lane == 0) stage_sums[(j * kWarps + warp) * M + t] = s;
-      }
-    }
+    stage_warp_sums<M>(
+        smem + slot * kStageBytes, x, piece_row, [&](int r) { return r < rows; }, stage_sums);
     __syncthreads();  // the stage is read and its warp sums are written
     if (tid == 0 && q + kStages < stages) issue(q + kStages);
     if (tid < rows * M) {
-      const int r = tid / M, t = tid % M, per_row = row_pieces / 32;
-      float v = 0.0f;
-      for (int i = 0; i < per_row; ++i) v += stage_sums[(r * per_row + i) * M + t];
+      const int r = tid / M, t = tid % M;
+      float v = row_total<M>(stage_sums, r, t, k);
       const int row = row_begin + q * rows_per_stage + r;
       if (p.bias) v += __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p.bias)[row]);
       if (t < p.m) {
