@@ -160,7 +160,11 @@ TEST_F(MoeForwardGpu, Bf16BulkGemvs) {
     BulkOn() { setenv("SERVAL_MOE_BF16_BULK", "1", 1); }
     ~BulkOn() { unsetenv("SERVAL_MOE_BF16_BULK"); }
   } bulk_on;
-  for (int T : {1, 2}) check(qwen(), T, MoeCudaBackend::kLatency);
+  for (int T : {1, 2}) {
+    const Call c(qwen(), T, 77 + T);
+    ASSERT_TRUE(moe_runs_bf16_bulk(c.args(qwen(), MoeCudaBackend::kLatency))) << T << " tokens";
+    check(qwen(), T, MoeCudaBackend::kLatency);
+  }
   Layer w(wide, 0, wide.experts, false, 21), n(narrow, 0, narrow.experts, false, 22);
   Layer slice(kQwen, 0, 16, true, 23);  // ties pick experts 0..7, all local
   Layer half(narrow, 4, 4, false, 24);  // experts [4, 8): some choices elsewhere

@@ -277,6 +277,8 @@ class CudaBackend final : public Backend {
     const int64_t weight_bytes = int64_t(n) * k * 2;
     const bool bf16_out = y.dtype == DType::kBF16 || y.dtype == DType::kF32;
     const bool bias_ok = !bias || bias->dtype == DType::kBF16;
+    const kernels::cuda::Bf16GemvParams gemv{
+        bf(x), bf(w), bias ? bf(*bias) : nullptr, y.data, y.dtype == DType::kF32, m, n, k};
     // One or two tokens on up to 64 MB of weights (every projection of the bench models, not
     // their LM heads): the bulk-copy GEMV with three CTAs per SM. H100, side by side: Qwen3-30B
     // bf16 b1 TPOT 3.20 vs 3.35 ms, b2 4.54 vs 4.60, Qwen3-0.6B b1 0.87 vs 0.98; the LM heads
@@ -284,9 +286,7 @@ class CudaBackend final : public Backend {
     // CTAs per SM.
     if (bf16_bulk_ctas_per_sm_ > 0 && m <= 2 && weight_bytes <= (int64_t(64) << 20) && bf16_out &&
         bias_ok && kernels::cuda::bf16_gemv_bulk_supported(x.data, w.data, m, k)) {
-      kernels::cuda::bf16_gemv_bulk(
-          {bf(x), bf(w), bias ? bf(*bias) : nullptr, y.data, y.dtype == DType::kF32, m, n, k},
-          bf16_bulk_ctas_per_sm_, stream_);
+      kernels::cuda::bf16_gemv_bulk(gemv, bf16_bulk_ctas_per_sm_, stream_);
       return;
     }
     // The register-streaming GEMV (shapes the bulk one does not take) where it beats cuBLASLt
@@ -296,9 +296,7 @@ class CudaBackend final : public Backend {
     const bool gemv_wins = m <= 2 && weight_bytes <= (int64_t(8) << 20);
     if (gemv_wins && bf16_out && bias_ok &&
         kernels::cuda::bf16_gemv_supported(x.data, w.data, m, k)) {
-      kernels::cuda::bf16_gemv(
-          {bf(x), bf(w), bias ? bf(*bias) : nullptr, y.data, y.dtype == DType::kF32, m, n, k},
-          stream_);
+      kernels::cuda::bf16_gemv(gemv, stream_);
       return;
     }
     gemm().run(x.data, w.data, bias ? bias->data : nullptr, y.data, y.dtype, m, n, k, stream_);

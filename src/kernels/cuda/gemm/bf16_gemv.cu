@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cuda/gemm/bf16_gemv_store.cuh"
 #include "kernels/cuda/gemm/row_stream.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
@@ -24,16 +25,6 @@ constexpr int kWarps = 4;    // warps per CTA: small CTAs spread small matrices 
 constexpr int kRows = 2;     // weight rows per item
 constexpr int kSlices = 4;   // 256-column slices per stage (1024 columns)
 constexpr int kMinCtas = 4;  // ≤ 128 registers: 16 warps per SM, 8 KB of weights in flight each
-
-__device__ __forceinline__ void store_out(const Bf16GemvParams& p, int tok, int row, float v) {
-  if (p.bias) v += __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p.bias)[row]);
-  const size_t i = size_t(tok) * p.n + row;
-  if (p.y_f32) {
-    static_cast<float*>(p.y)[i] = v;
-  } else {
-    static_cast<__nv_bfloat16*>(p.y)[i] = __float2bfloat16_rn(v);
-  }
-}
 
 // M ≥ p.m tokens (tokens ≥ m repeat token m − 1, never stored). Warp w of W takes row pairs
 // w, w + W, ...
@@ -65,7 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas) bf16_gemv_kernel(Bf16Ge
                                     for (int r = 0; r < kRows; ++r) {
                                       const float v = warp_sum(acc[t][r]);
                                       if (lane == t * kRows + r && t < p.m && row0 + r < p.n)
-                                        store_out(p, t, row0 + r, v);
+                                        store_gemv_out(p, t, row0 + r, v);
                                     }
                                 });
 }

@@ -16,9 +16,9 @@
 
 #include "base/error.h"
 #include "kernels/cuda/gemm/bf16_gemv.h"
+#include "kernels/cuda/gemm/bf16_gemv_store.cuh"
 #include "kernels/cuda/gemm/bulk_stage.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
-#include "kernels/cuda/misc/mbarrier.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
 
@@ -39,8 +39,7 @@ __global__ void __launch_bounds__(kThreads, M == 4 ? 1 : 2)
     bf16_gemv_bulk_kernel(Bf16GemvParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   float* sums = reinterpret_cast<float*>(smem + kStages * kStageBytes);  // [stage][slot][token]
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int k = p.k, rows_per_stage = stage_rows(k), row_pieces = k / 8;
+  const int tid = threadIdx.x, k = p.k, rows_per_stage = stage_rows(k);
   const int row_begin = int(int64_t(blockIdx.x) * p.n / gridDim.x);
   const int row_end = int(int64_t(blockIdx.x + 1) * p.n / gridDim.x);
   const int stages = (row_end - row_begin + rows_per_stage - 1) / rows_per_stage;
@@ -58,28 +57,22 @@ __global__ void __launch_bounds__(kThreads, M == 4 ? 1 : 2)
     copy_rows(smem0 + slot * kStageBytes, w + size_t(q) * rows_per_stage * k * 2, bytes,
               bar0 + 8 * slot);
   };
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) mbarrier::init(bar0 + 8 * s, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  init_barriers(bar0, kStages);
+  if (tid == 0)
     for (int q = 0; q < kStages && q < stages; ++q) issue(q);
-  }
-  __syncthreads();  // barriers initialized before anyone waits on them
   pdl_wait();
   pdl_launch_dependents();
 
   // x pieces of this thread's 4 columns, per token (tokens ≥ m repeat token m − 1, never stored).
   const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(p.x);
-  uint4 x[M][kPieces];     // packed bf16: 16 M registers (floats would take 32 M)
-  int piece_row[kPieces];  // row within the stage of piece j
+  int piece_row[kPieces], col[kPieces];
+  piece_layout(k, piece_row, col);
+  uint4 x[M][kPieces];  // packed bf16: 16 M registers (floats would take 32 M)
 #pragma unroll
-  for (int j = 0; j < kPieces; ++j) {
-    const int piece = piece_of(j, warp, lane);
-    piece_row[j] = piece / row_pieces;
-    const int col = (piece % row_pieces) * 8;
+  for (int j = 0; j < kPieces; ++j)
 #pragma unroll
     for (int t = 0; t < M; ++t)
-      x[t][j] = *reinterpret_cast<const uint4*>(xb + size_t(min(t, p.m - 1)) * k + col);
-  }
+      x[t][j] = *reinterpret_cast<const uint4*>(xb + size_t(min(t, p.m - 1)) * k + col[j]);
 
   for (int q = 0; q < stages; ++q) {
     const int slot = q % kStages, rows = rows_of(q);
@@ -91,17 +84,8 @@ __global__ void __launch_bounds__(kThreads, M == 4 ? 1 : 2)
     if (tid == 0 && q + kStages < stages) issue(q + kStages);
     if (tid < rows * M) {
       const int r = tid / M, t = tid % M;
-      float v = row_total<M>(stage_sums, r, t, k);
-      const int row = row_begin + q * rows_per_stage + r;
-      if (p.bias) v += __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p.bias)[row]);
-      if (t < p.m) {
-        const size_t at = size_t(t) * p.n + row;
-        if (p.y_f32) {
-          static_cast<float*>(p.y)[at] = v;
-        } else {
-          static_cast<__nv_bfloat16*>(p.y)[at] = __float2bfloat16_rn(v);
-        }
-      }
+      if (t < p.m)
+        store_gemv_out(p, t, row_begin + q * rows_per_stage + r, row_total<M>(stage_sums, r, t, k));
     }
   }
 }

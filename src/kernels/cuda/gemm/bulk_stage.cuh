@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/misc/device_utils.cuh"
+#include "kernels/cuda/misc/mbarrier.cuh"
 
 namespace serval::kernels::cuda::bulk {
 
@@ -32,6 +33,28 @@ __host__ __device__ constexpr int stage_rows(int k) {
 // Stage piece of this thread's piece j.
 __device__ __forceinline__ int piece_of(int j, int warp, int lane) {
   return (j * kWarps + warp) * 32 + lane;
+}
+
+// Thread 0 initializes the stages' mbarriers (bar0, bar0 + 8, ...); the whole CTA then passes a
+// barrier, so no thread waits on one before it exists. Call from all threads.
+__device__ __forceinline__ void init_barriers(uint32_t bar0, int stages) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) mbarrier::init(bar0 + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// This thread's stage row and activation column of each of its pieces, for rows of k bf16.
+__device__ __forceinline__ void piece_layout(int k, int (&piece_row)[kPieces],
+                                             int (&col)[kPieces]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < kPieces; ++j) {
+    const int piece = piece_of(j, warp, lane);
+    piece_row[j] = piece / (k / 8);
+    col[j] = (piece % (k / 8)) * 8;
+  }
 }
 
 // One arrival on `bar` that expects `bytes` more transaction bytes in this phase; the copies that

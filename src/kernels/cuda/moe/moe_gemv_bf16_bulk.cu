@@ -21,7 +21,6 @@
 #include "base/error.h"
 #include "kernels/cuda/gemm/bulk_stage.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
-#include "kernels/cuda/misc/mbarrier.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
 
@@ -39,30 +38,12 @@ constexpr int kCtasPerSm = 3;
 // Shared memory: stages, warp sums (one token), then (down) the activations, ids and weights,
 // then the mbarriers. All dynamic: static shared memory would move the stages off their
 // 128-byte alignment.
-__host__ __device__ constexpr int sums_bytes(int stages) { return stages * kSlots * 4; }
+__host__ __device__ constexpr int sums_bytes(int stages) {
+  return stages * kSlots * 4;
+}
 constexpr int kGateUpSmem = kGateUpStages * kStageBytes + sums_bytes(kGateUpStages) + 8 * 8;
 constexpr int kDownActOffset = kDownStages * kStageBytes + sums_bytes(kDownStages);
 constexpr int kDownSmem = kDownActOffset + kMaxActElems * 2 + kMaxTopK * 8 + 8 * 8;
-
-__device__ __forceinline__ void init_barriers(uint32_t bar0, int stages) {
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) mbarrier::init(bar0 + 8 * s, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();  // barriers initialized before anyone waits on them
-}
-
-// This thread's stage rows and its activation columns (stage_warp_sums' piece layout).
-__device__ __forceinline__ void piece_layout(int k, int (&piece_row)[kPieces],
-                                             int (&col)[kPieces]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int j = 0; j < kPieces; ++j) {
-    const int piece = piece_of(j, warp, lane);
-    piece_row[j] = piece / (k / 8);
-    col[j] = (piece % (k / 8)) * 8;
-  }
-}
 
 __global__ void __launch_bounds__(kThreads, 2) gate_up_kernel(MoeBf16BulkParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -228,7 +209,7 @@ void moe_bf16_bulk(const MoeBf16BulkParams& p, cudaStream_t stream) {
   allow_dynamic_smem(gate_up_kernel, kGateUpSmem, "moe_bf16_bulk gate_up");
   allow_dynamic_smem(down_kernel, kDownSmem, "moe_bf16_bulk down");
   const int ctas = sm_count() * kCtasPerSm, pairs = p.num_tokens * p.top_k;
-  // gate_up: at least one channel per stage-pair... spans of whole stages where the grid allows.
+  // gate_up: ~kCtasPerSm CTAs per SM, each with at least one full stage of g channels.
   const int gate_up_spans = std::clamp(ctas / pairs, 1, p.inter / (stage_rows(p.hidden) / 2));
   launch_pdl("moe_bf16_bulk gate_up", gate_up_kernel, dim3(gate_up_spans, pairs), dim3(kThreads),
              kGateUpSmem, stream, p);
