@@ -247,10 +247,9 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   // One or two tokens with bf16 experts (SERVAL_MOE_BF16_BULK=1): the bulk-copy GEMVs, whose
   // down kernel also combines the choices (no finalize).
   if (moe_runs_bf16_bulk(a)) {
-    kc::moe_bf16_bulk(
-        {a.x, a.gate_up, a.down, ws.topk_ids, ws.topk_weights, ws.act, a.out, a.num_tokens, a.top_k,
-         a.hidden, a.inter, a.local_offset, a.num_local, moe_gemv_bulk_warps(a)},
-        stream);
+    kc::moe_bf16_bulk({a.x, a.gate_up, a.down, ws.topk_ids, ws.topk_weights, ws.act, a.out,
+                       a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
+                      stream);
     kc::timeline_mark("moe bulk gemvs", stream);
     return false;
   }
