@@ -10,13 +10,11 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
 #include "backend/moe/moe_cuda.h"
 #include "kernels/cuda/moe/moe_gemm.h"
-#include "kernels/cuda/moe/moe_gemv_nvfp4.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_bench_util.h"
@@ -248,50 +246,6 @@ TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
   MoeCudaArgs a = c.args(small, MoeCudaBackend::kLatency);
   a.route_in_gemv = true;
   EXPECT_THROW(moe_forward_cuda(a, nullptr), InvalidArgument);
-}
-
-// The bulk-copy gate_up (SERVAL_MOE_NVFP4_BULK=2 or 4) at one and two tokens, with routing by the
-// routing kernel and inside the GEMVs. With 2 warps it splits K over the warps as the register
-// ring does at these token counts and multiplies the same tiles in the same order, so the outputs
-// are bit-identical; with 4 warps the warp partials group differently: checked against the CPU.
-// Shapes: Qwen3 (two 8-tile chunks per warp), 4096 wide (72 KB of strips, four chunks), 1344 wide
-// (21 tiles: uneven warp ranges, a partial chunk), the small one (one tile per warp at 4 warps),
-// a local slice.
-TEST_F(MoeNvfp4Gpu, BulkGateUpMatchesRing) {
-  namespace kc = serval::kernels::cuda;
-  struct BulkWarps {  // for this test only, also when an assertion ends it early
-    explicit BulkWarps(const char* w) { setenv("SERVAL_MOE_NVFP4_BULK", w, 1); }
-    ~BulkWarps() { unsetenv("SERVAL_MOE_NVFP4_BULK"); }
-  };
-  Layer wide(Shape{8, 2, 4096, 256}, 0, 8, 31), odd(Shape{8, 2, 1344, 128}, 0, 8, 32);
-  Layer small(kSmall, 0, kSmall.experts, 33), qslice(kQwen, 32, 32, 34);
-  for (Layer* l : {&qwen(), &wide, &odd, &small, &qslice}) {
-    ASSERT_TRUE(kc::moe_gemv_nvfp4_bulk_supported(2, l->s.hidden));
-    for (int T : {1, 2}) {
-      for (bool route : {false, true}) {
-        Call c(*l, T, 600 + T);
-        MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency);
-        a.route_in_gemv = route;
-        ASSERT_EQ(moe_gemv_bulk_warps(a), 0);
-        const std::vector<float> ring = c.run(a);
-        BulkWarps two("2");
-        ASSERT_EQ(moe_gemv_bulk_warps(a), 2);
-        const std::vector<float> bulk = c.run(a);
-        ASSERT_EQ(ring.size(), bulk.size());
-        for (size_t i = 0; i < ring.size(); ++i)
-          ASSERT_EQ(ring[i], bulk[i])
-              << "hidden " << l->s.hidden << " experts " << l->local_offset << "+" << l->num_local
-              << " tokens " << T << " route " << route << " " << i;
-      }
-      BulkWarps four("4");
-      check(*l, T, MoeCudaBackend::kLatency);
-    }
-  }
-  BulkWarps two("2");
-  ASSERT_NO_FATAL_FAILURE(mu::expect_graph_replay_equals_eager(
-      qwen(), 1, 941, MoeCudaBackend::kLatency, name(MoeCudaBackend::kLatency)));
-  Call c(small, 3, 9);  // three tokens keep the ring
-  EXPECT_EQ(moe_gemv_bulk_warps(c.args(small, MoeCudaBackend::kLatency)), 0);
 }
 
 // One Qwen3-30B-A3B layer with NVFP4 experts: 0.5625 bytes per weight (moe_bench_util.h).

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "base/env.h"
 #include "base/error.h"
 #include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_gemm.h"
@@ -98,14 +97,6 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
 bool moe_runs_gemv(const MoeCudaArgs& a) {
   return moe_step_kernels(a) == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kNvfp4 &&
          kc::moe_gemv_nvfp4_supported(a.num_tokens, a.top_k, a.hidden, a.inter);
-}
-
-int moe_gemv_bulk_warps(const MoeCudaArgs& a) {
-  const int warps = env_int("SERVAL_MOE_NVFP4_BULK", 0, 4, 0);
-  if ((warps != 2 && warps != 4) || !moe_runs_gemv(a) ||
-      !kc::moe_gemv_nvfp4_bulk_supported(a.num_tokens, a.hidden))
-    return 0;
-  return warps;
 }
 
 bool moe_runs_bf16_bulk(const MoeCudaArgs& a) {
@@ -236,11 +227,11 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   // does. (A bf16 counterpart measured no faster than the grouped GEMMs and was removed.)
   if (gemv) {
     const kc::MoeGemvRouting routing{a.router_logits, rp};
-    kc::moe_gemv_nvfp4({a.x, a.gate_up_q.codes, a.gate_up_q.scales, a.gate_up_q.global_scales,
-                        a.down_q.codes, a.down_q.scales, a.down_q.global_scales, ws.topk_ids,
-                        ws.topk_weights, ws.act, a.out, a.num_tokens, a.top_k, a.hidden, a.inter,
-                        a.local_offset, a.num_local, moe_gemv_bulk_warps(a)},
-                       stream, a.route_in_gemv ? &routing : nullptr);
+    kc::moe_gemv_nvfp4(
+        {a.x, a.gate_up_q.codes, a.gate_up_q.scales, a.gate_up_q.global_scales, a.down_q.codes,
+         a.down_q.scales, a.down_q.global_scales, ws.topk_ids, ws.topk_weights, ws.act, a.out,
+         a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
+        stream, a.route_in_gemv ? &routing : nullptr);
     return false;
   }
 

@@ -84,11 +84,6 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a);
 // moe_gemv_nvfp4.h) rather than the grouped GEMMs.
 bool moe_runs_gemv(const MoeCudaArgs& a);
 
-// Warps per CTA of the NVFP4 GEMVs' bulk-copy gate_up (MoeGemvNvfp4Params::gate_up_bulk_warps)
-// for `a`: SERVAL_MOE_NVFP4_BULK=2 or 4 (read per call; an experiment) where moe_runs_gemv holds
-// and the kernel supports it, otherwise 0 (the register ring).
-int moe_gemv_bulk_warps(const MoeCudaArgs& a);
-
 // Whether moe_forward_cuda runs `a` on the one- and two-token bf16 bulk-copy expert GEMVs
 // (kernels/cuda/moe/moe_gemv_bf16_bulk.h): only with SERVAL_MOE_BF16_BULK=1 (read per call), an
 // experiment not yet measured on a GPU.

@@ -26,11 +26,8 @@
 #include <string>
 
 #include "base/error.h"
-#include "kernels/cuda/gemm/bulk_stage.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
-#include "kernels/cuda/misc/mbarrier.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
-#include "kernels/cuda/misc/smem_opt_in.h"
 #include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_routing_device.cuh"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
@@ -121,34 +118,14 @@ __device__ __forceinline__ void zero_words(uint32_t* z) {
 
 // Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row,
 // zero words.
-__host__ __device__ constexpr size_t gate_up_smem(int warps, int hidden) {
+constexpr size_t gate_up_smem(int warps, int hidden) {
   return 1024 + size_t(warps) * 2 * 16 * 4 + size_t(hidden) * 2 + kZeroBytes;
-}
-
-// The bulk variant (MoeGemvNvfp4Params::gate_up_bulk_warps) keeps the CTA's whole gate and up
-// strips in shared memory after the above, from a 128-byte boundary: gate codes [KT·512], up
-// codes [KT·512], gate scales [KT·64], up scales [KT·64] (KT = hidden/64), then one mbarrier per
-// chunk of ≤ kBulkChunk tiles of each warp's K range. Every chunk is requested as soon as the
-// CTA knows its expert, so one DRAM round trip brings the layer's gate_up weights.
-constexpr int kBulkChunk = 8;
-constexpr int kBulkMaxHidden = 4096;  // 72 KB of strips
-constexpr int kTileBytes = 512 + 64;  // codes + scales of one 16×64 tile
-__host__ __device__ constexpr size_t bulk_strips_offset(int warps, int hidden) {
-  return (gate_up_smem(warps, hidden) + 127) / 128 * 128;
-}
-__host__ __device__ constexpr int bulk_chunks_per_warp(int warps, int hidden) {
-  return ((hidden / 64 + warps - 1) / warps + kBulkChunk - 1) / kBulkChunk;  // tiles ≥ KT / warps
-}
-constexpr size_t gate_up_bulk_smem(int warps, int hidden) {
-  return bulk_strips_offset(warps, hidden) + size_t(hidden / 64) * 2 * kTileBytes +
-         size_t(warps) * bulk_chunks_per_warp(warps, hidden) * 8;
 }
 
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
 // kRoute: the pair's expert from the CTA's own routing of the token (routing::route_in_cta) instead
-// of topk_ids. kBulk: the strips come through shared memory by bulk copies (gate_up_bulk_smem)
-// instead of a register ring.
-template <int kWarps, bool kRoute, bool kBulk>
+// of topk_ids.
+template <int kWarps, bool kRoute>
 __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -161,12 +138,6 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   const bool dead = g != 0;  // a B column whose result is not used
   const int strips = p.inter / 16;
   const int pair = blockIdx.x / strips, mt = blockIdx.x % strips;
-  const int KT = p.hidden / 64;
-  const uint32_t strips_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem_u4)) +
-                               uint32_t(bulk_strips_offset(kWarps, p.hidden));
-  const uint32_t bar0 = strips_smem + uint32_t(KT * 2 * kTileBytes);
-  const int warp_chunks = bulk_chunks_per_warp(kWarps, p.hidden);
-  if constexpr (kBulk) bulk::init_barriers(bar0, kWarps * warp_chunks);
   pdl_wait();  // the expert ids (or, kRoute, the router logits) come from the kernel before
   pdl_launch_dependents();
   const int t = pair / p.top_k;
@@ -188,94 +159,51 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
   if (e < 0 || e >= p.num_local) return;  // whole CTA, past every barrier before the loop
 
+  const int KT = p.hidden / 64;
   const int kb0 = warp * KT / kWarps, n = (warp + 1) * KT / kWarps - kb0;
   const size_t strip_codes = size_t(KT) * 512, strip_scales = size_t(KT) * 64;
-  // The gate strip of the CTA's channels; the up strip is `strips` strips further.
-  const size_t gate_strip = size_t(e) * 2 * strips + mt, up_strip = gate_strip + strips;
+  // Gate and up strip of the same channels (the up strip is `strips` strips further), advanced
+  // one tile per load: tiles are loaded in order.
+  const uint8_t* gate_codes = p.gate_up_codes + size_t(e) * 2 * strips * strip_codes +
+                              size_t(mt) * strip_codes + size_t(kb0) * 512 + 16 * lane;
+  const uint8_t* gate_scales = p.gate_up_scales + size_t(e) * 2 * strips * strip_scales +
+                               size_t(mt) * strip_scales + size_t(kb0) * 64 + 8 * g;
+  const uint8_t* up_codes = gate_codes + size_t(strips) * strip_codes;
+  const uint8_t* up_scales = gate_scales + size_t(strips) * strip_scales;
 
-  float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  auto stage_x = [&] {
-    if constexpr (!kRoute) {
-      stage_permuted(xs, x_of, 1, p.hidden, tid, kWarps * 32);
-      __syncthreads();  // x staged, scale table built
+  uint4 wq[kDepth][2];
+  uint2 sq[kDepth][2];
+  auto load = [&](int i, int slot) {
+    if (i < n) {
+      wq[slot][0] = ld_stream16(gate_codes);
+      wq[slot][1] = ld_stream16(up_codes);
+      sq[slot][0] = ld_nc8(gate_scales);
+      sq[slot][1] = ld_nc8(up_scales);
+      gate_codes += 512;
+      up_codes += 512;
+      gate_scales += 64;
+      up_scales += 64;
     }
   };
-  if constexpr (kBulk) {
-    // Lane 0 of each warp requests its chunks: gate and up codes and scales of tiles
-    // [kb0 + c·kBulkChunk, ...) into their places in the strips.
-    if (lane == 0)
-      for (int c = 0; c * kBulkChunk < n; ++c) {
-        const int tile = kb0 + c * kBulkChunk, tiles = min(kBulkChunk, n - c * kBulkChunk);
-        const uint32_t bar = bar0 + 8 * (warp * warp_chunks + c);
-        const uint8_t* codes = p.gate_up_codes + size_t(tile) * 512;
-        const uint8_t* scales = p.gate_up_scales + size_t(tile) * 64;
-        bulk::expect_bytes(bar, uint32_t(2 * tiles * kTileBytes));
-        bulk::copy_rows(strips_smem + tile * 512, codes + gate_strip * strip_codes, tiles * 512,
-                        bar);
-        bulk::copy_rows(strips_smem + (KT + tile) * 512, codes + up_strip * strip_codes,
-                        tiles * 512, bar);
-        bulk::copy_rows(strips_smem + 2 * KT * 512 + tile * 64, scales + gate_strip * strip_scales,
-                        tiles * 64, bar);
-        bulk::copy_rows(strips_smem + 2 * KT * 512 + (KT + tile) * 64,
-                        scales + up_strip * strip_scales, tiles * 64, bar);
-      }
-    stage_x();
-    const uint8_t* strips_base =
-        reinterpret_cast<const uint8_t*>(smem_u4) + bulk_strips_offset(kWarps, p.hidden);
-    const uint4* codes = reinterpret_cast<const uint4*>(strips_base) + lane;  // + tile·32
-    const uint2* scales = reinterpret_cast<const uint2*>(strips_base + 2 * KT * 512) + g;
-    for (int c = 0; c * kBulkChunk < n; ++c) {
-      mbarrier::wait(bar0 + 8 * (warp * warp_chunks + c), 0);
-      const int i_end = min(n, (c + 1) * kBulkChunk);
-#pragma unroll 4
-      for (int i = c * kBulkChunk; i < i_end; ++i) {
-        const int tile = kb0 + i;
-        uint4 b01, b23;
-        load_b(dead ? zeros : xs, dead ? 0 : tile, t4, b01, b23);
-        mma_tile(acc[0], codes[tile * 32], scales[tile * 8], b01, b23, lut);
-        mma_tile(acc[1], codes[(KT + tile) * 32], scales[(KT + tile) * 8], b01, b23, lut);
-      }
-    }
-  } else {
-    // Advanced one tile per load: tiles are loaded in order.
-    const uint8_t* gate_codes =
-        p.gate_up_codes + gate_strip * strip_codes + size_t(kb0) * 512 + 16 * lane;
-    const uint8_t* up_codes =
-        p.gate_up_codes + up_strip * strip_codes + size_t(kb0) * 512 + 16 * lane;
-    const uint8_t* gate_scales =
-        p.gate_up_scales + gate_strip * strip_scales + size_t(kb0) * 64 + 8 * g;
-    const uint8_t* up_scales =
-        p.gate_up_scales + up_strip * strip_scales + size_t(kb0) * 64 + 8 * g;
-    uint4 wq[kDepth][2];
-    uint2 sq[kDepth][2];
-    auto load = [&](int i, int slot) {
-      if (i < n) {
-        wq[slot][0] = ld_stream16(gate_codes);
-        wq[slot][1] = ld_stream16(up_codes);
-        sq[slot][0] = ld_nc8(gate_scales);
-        sq[slot][1] = ld_nc8(up_scales);
-        gate_codes += 512;
-        up_codes += 512;
-        gate_scales += 64;
-        up_scales += 64;
-      }
-    };
 #pragma unroll
-    for (int s = 0; s < kDepth; ++s) load(s, s);
+  for (int s = 0; s < kDepth; ++s) load(s, s);
 
-    stage_x();
+  if constexpr (!kRoute) {
+    stage_permuted(xs, x_of, 1, p.hidden, tid, kWarps * 32);
+    __syncthreads();  // x staged, scale table built
+  }
 
-    for (int i0 = 0; i0 < n; i0 += kDepth) {
+  float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  for (int i0 = 0; i0 < n; i0 += kDepth) {
 #pragma unroll
-      for (int s = 0; s < kDepth; ++s) {
-        const int i = i0 + s;
-        if (i >= n) break;
-        uint4 b01, b23;
-        load_b(dead ? zeros : xs, dead ? 0 : kb0 + i, t4, b01, b23);
-        mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
-        mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
-        load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
-      }
+    for (int s = 0; s < kDepth; ++s) {
+      const int i = i0 + s;
+      if (i >= n) break;
+      uint4 b01, b23;
+      load_b(dead ? zeros : xs, dead ? 0 : kb0 + i, t4, b01, b23);
+      mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
+      mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
+      load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
     }
   }
   // Column 0: acc[.][0] is row g, acc[.][2] row g + 8.
@@ -301,16 +229,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 }
 
-template <int kWarps, bool kBulk>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
-  gate_up_body<kWarps, false, kBulk>(p, {});
+  gate_up_body<kWarps, false>(p, {});
 }
-template <int kWarps, bool kBulk>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
                          const __grid_constant__ MoeGemvRouting r) {
-  gate_up_body<kWarps, true, kBulk>(p, r);
+  gate_up_body<kWarps, true>(p, r);
 }
 
 // Shared memory of the down kernel: scale table, choice list, partial sums
@@ -497,23 +425,19 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
 }
 
 // The two kernels of a stage (plain and routing variants), their shared memory and name.
-template <bool kBulk>
-struct GateUpStageOf {
+struct GateUpStage {
   template <int W>
-  static constexpr auto plain = gate_up_kernel<W, kBulk>;
+  static constexpr auto plain = gate_up_kernel<W>;
   template <int W>
-  static constexpr auto routed = gate_up_route_kernel<W, kBulk>;
-  static constexpr const char* kName =
-      kBulk ? "moe_gemv_nvfp4_gate_up_bulk" : "moe_gemv_nvfp4_gate_up";
+  static constexpr auto routed = gate_up_route_kernel<W>;
+  static constexpr const char* kName = "moe_gemv_nvfp4_gate_up";
   static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
-    return kBulk ? gate_up_bulk_smem(warps, p.hidden) : gate_up_smem(warps, p.hidden);
+    return gate_up_smem(warps, p.hidden);
   }
   static bool has_work(int warps, const MoeGemvNvfp4Params& p) {
     return p.hidden / 64 >= warps;  // every warp a K tile
   }
 };
-using GateUpStage = GateUpStageOf<false>;
-using GateUpBulkStage = GateUpStageOf<true>;
 struct DownStage {
   template <int W>
   static constexpr auto plain = down_kernel<W>;
@@ -534,10 +458,6 @@ bool run_stage(const MoeGemvNvfp4Params& p, const MoeGemvRouting* route, long ct
                cudaStream_t stream) {
   static std::atomic<uint64_t> cache{0}, route_cache{0};
   const size_t smem = Stage::smem(W, p);
-  if (smem > 48 * 1024) {
-    allow_dynamic_smem(Stage::template plain<W>, smem, Stage::kName);
-    allow_dynamic_smem(Stage::template routed<W>, smem, Stage::kName);
-  }
   if (!force) {
     const int per_sm = route ? ctas_per_sm(Stage::template routed<W>, W * 32, smem, route_cache)
                              : ctas_per_sm(Stage::template plain<W>, W * 32, smem, cache);
@@ -558,10 +478,6 @@ bool moe_gemv_nvfp4_supported(int num_tokens, int top_k, int hidden, int inter) 
   return num_tokens >= 1 && num_tokens <= kMoeGemvMaxTokens && top_k >= 1 && top_k <= kMaxTopK &&
          hidden > 0 && hidden % 64 == 0 && hidden <= kMaxHidden && inter > 0 && inter % 64 == 0 &&
          long(top_k) * inter <= kMaxActElems;
-}
-
-bool moe_gemv_nvfp4_bulk_supported(int num_tokens, int hidden) {
-  return num_tokens <= 2 && hidden <= kBulkMaxHidden;
 }
 
 void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeGemvRouting* route) {
@@ -591,13 +507,8 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   // CTA resident at once (one token: the whole layer's weights in flight).
   const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  const bool bulk = moe_gemv_nvfp4_bulk_supported(p.num_tokens, p.hidden);
-  if (bulk && p.gate_up_bulk_warps == 2)
-    run_stage<GateUpBulkStage, 2>(p, route, gate_up_ctas, true, stream);
-  else if (bulk && p.gate_up_bulk_warps == 4)
-    run_stage<GateUpBulkStage, 4>(p, route, gate_up_ctas, true, stream);
-  else if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
-                   !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
+  if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
+              !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
     run_stage<GateUpStage, 2>(p, route, gate_up_ctas, true, stream);
   timeline_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);

@@ -37,10 +37,6 @@ struct MoeGemvNvfp4Params {
   bf16* out;                             // [num_tokens, hidden], fully written
   int num_tokens, top_k, hidden, inter;  // hidden and inter as stored (padded)
   int local_offset, num_local;           // this rank's experts
-  // 2 or 4: at one or two tokens and hidden ≤ 4096, gate_up CTAs of that many warps stream their
-  // whole gate and up strips into shared memory by bulk copies requested at once (one DRAM round
-  // trip) instead of a register ring of kDepth tiles per warp; 0: the ring.
-  int gate_up_bulk_warps = 0;
 };
 
 // Routing inside the GEMVs: every CTA routes its token from the router logits with the routing
@@ -56,9 +52,6 @@ struct MoeGemvRouting {
 // 1 ≤ num_tokens ≤ kMoeGemvMaxTokens , 1 ≤ top_k ≤ 8, hidden and inter multiples
 // of 64, hidden ≤ 16384 and top_k · inter ≤ 12288 (activations staged in shared memory).
 bool moe_gemv_nvfp4_supported(int num_tokens, int top_k, int hidden, int inter);
-
-// Whether gate_up_bulk_warps takes effect: 1 or 2 tokens and hidden ≤ 4096.
-bool moe_gemv_nvfp4_bulk_supported(int num_tokens, int hidden);
 
 // Both kernels, programmatic dependent launch: gate_up waits for the routing kernel (with
 // `route`: for the router's kernel, then routes); down reads the top-k ids (with `route`: routes
