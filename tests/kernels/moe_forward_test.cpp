@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,7 +14,6 @@
 
 #include "backend/moe/moe_cuda.h"
 #include "kernels/cuda/moe/moe_gemm.h"
-#include "kernels/cuda/moe/moe_gemv_bf16_bulk.h"
 #include "kernels/cuda/moe/moe_routing.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
 #include "kernels/cuda_test_util.h"
@@ -148,31 +146,6 @@ TEST_F(MoeForwardGpu, LocalExpertSlice) {
     for (int T : {1, 17, 255}) check(mid, T, b);
   Layer tail(kSmall, 4, 4, true, 7);  // ties pick experts 0, 1: nothing local, output zero
   for (MoeCudaBackend b : kBoth) check(tail, 33, b);
-}
-
-// The bf16 bulk-copy expert GEMVs (SERVAL_MOE_BF16_BULK=1) at one and two tokens: stages of 2, 1
-// and 8 channel pairs (hidden 2048, 4096, 512), a local slice, ties, graph replay.
-TEST_F(MoeForwardGpu, Bf16BulkGemvs) {
-  const Shape wide{8, 2, 4096, 512}, narrow{8, 2, 512, 256};
-  for (const Shape& s : {kQwen, wide, narrow})
-    ASSERT_TRUE(kernels::cuda::moe_bf16_bulk_supported(1, s.top_k, s.hidden, s.inter));
-  struct BulkOn {  // for this test only, also when an assertion ends it early
-    BulkOn() { setenv("SERVAL_MOE_BF16_BULK", "1", 1); }
-    ~BulkOn() { unsetenv("SERVAL_MOE_BF16_BULK"); }
-  } bulk_on;
-  for (int T : {1, 2}) {
-    const Call c(qwen(), T, 77 + T);
-    ASSERT_TRUE(moe_runs_bf16_bulk(c.args(qwen(), MoeCudaBackend::kLatency))) << T << " tokens";
-    check(qwen(), T, MoeCudaBackend::kLatency);
-  }
-  Layer w(wide, 0, wide.experts, false, 21), n(narrow, 0, narrow.experts, false, 22);
-  Layer slice(kQwen, 0, 16, true, 23);  // ties pick experts 0..7, all local
-  Layer half(narrow, 4, 4, false, 24);  // experts [4, 8): some choices elsewhere
-  Layer none(narrow, 4, 4, true, 25);   // ties pick experts 0, 1: output zero
-  for (Layer* l : {&w, &n, &slice, &half, &none})
-    for (int T : {1, 2}) check(*l, T, MoeCudaBackend::kLatency);
-  ASSERT_NO_FATAL_FAILURE(mu::expect_graph_replay_equals_eager(
-      qwen(), 1, 931, MoeCudaBackend::kLatency, name(MoeCudaBackend::kLatency)));
 }
 
 TEST_F(MoeForwardGpu, LatencyGraphReplayIsBitIdentical) {

@@ -9,7 +9,6 @@
 #include "base/error.h"
 #include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_gemm.h"
-#include "kernels/cuda/moe/moe_gemv_bf16_bulk.h"
 #include "kernels/cuda/moe/moe_gemv_nvfp4.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/cuda/moe/moe_routing.h"
@@ -97,13 +96,6 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
 bool moe_runs_gemv(const MoeCudaArgs& a) {
   return moe_step_kernels(a) == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kNvfp4 &&
          kc::moe_gemv_nvfp4_supported(a.num_tokens, a.top_k, a.hidden, a.inter);
-}
-
-bool moe_runs_bf16_bulk(const MoeCudaArgs& a) {
-  const char* on = std::getenv("SERVAL_MOE_BF16_BULK");
-  return on != nullptr && std::string(on) == "1" && a.format == MoeExpertFormat::kBf16 &&
-         moe_step_kernels(a) == MoeCudaBackend::kLatency &&
-         kc::moe_bf16_bulk_supported(a.num_tokens, a.top_k, a.hidden, a.inter);
 }
 
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter) {
@@ -224,7 +216,8 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
 
   // A few tokens with NVFP4 experts: two GEMV-style kernels (gate_up + SwiGLU; down with the
   // weighted combine, so no finalize) on the repacked stacks, dequantized as the grouped GEMM
-  // does. (A bf16 counterpart measured no faster than the grouped GEMMs and was removed.)
+  // does. (Two bf16 counterparts, register-streaming and on bulk copies, measured no faster than
+  // the grouped GEMMs in the model and were removed: bench/RESULTS.md.)
   if (gemv) {
     const kc::MoeGemvRouting routing{a.router_logits, rp};
     kc::moe_gemv_nvfp4(
@@ -232,16 +225,6 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
          a.down_q.scales, a.down_q.global_scales, ws.topk_ids, ws.topk_weights, ws.act, a.out,
          a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
         stream, a.route_in_gemv ? &routing : nullptr);
-    return false;
-  }
-
-  // One or two tokens with bf16 experts (SERVAL_MOE_BF16_BULK=1): the bulk-copy GEMVs, whose
-  // down kernel also combines the choices (no finalize).
-  if (moe_runs_bf16_bulk(a)) {
-    kc::moe_bf16_bulk({a.x, a.gate_up, a.down, ws.topk_ids, ws.topk_weights, ws.act, a.out,
-                       a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
-                      stream);
-    kc::timeline_mark("moe bulk gemvs", stream);
     return false;
   }
 

@@ -84,11 +84,6 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a);
 // moe_gemv_nvfp4.h) rather than the grouped GEMMs.
 bool moe_runs_gemv(const MoeCudaArgs& a);
 
-// Whether moe_forward_cuda runs `a` on the one- and two-token bf16 bulk-copy expert GEMVs
-// (kernels/cuda/moe/moe_gemv_bf16_bulk.h): only with SERVAL_MOE_BF16_BULK=1 (read per call), an
-// experiment not yet measured on a GPU.
-bool moe_runs_bf16_bulk(const MoeCudaArgs& a);
-
 // Workspace for any num_tokens ≤ max_tokens with either backend.
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter);
 

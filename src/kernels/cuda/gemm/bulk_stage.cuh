@@ -1,5 +1,5 @@
 // Shared-memory stages of whole bf16 weight rows filled by bulk copies, for the bulk-copy GEMVs
-// (bf16_gemv_bulk.cu, moe/moe_gemv_bf16_bulk.cu). Included only by .cu files.
+// (bf16_gemv_bulk.cu). Included only by .cu files.
 //
 // A stage holds up to 16 KB: kStagePieces 16-byte pieces of rows of k bf16 (k % 256 == 0), read
 // by 256 threads × kPieces pieces, warp w's piece j being stage piece (8j + w)·32 + lane. With
