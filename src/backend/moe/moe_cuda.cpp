@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "base/env.h"
 #include "base/error.h"
 #include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_gemm.h"
@@ -221,11 +220,11 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   // the grouped GEMMs in the model and were removed: bench/RESULTS.md.)
   if (gemv) {
     const kc::MoeGemvRouting routing{a.router_logits, rp};
-    kc::moe_gemv_nvfp4({a.x, a.gate_up_q.codes, a.gate_up_q.scales, a.gate_up_q.global_scales,
-                        a.down_q.codes, a.down_q.scales, a.down_q.global_scales, ws.topk_ids,
-                        ws.topk_weights, ws.act, a.out, a.num_tokens, a.top_k, a.hidden, a.inter,
-                        a.local_offset, a.num_local, env_int("SERVAL_MOE_GEMV_RING", 4, 8, 4)},
-                       stream, a.route_in_gemv ? &routing : nullptr);
+    kc::moe_gemv_nvfp4(
+        {a.x, a.gate_up_q.codes, a.gate_up_q.scales, a.gate_up_q.global_scales, a.down_q.codes,
+         a.down_q.scales, a.down_q.global_scales, ws.topk_ids, ws.topk_weights, ws.act, a.out,
+         a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
+        stream, a.route_in_gemv ? &routing : nullptr);
     return false;
   }
 

@@ -36,7 +36,7 @@ namespace serval::kernels::cuda {
 
 namespace {
 
-constexpr int kDepth = 4;            // tiles in flight per warp (per strip), by default
+constexpr int kDepth = 4;            // tiles in flight per warp (per strip)
 constexpr int kMaxTopK = 8;          // choices per token the down kernel stages
 constexpr int kMaxHidden = 16384;    // gate_up stages one x row: 32 KB
 constexpr int kMaxActElems = 12288;  // down stages top_k · inter activations: 24 KB
@@ -125,7 +125,7 @@ constexpr size_t gate_up_smem(int warps, int hidden) {
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
 // kRoute: the pair's expert from the CTA's own routing of the token (routing::route_in_cta) instead
 // of topk_ids.
-template <int kWarps, bool kRoute, int kRing>
+template <int kWarps, bool kRoute>
 __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -171,8 +171,8 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   const uint8_t* up_codes = gate_codes + size_t(strips) * strip_codes;
   const uint8_t* up_scales = gate_scales + size_t(strips) * strip_scales;
 
-  uint4 wq[kRing][2];
-  uint2 sq[kRing][2];
+  uint4 wq[kDepth][2];
+  uint2 sq[kDepth][2];
   auto load = [&](int i, int slot) {
     if (i < n) {
       wq[slot][0] = ld_stream16(gate_codes);
@@ -186,7 +186,7 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
     }
   };
 #pragma unroll
-  for (int s = 0; s < kRing; ++s) load(s, s);
+  for (int s = 0; s < kDepth; ++s) load(s, s);
 
   if constexpr (!kRoute) {
     stage_permuted(xs, x_of, 1, p.hidden, tid, kWarps * 32);
@@ -194,16 +194,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 
   float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  for (int i0 = 0; i0 < n; i0 += kRing) {
+  for (int i0 = 0; i0 < n; i0 += kDepth) {
 #pragma unroll
-    for (int s = 0; s < kRing; ++s) {
+    for (int s = 0; s < kDepth; ++s) {
       const int i = i0 + s;
       if (i >= n) break;
       uint4 b01, b23;
       load_b(dead ? zeros : xs, dead ? 0 : kb0 + i, t4, b01, b23);
       mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
       mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
-      load(i + kRing, s);  // the slot is free: refill it kRing tiles ahead
+      load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
     }
   }
   // Column 0: acc[.][0] is row g, acc[.][2] row g + 8.
@@ -229,16 +229,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 }
 
-template <int kWarps, int kRing>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
-  gate_up_body<kWarps, false, kRing>(p, {});
+  gate_up_body<kWarps, false>(p, {});
 }
-template <int kWarps, int kRing>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
                          const __grid_constant__ MoeGemvRouting r) {
-  gate_up_body<kWarps, true, kRing>(p, r);
+  gate_up_body<kWarps, true>(p, r);
 }
 
 // Shared memory of the down kernel: scale table, choice list, partial sums
@@ -253,7 +253,7 @@ constexpr size_t down_smem(int warps, int top_k, int inter) {
 // (choice order) give the tile sequence q = c·KT + kb (KT = inter/64); warp w takes
 // [w·N/W, (w+1)·N/W) of the N = n_local·KT tiles and writes one partial per choice it touches.
 // kRoute: ids and weights from the CTA's own routing of the token (routing::route_in_cta).
-template <int kWarps, bool kRoute, int kRing>
+template <int kWarps, bool kRoute>
 __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -313,8 +313,8 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
   const uint8_t* codes = p.down_codes + size_t(hs) * strip_codes + 16 * lane;
   const uint8_t* scales = p.down_scales + size_t(hs) * strip_scales + 8 * g;
 
-  uint4 wq[kRing];
-  uint2 sq[kRing];
+  uint4 wq[kDepth];
+  uint2 sq[kDepth];
   int lc = KT > 0 ? q0 / KT : 0, lkb = KT > 0 ? q0 % KT : 0;  // next tile to load
   auto load = [&](int i, int slot) {
     if (i < n) {
@@ -328,7 +328,7 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
     }
   };
 #pragma unroll
-  for (int s = 0; s < kRing; ++s) load(s, s);
+  for (int s = 0; s < kDepth; ++s) load(s, s);
 
   pdl_wait();  // act from the gate_up kernel
   pdl_launch_dependents();
@@ -339,9 +339,9 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
 
   float acc[4] = {0, 0, 0, 0};
   int vc = KT > 0 ? q0 / KT : 0, vkb = KT > 0 ? q0 % KT : 0;  // tile being multiplied
-  for (int i0 = 0; i0 < n; i0 += kRing) {
+  for (int i0 = 0; i0 < n; i0 += kDepth) {
 #pragma unroll
-    for (int s = 0; s < kRing; ++s) {
+    for (int s = 0; s < kDepth; ++s) {
       const int i = i0 + s;
       if (i >= n) break;
       uint4 b01, b23;
@@ -362,7 +362,7 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
       } else {
         ++vkb;
       }
-      load(i + kRing, s);
+      load(i + kDepth, s);
     }
   }
   __syncthreads();
@@ -394,16 +394,16 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
   }
 }
 
-template <int kWarps, int kRing>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     down_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
-  down_body<kWarps, false, kRing>(p, {});
+  down_body<kWarps, false>(p, {});
 }
-template <int kWarps, int kRing>
+template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     down_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
                       const __grid_constant__ MoeGemvRouting r) {
-  down_body<kWarps, true, kRing>(p, r);
+  down_body<kWarps, true>(p, r);
 }
 
 // Resident CTAs per SM of `kernel` at `threads` and `smem`, cached per kernel and smem size
@@ -425,12 +425,11 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
 }
 
 // The two kernels of a stage (plain and routing variants), their shared memory and name.
-template <int kRing>
-struct GateUpStageOf {
+struct GateUpStage {
   template <int W>
-  static constexpr auto plain = gate_up_kernel<W, kRing>;
+  static constexpr auto plain = gate_up_kernel<W>;
   template <int W>
-  static constexpr auto routed = gate_up_route_kernel<W, kRing>;
+  static constexpr auto routed = gate_up_route_kernel<W>;
   static constexpr const char* kName = "moe_gemv_nvfp4_gate_up";
   static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
     return gate_up_smem(warps, p.hidden);
@@ -439,20 +438,17 @@ struct GateUpStageOf {
     return p.hidden / 64 >= warps;  // every warp a K tile
   }
 };
-template <int kRing>
-struct DownStageOf {
+struct DownStage {
   template <int W>
-  static constexpr auto plain = down_kernel<W, kRing>;
+  static constexpr auto plain = down_kernel<W>;
   template <int W>
-  static constexpr auto routed = down_route_kernel<W, kRing>;
+  static constexpr auto routed = down_route_kernel<W>;
   static constexpr const char* kName = "moe_gemv_nvfp4_down";
   static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
     return down_smem(warps, p.top_k, p.inter);
   }
   static bool has_work(int, const MoeGemvNvfp4Params&) { return true; }
 };
-using GateUpStage = GateUpStageOf<kDepth>;
-using DownStage = DownStageOf<kDepth>;
 
 // Launches stage `Stage` with W warps per CTA (the routing variant when `route`) and returns true
 // when `force` or when all `ctas` CTAs are resident at once and every warp has work; false
@@ -511,11 +507,8 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   // CTA resident at once (one token: the whole layer's weights in flight).
   const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  const bool deep = few && p.few_token_ring == 8;
-  if (deep)
-    run_stage<GateUpStageOf<8>, 2>(p, route, gate_up_ctas, true, stream);
-  else if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
-                   !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
+  if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
+              !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
     run_stage<GateUpStage, 2>(p, route, gate_up_ctas, true, stream);
   timeline_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);

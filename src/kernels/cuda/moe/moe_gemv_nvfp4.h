@@ -37,9 +37,6 @@ struct MoeGemvNvfp4Params {
   bf16* out;                             // [num_tokens, hidden], fully written
   int num_tokens, top_k, hidden, inter;  // hidden and inter as stored (padded)
   int local_offset, num_local;           // this rank's experts
-  // Weight tiles each gate_up warp keeps in flight at one or two tokens: 4 or 8 (an experiment,
-  // SERVAL_MOE_GEMV_RING=8; the down kernel and 3 or 4 tokens always keep 4).
-  int few_token_ring = 4;
 };
 
 // Routing inside the GEMVs: every CTA routes its token from the router logits with the routing
