@@ -3,12 +3,13 @@
 // The repacked layout stores each 16-row strip of a weight as K/64 consecutive tiles of 512 code
 // bytes + 64 scale bytes (moe_nvfp4_repack.h); one 16-byte load gives a lane its A fragments of a
 // tile's four k16 MMAs and one 8-byte load their block scales. A warp streams a contiguous run of
-// tiles of one strip through a register ring (kDepth tiles in flight), dequantizes them exactly as
-// the grouped GEMM does (dequant_nvfp4 of nvfp4_fragment.cuh: bf16 e2m1·scale·2⁻⁶²) and multiplies
-// them with the token's activations as the MMA's B side: B column 0 holds the activation vector
-// and the other columns zeros, so column 0 of the accumulator (lanes t4 = 0) is the result. The K
-// range of a strip is split over the warps of a CTA (partial sums in shared memory, added in warp
-// order), so that at one token the whole layer's weights are in flight at once.
+// tiles of one strip through a register ring (kDepth or kFewTokenGateUpRing tiles in flight),
+// dequantizes them exactly as the grouped GEMM does (dequant_nvfp4 of nvfp4_fragment.cuh: bf16
+// e2m1·scale·2⁻⁶²) and multiplies them with the token's activations as the MMA's B side: B column 0
+// holds the activation vector and the other columns zeros, so column 0 of the accumulator (lanes t4
+// = 0) is the result. The K range of a strip is split over the warps of a CTA (partial sums in
+// shared memory, added in warp order), so that at one token the whole layer's weights are in flight
+// at once.
 //   gate_up: CTA = (pair, 16 channels): the gate strip and the matching up strip (rows
 //            inter + 16·mt ...) share the activation fragments; SwiGLU in the epilogue.
 //   down:    CTA = (token, 16 hidden rows): the tiles of the token's local choices (in choice
@@ -36,7 +37,12 @@ namespace serval::kernels::cuda {
 
 namespace {
 
-constexpr int kDepth = 4;            // tiles in flight per warp (per strip)
+constexpr int kDepth = 4;  // tiles in flight per warp (per strip), by default
+// ... in the 2-warp gate_up of one or two tokens: 6 (128 registers). Qwen3-30B NVFP4 b1 TPOT on an
+// H100, means of 2 rounds: ring 2 / 3 / 4 / 6 2.01 / 1.92 / 1.91 / 1.87 ms, in a second call 4 / 6
+// 1.92 / 1.87 (b2 2.36 / 2.34); in a third 4 / 8 1.90 / 2.05 (167 registers: bulk copies lost
+// likewise, bench/RESULTS.md).
+constexpr int kFewTokenGateUpRing = 6;
 constexpr int kMaxTopK = 8;          // choices per token the down kernel stages
 constexpr int kMaxHidden = 16384;    // gate_up stages one x row: 32 KB
 constexpr int kMaxActElems = 12288;  // down stages top_k · inter activations: 24 KB
@@ -125,7 +131,7 @@ constexpr size_t gate_up_smem(int warps, int hidden) {
 // CTA = (pair, strip mt of 16 channels); warp w takes the K tiles [w·KT/W, (w+1)·KT/W) (KT ≥ W).
 // kRoute: the pair's expert from the CTA's own routing of the token (routing::route_in_cta) instead
 // of topk_ids.
-template <int kWarps, bool kRoute>
+template <int kWarps, bool kRoute, int kRing>
 __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const MoeGemvRouting& r) {
   extern __shared__ uint4 smem_u4[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_u4);
@@ -171,8 +177,8 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   const uint8_t* up_codes = gate_codes + size_t(strips) * strip_codes;
   const uint8_t* up_scales = gate_scales + size_t(strips) * strip_scales;
 
-  uint4 wq[kDepth][2];
-  uint2 sq[kDepth][2];
+  uint4 wq[kRing][2];
+  uint2 sq[kRing][2];
   auto load = [&](int i, int slot) {
     if (i < n) {
       wq[slot][0] = ld_stream16(gate_codes);
@@ -186,7 +192,7 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
     }
   };
 #pragma unroll
-  for (int s = 0; s < kDepth; ++s) load(s, s);
+  for (int s = 0; s < kRing; ++s) load(s, s);
 
   if constexpr (!kRoute) {
     stage_permuted(xs, x_of, 1, p.hidden, tid, kWarps * 32);
@@ -194,16 +200,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 
   float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  for (int i0 = 0; i0 < n; i0 += kDepth) {
+  for (int i0 = 0; i0 < n; i0 += kRing) {
 #pragma unroll
-    for (int s = 0; s < kDepth; ++s) {
+    for (int s = 0; s < kRing; ++s) {
       const int i = i0 + s;
       if (i >= n) break;
       uint4 b01, b23;
       load_b(dead ? zeros : xs, dead ? 0 : kb0 + i, t4, b01, b23);
       mma_tile(acc[0], wq[s][0], sq[s][0], b01, b23, lut);
       mma_tile(acc[1], wq[s][1], sq[s][1], b01, b23, lut);
-      load(i + kDepth, s);  // the slot is free: refill it kDepth tiles ahead
+      load(i + kRing, s);  // the slot is free: refill it kRing tiles ahead
     }
   }
   // Column 0: acc[.][0] is row g, acc[.][2] row g + 8.
@@ -229,16 +235,16 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   }
 }
 
-template <int kWarps>
+template <int kWarps, int kRing>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_kernel(const __grid_constant__ MoeGemvNvfp4Params p) {
-  gate_up_body<kWarps, false>(p, {});
+  gate_up_body<kWarps, false, kRing>(p, {});
 }
-template <int kWarps>
+template <int kWarps, int kRing>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_route_kernel(const __grid_constant__ MoeGemvNvfp4Params p,
                          const __grid_constant__ MoeGemvRouting r) {
-  gate_up_body<kWarps, true>(p, r);
+  gate_up_body<kWarps, true, kRing>(p, r);
 }
 
 // Shared memory of the down kernel: scale table, choice list, partial sums
@@ -425,11 +431,12 @@ int ctas_per_sm(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& 
 }
 
 // The two kernels of a stage (plain and routing variants), their shared memory and name.
-struct GateUpStage {
+template <int kRing>
+struct GateUpStageOf {
   template <int W>
-  static constexpr auto plain = gate_up_kernel<W>;
+  static constexpr auto plain = gate_up_kernel<W, kRing>;
   template <int W>
-  static constexpr auto routed = gate_up_route_kernel<W>;
+  static constexpr auto routed = gate_up_route_kernel<W, kRing>;
   static constexpr const char* kName = "moe_gemv_nvfp4_gate_up";
   static size_t smem(int warps, const MoeGemvNvfp4Params& p) {
     return gate_up_smem(warps, p.hidden);
@@ -449,6 +456,7 @@ struct DownStage {
   }
   static bool has_work(int, const MoeGemvNvfp4Params&) { return true; }
 };
+using GateUpStage = GateUpStageOf<kDepth>;
 
 // Launches stage `Stage` with W warps per CTA (the routing variant when `route`) and returns true
 // when `force` or when all `ctas` CTAs are resident at once and every warp has work; false
@@ -507,8 +515,10 @@ void moe_gemv_nvfp4(const MoeGemvNvfp4Params& p, cudaStream_t stream, const MoeG
   // CTA resident at once (one token: the whole layer's weights in flight).
   const bool few = p.num_tokens <= 2;
   const long gate_up_ctas = long(p.num_tokens) * p.top_k * (p.inter / 16);
-  if (few || (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
-              !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream)))
+  if (few)
+    run_stage<GateUpStageOf<kFewTokenGateUpRing>, 2>(p, route, gate_up_ctas, true, stream);
+  else if (!run_stage<GateUpStage, 8>(p, route, gate_up_ctas, false, stream) &&
+           !run_stage<GateUpStage, 4>(p, route, gate_up_ctas, false, stream))
     run_stage<GateUpStage, 2>(p, route, gate_up_ctas, true, stream);
   timeline_mark("moe gate_up", stream);
   const long down_ctas = long(p.num_tokens) * (p.hidden / 16);
