@@ -29,7 +29,10 @@ def load(path):
     name_row = rows[header_at - 1] if header_at else []
     named = [cell for cell in name_row if cell]  # "Kernel Name", then the name
     kernel = named[-1] if len(named) > 1 else ""
-    return kernel, header, rows[header_at + 1 :]
+    # With several profiled launches the page repeats per launch: keep the first.
+    data = rows[header_at + 1 :]
+    end = next((i for i, r in enumerate(data) if r and r[0] == "Kernel Name"), len(data))
+    return kernel, header, data[:end]
 
 
 def number(text):
