@@ -28,6 +28,7 @@ struct Case {
   int local_offset = 0, num_local = -1;  // −1: all experts
   int tile = 8;
   bool zero_logits = false;  // all ties: every token picks experts 0..k-1
+  int levels = 0;            // > 0: logits drawn from {0, 1, ..., levels - 1}: partial ties
 };
 
 using Launch = void (*)(const MoeRoutingParams&, cudaStream_t);
@@ -58,7 +59,10 @@ void run_case(const Case& c, Launch launch = routing_default) {
   const int num_local = c.num_local < 0 ? E : c.num_local;
   Rng rng(1000 + T * 7 + E + k + int(c.method));
   std::vector<float> logits(size_t(T) * E), bias(E);
-  for (auto& v : logits) v = c.zero_logits ? 0.0f : 2.0f * rng.normal();
+  for (auto& v : logits)
+    v = c.zero_logits  ? 0.0f
+        : c.levels > 0 ? float(rng.next() % uint32_t(c.levels))
+                       : 2.0f * rng.normal();
   for (auto& v : bias) v = 0.1f * rng.uniform();
   const bool grouped = c.method == RoutingMethod::kSigmoidGroupedTopK;
 
@@ -200,6 +204,17 @@ TEST_F(MoeRoutingGpu, SigmoidGroupedTopK) {
 TEST_F(MoeRoutingGpu, TiesGoToLowerIndex) {
   run_case({40, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 8, true});
   run_case({200, 8, 2, RoutingMethod::kTopKSoftmax, false, 1, 1, 1.0f, 0, -1, 64, true});
+}
+
+// Logits from a few levels: ties within a lane's candidates and across lanes, broken by the lower
+// expert index at every rank of the top-k (warp_top_k's per-lane sort and heads).
+TEST_F(MoeRoutingGpu, PartialTiesGoToLowerIndex) {
+  for (int T : {1, 2, 8, 40}) {
+    run_case({T, 128, 8, RoutingMethod::kSoftmaxTopK, true, 1, 1, 1.0f, 0, -1, 8, false, 3});
+    run_case({T, 256, 32, RoutingMethod::kSoftmaxTopK, false, 1, 1, 1.0f, 0, -1, 8, false, 2});
+    run_case({T, 60, 4, RoutingMethod::kTopKSoftmax, false, 1, 1, 1.0f, 0, -1, 8, false, 4});
+    run_case({T, 256, 8, RoutingMethod::kSigmoidGroupedTopK, true, 8, 4, 2.5f, 0, -1, 8, false, 3});
+  }
 }
 
 TEST_F(MoeRoutingGpu, LocalExpertSlice) {
