@@ -153,12 +153,12 @@ __device__ __forceinline__ void gate_up_body(const MoeGemvNvfp4Params& p, const 
   if constexpr (kRoute) {
     __shared__ float s_row[kMoeMaxExperts];
     __shared__ int32_t s_ids[kMoeMaxTopK];
+    __shared__ float s_weights[kMoeMaxTopK];
     // Warp 0 routes the token while the other warps stage x, off the path from the routing to
-    // the first weights (route_in_cta's closing barrier ends both). The experts only: the down
-    // kernel computes the weights.
+    // the first weights (route_in_cta's closing barrier ends both).
     static_assert(kWarps >= 2, "the routing variant stages x with the warps after warp 0");
     if (warp > 0) stage_permuted(xs, x_of, 1, p.hidden, tid - 32, (kWarps - 1) * 32);
-    routing::route_in_cta<true>(r.logits, r.params, t, s_row, s_ids, nullptr);
+    routing::route_in_cta(r.logits, r.params, t, s_row, s_ids, s_weights);
     e = s_ids[pair % p.top_k] - p.local_offset;
   } else {
     e = p.topk_ids[pair] - p.local_offset;

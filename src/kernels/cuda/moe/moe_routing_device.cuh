@@ -147,9 +147,7 @@ __device__ __forceinline__ float sigmoid(float x) {
 // return 0). Mirrors kernels::cpu::route. The logits are read with plain loads: in the fused
 // norm + router kernel other CTAs of the running grid wrote them, and the caller's acquire fence
 // (after the arrival atomic) makes them visible (__ldcg here cost the routing kernels registers
-// and a spill). kIdsOnly: the experts alone, no weights (p.topk_weights not written), for
-// consumers that need only which experts (the softmax is monotone: it never changes the choice).
-template <bool kIdsOnly = false>
+// and a spill).
 __device__ __forceinline__ int route_token_warp(const MoeRoutingParams& p, int t, int lane) {
   const int E = p.num_experts, k = p.top_k;
   const float* row = p.logits + size_t(t) * E;
@@ -213,7 +211,7 @@ __device__ __forceinline__ int route_token_warp(const MoeRoutingParams& p, int t
       cand.ord[i] = orderable(vals[i]);
       if (e < E) cand.alive |= 1u << i;
     }
-    if (!kIdsOnly && p.method == RoutingMethod::kSoftmaxTopK) {
+    if (p.method == RoutingMethod::kSoftmaxTopK) {
       float m = -INFINITY;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) m = fmaxf(m, vals[i]);
@@ -231,10 +229,6 @@ __device__ __forceinline__ int route_token_warp(const MoeRoutingParams& p, int t
   warp_top_k(cand, k, lane, my_id, my_ord);
 
   const bool active = lane < k;
-  if constexpr (kIdsOnly) {
-    if (active) p.topk_ids[size_t(t) * k + lane] = my_id;
-    return active ? my_id : 0;
-  }
   // The selection score is the logit itself except for the grouped method (biased sigmoid).
   const float l = !active ? 0.0f : grouped ? row[my_id] : ord_value(my_ord);
   float w = 0.0f;
@@ -350,9 +344,7 @@ __device__ __forceinline__ void few_tokens_routing(const MoeRoutingParams& p) {
 // warp 0 copies the token's logits ([*, num_experts] fp32, written by another grid: read through
 // L2) into shared `row` and routes them with route_token_warp into shared `ids` / `weights`
 // (top_k each); `params` gives the method, sizes, local slice and scaling (its pointers are not
-// used). kIdsOnly: no weights (`weights` unused, may be null). Called by every thread of the CTA;
-// ends with __syncthreads.
-template <bool kIdsOnly = false>
+// used). Called by every thread of the CTA; ends with __syncthreads.
 __device__ __forceinline__ void route_in_cta(const float* logits, const MoeRoutingParams& params,
                                              int t, float* row, int32_t* ids, float* weights) {
   if (threadIdx.x < 32) {
@@ -372,7 +364,7 @@ __device__ __forceinline__ void route_in_cta(const float* logits, const MoeRouti
     rp.logits = row;
     rp.topk_ids = ids;
     rp.topk_weights = weights;
-    route_token_warp<kIdsOnly>(rp, 0, lane);
+    route_token_warp(rp, 0, lane);
   }
   __syncthreads();
 }
