@@ -148,40 +148,6 @@ TEST_F(MoeForwardGpu, LocalExpertSlice) {
   for (MoeCudaBackend b : kBoth) check(tail, 33, b);
 }
 
-// Routing inside the one-token bf16 grouped GEMMs (MoeCudaArgs::route_in_experts: every CTA
-// routes the token from the router logits with the routing kernels' device code, and CTA (0, 0)
-// of GEMM1 stores the maps for the finalize) gives the output of the routing kernel + GEMMs bit
-// for bit: each routing method, 32- and 64-row tiles (the Qwen3 shape's GEMM2), local slices with
-// non-local choices, a token with none. The workspace is poisoned before the routed call.
-TEST_F(MoeForwardGpu, RoutingInGemmEqualsRoutingKernel) {
-  Layer small(kSmall, 0, kSmall.experts, false, 31);
-  Layer mid(kSmall, 2, 4, false, 32);
-  Layer none(kSmall, 4, 4, true, 33);  // ties pick experts 0, 1: nothing local, output zero
-  Layer qslice(kQwen, 32, 32, false, 34);
-  for (Layer* l : {&qwen(), &small, &mid, &none, &qslice}) {
-    for (kernels::RoutingMethod method :
-         {kernels::RoutingMethod::kSoftmaxTopK, kernels::RoutingMethod::kTopKSoftmax,
-          kernels::RoutingMethod::kSigmoidGroupedTopK}) {
-      SCOPED_TRACE(::testing::Message() << "experts " << l->local_offset << "+" << l->num_local
-                                        << " of " << l->s.experts << ", method " << int(method));
-      Call c(*l, 1, 800 + int(method));
-      MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency, method);
-      ASSERT_TRUE(moe_routes_in_gemm(a));
-      const std::vector<float> routed = c.run(a);
-      a.route_in_experts = true;
-      c.d_ws.poison();  // the routing kernel's ids, weights and maps must not be read
-      const std::vector<float> in_gemm = c.run(a);
-      ASSERT_EQ(routed.size(), in_gemm.size());
-      for (size_t i = 0; i < routed.size(); ++i) ASSERT_EQ(routed[i], in_gemm[i]) << i;
-    }
-  }
-  Call c(small, 2, 9);  // two tokens: routing in the GEMMs is refused
-  MoeCudaArgs a = c.args(small, MoeCudaBackend::kLatency);
-  EXPECT_FALSE(moe_routes_in_gemm(a));
-  a.route_in_experts = true;
-  EXPECT_THROW(moe_forward_cuda(a, nullptr), InvalidArgument);
-}
-
 TEST_F(MoeForwardGpu, LatencyGraphReplayIsBitIdentical) {
   for (int T : {1, 8, 64})
     ASSERT_NO_FATAL_FAILURE(mu::expect_graph_replay_equals_eager(

@@ -217,7 +217,7 @@ TEST_F(MoeNvfp4Gpu, GemvMatchesGroupedGemm) {
   }
 }
 
-// Routing inside the expert GEMVs (MoeCudaArgs::route_in_experts: every CTA routes its token from the
+// Routing inside the expert GEMVs (MoeCudaArgs::route_in_gemv: every CTA routes its token from the
 // router logits with the routing kernels' device code) gives the output of the routing kernel +
 // GEMVs bit for bit, for every routing method, with non-local choices and tokens without any.
 TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
@@ -232,7 +232,7 @@ TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
         MoeCudaArgs a = c.args(*l, MoeCudaBackend::kLatency, method);
         ASSERT_TRUE(moe_runs_gemv(a));
         const std::vector<float> routed = c.run(a);
-        a.route_in_experts = true;
+        a.route_in_gemv = true;
         c.d_ws.poison();  // the routing kernel's ids and weights must not be read
         const std::vector<float> in_gemv = c.run(a);
         ASSERT_EQ(routed.size(), in_gemv.size());
@@ -244,7 +244,7 @@ TEST_F(MoeNvfp4Gpu, RoutingInGemvEqualsRoutingKernel) {
   }
   Call c(small, 8, 9);  // 8 tokens run the grouped GEMMs: routing in the GEMVs is refused
   MoeCudaArgs a = c.args(small, MoeCudaBackend::kLatency);
-  a.route_in_experts = true;
+  a.route_in_gemv = true;
   EXPECT_THROW(moe_forward_cuda(a, nullptr), InvalidArgument);
 }
 

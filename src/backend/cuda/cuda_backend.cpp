@@ -628,17 +628,14 @@ class CudaBackend final : public Backend {
     // ends after the logits and the residual, and every GEMV CTA routes its token itself (no
     // routing tail of one CTA on the critical path). Qwen3-30B NVFP4 on the H200: batch-1 TPOT
     // 2.235-2.238 ms vs 2.276-2.297 (norm+router 4.5 instead of 7.7 us per layer, gate_up 12.7
-    // instead of 10.3); 2 tokens 2.784-2.808 vs 2.681-2.683, hence the default of 1. The same
-    // for one token on the bf16 grouped GEMMs (SERVAL_MOE_ROUTE_IN_GEMM=0 turns it off).
-    const bool route_in_experts =
-        (T <= moe_route_in_experts_tokens_ && moe::moe_runs_gemv(c.args)) ||
-        (moe_route_in_gemm_ && moe::moe_routes_in_gemm(c.args));
-    p.logits_only = route_in_experts;
+    // instead of 10.3); 2 tokens 2.784-2.808 vs 2.681-2.683, hence the default of 1.
+    const bool route_in_gemv = T <= moe_route_in_gemv_tokens_ && moe::moe_runs_gemv(c.args);
+    p.logits_only = route_in_gemv;
     kc::moe_norm_router_topk(p, stream_);
     kc::timeline_mark("moe norm+router", stream_);
     cuda::pad_moe_input(x, c, stream_);
-    c.args.routed = !route_in_experts;
-    c.args.route_in_experts = route_in_experts;
+    c.args.routed = !route_in_gemv;
+    c.args.route_in_gemv = route_in_gemv;
     set_next_norm(c, out, next);
     if (moe::moe_forward_cuda(c.args, stream_)) return true;
     cuda::unpad_moe_output(c, out, stream_);
@@ -818,8 +815,7 @@ class CudaBackend final : public Backend {
   const bool fuse_moe_finalize_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_FINALIZE_NORM") == nullptr;
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
-  const int moe_route_in_experts_tokens_ = env_int("SERVAL_MOE_ROUTE_IN_GEMV", 0, 1 << 20, 1);
-  const bool moe_route_in_gemm_ = env_int("SERVAL_MOE_ROUTE_IN_GEMM", 0, 1, 1) == 1;
+  const int moe_route_in_gemv_tokens_ = env_int("SERVAL_MOE_ROUTE_IN_GEMV", 0, 1 << 20, 1);
   // CTAs per SM of the bulk-copy bf16 GEMV (linear); 0 turns it off.
   const int bf16_bulk_ctas_per_sm_ = env_int("SERVAL_BF16_GEMV_BULK", 0, 3, 3);
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask

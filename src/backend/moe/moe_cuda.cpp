@@ -174,10 +174,17 @@ MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspace
   return {g1, g2};
 }
 
-namespace {
+bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
+  if (a.num_tokens <= 0) return false;
+  if (a.hidden % 128 != 0 || a.inter % 64 != 0 || a.hidden <= 0 || a.inter <= 0)
+    throw InvalidArgument(
+        "moe_forward_cuda: hidden must be a multiple of 128 and inter of 64 "
+        "(got hidden=" +
+        std::to_string(a.hidden) + ", inter=" + std::to_string(a.inter) + ")");
+  if (a.local_offset < 0 || a.num_local < 0 || a.local_offset + a.num_local > a.num_experts)
+    throw InvalidArgument("moe_forward_cuda: local expert slice outside [0, num_experts)");
+  const MoeWorkspaceView ws = moe_workspace_view(a);
 
-// The routing of `a` for the routing kernel and for the kernels that route in their CTAs.
-kc::MoeRoutingParams routing_params(const MoeCudaArgs& a, const MoeWorkspaceView& ws) {
   kc::MoeRoutingParams rp{};
   rp.logits = a.router_logits;
   rp.correction_bias = a.correction_bias;
@@ -199,50 +206,10 @@ kc::MoeRoutingParams routing_params(const MoeCudaArgs& a, const MoeWorkspaceView
   rp.tile_expert = ws.tile_expert;
   rp.num_tiles = ws.num_tiles;
   rp.chunk_counts = ws.chunk_counts;
-  return rp;
-}
-
-// The grouped GEMMs of `a`, routing in their CTAs when `route`.
-MoeGroupedGemms grouped_gemms(const MoeCudaArgs& a, const MoeWorkspaceView& ws, bool route) {
-  MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
-  if (route) {
-    const kc::MoeRoutingParams rp = routing_params(a, ws);
-    for (kc::MoeGemmParams* p : {&g.gemm1, &g.gemm2}) {
-      p->route_logits = a.router_logits;
-      p->route = rp;
-    }
-  }
-  return g;
-}
-
-}  // namespace
-
-bool moe_routes_in_gemm(const MoeCudaArgs& a) {
-  if (a.format != MoeExpertFormat::kBf16 || a.num_tokens != 1 || a.router_logits == nullptr ||
-      moe_step_kernels(a) != MoeCudaBackend::kLatency)
-    return false;
-  const MoeGroupedGemms g = grouped_gemms(a, moe_workspace_view(a), true);
-  return kc::moe_gemm_routes_in_cta(g.gemm1) && kc::moe_gemm_routes_in_cta(g.gemm2);
-}
-
-bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
-  if (a.num_tokens <= 0) return false;
-  if (a.hidden % 128 != 0 || a.inter % 64 != 0 || a.hidden <= 0 || a.inter <= 0)
-    throw InvalidArgument(
-        "moe_forward_cuda: hidden must be a multiple of 128 and inter of 64 "
-        "(got hidden=" +
-        std::to_string(a.hidden) + ", inter=" + std::to_string(a.inter) + ")");
-  if (a.local_offset < 0 || a.num_local < 0 || a.local_offset + a.num_local > a.num_experts)
-    throw InvalidArgument("moe_forward_cuda: local expert slice outside [0, num_experts)");
-  const MoeWorkspaceView ws = moe_workspace_view(a);
-
-  const kc::MoeRoutingParams rp = routing_params(a, ws);
   const bool gemv = moe_runs_gemv(a);
-  if (a.route_in_experts && (a.routed || !(gemv || moe_routes_in_gemm(a))))
-    throw InvalidArgument(
-        "moe_forward_cuda: routing in the expert kernels needs the NVFP4 GEMV path or one token "
-        "on the bf16 latency GEMMs");
-  if (!a.routed && !a.route_in_experts) {
+  if (a.route_in_gemv && (a.routed || !gemv))
+    throw InvalidArgument("moe_forward_cuda: routing in the expert GEMVs needs the GEMV path");
+  if (!a.routed && !a.route_in_gemv) {
     kc::moe_routing(rp, stream);
     kc::timeline_mark("moe routing", stream);
   }
@@ -257,11 +224,11 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
         {a.x, a.gate_up_q.codes, a.gate_up_q.scales, a.gate_up_q.global_scales, a.down_q.codes,
          a.down_q.scales, a.down_q.global_scales, ws.topk_ids, ws.topk_weights, ws.act, a.out,
          a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
-        stream, a.route_in_experts ? &routing : nullptr);
+        stream, a.route_in_gemv ? &routing : nullptr);
     return false;
   }
 
-  const MoeGroupedGemms g = grouped_gemms(a, ws, a.route_in_experts);
+  const MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
   kc::moe_grouped_gemm(g.gemm1, stream);
   kc::timeline_mark("moe gemm1", stream);
   kc::moe_grouped_gemm(g.gemm2, stream);

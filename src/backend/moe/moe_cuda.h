@@ -65,10 +65,8 @@ struct MoeCudaArgs {
   // with its tile), so moe_forward_cuda skips the routing kernel; router_logits is not read.
   bool routed = false;
   // True (with routed false): an earlier kernel wrote router_logits but no routing, and the
-  // expert kernels route per CTA from them: the NVFP4 expert GEMVs (moe_runs_gemv) or the bf16
-  // one-token grouped GEMMs (moe_routes_in_gemm); one of the two must hold. No routing kernel
-  // runs.
-  bool route_in_experts = false;
+  // NVFP4 expert GEMVs route per CTA from them (moe_runs_gemv must hold); no routing kernel runs.
+  bool route_in_gemv = false;
   // Set (residual non-null): the residual add + RMSNorm after the block, fused into its finalize
   // where the call ends with one (kernels::cuda::MoeNextNorm); `out` is then not written.
   // moe_forward_cuda reports whether it did.
@@ -85,11 +83,6 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a);
 // Whether moe_forward_cuda runs `a` on the few-token NVFP4 expert GEMVs (kernels/cuda/moe/
 // moe_gemv_nvfp4.h) rather than the grouped GEMMs.
 bool moe_runs_gemv(const MoeCudaArgs& a);
-
-// Whether the grouped GEMMs of `a` can route its token in every CTA (route_in_experts): one token,
-// bf16 experts, the latency kernels' 32- and 64-row tile-8 shapes
-// (kernels::cuda::moe_gemm_routes_in_cta). Needs a.workspace (the GEMMs' parameters point into it).
-bool moe_routes_in_gemm(const MoeCudaArgs& a);
 
 // Workspace for any num_tokens ≤ max_tokens with either backend.
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter);

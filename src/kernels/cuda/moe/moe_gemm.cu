@@ -90,9 +90,7 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 // NVFP4 128-row tile-8 GEMMs at ~8 tokens are bound the same way (ncu, Qwen3 GEMM1: 209 warp
 // instructions per K tile, issue 41 % busy, and the same 39-40 µs for 432 or 624 working CTAs):
 // two K groups there (moe_gemm_k_groups).
-// kRoute: one token routed in the CTA (MoeGemmParams::route_logits, moe_routed_tile_expert).
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4, int WARPS_K,
-          bool kRoute>
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4, int WARPS_K>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kernel(MoeGemmParams p) {
   constexpr int kThreads = WARPS_M * WARPS_N * 32;  // per K group
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
@@ -123,13 +121,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
   }
 
   const int tile = blockIdx.y;
-  // The PDL protocol of both GEMMs; -1: the whole CTA returns, before any barrier.
-  int expert;
-  if constexpr (kRoute)
-    expert = moe_routed_tile_expert<kGemm1>(p, tile);
-  else
-    expert = moe_tile_expert<kGemm1>(p, tile);
-  if (expert < 0) return;
+  const int expert = moe_tile_expert<kGemm1>(p, tile);  // the PDL protocol of both GEMMs
+  if (expert < 0) return;                               // whole CTA, before any barrier
 
   const int wm = warp % WARPS_M, wn = warp / WARPS_M;
   const int g = lane >> 2, t4 = lane & 3;
@@ -190,8 +183,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
     int src_row = 0;
     if (n < BN) {
       if constexpr (kGemm1) {
-        // Routed in the CTA: one token, in row 0 of each tile.
-        const int tok = kRoute ? (n == 0 ? 0 : -1) : p.permuted_to_token[row0 + n];
+        const int tok = p.permuted_to_token[row0 + n];
         b_valid[j] = tok >= 0;
         src_row = tok >= 0 ? tok : 0;
       } else {
@@ -382,16 +374,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
       }
 }
 
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4, int WARPS_K = 1,
-          bool kRoute = false>
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4, int WARPS_K = 1>
 void launch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
   constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
   constexpr size_t kSmem =
       size_t(WARPS_K) * STAGES * (kAStageBytes + BN * kBK * 2) + (kFp4 ? 1024 : 0);
-  auto kernel = p.gemm1
-                    ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4, WARPS_K, kRoute>
-                    : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4, WARPS_K, kRoute>;
+  auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4, WARPS_K>
+                        : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4, WARPS_K>;
   allow_dynamic_smem(kernel, kSmem, "moe_gemm");
   const int m_blocks = p.gemm1 ? p.n_out / (BM / 2) : p.n_out / BM;
   launch_pdl(p.gemm1 ? "moe_gemm1" : "moe_gemm2", kernel, dim3(m_blocks, p.max_tiles),
@@ -424,19 +414,11 @@ void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
           // bf16: two K groups of 4 stages (the same 40 KB as one warp's 8 stages).
           if constexpr (kFp4) {
             launch<1, 1, 1, kSmallStages, kFp4>(p, stream);
-          } else if (p.route_logits) {
-            launch<1, 1, 1, 4, kFp4, 2, true>(p, stream);
           } else {
             launch<1, 1, 1, 4, kFp4, 2>(p, stream);
           }
           break;
         case 64:
-          if constexpr (!kFp4) {
-            if (p.route_logits) {
-              launch<2, 1, 1, kSmallStages, kFp4, 1, true>(p, stream);
-              break;
-            }
-          }
           launch<2, 1, 1, kSmallStages, kFp4>(p, stream);
           break;
         default:
@@ -485,20 +467,7 @@ int moe_gemm_k_groups(const MoeGemmParams& p) {
   return m_blocks * p.max_tiles <= long(kKSplitMaxCtasPerSm) * sm_count() ? 2 : 1;
 }
 
-bool moe_gemm_routes_in_cta(const MoeGemmParams& p) {
-  const MoeRoutingParams& r = p.route;
-  return p.format == MoeWeightFormat::kBf16 && p.config == MoeGemmConfig::kLatency && p.tile == 8 &&
-         r.tile == p.tile && moe_gemm_block_rows(p) <= 64 && r.num_tokens == 1 && r.top_k >= 1 &&
-         r.top_k <= kMoeMaxTopK && r.num_experts >= 1 && r.num_experts <= kMoeMaxExperts &&
-         p.max_tiles >= r.top_k && r.topk_ids && r.topk_weights && r.expanded_to_permuted &&
-         r.permuted_to_token && r.tile_expert && r.num_tiles;
-}
-
 void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
-  if (p.route_logits && !moe_gemm_routes_in_cta(p))
-    throw InvalidArgument(
-        "moe_grouped_gemm: routing in the GEMM CTAs needs one token, bf16 weights, the latency "
-        "tile-8 kernels on 32- or 64-row tiles, max_tiles >= top_k and the routing outputs");
   const int m_align = p.gemm1 ? 64 : 128;
   if (p.k % kBK != 0 || p.n_out % m_align != 0 || p.k <= 0 || p.n_out <= 0)
     throw InvalidArgument("moe_grouped_gemm: need k % 64 == 0 and " +

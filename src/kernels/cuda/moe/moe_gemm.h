@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "kernels/cuda/moe/moe_routing.h"
 
 namespace serval::kernels::cuda {
 
@@ -56,22 +55,9 @@ struct MoeGemmParams {
   int tile;                    // token rows per tile
   int n_out;                   // GEMM1: inter; GEMM2: hidden
   int k;                       // GEMM1: hidden; GEMM2: inter
-  // Set: one token, routed by every CTA itself from these router logits ([1, num_experts] fp32,
-  // written by the kernel before GEMM1) with `route`'s method, sizes and slice, instead of read
-  // from the maps (moe_gemm_routes_in_cta must hold). Its local choices in expert order are the
-  // tiles, one row each, as the routing kernel orders them. CTA (0, 0) of GEMM1 also stores
-  // route's outputs (ids, weights, expanded_to_permuted, the maps) for the finalize; the other
-  // map pointers above are not read.
-  const float* route_logits = nullptr;
-  MoeRoutingParams route{};
 };
 
 void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream);
-
-// Whether the GEMMs of `p` can route their token in every CTA (route_logits): one token, bf16
-// weights, the latency tile-8 kernels on 32- or 64-row tiles (the one-token shapes of the large MoE
-// models), grid y ≥ top_k, at most kMoeMaxExperts experts and kMoeMaxTopK choices. Host-only.
-bool moe_gemm_routes_in_cta(const MoeGemmParams& p);
 
 // K groups (1 or 2) of the 128-row NVFP4 tile-8 latency GEMMs for `p`: 2 while the worst-case grid
 // has at most 12 CTAs per SM (decode up to ~10 tokens of a 128-expert top-8 model: each warp then
