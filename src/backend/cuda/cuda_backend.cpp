@@ -631,8 +631,6 @@ class CudaBackend final : public Backend {
     // instead of 10.3); 2 tokens 2.784-2.808 vs 2.681-2.683, hence the default of 1.
     const bool route_in_gemv = T <= moe_route_in_gemv_tokens_ && moe::moe_runs_gemv(c.args);
     p.logits_only = route_in_gemv;
-    p.one_token_maps = moe_one_token_maps_;
-    p.early_launch = moe_norm_router_early_launch_ && T == 1;
     kc::moe_norm_router_topk(p, stream_);
     kc::timeline_mark("moe norm+router", stream_);
     cuda::pad_moe_input(x, c, stream_);
@@ -818,8 +816,6 @@ class CudaBackend final : public Backend {
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
   const int moe_route_in_gemv_tokens_ = env_int("SERVAL_MOE_ROUTE_IN_GEMV", 0, 1 << 20, 1);
-  const bool moe_one_token_maps_ = env_int("SERVAL_MOE_ONE_TOKEN_MAPS", 0, 1, 0) == 1;
-  const bool moe_norm_router_early_launch_ = env_int("SERVAL_MOE_EARLY_LAUNCH", 0, 1, 0) == 1;
   // CTAs per SM of the bulk-copy bf16 GEMV (linear); 0 turns it off.
   const int bf16_bulk_ctas_per_sm_ = env_int("SERVAL_BF16_GEMV_BULK", 0, 3, 3);
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeNormRouterPara
   pdl_wait();
   // With logits_only the consumers (the NVFP4 expert GEMVs) route themselves: they may start
   // now. Otherwise they launch when the routing CTA starts (below).
-  if (p.logits_only || p.early_launch) pdl_launch_dependents();
+  if (p.logits_only) pdl_launch_dependents();
 
   // Token t's h and residual chunks (all loads before any use), the fp32 sums and their squares.
   const size_t row_at = size_t(t) * H;
@@ -157,14 +157,11 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeNormRouterPara
   // this grid's CTAs still held SMs, the grouped GEMM's CTAs landed unevenly and ran 30 % longer
   // at 6 tokens on the H200 (Qwen3-30B NVFP4 b6 TPOT 4.62 vs 4.14 ms). At one token with
   // logits_only the early launch is the faster (b1 2.14 vs 2.19 ms).
-  if (!p.early_launch) pdl_launch_dependents();
+  pdl_launch_dependents();
   if (tid == 0) g_norm_router_grid_arrivals = 0;
   MoeRoutingParams rp = p.routing;
   rp.logits = p.logits;
-  if (p.one_token_maps && rp.num_tokens == 1)
-    routing::one_token_routing(rp);
-  else
-    routing::few_tokens_routing(rp);
+  routing::few_tokens_routing(rp);
 }
 
 using Kernel = void (*)(MoeNormRouterParams);

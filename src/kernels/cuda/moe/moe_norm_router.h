@@ -41,9 +41,6 @@ struct MoeNormRouterParams {
   // Set: the last CTA stores the residual and ends (no routing: its outputs are not written);
   // the consumer routes from the logits itself (kernels/cuda/moe/moe_gemv_nvfp4.h).
   bool logits_only = false;
-  // Experiment switches (session 46): one_token_maps builds one token's maps with one warp
-  // (routing::one_token_routing); early_launch lets the consumers launch at the PDL wait.
-  bool one_token_maps = false, early_launch = false;
 };
 
 // Whether the fused kernel takes these shapes: 1 ≤ T ≤ kMoeNormRouterMaxTokens,

@@ -340,32 +340,6 @@ __device__ __forceinline__ void few_tokens_routing(const MoeRoutingParams& p) {
   }
 }
 
-// few_tokens_routing for one token, by warp 0 alone (the other warps return at once; no
-// barrier): each local choice is its expert's only pair, so its tile is its rank among the
-// token's local experts (found by shuffles) and holds the token in its first row. The same maps,
-// bit for bit, as few_tokens_routing at p.num_tokens == 1.
-__device__ __forceinline__ void one_token_routing(const MoeRoutingParams& p) {
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x, k = p.top_k;
-  const int id = route_token_warp(p, 0, lane);
-  const int e = id - p.local_offset;
-  const bool mine = lane < k && e >= 0 && e < p.num_local;
-  const unsigned valid = __ballot_sync(kFull, mine);
-  int rank = 0;
-  for (int i = 0; i < k; ++i) {
-    const int o = __shfl_sync(kFull, e, i);
-    rank += ((valid >> i) & 1u) && o < e ? 1 : 0;
-  }
-  if (mine) {
-    p.tile_expert[rank] = e;
-    const int row = rank * p.tile;
-    p.permuted_to_token[row] = 0;
-    for (int r = row + 1; r < row + p.tile; ++r) p.permuted_to_token[r] = -1;
-  }
-  if (lane < k) p.expanded_to_permuted[lane] = mine ? rank * p.tile : -1;
-  if (lane == 0) *p.num_tiles = __popc(valid);
-}
-
 // Token t's routing inside a consumer CTA (the expert kernels that route a token themselves):
 // warp 0 copies the token's logits ([*, num_experts] fp32, written by another grid: read through
 // L2) into shared `row` and routes them with route_token_warp into shared `ids` / `weights`
