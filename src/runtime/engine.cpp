@@ -122,11 +122,24 @@ class EngineImpl final : public Engine {
  private:
   void load_tokenizer() {
     namespace fs = std::filesystem;
-    if (!fs::exists(fs::path(cfg_.model_dir) / "tokenizer.json")) return;
+    if (!fs::exists(fs::path(cfg_.model_dir) / "tokenizer.json")) {
+      if (!cfg_.chat_template.empty())
+        throw InvalidArgument("--chat-template: " + cfg_.model_dir +
+                              " has no tokenizer.json, so no chat can be rendered");
+      return;
+    }
     tokenizer_ = tokenizer::Tokenizer::load(cfg_.model_dir);
-    if (!tokenizer_->chat_template_source().empty())
+    if (!cfg_.chat_template.empty()) {
+      const std::string source = tokenizer::chat_template_from_arg(cfg_.chat_template);
+      try {
+        chat_template_ = std::make_unique<tokenizer::ChatTemplate>(source);
+      } catch (const Error& e) {
+        throw InvalidArgument(std::string("--chat-template: ") + e.what());
+      }
+    } else if (!tokenizer_->chat_template_source().empty()) {
       chat_template_ =
           std::make_unique<tokenizer::ChatTemplate>(tokenizer_->chat_template_source());
+    }
   }
 
   void fill_info(const LoadedModel& m) {

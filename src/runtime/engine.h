@@ -71,7 +71,10 @@ struct EngineConfig {
   std::string kv_cache_dtype = "auto";
   std::string moe_backend;                 // empty: SERVAL_MOE_BACKEND, else "latency"
   std::string generation_config = "auto";  // auto | vllm | a folder
-  int max_model_len = 0;                   // 0: from config.json
+  // --chat-template: empty = tokenizer_config.json's; else a file's path or the template itself
+  // (tokenizer::chat_template_from_arg).
+  std::string chat_template;
+  int max_model_len = 0;  // 0: from config.json
   int max_num_seqs = 256;
   int max_num_batched_tokens = 0;   // 0: max(8192, max_model_len)
   int max_waiting_requests = 4096;  // submit() beyond this throws QueueFull

@@ -45,6 +45,7 @@ constexpr KnownFlag kKnown[] = {
     {"--seed", true},
     {"--api-key", true},
     {"--generation-config", true},
+    {"--chat-template", true},
     {"--max-logprobs", true},
     {"--device", true},
     {"--enforce-eager", false},
@@ -260,6 +261,8 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--seed", e.seed, "Random seed");
   app.add_option("--api-key", s.api_key, "Require 'Authorization: Bearer <key>' on /v1");
   app.add_option("--generation-config", e.generation_config, "auto, vllm or a folder");
+  app.add_option("--chat-template", e.chat_template,
+                 "Chat template: a file, or the template itself (default: the tokenizer's)");
   app.add_option("--max-logprobs", e.max_logprobs, "Max logprobs per token")->capture_default_str();
   app.add_option("--device", e.device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

@@ -1,12 +1,33 @@
 // Chat templates.
 #include "tokenizer/chat_template.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "base/error.h"
 #include "tokenizer/jinja_evaluator.h"
 #include "tokenizer/jinja_lexer.h"
 #include "tokenizer/jinja_parser.h"
 
 namespace serval::tokenizer {
+
+std::string chat_template_from_arg(const std::string& value) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(value, ec)) {
+    std::ifstream in(value, std::ios::binary);
+    if (!in) throw InvalidArgument("--chat-template: cannot open the file '" + value + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (text.str().empty())
+      throw InvalidArgument("--chat-template: the file '" + value + "' is empty");
+    return text.str();
+  }
+  if (value.find_first_of("{\n") == std::string::npos)
+    throw InvalidArgument("--chat-template: '" + value +
+                          "' is neither a readable file nor a template (it has no '{')");
+  return value;
+}
 
 ChatTemplate::ChatTemplate(std::string source) : source_(std::move(source)) {
   body_ = jinja::parse(jinja::tokenize(source_));

@@ -30,4 +30,10 @@ class ChatTemplate {
   jinja::Body body_;
 };
 
+// The template source of `serve --chat-template VALUE`, as vLLM reads the flag: the contents of
+// the file VALUE names; else, when VALUE holds a '{' or a line break, VALUE itself (a template in
+// one argument). Throws InvalidArgument for a VALUE that is neither (a path that does not open)
+// and for an empty template.
+std::string chat_template_from_arg(const std::string& value);
+
 }  // namespace serval::tokenizer

@@ -50,6 +50,14 @@ TEST(ServeArgs, MapsFlagsInBothSpellings) {
   EXPECT_TRUE(a.ignored.empty());
 }
 
+TEST(ServeArgs, ChatTemplateIsPassedToTheEngine) {
+  ServeArgs a = parse_serve_args({"/m", "--chat-template", "/t/chat.jinja"}, nullptr);
+  EXPECT_EQ(a.engine.chat_template, "/t/chat.jinja");
+  a = parse_serve_args({"/m", "--chat_template={{ messages }}"}, nullptr);
+  EXPECT_EQ(a.engine.chat_template, "{{ messages }}");
+  EXPECT_TRUE(parse_serve_args({"/m"}, nullptr).engine.chat_template.empty());
+}
+
 TEST(ServeArgs, ModelFlagAndDefaults) {
   ServeArgs a = parse_serve_args({"--model", "/m"}, nullptr);
   EXPECT_EQ(a.engine.model_dir, "/m");
