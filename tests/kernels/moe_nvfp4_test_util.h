@@ -1,10 +1,14 @@
 // NVFP4 expert stacks for the MoE GPU tests: random E2M1 codes, realistic e4m3 block scales,
-// per-expert global scales that differ.
+// per-expert global scales that differ; their repacked device copies and a test layer of both.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/moe/moe_cuda.h"
+#include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/moe_test_util.h"
 
 namespace serval::testing::moe_util {
@@ -47,6 +51,64 @@ struct HostStack {
     q.global_scale = global;
     q.input_scale.assign(size_t(experts), 1.0f);
     return q;
+  }
+};
+
+// A stack repacked on the device by the production kernel (no padding: shapes are aligned).
+struct DeviceStack {
+  std::unique_ptr<DeviceBuffer> codes, scales, global;
+
+  DeviceStack(const HostStack& h, bool gated) {
+    DeviceBuffer src_codes(h.codes), src_scales(h.scales);
+    codes =
+        std::make_unique<DeviceBuffer>(kernels::cuda::moe_nvfp4_data_bytes(h.experts, h.rows, h.k));
+    scales = std::make_unique<DeviceBuffer>(
+        kernels::cuda::moe_nvfp4_scale_bytes(h.experts, h.rows, h.k));
+    global = std::make_unique<DeviceBuffer>(h.global);
+    codes->poison();
+    scales->poison();
+    kernels::cuda::MoeNvfp4RepackParams p{};
+    p.src_data = src_codes.as<uint8_t>();
+    p.src_scales = src_scales.as<uint8_t>();
+    p.dst_data = codes->as<uint8_t>();
+    p.dst_scales = scales->as<uint8_t>();
+    p.experts = h.experts;
+    p.src_rows = p.rows = h.rows;
+    p.src_k = p.k = h.k;
+    p.gated = gated;
+    kernels::cuda::moe_nvfp4_repack(p, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "moe_nvfp4_repack");
+  }
+
+  backend::moe::MoeNvfp4Stack view() const {
+    return {codes->as<uint8_t>(), scales->as<uint8_t>(), global->as<float>()};
+  }
+};
+
+// One layer with NVFP4 experts: host stacks for the CPU reference, repacked device copies.
+struct Nvfp4Layer : MoeTestLayer {
+  HostStack gate_up, down;
+  DeviceStack d_gate_up, d_down;
+
+  Nvfp4Layer(MoeShape shape, int offset, int local, uint64_t seed)
+      : MoeTestLayer(shape, offset, local),
+        gate_up(local, 2 * shape.inter, shape.hidden, 1.0f / std::sqrt(float(shape.hidden)),
+                seed + 1),
+        down(local, shape.hidden, shape.inter, 1.0f / std::sqrt(float(shape.inter)), seed + 2),
+        d_gate_up(gate_up, true),
+        d_down(down, false) {
+    Rng rng(seed);
+    router = random_router(shape, rng);
+  }
+
+  void set_cpu_experts(backend::MoeWeights& w) const override {
+    w.gate_up_q = gate_up.host_weight();
+    w.down_q = down.host_weight();
+  }
+  void set_cuda_experts(backend::moe::MoeCudaArgs& a) const override {
+    a.format = backend::moe::MoeExpertFormat::kNvfp4;
+    a.gate_up_q = d_gate_up.view();
+    a.down_q = d_down.view();
   }
 };
 

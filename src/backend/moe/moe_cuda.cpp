@@ -174,6 +174,26 @@ MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspace
   return {g1, g2};
 }
 
+kc::MoeGemvNvfp4Params moe_gemv_params(const MoeCudaArgs& a, const MoeWorkspaceView& ws) {
+  return {a.x,
+          a.gate_up_q.codes,
+          a.gate_up_q.scales,
+          a.gate_up_q.global_scales,
+          a.down_q.codes,
+          a.down_q.scales,
+          a.down_q.global_scales,
+          ws.topk_ids,
+          ws.topk_weights,
+          ws.act,
+          a.out,
+          a.num_tokens,
+          a.top_k,
+          a.hidden,
+          a.inter,
+          a.local_offset,
+          a.num_local};
+}
+
 bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   if (a.num_tokens <= 0) return false;
   if (a.hidden % 128 != 0 || a.inter % 64 != 0 || a.hidden <= 0 || a.inter <= 0)
@@ -220,11 +240,7 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
   // the grouped GEMMs in the model and were removed: bench/RESULTS.md.)
   if (gemv) {
     const kc::MoeGemvRouting routing{a.router_logits, rp};
-    kc::moe_gemv_nvfp4(
-        {a.x, a.gate_up_q.codes, a.gate_up_q.scales, a.gate_up_q.global_scales, a.down_q.codes,
-         a.down_q.scales, a.down_q.global_scales, ws.topk_ids, ws.topk_weights, ws.act, a.out,
-         a.num_tokens, a.top_k, a.hidden, a.inter, a.local_offset, a.num_local},
-        stream, a.route_in_gemv ? &routing : nullptr);
+    kc::moe_gemv_nvfp4(moe_gemv_params(a, ws), stream, a.route_in_gemv ? &routing : nullptr);
     return false;
   }
 

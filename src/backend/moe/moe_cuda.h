@@ -11,6 +11,7 @@
 #include "backend/moe/moe_hand_over.h"
 #include "base/dtype.h"
 #include "kernels/cuda/moe/moe_gemm.h"
+#include "kernels/cuda/moe/moe_gemv_nvfp4.h"
 #include "kernels/params.h"
 
 namespace serval::backend::moe {
@@ -109,6 +110,10 @@ struct MoeGroupedGemms {
   kernels::cuda::MoeGemmParams gemm1, gemm2;
 };
 MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspaceView& ws);
+
+// The few-token NVFP4 expert GEMVs' parameters for `a` (moe_runs_gemv) on its workspace: the
+// routing kernel's ids and weights, ws.act as the activations' scratch.
+kernels::cuda::MoeGemvNvfp4Params moe_gemv_params(const MoeCudaArgs& a, const MoeWorkspaceView& ws);
 
 // Enqueues the whole layer on `stream`. Returns true when it also ran the next add + norm
 // (a.next_norm set and the layer ended with the finalize kernel; `out` then unwritten), false

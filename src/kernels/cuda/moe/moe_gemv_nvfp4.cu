@@ -30,12 +30,15 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/timeline_probe.h"
+#include "kernels/cuda/moe/moe_gemv_nvfp4_tile.cuh"
 #include "kernels/cuda/moe/moe_routing_device.cuh"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
 
 namespace serval::kernels::cuda {
 
 namespace {
+
+using namespace gemv_tile;
 
 constexpr int kDepth = 4;  // tiles in flight per warp (per strip), by default
 // ... in the 2-warp gate_up of one or two tokens: 6 (128 registers). Qwen3-30B NVFP4 b1 TPOT on an
@@ -46,81 +49,6 @@ constexpr int kFewTokenGateUpRing = 6;
 constexpr int kMaxTopK = 8;          // choices per token the down kernel stages
 constexpr int kMaxHidden = 16384;    // gate_up stages one x row: 32 KB
 constexpr int kMaxActElems = 12288;  // down stages top_k · inter activations: 24 KB
-
-__device__ __forceinline__ uint2 ld_nc8(const uint8_t* p) {
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
-// One 16×64 tile into acc (16 rows × 8 identical columns): codes `w` (this lane's 16 bytes),
-// scales `s` (bytes 8g .. 8g+7 of the tile's 64: byte 2·kk + h is row g + 8h, k16 step kk),
-// activation fragments b01 (steps 0, 1: b0, b1 each) and b23 (steps 2, 3).
-__device__ __forceinline__ void mma_tile(float (&acc)[4], const uint4& w, const uint2& s,
-                                         const uint4& b01, const uint4& b23, const uint32_t* lut) {
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-  const uint32_t b[8] = {b01.x, b01.y, b01.z, b01.w, b23.x, b23.y, b23.z, b23.w};
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint32_t sb = ((kk < 2 ? s.x : s.y) >> (16 * (kk & 1))) & 0xffffu;
-    uint32_t a[4];
-    dequant_nvfp4(a, words[kk], lut[sb & 0xffu], lut[sb >> 8]);
-    mma_bf16_m16n8k16(acc, a, b[2 * kk], b[2 * kk + 1]);
-  }
-}
-
-// Copies `rows` rows of `cols` bf16 (cols % 64 == 0; row r from global src_row(r), 16-byte
-// aligned) into shared `dst` (row r from word r·cols/2) with every 64-column chunk permuted: word
-// (bf16 pair) i of 16-byte piece m of chunk kb goes to word 32·kb + 8·i + m % 8 of its row, so
-// lane t4 finds its MMA B words (columns 16·kk + 2·t4 (+1) and 16·kk + 8 + 2·t4 (+1), kk = 0..3)
-// at words 32·kb + 8·t4 + [0, 8) in (kk, b0/b1) order. Threads first, first + stride, ... take the
-// pieces of all rows in turn, four loaded before any is stored, so that their L2 round trips
-// overlap (a loop with the stores in it waits for each load in turn).
-template <typename SrcRow>
-__device__ __forceinline__ void stage_permuted(uint32_t* dst, SrcRow src_row, int rows, int cols,
-                                               int first, int stride) {
-  constexpr int kBatch = 4;
-  const int row_pieces = cols / 8, pieces = rows * row_pieces;
-  for (int m0 = first; m0 < pieces; m0 += kBatch * stride) {
-    uint4 v[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int m = m0 + j * stride;
-      if (m < pieces) {
-        const int r = m / row_pieces;
-        v[j] = *reinterpret_cast<const uint4*>(src_row(r) + 8 * (m - r * row_pieces));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int m = m0 + j * stride;
-      if (m >= pieces) break;
-      const int r = m / row_pieces, q = m - r * row_pieces;
-      uint32_t* d = dst + r * (cols / 2) + 32 * (q / 8) + (q % 8);
-      d[0] = v[j].x;
-      d[8] = v[j].y;
-      d[16] = v[j].z;
-      d[24] = v[j].w;
-    }
-  }
-}
-
-// Activation fragments of chunk kb for lane t4 (see stage_permuted).
-__device__ __forceinline__ void load_b(const uint32_t* staged, int kb, int t4, uint4& b01,
-                                       uint4& b23) {
-  const uint4* p = reinterpret_cast<const uint4*>(staged + 32 * kb + 8 * t4);
-  b01 = p[0];
-  b23 = p[1];
-}
-
-// 32 zero words after the staged activations, read as B by the lanes of columns ≥ 1, whose
-// results are not used: zeros toggle fewer tensor-core bits than copies of the activations (the
-// GPU decodes at its power cap; see g_zero_row in quant_gemv.cu). Written before the barrier that
-// publishes the staging.
-constexpr size_t kZeroBytes = 128;
-__device__ __forceinline__ void zero_words(uint32_t* z) {
-  if (threadIdx.x < 32) z[threadIdx.x] = 0u;
-}
 
 // Shared memory of the gate_up kernel: scale table, partial sums [warps][gate/up][16], x row,
 // zero words.
