@@ -399,8 +399,8 @@ class EngineImpl final : public Engine {
   bool plain_greedy(const EngineRequest& r) const {
     const SamplingParams& p = r.params;
     return p.temperature < 1e-5f && p.logprobs < 0 && p.repetition_penalty == 1.0f &&
-           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
-           r.req.num_output_tokens() >= p.min_tokens;
+           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logit_bias.empty() &&
+           p.allowed_token_ids.empty() && r.req.num_output_tokens() >= p.min_tokens;
   }
 
   void sample_token(EngineRequest& r, std::span<float> logits) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace serval::tokenizer {
@@ -32,6 +33,8 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob plus the top k
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
+  std::vector<int32_t> allowed_token_ids;             // empty: all; else only these are sampled
 };
 
 enum class FinishReason { kStop, kLength, kAbort };

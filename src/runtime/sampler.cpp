@@ -124,6 +124,36 @@ int32_t sample_truncated(std::span<const float> logits, const SamplingParams& pa
   return idx[dist(rng)];
 }
 
+// Bans `banned` and, with a non-empty `allowed` list, every token outside it. When that would
+// leave nothing (the allowed tokens are all banned: an allowed EOS before min_tokens), the ban
+// gives way to the allowed list: the request asked for one of those tokens.
+void restrict_to_allowed(std::span<float> logits, std::span<const int32_t> allowed,
+                         std::span<const int32_t> banned) {
+  const int32_t vocab = int32_t(logits.size());
+  auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  if (allowed.empty()) {
+    for (int32_t id : banned)
+      if (in_vocab(id)) logits[id] = -INFINITY;
+    return;
+  }
+  std::vector<float> kept;
+  kept.reserve(allowed.size());
+  for (int32_t id : allowed) kept.push_back(in_vocab(id) ? logits[id] : -INFINITY);
+  std::fill(logits.begin(), logits.end(), -INFINITY);
+  for (size_t i = 0; i < allowed.size(); ++i)
+    if (in_vocab(allowed[i])) logits[allowed[i]] = kept[i];
+  std::vector<float> before_ban;
+  before_ban.reserve(banned.size());
+  for (int32_t id : banned) before_ban.push_back(in_vocab(id) ? logits[id] : -INFINITY);
+  for (int32_t id : banned)
+    if (in_vocab(id)) logits[id] = -INFINITY;
+  const bool any_left =
+      std::any_of(logits.begin(), logits.end(), [](float l) { return l > -INFINITY; });
+  if (!any_left)
+    for (size_t i = 0; i < banned.size(); ++i)
+      if (in_vocab(banned[i])) logits[banned[i]] = before_ban[i];
+}
+
 }  // namespace
 
 SampleResult sample(std::span<float> logits, const SamplingParams& params, SamplerState& state,
@@ -131,8 +161,9 @@ SampleResult sample(std::span<float> logits, const SamplingParams& params, Sampl
   std::optional<std::vector<float>> raw;
   if (params.logprobs >= 0) raw.emplace(logits.begin(), logits.end());
   apply_penalties(logits, params, state, prompt);
-  for (int32_t id : banned)
-    if (id >= 0 && id < int32_t(logits.size())) logits[id] = -INFINITY;
+  for (const auto& [id, bias] : params.logit_bias)
+    if (id >= 0 && id < int32_t(logits.size())) logits[id] += bias;
+  restrict_to_allowed(logits, params.allowed_token_ids, banned);
 
   int32_t token;
   if (params.temperature < 1e-5f) {

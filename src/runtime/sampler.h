@@ -23,7 +23,9 @@ struct SampleResult {
 };
 
 // `logits` [vocab] is modified in place. `prompt` and the counts in `state` drive the penalties.
-// `banned` ids get -inf (EOS and stop ids while fewer than min_tokens were generated).
+// After the penalties, params.logit_bias is added; `banned` ids (EOS and stop ids while fewer
+// than min_tokens were generated) and, with params.allowed_token_ids, every other id get -inf
+// (the ban yields when it would leave no allowed token).
 SampleResult sample(std::span<float> logits, const SamplingParams& params, SamplerState& state,
                     std::span<const int32_t> prompt, std::span<const int32_t> banned);
 

@@ -16,8 +16,8 @@
 namespace serval::server {
 
 struct Sequence {
-  Sequence(size_t prompt_index, int index, std::vector<std::string> stops)
-      : prompt_index(prompt_index), index(index), stop(std::move(stops)) {}
+  Sequence(size_t prompt_index, int index, std::vector<std::string> stops, bool include_stop)
+      : prompt_index(prompt_index), index(index), stop(std::move(stops), include_stop) {}
   size_t prompt_index;
   int index;  // choice index: prompt_index * n + j
   uint64_t id = 0;
@@ -82,7 +82,8 @@ void GenerationJob::start() {
         resolve_max_tokens(req_, static_cast<int>(p.token_ids.size()), max_model_len));
   for (size_t p = 0; p < req_.prompts.size(); ++p)
     for (int j = 0; j < req_.n; ++j) {
-      auto s = std::make_unique<Sequence>(p, static_cast<int>(p) * req_.n + j, req_.stop);
+      auto s = std::make_unique<Sequence>(p, static_cast<int>(p) * req_.n + j, req_.stop,
+                                          req_.include_stop_str_in_output);
       if (ctx_.tokenizer)
         s->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*ctx_.tokenizer,
                                                                        req_.skip_special_tokens);
@@ -215,7 +216,8 @@ void GenerationJob::on_output(size_t seq, const runtime::RequestOutput& out) {
     if (req_.logprobs >= 0 && i < out.logprobs.size()) add_logprobs(s, out.logprobs[i]);
     bool is_stop_token = out.finish && out.stop_token_id && *out.stop_token_id == tok &&
                          i + 1 == out.new_token_ids.size();
-    if (is_stop_token || !s.detok) continue;
+    // A stop token's text (an EOS is usually a special token, skipped anyway) only on request.
+    if ((is_stop_token && !req_.include_stop_str_in_output) || !s.detok) continue;
     std::string piece = s.detok->push(tok);
     s.decoded_bytes += piece.size();
     emit_text(s, s.stop.push(piece));

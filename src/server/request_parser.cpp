@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "server/api_error.h"
 #include "tokenizer/chat_template.h"
@@ -94,6 +97,54 @@ void check_range(bool ok, const char* param, const std::string& message) {
   if (!ok) throw bad_request(param, message);
 }
 
+// OpenAI's logit_bias: an object from token ids (as strings) to a bias in [-100, 100], added to
+// the token's logit before sampling.
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, const ModelContext& ctx) {
+  std::vector<std::pair<int32_t, float>> out;
+  const Json* bias = field(body, "logit_bias");
+  if (!bias) return out;
+  if (!bias->is_object())
+    throw bad_request("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || key.empty())
+      throw bad_request("logit_bias",
+                        fmt::format("logit_bias key '{}' is not a token id (an integer)", key));
+    if (id < 0 || id >= ctx.info->vocab_size)
+      throw bad_request("logit_bias", fmt::format("logit_bias token id {} is outside the "
+                                                  "vocabulary [0, {})",
+                                                  id, ctx.info->vocab_size));
+    if (!it->is_number())
+      throw bad_request("logit_bias", fmt::format("logit_bias of token {} must be a number", id));
+    const double v = it->get<double>();
+    check_range(v >= -100 && v <= 100, "logit_bias",
+                fmt::format("logit_bias of token {} must be in [-100, 100], got {}", id, v));
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(v));
+  }
+  return out;
+}
+
+// response_format: plain text only. Structured output (json_object, json_schema, ...) needs
+// guided decoding, which serval does not have: refused rather than ignored, since a client asking
+// for JSON would otherwise get free text it cannot parse.
+void check_response_format(const Json& body) {
+  const Json* rf = field(body, "response_format");
+  if (!rf) return;
+  if (!rf->is_object())
+    throw bad_request("response_format", "'response_format' must be an object with a 'type'");
+  const auto type = rf->find("type");
+  if (type == rf->end() || !type->is_string())
+    throw bad_request("response_format", "'response_format' needs a string 'type'");
+  const std::string t = type->get<std::string>();
+  if (t != "text")
+    throw bad_request("response_format",
+                      fmt::format("response_format type '{}' is not supported: serval has no "
+                                  "structured (guided) decoding; only 'text'",
+                                  t));
+}
+
 // Fields common to completions and chat.
 void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
   auto& s = req.sampling;
@@ -166,6 +217,15 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
     s.stop_token_ids.clear();
   }
   if (auto v = get_bool(body, "ignore_eos")) s.ignore_eos = *v;
+  if (auto v = get_bool(body, "include_stop_str_in_output")) req.include_stop_str_in_output = *v;
+  s.logit_bias = parse_logit_bias(body, ctx);
+  s.allowed_token_ids.clear();
+  if (const Json* ids = field(body, "allowed_token_ids")) {
+    if (!ids->is_array() || ids->empty())
+      throw bad_request("allowed_token_ids", "'allowed_token_ids' must be a non-empty list");
+    s.allowed_token_ids = token_list(*ids, ctx, "allowed_token_ids");
+  }
+  check_response_format(body);
   if (auto v = get_bool(body, "skip_special_tokens")) req.skip_special_tokens = *v;
   if (auto v = get_bool(body, "return_tokens_as_token_ids")) req.return_tokens_as_token_ids = *v;
   if (auto v = get_bool(body, "stream")) req.stream = *v;

@@ -27,6 +27,7 @@ struct GenerationRequest {
       max_tokens;  // as requested; else 16 (completions) or the rest of the context
   int n = 1;
   std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;  // keep the matched stop string (or stop token's text)
   bool stream = false;
   bool include_usage = false;
   bool echo = false;

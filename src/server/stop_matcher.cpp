@@ -6,7 +6,8 @@
 
 namespace serval::server {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
+    : include_stop_(include_stop) {
   for (auto& s : stops) {
     if (s.empty()) continue;
     max_len_ = std::max(max_len_, s.size());
@@ -18,11 +19,17 @@ std::string StopMatcher::push(std::string_view text) {
   if (stopped_) return {};
   pending_.append(text);
   if (stops_.empty()) return std::exchange(pending_, {});
-  size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, pending_.find(s));
+  size_t first = std::string::npos, length = 0;
+  for (const auto& s : stops_) {
+    const size_t at = pending_.find(s);
+    if (at < first || (at == first && at != std::string::npos && s.size() > length)) {
+      first = at;
+      length = s.size();
+    }
+  }
   if (first != std::string::npos) {
     stopped_ = true;
-    std::string out = pending_.substr(0, first);
+    std::string out = pending_.substr(0, include_stop_ ? first + length : first);
     pending_.clear();
     return out;
   }

@@ -197,6 +197,42 @@ TEST(Sampler, PenaltiesAndBannedIds) {
   EXPECT_EQ(sample(l3, g, s3, {}, banned).token, 1);
 }
 
+TEST(Sampler, LogitBiasShiftsTheDistribution) {
+  SamplingParams p;
+  p.temperature = 0;
+  SamplerState s;
+  std::vector<float> l = kLogits;
+  p.logit_bias = {{3, 1.0f}};  // ln 0.1 + 1 < ln 0.5: still id 0
+  EXPECT_EQ(sample(l, p, s, {}, {}).token, 0);
+  l = kLogits;
+  p.logit_bias = {{3, 2.0f}, {0, -100.0f}};  // ln 0.1 + 2 > ln 0.25
+  EXPECT_EQ(sample(l, p, s, {}, {}).token, 3);
+  // Sampled: +ln 2 on id 3 doubles its weight: 0.2 / 1.1 of the mass.
+  SamplingParams q;
+  q.logit_bias = {{3, std::log(2.0f)}};
+  auto h = histogram(kLogits, q, 20000);
+  EXPECT_NEAR(h[3] / 20000.0, 0.2 / 1.1, 0.02);
+}
+
+TEST(Sampler, AllowedTokenIdsRestrictTheDraw) {
+  SamplingParams p;
+  p.allowed_token_ids = {1, 3};
+  auto h = histogram(kLogits, p, 20000);
+  EXPECT_EQ(h[0] + h[2], 0);
+  EXPECT_NEAR(h[1] / 20000.0, 0.25 / 0.35, 0.02);
+  p.temperature = 0;
+  SamplerState s;
+  std::vector<float> l = kLogits;
+  EXPECT_EQ(sample(l, p, s, {}, {}).token, 1);
+  // Banned (EOS before min_tokens): the other allowed token; all allowed banned: the ban yields.
+  l = kLogits;
+  const std::vector<int32_t> banned = {1};
+  EXPECT_EQ(sample(l, p, s, {}, banned).token, 3);
+  l = kLogits;
+  p.allowed_token_ids = {1};
+  EXPECT_EQ(sample(l, p, s, {}, banned).token, 1);
+}
+
 TEST(Sampler, LogprobsAreOfTheRawDistribution) {
   SamplingParams p;
   p.temperature = 0;

@@ -135,6 +135,22 @@ TEST_F(ServerTest, StopStringAcrossTokensIsRemovedAndAborts) {
   EXPECT_EQ(engine_->aborted().size(), 1u);
 }
 
+// include_stop_str_in_output keeps the matched stop string, and a stop token's text.
+TEST_F(ServerTest, IncludeStopStrInOutput) {
+  auto r = post("/v1/completions", {{"prompt", "hello world "},
+                                    {"max_tokens", 40},
+                                    {"stop", {"lo w"}},
+                                    {"include_stop_str_in_output", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], "hello w");
+  r = post("/v1/completions", {{"prompt", {104, 105, 33}},
+                               {"max_tokens", 10},
+                               {"stop_token_ids", {33}},
+                               {"include_stop_str_in_output", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], "hi!");
+}
+
 TEST_F(ServerTest, CompletionLogprobsShape) {
   auto r = post("/v1/completions", {{"prompt", "ab"}, {"max_tokens", 3}, {"logprobs", 2}});
   ASSERT_EQ(r.status, 200) << r.body;

@@ -1,9 +1,14 @@
 // Request validation that the end-to-end tests found wrong: context-length messages name the
 // numbers as sent, min_tokens is checked against the resolved max_tokens, vLLM's
-// return_tokens_as_token_ids is accepted.
+// return_tokens_as_token_ids is accepted; logit_bias, allowed_token_ids,
+// include_stop_str_in_output and response_format are validated and mapped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "server/api_error.h"
 #include "server/request_parser.h"
@@ -106,6 +111,76 @@ TEST_F(RequestParserTest, ReturnTokensAsTokenIds) {
   EXPECT_THROW(
       parse_completion_request(Json{{"prompt", "x"}, {"return_tokens_as_token_ids", 1}}, ctx_),
       ApiError);
+}
+
+// The 400 (and its param) that parsing `body` as a completion throws; fails if none.
+ApiError completion_error(const Json& body, const ModelContext& ctx) {
+  try {
+    parse_completion_request(body, ctx);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error for " << body.dump();
+  return ApiError(0, "");
+}
+
+TEST_F(RequestParserTest, LogitBiasMapsTokenIdStringsToBiases) {
+  const GenerationRequest req = parse_completion_request(
+      Json{{"prompt", "x"}, {"logit_bias", {{"65", 5.5}, {"7", -100}}}}, ctx_);
+  auto bias = req.sampling.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  ASSERT_EQ(bias.size(), 2u);
+  EXPECT_EQ(bias[0], (std::pair<int32_t, float>{7, -100.0f}));
+  EXPECT_EQ(bias[1], (std::pair<int32_t, float>{65, 5.5f}));
+  EXPECT_TRUE(parse_completion_request(Json{{"prompt", "x"}}, ctx_).sampling.logit_bias.empty());
+
+  const std::string out_of_vocab = std::to_string(info_.vocab_size);
+  for (const Json& bad : {Json{{"x1", 1}}, Json{{"", 1}}, Json{{"-3", 1}}, Json{{out_of_vocab, 1}},
+                          Json{{"5", 100.5}}, Json{{"5", "high"}}, Json(Json::array({1, 2}))}) {
+    const ApiError e = completion_error(Json{{"prompt", "x"}, {"logit_bias", bad}}, ctx_);
+    EXPECT_EQ(e.status(), 400) << bad.dump();
+    EXPECT_EQ(e.param(), "logit_bias") << bad.dump();
+  }
+}
+
+TEST_F(RequestParserTest, AllowedTokenIds) {
+  EXPECT_EQ(parse_completion_request(Json{{"prompt", "x"}, {"allowed_token_ids", {3, 9}}}, ctx_)
+                .sampling.allowed_token_ids,
+            (std::vector<int32_t>{3, 9}));
+  for (const Json& bad : {Json::array(), Json(3), Json::array({-1}),
+                          Json::array({info_.vocab_size}), Json::array({"3"})}) {
+    const ApiError e = completion_error(Json{{"prompt", "x"}, {"allowed_token_ids", bad}}, ctx_);
+    EXPECT_EQ(e.status(), 400) << bad.dump();
+    EXPECT_EQ(e.param(), "allowed_token_ids") << bad.dump();
+  }
+}
+
+TEST_F(RequestParserTest, IncludeStopStrInOutput) {
+  EXPECT_FALSE(parse_completion_request(Json{{"prompt", "x"}}, ctx_).include_stop_str_in_output);
+  EXPECT_TRUE(
+      parse_completion_request(Json{{"prompt", "x"}, {"include_stop_str_in_output", true}}, ctx_)
+          .include_stop_str_in_output);
+  EXPECT_EQ(
+      completion_error(Json{{"prompt", "x"}, {"include_stop_str_in_output", "yes"}}, ctx_).param(),
+      "include_stop_str_in_output");
+}
+
+// Text is accepted; structured output is refused with a 400 that says why, not ignored.
+TEST_F(RequestParserTest, ResponseFormatTextOnly) {
+  const Json messages = Json::array({Json{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_NO_THROW(parse_chat_request(
+      Json{{"messages", messages}, {"response_format", {{"type", "text"}}}}, ctx_));
+  for (const Json& bad : {Json{{"type", "json_object"}},
+                          Json{{"type", "json_schema"}, {"json_schema", Json::object()}},
+                          Json{{"kind", "text"}}, Json("text")}) {
+    try {
+      parse_chat_request(Json{{"messages", messages}, {"response_format", bad}}, ctx_);
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "response_format");
+    }
+  }
 }
 
 // Found by request_parser_fuzz_test: a content part whose "type" is not a string threw
