@@ -11,11 +11,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
+#include "backend/moe/moe_cpu.h"
 #include "backend/moe/moe_cuda.h"
+#include "kernels/bench_timing.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/gpu_test_support.h"
 #include "kernels/moe_nvfp4_test_util.h"
@@ -185,8 +189,16 @@ TEST_F(MoeOneTokenNvfp4, MatchesThreeKernels) {
         }
         const double err = mu::rel_l2(fa, fb);
         const double frac = double(identical) / double(fa.size());
-        std::printf("experts %d+%d/%d method %d: rel L2 %.2e, %.1f%% bit-identical\n",
-                    l->local_offset, l->num_local, l->s.experts, int(method), err, 100.0 * frac);
+        // Both against moe_forward_cpu on the normed row (its own fp32 logits: a near-tie could
+        // route differently, so this is only reported).
+        std::vector<float> x(fa.size()), ref(fa.size());
+        for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(bf16{got.x[i]});
+        backend::moe::moe_forward_cpu(x.data(), 1, l->cpu_weights(method), ref.data());
+        std::printf(
+            "experts %d+%d/%d method %d: rel L2 %.2e, %.1f%% bit-identical; vs CPU: fused %.2e, "
+            "three kernels %.2e\n",
+            l->local_offset, l->num_local, l->s.experts, int(method), err, 100.0 * frac,
+            mu::rel_l2(fa, ref), mu::rel_l2(fb, ref));
         EXPECT_LT(err, 2e-3);
         EXPECT_GE(frac, 0.5);
       }
@@ -248,6 +260,89 @@ TEST_F(MoeOneTokenNvfp4, RefusesOtherShapes) {
   }
   p.experts.act = nullptr;
   EXPECT_THROW(moe_one_token_nvfp4(p, nullptr), InvalidArgument);
+}
+
+// µs per one-token MoE block, Qwen3-30B-A3B shape: the fused kernel vs the three kernels
+// (norm + router with logits only, gate_up with routing, down), 8 token rows with different
+// experts in turn (8 × ~21 MB of expert weights: mostly past L2, as in a model's layers), 64
+// blocks in one CUDA graph, median of 20 replays; then where the fused kernel's time goes.
+TEST_F(MoeOneTokenNvfp4, DISABLED_BenchFusedVsThreeKernels) {
+  Nvfp4Layer qwen(mu::kMoeQwen3, 0, mu::kMoeQwen3.experts, 71);
+  std::vector<std::unique_ptr<Case>> cases;
+  for (int i = 0; i < 8; ++i)
+    cases.push_back(std::make_unique<Case>(qwen, RoutingMethod::kSoftmaxTopK, 7000 + 10 * i));
+  constexpr int kBlocks = 64;
+  const double three = serval::testing::graph_us(
+      [&](cudaStream_t st) {
+        for (int i = 0; i < kBlocks; ++i) {
+          Case& c = *cases[size_t(i % 8)];
+          moe_norm_router_topk(c.norm_router, st);
+          const MoeGemvRouting route{c.norm_router.logits, c.norm_router.routing};
+          moe_gemv_nvfp4(c.gemv, st, &route);
+        }
+      },
+      kBlocks);
+  const double fused = serval::testing::graph_us(
+      [&](cudaStream_t st) {
+        for (int i = 0; i < kBlocks; ++i) moe_one_token_nvfp4(cases[size_t(i % 8)]->fused(), st);
+      },
+      kBlocks);
+  std::printf("one-token MoE block, Qwen3-30B-A3B NVFP4: three kernels %.2f us, fused %.2f us\n",
+              three, fused);
+
+  // Per launch, each phase's first and last CTA (ns after the first CTA started), medians over
+  // the launches of a graph replay; and the gap from a launch's end to the next one's start.
+  const int G = moe_one_token_nvfp4_ctas(cases[0]->fused());
+  const size_t per_launch = size_t(G) * kMoeOneTokenPhases;
+  DeviceBuffer stamps(kBlocks * per_launch * sizeof(unsigned long long));
+  serval::testing::graph_us(
+      [&](cudaStream_t st) {
+        for (int i = 0; i < kBlocks; ++i) {
+          MoeOneTokenNvfp4Params q = cases[size_t(i % 8)]->fused();
+          q.phase_ns = stamps.as<unsigned long long>() + size_t(i) * per_launch;
+          moe_one_token_nvfp4(q, st);
+        }
+      },
+      kBlocks, 3);
+  const auto t = stamps.download<unsigned long long>(kBlocks * per_launch);
+  std::vector<std::vector<double>> last(kMoeOneTokenPhases), first(kMoeOneTokenPhases);
+  std::vector<double> gaps;
+  auto at = [&](int launch, int cta, int k) {
+    return t[size_t(launch) * per_launch + size_t(cta) * kMoeOneTokenPhases + size_t(k)];
+  };
+  for (int i = 0; i < kBlocks; ++i) {
+    unsigned long long start = ~0ull;
+    for (int c = 0; c < G; ++c) start = std::min(start, at(i, c, 0));
+    for (int k = 0; k < kMoeOneTokenPhases; ++k) {
+      unsigned long long hi = 0, lo = ~0ull;
+      for (int c = 0; c < G; ++c) {
+        hi = std::max(hi, at(i, c, k));
+        lo = std::min(lo, at(i, c, k));
+      }
+      last[size_t(k)].push_back(double(hi - start));
+      first[size_t(k)].push_back(double(lo - start));
+    }
+    if (i + 1 < kBlocks) {
+      unsigned long long end = 0, next = ~0ull;
+      for (int c = 0; c < G; ++c) {
+        end = std::max(end, at(i, c, kMoeOneTokenPhases - 1));
+        next = std::min(next, at(i + 1, c, 0));
+      }
+      gaps.push_back(double(int64_t(next - end)));
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const char* names[kMoeOneTokenPhases] = {"start",   "pdl wait",  "barrier 1", "routed",
+                                           "gate_up", "barrier 2", "end"};
+  std::printf("phase: ns after the launch's first CTA start, first CTA / last CTA (median of %d)\n",
+              kBlocks);
+  for (int k = 0; k < kMoeOneTokenPhases; ++k)
+    std::printf("  %-10s %8.0f %8.0f\n", names[k], median(first[size_t(k)]),
+                median(last[size_t(k)]));
+  std::printf("  last CTA's end to the next launch's first start: %.0f ns\n", median(gaps));
 }
 
 }  // namespace

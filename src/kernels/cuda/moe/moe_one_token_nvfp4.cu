@@ -54,6 +54,14 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   return v;
 }
 
+// %globaltimer into phase_ns[CTA][phase] when profiling (thread 0).
+__device__ __forceinline__ void stamp(unsigned long long* phase_ns, int phase) {
+  if (phase_ns == nullptr || threadIdx.x != 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  phase_ns[blockIdx.x * kMoeOneTokenPhases + phase] = t;
+}
+
 // Grid-wide barrier on `counter` (all threads of every CTA; see the top of the file).
 __device__ __forceinline__ void grid_barrier(unsigned* counter) {
   __syncthreads();
@@ -134,6 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* ys = reinterpret_cast<float*>(smem + L.ys);
   uint8_t* down_codes = smem + L.down_codes;
   uint8_t* down_scales = smem + L.down_scales;
+  stamp(p.phase_ns, 0);
   build_nvfp4_scale_table(lut);
   zero_words(zeros);
   const bool dead = g != 0;  // a B column whose result is not used
@@ -151,6 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 : make_uint4(0, 0, 0, 0);
   if (owns_chunk) load8(reinterpret_cast<const __nv_bfloat16*>(nr.norm_weight) + vec * 8, nw);
   pdl_wait();  // h and the residual come from the kernels before
+  stamp(p.phase_ns, 1);
 
   __nv_bfloat16* residual = reinterpret_cast<__nv_bfloat16*>(nr.residual);
   float v[8];
@@ -201,6 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     nr.logits[row0 + tid] = sum;
   }
   grid_barrier(&g_one_token_sync[0]);  // every logit stored, every CTA past its residual loads
+  stamp(p.phase_ns, 2);
   if (blockIdx.x == 0 && owns_chunk) store8(residual + vec * 8, v);
 
   // ---- Phase 2: routing, gate_up + SwiGLU; the down tiles copied in meanwhile ----------------
@@ -230,6 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   const int n_strips = s_counts[0], n_local = s_counts[1];
+  stamp(p.phase_ns, 3);
 
   // This warp's gate/up tile pairs: [q0, q0 + n) of the CTA's sequence q = strip·KT + kb.
   const int N = n_strips * KT;
@@ -333,7 +345,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     reinterpret_cast<__nv_bfloat16*>(ex.act)[size_t(st.pair) * I + st.mt * 16 + r] =
         __float2bfloat16_rn(fast_silu(gs * unscale) * (us * unscale));
   }
+  stamp(p.phase_ns, 4);
   grid_barrier(&g_one_token_sync[1]);  // every activation stored
+  stamp(p.phase_ns, 5);
   // No CTA waits on another from here: the next kernel may take free SM space.
   pdl_launch_dependents();
 
@@ -393,6 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
+  stamp(p.phase_ns, 6);
   if (tid == 0 && arrive_acq_rel(&g_one_token_sync[2]) == gridDim.x - 1) {
     // Every CTA has passed both barriers: nobody reads the counters of this launch any more.
     g_one_token_sync[0] = 0;
@@ -464,6 +479,10 @@ bool shapes_supported(const MoeOneTokenNvfp4Params& p) {
 }
 
 }  // namespace
+
+int moe_one_token_nvfp4_ctas(const MoeOneTokenNvfp4Params& p) {
+  return grid_ctas(p);
+}
 
 bool moe_one_token_nvfp4_supported(const MoeOneTokenNvfp4Params& p) {
   if (!shapes_supported(p)) return false;

@@ -37,7 +37,15 @@ struct MoeOneTokenNvfp4Params {
   // num_tokens == 1, top_k as the routing's; x and topk_ids / topk_weights are not read; act is
   // scratch of top_k · inter bf16.
   MoeGemvNvfp4Params experts;
+  // Null, or (benchmarks) [grid CTAs][kMoeOneTokenPhases] %globaltimer stamps in ns per CTA: at
+  // its start, after the PDL wait, after barrier 1, after routing, before barrier 2, after it,
+  // at its end.
+  unsigned long long* phase_ns = nullptr;
 };
+inline constexpr int kMoeOneTokenPhases = 7;
+
+// CTAs of the kernel's grid for p (the rows of phase_ns).
+int moe_one_token_nvfp4_ctas(const MoeOneTokenNvfp4Params& p);
 
 // Whether the fused kernel takes these shapes on the current device: one token, the shapes of
 // moe_norm_router_supported and moe_gemv_nvfp4_supported, hidden ≤ 2048 with hidden / 16 ≤ the
