@@ -124,34 +124,26 @@ int32_t sample_truncated(std::span<const float> logits, const SamplingParams& pa
   return idx[dist(rng)];
 }
 
-// Bans `banned` and, with a non-empty `allowed` list, every token outside it. When that would
-// leave nothing (the allowed tokens are all banned: an allowed EOS before min_tokens), the ban
-// gives way to the allowed list: the request asked for one of those tokens.
+// Bans `banned` and, with a non-empty `allowed` list, every token outside it. When every allowed
+// token is banned (an allowed EOS before min_tokens), the ban gives way: the request asked for
+// one of those tokens.
 void restrict_to_allowed(std::span<float> logits, std::span<const int32_t> allowed,
                          std::span<const int32_t> banned) {
   const int32_t vocab = int32_t(logits.size());
   auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
-  if (allowed.empty()) {
-    for (int32_t id : banned)
-      if (in_vocab(id)) logits[id] = -INFINITY;
-    return;
+  if (!allowed.empty()) {
+    std::vector<bool> keep(size_t(vocab), false);
+    for (int32_t id : allowed)
+      if (in_vocab(id)) keep[size_t(id)] = true;
+    for (int32_t id = 0; id < vocab; ++id)
+      if (!keep[size_t(id)]) logits[id] = -INFINITY;
+    const bool all_banned = std::all_of(allowed.begin(), allowed.end(), [&](int32_t id) {
+      return std::find(banned.begin(), banned.end(), id) != banned.end();
+    });
+    if (all_banned) return;
   }
-  std::vector<float> kept;
-  kept.reserve(allowed.size());
-  for (int32_t id : allowed) kept.push_back(in_vocab(id) ? logits[id] : -INFINITY);
-  std::fill(logits.begin(), logits.end(), -INFINITY);
-  for (size_t i = 0; i < allowed.size(); ++i)
-    if (in_vocab(allowed[i])) logits[allowed[i]] = kept[i];
-  std::vector<float> before_ban;
-  before_ban.reserve(banned.size());
-  for (int32_t id : banned) before_ban.push_back(in_vocab(id) ? logits[id] : -INFINITY);
   for (int32_t id : banned)
     if (in_vocab(id)) logits[id] = -INFINITY;
-  const bool any_left =
-      std::any_of(logits.begin(), logits.end(), [](float l) { return l > -INFINITY; });
-  if (!any_left)
-    for (size_t i = 0; i < banned.size(); ++i)
-      if (in_vocab(banned[i])) logits[banned[i]] = before_ban[i];
 }
 
 }  // namespace
