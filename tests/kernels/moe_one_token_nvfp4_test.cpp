@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/moe/moe_cpu.h"
@@ -199,6 +200,19 @@ TEST_F(MoeOneTokenNvfp4, MatchesThreeKernels) {
             "three kernels %.2e\n",
             l->local_offset, l->num_local, l->s.experts, int(method), err, 100.0 * frac,
             mu::rel_l2(fa, ref), mu::rel_l2(fb, ref));
+        if (err >= 2e-3) {  // which 16-row strips differ, and the routing's local choices
+          std::string strips;
+          for (size_t hs = 0; hs * 16 < fa.size(); ++hs) {
+            std::vector<float> a(fa.begin() + long(hs) * 16, fa.begin() + long(hs) * 16 + 16);
+            std::vector<float> b(fb.begin() + long(hs) * 16, fb.begin() + long(hs) * 16 + 16);
+            strips += mu::rel_l2(a, b) < 2e-2 ? '.' : 'X';
+          }
+          std::printf(
+              "  strips differing: %s\n  out[0..3] fused %g %g %g %g, three %g %g %g %g, "
+              "cpu %g %g %g %g\n",
+              strips.c_str(), fa[0], fa[1], fa[2], fa[3], fb[0], fb[1], fb[2], fb[3], ref[0],
+              ref[1], ref[2], ref[3]);
+        }
         EXPECT_LT(err, 2e-3);
         EXPECT_GE(frac, 0.5);
       }

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "base/error.h"
@@ -34,8 +35,6 @@ namespace {
 
 using namespace gemv_tile;
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
 constexpr int kNormThreads = 256;  // the norm + router phase: moe_norm_router.cu's CTA
 constexpr int kNormWarps = kNormThreads / 32;
 constexpr int kMaxHidden = 8 * kNormThreads;  // one 16-byte chunk per norm thread
@@ -87,7 +86,7 @@ __host__ __device__ constexpr size_t align16(size_t n) {
   return (n + 15) / 16 * 16;
 }
 
-__host__ __device__ inline SmemLayout smem_layout(int hidden, int inter, int top_k) {
+__host__ __device__ inline SmemLayout smem_layout(int hidden, int inter, int top_k, int warps) {
   SmemLayout l{};
   size_t off = 0;
   auto take = [&off](size_t bytes) {
@@ -100,9 +99,9 @@ __host__ __device__ inline SmemLayout smem_layout(int hidden, int inter, int top
   l.xs = take(size_t(hidden) * 2);
   l.zeros = take(kZeroBytes);
   l.acts = take(size_t(top_k) * inter * 2);
-  l.gate_part = take(size_t(kMaxGateStrips) * kWarps * 2 * 16 * 4);  // [strip][warp][gate/up][16]
-  l.down_part = take(size_t(kMaxTopK) * kWarps * 16 * 4);            // [choice][warp][16]
-  l.ys = take(size_t(kMaxTopK) * 16 * 4);                            // [choice][16]
+  l.gate_part = take(size_t(kMaxGateStrips) * warps * 2 * 16 * 4);  // [strip][warp][gate/up][16]
+  l.down_part = take(size_t(kMaxTopK) * warps * 16 * 4);            // [choice][warp][16]
+  l.ys = take(size_t(kMaxTopK) * 16 * 4);                           // [choice][16]
   l.down_codes = take(tiles * 512);
   l.down_scales = take(tiles * 64);
   l.total = off;
@@ -114,9 +113,9 @@ struct GateStrip {
   int expert, mt, pair;
 };
 
-// R router rows per CTA.
-template <int R>
-__global__ void __launch_bounds__(kThreads, 1)
+// R router rows per CTA, kWarps warps (kWarps · 32 ≥ kNormThreads).
+template <int R, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 1)
     one_token_kernel(const __grid_constant__ MoeOneTokenNvfp4Params p) {
   extern __shared__ uint4 smem_u4[];
   __shared__ float s_sq[kNormWarps];
@@ -131,7 +130,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const MoeGemvNvfp4Params& ex = p.experts;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int H = nr.hidden, E = nr.routing.num_experts, I = ex.inter, top_k = ex.top_k;
-  const SmemLayout L = smem_layout(H, I, top_k);
+  constexpr int kThreads = kWarps * 32;
+  static_assert(kThreads >= kNormThreads, "the norm phase needs kNormThreads threads");
+  const SmemLayout L = smem_layout(H, I, top_k, kWarps);
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem + L.xs);
@@ -218,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   MoeRoutingParams rp = nr.routing;
   rp.num_tokens = 1;
   routing::route_in_cta(nr.logits, rp, 0, s_row, s_ids, s_weights);
-  const int strips_per_pair = I / 16, KT = I / 64;
+  const int strips_per_pair = I / 16, down_KT = I / 64;
   if (tid == 0) {
     int n = 0;
     for (int k = 0; k < kMaxGateStrips; ++k) {
@@ -243,10 +244,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_strips = s_counts[0], n_local = s_counts[1];
   stamp(p.phase_ns, 3);
 
-  // This warp's gate/up tile pairs: [q0, q0 + n) of the CTA's sequence q = strip·KT + kb.
-  const int N = n_strips * KT;
-  const int q0 = warp * N / kWarps, n = (warp + 1) * N / kWarps - q0;
+  // This warp's gate/up tile pairs: [q0, q0 + n) of the CTA's sequence q = strip·gate_KT + kb.
   const int gate_KT = H / 64;
+  const int N = n_strips * gate_KT;
+  const int q0 = warp * N / kWarps, n = (warp + 1) * N / kWarps - q0;
   const size_t gate_strip_codes = size_t(gate_KT) * 512, gate_strip_scales = size_t(gate_KT) * 64;
   uint4 wq[kRing][2];
   uint2 sq[kRing][2];
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int down_strips = H / 16, hs = blockIdx.x;
   const bool has_down = hs < down_strips;
   if (has_down) {
-    const size_t strip_codes = size_t(KT) * 512, strip_scales = size_t(KT) * 64;
+    const size_t strip_codes = size_t(down_KT) * 512, strip_scales = size_t(down_KT) * 64;
     const int code_pieces = int(strip_codes / 16), scale_pieces = int(strip_scales / 16);
     const int per_choice = code_pieces + scale_pieces;
     for (int m = tid; m < n_local * per_choice; m += kThreads) {
@@ -359,18 +360,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     __syncthreads();  // activations staged, down tiles landed
 
-    const int DN = n_local * KT;
+    const int DN = n_local * down_KT;
     const int d0 = warp * DN / kWarps, dn = (warp + 1) * DN / kWarps - d0;
     float acc[4] = {0, 0, 0, 0};
-    int vc = KT > 0 ? d0 / KT : 0, vkb = KT > 0 ? d0 % KT : 0;
+    int vc = down_KT > 0 ? d0 / down_KT : 0, vkb = down_KT > 0 ? d0 % down_KT : 0;
     for (int i = 0; i < dn; ++i) {
-      const int tile = vc * KT + vkb;
+      const int tile = vc * down_KT + vkb;
       const uint4 w = *reinterpret_cast<const uint4*>(down_codes + size_t(tile) * 512 + 16 * lane);
       const uint2 s = *reinterpret_cast<const uint2*>(down_scales + size_t(tile) * 64 + 8 * g);
       uint4 b01, b23;
       load_b(dead ? zeros : acts + size_t(vc) * (I / 2), dead ? 0 : vkb, t4, b01, b23);
       mma_tile(acc, w, s, b01, b23, lut);
-      const bool choice_done = vkb + 1 == KT;
+      const bool choice_done = vkb + 1 == down_KT;
       if (choice_done || i + 1 == dn) {  // this warp's last tile of choice vc
         if (t4 == 0) {
           down_part[(vc * kWarps + warp) * 16 + g] = acc[0];
@@ -392,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float sum = 0.0f;
       for (int w = 0; w < kWarps; ++w) {
         const int ws = w * DN / kWarps, we = (w + 1) * DN / kWarps;
-        if (we > ws && ws < (c + 1) * KT && we > c * KT)
+        if (we > ws && ws < (c + 1) * down_KT && we > c * down_KT)
           sum += down_part[(c * kWarps + w) * 16 + r];
       }
       const float unscale = ex.down_global[s_choice_expert[c]] * kNvfp4Unscale;
@@ -432,15 +433,38 @@ int router_rows(const MoeOneTokenNvfp4Params& p, int ctas) {
   return (p.norm_router.routing.num_experts + ctas - 1) / ctas;
 }
 
-Kernel pick(int rows) {
-  return rows <= 1 ? one_token_kernel<1> : one_token_kernel<kMaxRouterRows>;
+// A compiled variant: router rows per CTA and warps per CTA.
+struct Variant {
+  Kernel kernel;
+  int warps, slot;  // slot: its entry in fits_resident's cache
+};
+
+// Warps per CTA: 16, or 8 with SERVAL_MOE_ONE_TOKEN_WARPS=8 (an experiment: half the registers
+// of an SM, so the kernels before and after can share the SMs under PDL).
+int warps_per_cta() {
+  static const int warps = [] {
+    const char* v = std::getenv("SERVAL_MOE_ONE_TOKEN_WARPS");
+    return v != nullptr && std::string(v) == "8" ? 8 : 16;
+  }();
+  return warps;
 }
 
-// Whether `ctas` CTAs of the kernel at `smem` bytes are all resident at once on this device
+Variant pick(int rows) {
+  const bool one = rows <= 1;
+  if (warps_per_cta() == 8)
+    return one ? Variant{one_token_kernel<1, 8>, 8, 0} : Variant{one_token_kernel<2, 8>, 8, 1};
+  return one ? Variant{one_token_kernel<1, 16>, 16, 2} : Variant{one_token_kernel<2, 16>, 16, 3};
+}
+
+size_t smem_bytes(const MoeOneTokenNvfp4Params& p, const Variant& v) {
+  return smem_layout(p.experts.hidden, p.experts.inter, p.experts.top_k, v.warps).total;
+}
+
+// Whether `ctas` CTAs of the variant at `smem` bytes are all resident at once on this device
 // (cached per device and size: an eager decode step asks every layer).
-bool fits_resident(Kernel kernel, size_t smem, int ctas) {
-  static std::atomic<uint64_t> cache[2]{};
-  std::atomic<uint64_t>& slot = cache[kernel == one_token_kernel<1> ? 0 : 1];
+bool fits_resident(const Variant& v, size_t smem, int ctas) {
+  static std::atomic<uint64_t> cache[4]{};
+  std::atomic<uint64_t>& slot = cache[v.slot];
   int device = 0;
   (void)cudaGetDevice(&device);
   const uint64_t key = (uint64_t(device) << 40) | (uint64_t(smem) << 8);
@@ -456,8 +480,8 @@ bool fits_resident(Kernel kernel, size_t smem, int ctas) {
       (void)cudaGetLastError();
       return false;
     }
-    allow_dynamic_smem(kernel, smem, "moe_one_token_nvfp4");
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) !=
+    allow_dynamic_smem(v.kernel, smem, "moe_one_token_nvfp4");
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v.kernel, v.warps * 32, smem) !=
         cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 0;
@@ -487,8 +511,8 @@ int moe_one_token_nvfp4_ctas(const MoeOneTokenNvfp4Params& p) {
 bool moe_one_token_nvfp4_supported(const MoeOneTokenNvfp4Params& p) {
   if (!shapes_supported(p)) return false;
   const int ctas = grid_ctas(p);
-  return fits_resident(pick(router_rows(p, ctas)),
-                       smem_layout(p.experts.hidden, p.experts.inter, p.experts.top_k).total, ctas);
+  const Variant v = pick(router_rows(p, ctas));
+  return fits_resident(v, smem_bytes(p, v), ctas);
 }
 
 void moe_one_token_nvfp4(const MoeOneTokenNvfp4Params& p, cudaStream_t stream) {
@@ -507,9 +531,9 @@ void moe_one_token_nvfp4(const MoeOneTokenNvfp4Params& p, cudaStream_t stream) {
         std::to_string(ex.hidden) + ", inter " + std::to_string(ex.inter) + ", top_k " +
         std::to_string(ex.top_k) + ", experts " + std::to_string(nr.routing.num_experts) + ")");
   const int ctas = grid_ctas(p);
-  const size_t smem = smem_layout(ex.hidden, ex.inter, ex.top_k).total;
-  launch_pdl("moe_one_token_nvfp4", pick(router_rows(p, ctas)), dim3(unsigned(ctas)),
-             dim3(kThreads), smem, stream, p);
+  const Variant v = pick(router_rows(p, ctas));
+  launch_pdl("moe_one_token_nvfp4", v.kernel, dim3(unsigned(ctas)), dim3(unsigned(v.warps * 32)),
+             smem_bytes(p, v), stream, p);
 }
 
 }  // namespace serval::kernels::cuda
