@@ -299,33 +299,15 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
       load(i + kDepth, s);
     }
   }
-  __syncthreads();
-  // Per choice: the partials of the warps whose range meets it, in warp order, → bf16 as the
-  // grouped GEMM2 stores y.
-  if (tid < 16 * n_local) {
-    const int c = tid / 16, r = tid % 16;
-    float sum = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      const int ws = w * N / kWarps, we = (w + 1) * N / kWarps;
-      if (we > ws && ws < (c + 1) * KT && we > c * KT) sum += part[(c * kWarps + w) * 16 + r];
-    }
-    const float unscale = p.down_global[c_expert[c]] * kNvfp4Unscale;
-    ys[c * 16 + r] = __bfloat162float(__float2bfloat16_rn(sum * unscale));
-  }
-  __syncthreads();
-  if (tid < 16) {  // the finalize: choice order, fp32
-    float total = 0.0f;
-    for (int c = 0; c < n_local; ++c) {
-      float w;
-      if constexpr (kRoute)
-        w = s_weights[c_j[c]];
-      else
-        w = p.topk_weights[t * p.top_k + c_j[c]];
-      total = fmaf(w, ys[c * 16 + tid], total);
-    }
-    reinterpret_cast<__nv_bfloat16*>(p.out)[size_t(t) * p.hidden + hs * 16 + tid] =
-        __float2bfloat16_rn(total);
-  }
+  combine_down_strip<kWarps>(
+      part, ys, n_local, KT, c_expert, p.down_global,
+      [&](int c) {
+        if constexpr (kRoute)
+          return s_weights[c_j[c]];
+        else
+          return p.topk_weights[t * p.top_k + c_j[c]];
+      },
+      reinterpret_cast<__nv_bfloat16*>(p.out) + size_t(t) * p.hidden + hs * 16);
 }
 
 template <int kWarps>

@@ -1,7 +1,7 @@
 // The 16×64-tile pieces of the NVFP4 expert GEMVs (moe_gemv_nvfp4.cu, moe_one_token_nvfp4.cu) on
 // the repacked layout of moe_nvfp4_repack.h: weight loads, one tile's four MMAs with the
 // activations as the B side (column 0 live, the others zeros), and the permuted staging of
-// activation rows in shared memory. Included only by .cu files.
+// activation rows in shared memory, the down strip's combine. Included only by .cu files.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -88,6 +88,37 @@ __device__ __forceinline__ void load_b(const uint32_t* staged, int kb, int t4, u
 constexpr size_t kZeroBytes = 128;
 __device__ __forceinline__ void zero_words(uint32_t* z) {
   if (threadIdx.x < 32) z[threadIdx.x] = 0u;
+}
+
+// The down stage's epilogue for one 16-row output strip, called by every thread of the CTA after
+// its warps stored their partials part[c][w][16] (c < n_local choices, w < kWarps; warp w covered
+// tiles [w·N/W, (w+1)·N/W) of the N = n_local·KT, in choice order). Per choice: the partials of
+// the warps whose range meets it, in warp order, unscaled by down_global[expert_of[c]] and
+// rounded to bf16 into ys[c][16] (as the grouped GEMM2 stores y); then the finalize: out[r] =
+// bf16(Σ_c weight_of(c) · ys[c][r]) in choice order, fp32. Two barriers; the first publishes part.
+template <int kWarps, typename WeightOf>
+__device__ __forceinline__ void combine_down_strip(const float* part, float* ys, int n_local,
+                                                   int KT, const int* expert_of,
+                                                   const float* down_global, WeightOf weight_of,
+                                                   __nv_bfloat16* out) {
+  const int tid = threadIdx.x, N = n_local * KT;
+  __syncthreads();
+  if (tid < 16 * n_local) {
+    const int c = tid / 16, r = tid % 16;
+    float sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const int ws = w * N / kWarps, we = (w + 1) * N / kWarps;
+      if (we > ws && ws < (c + 1) * KT && we > c * KT) sum += part[(c * kWarps + w) * 16 + r];
+    }
+    const float unscale = down_global[expert_of[c]] * kNvfp4Unscale;
+    ys[c * 16 + r] = __bfloat162float(__float2bfloat16_rn(sum * unscale));
+  }
+  __syncthreads();
+  if (tid < 16) {
+    float total = 0.0f;
+    for (int c = 0; c < n_local; ++c) total = fmaf(weight_of(c), ys[c * 16 + tid], total);
+    out[tid] = __float2bfloat16_rn(total);
+  }
 }
 
 }  // namespace serval::kernels::cuda::gemv_tile

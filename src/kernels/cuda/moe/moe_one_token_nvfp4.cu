@@ -387,25 +387,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         ++vkb;
       }
     }
-    __syncthreads();
-    if (tid < 16 * n_local) {  // per choice, the warps' partials in warp order → bf16
-      const int c = tid / 16, r = tid % 16;
-      float sum = 0.0f;
-      for (int w = 0; w < kWarps; ++w) {
-        const int ws = w * DN / kWarps, we = (w + 1) * DN / kWarps;
-        if (we > ws && ws < (c + 1) * down_KT && we > c * down_KT)
-          sum += down_part[(c * kWarps + w) * 16 + r];
-      }
-      const float unscale = ex.down_global[s_choice_expert[c]] * kNvfp4Unscale;
-      ys[c * 16 + r] = __bfloat162float(__float2bfloat16_rn(sum * unscale));
-    }
-    __syncthreads();
-    if (tid < 16) {  // the finalize: choice order, fp32
-      float total = 0.0f;
-      for (int c = 0; c < n_local; ++c)
-        total = fmaf(s_weights[s_choice_j[c]], ys[c * 16 + tid], total);
-      reinterpret_cast<__nv_bfloat16*>(ex.out)[hs * 16 + tid] = __float2bfloat16_rn(total);
-    }
+    combine_down_strip<kWarps>(
+        down_part, ys, n_local, down_KT, s_choice_expert, ex.down_global,
+        [&](int c) { return s_weights[s_choice_j[c]]; },
+        reinterpret_cast<__nv_bfloat16*>(ex.out) + hs * 16);
   }
 
   stamp(p.phase_ns, 6);
