@@ -292,6 +292,30 @@ std::optional<bool> get_bool(const Json& body, const char* name) {
   return v->get<bool>();
 }
 
+namespace {
+
+// vLLM's truncate_prompt_tokens: k >= 1 keeps the last k tokens of every prompt, -1 the last
+// max_model_len; absent or null, no truncation. The echoed text of a truncated prompt is that of
+// the tokens kept.
+void truncate_prompts(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
+  const auto k = get_int(body, "truncate_prompt_tokens");
+  if (!k) return;
+  check_range(*k == -1 || *k >= 1, "truncate_prompt_tokens",
+              fmt::format("truncate_prompt_tokens must be an integer >= 1 or -1, got {}", *k));
+  const int64_t max_len = ctx.info->max_model_len;
+  check_range(
+      *k <= max_len, "truncate_prompt_tokens",
+      fmt::format("truncate_prompt_tokens ({}) is greater than max_model_len ({})", *k, max_len));
+  const size_t keep = size_t(*k == -1 ? max_len : *k);
+  for (PromptInput& p : req.prompts) {
+    if (p.token_ids.size() <= keep) continue;
+    p.token_ids.erase(p.token_ids.begin(), p.token_ids.end() - long(keep));
+    if (ctx.tokenizer) p.text = ctx.tokenizer->decode(p.token_ids, false);
+  }
+}
+
+}  // namespace
+
 GenerationRequest parse_completion_request(const Json& body, const ModelContext& ctx) {
   GenerationRequest req;
   req.kind = ApiKind::kCompletion;
@@ -305,6 +329,7 @@ GenerationRequest parse_completion_request(const Json& body, const ModelContext&
   }
   bool add_special = get_bool(body, "add_special_tokens").value_or(true);
   req.prompts = parse_prompts(body, ctx, req.echo, add_special);
+  truncate_prompts(body, ctx, req);
   return req;
 }
 
@@ -388,6 +413,7 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
   p.text = std::move(text);
   if (p.token_ids.empty()) throw bad_request("messages", "the rendered prompt is empty");
   req.prompts.push_back(std::move(p));
+  truncate_prompts(body, ctx, req);
   return req;
 }
 

@@ -1,7 +1,8 @@
 // Request validation that the end-to-end tests found wrong: context-length messages name the
 // numbers as sent, min_tokens is checked against the resolved max_tokens, vLLM's
 // return_tokens_as_token_ids is accepted; logit_bias, allowed_token_ids,
-// include_stop_str_in_output and response_format are validated and mapped.
+// include_stop_str_in_output, response_format and truncate_prompt_tokens are validated and
+// mapped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -180,6 +181,46 @@ TEST_F(RequestParserTest, ResponseFormatTextOnly) {
       EXPECT_EQ(e.status(), 400);
       EXPECT_EQ(e.param(), "response_format");
     }
+  }
+}
+
+// vLLM's truncate_prompt_tokens keeps the last k tokens (-1: the last max_model_len) of every
+// prompt, text or ids, completion or chat; the echoed text follows the tokens kept.
+TEST_F(RequestParserTest, TruncatePromptTokensKeepsTheLastTokens) {
+  const GenerationRequest ids = parse_completion_request(
+      Json{{"prompt", Json::array({1, 2, 3, 4, 5})}, {"truncate_prompt_tokens", 2}}, ctx_);
+  EXPECT_EQ(ids.prompts[0].token_ids, (std::vector<int32_t>{4, 5}));
+
+  const GenerationRequest text = parse_completion_request(
+      Json{
+          {"prompt", Json::array({"abcdef", "xy"})}, {"truncate_prompt_tokens", 3}, {"echo", true}},
+      ctx_);
+  ASSERT_EQ(text.prompts.size(), 2u);
+  EXPECT_EQ(text.prompts[0].token_ids, tok_->encode("def", false));
+  EXPECT_EQ(text.prompts[0].text, "def");
+  EXPECT_EQ(text.prompts[1].text, "xy");  // shorter than k: unchanged
+
+  const std::string long_prompt(100, 'a');  // 100 tokens > max_model_len 64
+  EXPECT_EQ(
+      parse_completion_request(Json{{"prompt", long_prompt}, {"truncate_prompt_tokens", -1}}, ctx_)
+          .prompts[0]
+          .token_ids.size(),
+      64u);
+  EXPECT_EQ(
+      parse_completion_request(Json{{"prompt", long_prompt}}, ctx_).prompts[0].token_ids.size(),
+      100u);
+
+  const Json messages = Json::array({Json{{"role", "user"}, {"content", "hello"}}});
+  EXPECT_EQ(parse_chat_request(Json{{"messages", messages}, {"truncate_prompt_tokens", 2}}, ctx_)
+                .prompts[0]
+                .token_ids,
+            tok_->encode("lo", false));
+
+  for (const Json& bad : {Json(0), Json(-2), Json(65), Json("3"), Json(1.5)}) {
+    const ApiError e =
+        completion_error(Json{{"prompt", "x"}, {"truncate_prompt_tokens", bad}}, ctx_);
+    EXPECT_EQ(e.status(), 400) << bad.dump();
+    EXPECT_EQ(e.param(), "truncate_prompt_tokens") << bad.dump();
   }
 }
 
