@@ -134,6 +134,7 @@ void GenerationJob::start() {
                                            {"delta", {{"role", "assistant"}, {"content", ""}}},
                                            {"logprobs", nullptr},
                                            {"finish_reason", nullptr}}});
+      add_continuous_usage(chunk, *s);
       res_->write_chunk("data: " + chunk.dump() + "\n\n");
     } else if (req_.echo) {
       s->delta = req_.prompts[s->prompt_index].text;
@@ -261,6 +262,18 @@ Json GenerationJob::usage() const {
               {"total_tokens", prompt + completion}};
 }
 
+Json GenerationJob::sequence_usage(const Sequence& s) const {
+  const auto prompt = static_cast<int64_t>(req_.prompts[s.prompt_index].token_ids.size());
+  const int64_t completion = s.num_tokens;
+  return Json{{"prompt_tokens", prompt},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt + completion}};
+}
+
+void GenerationJob::add_continuous_usage(Json& chunk, const Sequence& s) const {
+  if (req_.include_usage && req_.continuous_usage) chunk["usage"] = sequence_usage(s);
+}
+
 // Like vLLM, one chunk per engine update that produced tokens, even when their text is held
 // back (a partial UTF-8 character or a possible stop-string prefix): clients count tokens and
 // inter-token latency by chunks.
@@ -284,6 +297,7 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
   choice["logprobs"] = std::move(lp);
   choice["finish_reason"] = std::move(reason);
   chunk["choices"] = Json::array({std::move(choice)});
+  add_continuous_usage(chunk, s);
   res_->write_chunk("data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n");
   s.delta.clear();
   if (req_.logprobs >= 0)

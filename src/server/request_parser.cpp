@@ -234,6 +234,7 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
     if (!req.stream)
       throw bad_request("stream_options", "stream_options can only be set when stream is true");
     if (auto v = get_bool(*so, "include_usage")) req.include_usage = *v;
+    if (auto v = get_bool(*so, "continuous_usage_stats")) req.continuous_usage = *v;
   }
 }
 

@@ -30,6 +30,7 @@ struct GenerationRequest {
   bool include_stop_str_in_output = false;  // keep the matched stop string (or stop token's text)
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;  // vLLM's continuous_usage_stats: usage in every chunk too
   bool echo = false;
   int logprobs = -1;  // -1: none; else the number of alternatives per token
   bool skip_special_tokens = true;

@@ -225,6 +225,41 @@ TEST_F(ServerTest, StreamingCompletionWithUsage) {
   EXPECT_EQ(usage["usage"]["total_tokens"], 7);
 }
 
+// vLLM's continuous_usage_stats: every chunk carries the usage so far of its choice (the prompt's
+// 3 tokens and the completion tokens up to it), the last one the request's total as before.
+TEST_F(ServerTest, StreamingWithContinuousUsageStats) {
+  auto r = post("/v1/completions",
+                {{"prompt", "abc"},
+                 {"max_tokens", 4},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}});
+  ASSERT_EQ(r.status, 200);
+  auto ev = sse_events(r.body);
+  ASSERT_GE(ev.size(), 3u);
+  int64_t previous = 0;
+  for (size_t i = 0; i + 2 < ev.size(); ++i) {
+    json c = json::parse(ev[i]);
+    ASSERT_TRUE(c.contains("usage")) << ev[i];
+    EXPECT_EQ(c["usage"]["prompt_tokens"], 3);
+    const int64_t completion = c["usage"]["completion_tokens"].get<int64_t>();
+    EXPECT_GE(completion, previous);
+    EXPECT_LE(completion, 4);
+    EXPECT_EQ(c["usage"]["total_tokens"], 3 + completion);
+    previous = completion;
+  }
+  EXPECT_EQ(previous, 4);
+  EXPECT_EQ(json::parse(ev[ev.size() - 2])["usage"]["total_tokens"], 7);
+
+  // Without it (include_usage alone) only the last chunk has usage.
+  auto plain = post("/v1/completions", {{"prompt", "abc"},
+                                        {"max_tokens", 4},
+                                        {"stream", true},
+                                        {"stream_options", {{"include_usage", true}}}});
+  auto plain_ev = sse_events(plain.body);
+  for (size_t i = 0; i + 2 < plain_ev.size(); ++i)
+    EXPECT_FALSE(json::parse(plain_ev[i]).contains("usage")) << plain_ev[i];
+}
+
 TEST_F(ServerTest, StreamingChatStartsWithRoleAndHoldsBackStops) {
   json body = {{"messages", {{{"role", "user"}, {"content", "xy"}}}},
                {"max_tokens", 30},
