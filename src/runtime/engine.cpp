@@ -33,6 +33,12 @@ struct EngineRequest {
   SamplingParams params;
   std::shared_ptr<const OutputCallback> on_output;  // shared with queued updates
   SamplerState sampler;
+  // prompt_logprobs >= 0: entry i for prompt token i + 1, delivered with the first token.
+  std::vector<LogprobEntry> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+
+  // Whether this request's prompt positions still need their logits (every row, not the last).
+  bool wants_prompt_logits() const { return params.prompt_logprobs >= 0 && !prompt_logprobs_sent; }
 };
 
 class EngineImpl final : public Engine {
@@ -80,6 +86,7 @@ class EngineImpl final : public Engine {
     r->req.num_prompt_tokens = int(prompt.size());
     r->req.token_ids = std::move(prompt);
     r->req.max_tokens = params.max_tokens;
+    r->req.skip_prefix_cache = params.prompt_logprobs >= 0;
     r->req.arrival_time = now_seconds();
     r->params = params;
     r->on_output = std::make_shared<const OutputCallback>(std::move(on_output));
@@ -186,6 +193,9 @@ class EngineImpl final : public Engine {
     if (p.logprobs > cfg_.max_logprobs)
       throw InvalidArgument(
           fmt::format("logprobs {} exceeds --max-logprobs {}", p.logprobs, cfg_.max_logprobs));
+    if (p.prompt_logprobs > cfg_.max_logprobs)
+      throw InvalidArgument(fmt::format("prompt_logprobs {} exceeds --max-logprobs {}",
+                                        p.prompt_logprobs, cfg_.max_logprobs));
   }
 
   void loop() {
@@ -258,9 +268,13 @@ class EngineImpl final : public Engine {
     std::vector<SeqChunk> chunks;
     chunks.reserve(out.chunks.size());
     for (const sched::ScheduledChunk& c : out.chunks) {
+      const bool all = c.start_position < c.request->num_prompt_tokens &&
+                       requests_.at(c.request->id)->wants_prompt_logits();
       chunks.push_back({c.request->token_ids, c.start_position, c.num_new_tokens,
                         scheduler_->block_table(c.request->id),
-                        c.samples_token ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone});
+                        all               ? SeqChunk::Logits::kAll
+                        : c.samples_token ? SeqChunk::Logits::kLast
+                                          : SeqChunk::Logits::kNone});
     }
     return chunks;
   }
@@ -369,6 +383,7 @@ class EngineImpl final : public Engine {
     bool all_greedy = true;
     for (const sched::ScheduledChunk& c : out.chunks)
       if (c.samples_token) all_greedy = all_greedy && plain_greedy(*requests_.at(c.request->id));
+    for (const SeqChunk& c : chunks) all_greedy = all_greedy && c.logits != SeqChunk::Logits::kAll;
     std::vector<int32_t> greedy_ids;
     std::vector<float> logits;
     const double model_start = now_seconds();
@@ -382,9 +397,18 @@ class EngineImpl final : public Engine {
                                          [](const auto& c) { return c.samples_token; })));
     const size_t vocab = size_t(config_.vocab_size);
     size_t row = 0;
-    for (const sched::ScheduledChunk& c : out.chunks) {
-      if (!c.samples_token) continue;
+    for (size_t i = 0; i < out.chunks.size(); ++i) {
+      const sched::ScheduledChunk& c = out.chunks[i];
       EngineRequest& r = *requests_.at(c.request->id);
+      if (chunks[i].logits == SeqChunk::Logits::kAll) {  // rows of every position, in order
+        add_prompt_logprobs(r, c.start_position, c.num_new_tokens, &logits[row * vocab]);
+        row += size_t(c.num_new_tokens) - 1;  // the last row is this chunk's sampling row
+        if (!c.samples_token) {
+          ++row;
+          continue;
+        }
+      }
+      if (!c.samples_token) continue;
       if (all_greedy) {
         emit_token(r, greedy_ids[row++], std::nullopt);
       } else {
@@ -394,13 +418,29 @@ class EngineImpl final : public Engine {
     add_step_stats(prompt_tokens, model_seconds, start);
   }
 
+  // The prompt logprobs of positions [start, start + n) from their logits rows ([n, vocab]): the
+  // row of position q scores prompt token q + 1. A recomputed chunk (after a preemption) replaces
+  // the entries from `start` on.
+  void add_prompt_logprobs(EngineRequest& r, int start, int n, const float* rows) {
+    const size_t vocab = size_t(config_.vocab_size);
+    r.prompt_logprobs.resize(std::min(r.prompt_logprobs.size(), size_t(start)));
+    for (int i = 0; i < n; ++i) {
+      const int next = start + i + 1;
+      if (next >= r.req.num_prompt_tokens) break;
+      r.prompt_logprobs.push_back(
+          prompt_token_logprobs(std::span<const float>(rows + size_t(i) * vocab, vocab),
+                                r.req.token_ids[size_t(next)], r.params.prompt_logprobs));
+    }
+  }
+
   // True when the request's next token is the plain argmax of its logits: greedy, no logprobs,
-  // no penalties, nothing banned by min_tokens.
+  // no penalties, nothing banned by min_tokens, no prompt logprobs still to compute.
   bool plain_greedy(const EngineRequest& r) const {
     const SamplingParams& p = r.params;
-    return p.temperature < 1e-5f && p.logprobs < 0 && p.repetition_penalty == 1.0f &&
-           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logit_bias.empty() &&
-           p.allowed_token_ids.empty() && r.req.num_output_tokens() >= p.min_tokens;
+    return p.temperature < 1e-5f && p.logprobs < 0 && !r.wants_prompt_logits() &&
+           p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+           p.frequency_penalty == 0.0f && p.logit_bias.empty() && p.allowed_token_ids.empty() &&
+           r.req.num_output_tokens() >= p.min_tokens;
   }
 
   void sample_token(EngineRequest& r, std::span<float> logits) {
@@ -431,6 +471,10 @@ class EngineImpl final : public Engine {
     o.request_id = r.req.id;
     o.new_token_ids = {token};
     if (logprobs) o.logprobs.push_back(std::move(*logprobs));
+    if (r.wants_prompt_logits()) {
+      o.prompt_logprobs = std::move(r.prompt_logprobs);
+      r.prompt_logprobs_sent = true;
+    }
     o.num_prompt_tokens = r.req.num_prompt_tokens;
     o.num_cached_tokens = std::max(0, r.req.num_cached_tokens);
     const bool is_eos =

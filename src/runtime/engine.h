@@ -33,6 +33,10 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob plus the top k
+  // -1: none; k >= 0: for each prompt token after the first, its logprob given the tokens before
+  // it, its rank and the top k (vLLM's prompt_logprobs). The prompt is computed without the
+  // prefix cache so that every position has logits.
+  int prompt_logprobs = -1;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
   std::vector<int32_t> allowed_token_ids;             // empty: all; else only these are sampled
 };
@@ -48,6 +52,7 @@ struct TokenLogprob {
 struct LogprobEntry {
   TokenLogprob sampled;
   std::vector<TokenLogprob> top;  // descending by logprob
+  int rank = 0;                   // 1-based rank of `sampled` in the vocabulary; 0: not computed
 };
 
 // One update for a request, delivered in order on the engine thread. The callback must not
@@ -56,6 +61,8 @@ struct RequestOutput {
   uint64_t request_id = 0;
   std::vector<int32_t> new_token_ids;  // tokens generated since the last update
   std::vector<LogprobEntry> logprobs;  // one per new token when logprobs >= 0
+  // On the first update of a request with prompt_logprobs >= 0: entry i for prompt token i + 1.
+  std::vector<LogprobEntry> prompt_logprobs;
   std::optional<FinishReason> finish;  // set on the last update
   // Set with kStop when the stop was an EOS or stop_token_id (that token is in new_token_ids).
   std::optional<int32_t> stop_token_id;

@@ -148,6 +148,13 @@ void restrict_to_allowed(std::span<float> logits, std::span<const int32_t> allow
 
 }  // namespace
 
+LogprobEntry prompt_token_logprobs(std::span<const float> logits, int32_t token, int top) {
+  LogprobEntry e = make_logprobs(logits, token, top);
+  const float l = logits[size_t(token)];
+  e.rank = 1 + int(std::count_if(logits.begin(), logits.end(), [l](float v) { return v > l; }));
+  return e;
+}
+
 SampleResult sample(std::span<float> logits, const SamplingParams& params, SamplerState& state,
                     std::span<const int32_t> prompt, std::span<const int32_t> banned) {
   std::optional<std::vector<float>> raw;

@@ -29,4 +29,8 @@ struct SampleResult {
 SampleResult sample(std::span<float> logits, const SamplingParams& params, SamplerState& state,
                     std::span<const int32_t> prompt, std::span<const int32_t> banned);
 
+// The log-softmax of raw `logits` [vocab] at `token`, its 1-based rank (ties count for it) and the
+// `top` most likely ids: a prompt token's entry for prompt_logprobs.
+LogprobEntry prompt_token_logprobs(std::span<const float> logits, int32_t token, int top);
+
 }  // namespace serval::runtime

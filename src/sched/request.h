@@ -23,6 +23,7 @@ struct Request {
   // The last tokens of token_ids that are placeholders for ids still on the device (async
   // scheduling: runtime::StepRunner::launch_greedy); their KV may be scheduled, not hashed.
   int num_pending_tokens = 0;
+  bool skip_prefix_cache = false;  // compute every prompt position (prompt logprobs need them)
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -113,7 +113,7 @@ SchedulerOutput Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
-    const int cached = kv_.match_prefix(r->id, r->token_ids);
+    const int cached = r->skip_prefix_cache ? 0 : kv_.match_prefix(r->id, r->token_ids);
     const int remaining = r->num_tokens() - cached;
     const int want = std::min(remaining, budget);
     if ((!chunked && want < remaining) || !kv_.allocate(r->id, cached + want)) {

@@ -1,6 +1,7 @@
 // logit_bias and allowed_token_ids reach the tokens an engine generates: a greedy request is no
-// longer the plain device argmax but the host sampler with them applied (the qwen3_moe fixture
-// on the CPU).
+// longer the plain device argmax but the host sampler with them applied; prompt_logprobs score
+// every prompt token as a one-token request on its prefix would (the qwen3_moe fixture on the
+// CPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,21 +16,29 @@
 namespace serval::runtime {
 namespace {
 
-// The tokens of one request of `params` (EOS ignored), waited for up to 60 s.
-std::vector<int32_t> generate(Engine& engine, SamplingParams params) {
+// The updates of one request of `params` (EOS ignored), waited for up to 60 s.
+std::vector<RequestOutput> run(Engine& engine, std::vector<int32_t> prompt, SamplingParams params) {
   params.ignore_eos = true;
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<int32_t> tokens;
+  std::vector<RequestOutput> outputs;
   bool done = false;
-  engine.submit({3, 14, 15, 92, 65}, params, [&](const RequestOutput& o) {
+  engine.submit(std::move(prompt), params, [&](const RequestOutput& o) {
     std::lock_guard lock(mu);
-    tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    outputs.push_back(o);
     if (o.finish) done = true;
     cv.notify_all();
   });
   std::unique_lock lock(mu);
   EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  return outputs;
+}
+
+// The tokens of one request of `params` on a fixed prompt.
+std::vector<int32_t> generate(Engine& engine, const SamplingParams& params) {
+  std::vector<int32_t> tokens;
+  for (const RequestOutput& o : run(engine, {3, 14, 15, 92, 65}, params))
+    tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
   return tokens;
 }
 
@@ -57,6 +66,60 @@ TEST(SamplingControls, LogitBiasAndAllowedTokenIdsSteerGreedyDecoding) {
   SamplingParams banned = greedy;
   banned.logit_bias = {{plain[0], -100.0f}};
   EXPECT_NE(generate(*engine, banned).at(0), plain[0]);
+}
+
+// Entry k - 1 of prompt_logprobs (prompt token k given tokens 0 .. k - 1) equals the logprob a
+// one-token request on that prefix reports when only token k is allowed (the sampler reports raw
+// logprobs): the oracle is the engine's own last-position path. The prompt spans several chunks
+// (8-token step budget), and a repeat of it (which the prefix cache would otherwise serve) gets
+// the same entries.
+TEST(SamplingControls, PromptLogprobsMatchOneTokenRequestsOnEachPrefix) {
+  EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();
+  cfg.max_num_batched_tokens = 8;
+  auto engine = Engine::create(cfg);
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43};
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = 2;
+  params.prompt_logprobs = 3;
+  const std::vector<RequestOutput> first = run(*engine, prompt, params);
+  ASSERT_FALSE(first.empty());
+  const std::vector<LogprobEntry>& entries = first[0].prompt_logprobs;
+  ASSERT_EQ(entries.size(), prompt.size() - 1);
+  for (size_t i = 1; i < first.size(); ++i) EXPECT_TRUE(first[i].prompt_logprobs.empty());
+
+  for (size_t k = 1; k < prompt.size(); ++k) {
+    SCOPED_TRACE(::testing::Message() << "prompt token " << k);
+    const LogprobEntry& e = entries[k - 1];
+    EXPECT_EQ(e.sampled.token_id, prompt[k]);
+    ASSERT_EQ(e.top.size(), 3u);
+    EXPECT_GE(e.rank, 1);
+    if (e.rank <= 3)  // the token is in the top list, at its rank
+      EXPECT_EQ(e.top[size_t(e.rank - 1)].logprob, e.sampled.logprob);
+    else
+      EXPECT_LT(e.sampled.logprob, e.top[2].logprob);
+
+    SamplingParams oracle;
+    oracle.temperature = 0;
+    oracle.max_tokens = 1;
+    oracle.logprobs = 3;
+    oracle.allowed_token_ids = {prompt[k]};
+    const std::vector<RequestOutput> o =
+        run(*engine, std::vector<int32_t>(prompt.begin(), prompt.begin() + long(k)), oracle);
+    ASSERT_EQ(o.size(), 1u);
+    ASSERT_EQ(o[0].logprobs.size(), 1u);
+    const LogprobEntry& want = o[0].logprobs[0];
+    EXPECT_EQ(want.sampled.token_id, prompt[k]);
+    EXPECT_NEAR(e.sampled.logprob, want.sampled.logprob, 2e-3);
+    EXPECT_EQ(e.top[0].token_id, want.top[0].token_id);
+    for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(e.top[j].logprob, want.top[j].logprob, 2e-3);
+  }
+
+  const std::vector<RequestOutput> again = run(*engine, prompt, params);
+  ASSERT_EQ(again[0].prompt_logprobs.size(), entries.size());
+  for (size_t i = 0; i < entries.size(); ++i)
+    EXPECT_EQ(again[0].prompt_logprobs[i].sampled.logprob, entries[i].sampled.logprob) << i;
+  EXPECT_EQ(again[0].num_cached_tokens, 0);
 }
 
 }  // namespace
