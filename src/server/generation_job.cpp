@@ -33,6 +33,7 @@ struct Sequence {
   Json logprobs;  // completions: {tokens, token_logprobs, top_logprobs, text_offset}; chat: [..]
   bool first_token_seen = false;
   double last_token_s = 0;
+  std::vector<runtime::LogprobEntry> prompt_logprobs;  // entry i: prompt token i + 1
 };
 
 namespace {
@@ -202,6 +203,7 @@ void GenerationJob::on_output(size_t seq, const runtime::RequestOutput& out) {
     finish(s, "abort");
     return fail(500, "the engine failed: " + out.error);
   }
+  if (!out.prompt_logprobs.empty()) s.prompt_logprobs = out.prompt_logprobs;
   double now = now_seconds();
   if (!out.new_token_ids.empty()) {
     if (!s.first_token_seen)
@@ -260,6 +262,53 @@ Json GenerationJob::usage() const {
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion}};
+}
+
+// vLLM's prompt_logprobs: null for the first prompt token, then per token an object from token
+// ids to {logprob, rank, decoded_token}: the prompt token itself and the top alternatives.
+Json GenerationJob::prompt_logprobs_json(const Sequence& s) const {
+  Json list = Json::array({nullptr});
+  for (const runtime::LogprobEntry& e : s.prompt_logprobs) {
+    Json entry = Json::object();
+    entry[std::to_string(e.sampled.token_id)] = {{"logprob", e.sampled.logprob},
+                                                 {"rank", e.rank},
+                                                 {"decoded_token", token_text(e.sampled.token_id)}};
+    for (size_t i = 0; i < e.top.size(); ++i)
+      entry[std::to_string(e.top[i].token_id)] = {{"logprob", e.top[i].logprob},
+                                                  {"rank", int(i) + 1},
+                                                  {"decoded_token", token_text(e.top[i].token_id)}};
+    list.push_back(std::move(entry));
+  }
+  return list;
+}
+
+// Echo with logprobs (completions): the prompt tokens' entries before the generated ones, the
+// first prompt token's logprob and alternatives null, as vLLM reports them.
+Json GenerationJob::echo_logprobs_json(const Sequence& s) const {
+  const std::vector<int32_t>& ids = req_.prompts[s.prompt_index].token_ids;
+  Json lp = empty_completion_logprobs();
+  size_t offset = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string tok = token_text(ids[i]);
+    lp["tokens"].push_back(tok);
+    lp["text_offset"].push_back(offset);
+    offset += tok.size();
+    if (i == 0 || i > s.prompt_logprobs.size()) {
+      lp["token_logprobs"].push_back(nullptr);
+      lp["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    const runtime::LogprobEntry& e = s.prompt_logprobs[i - 1];
+    Json top = Json::object();
+    top[tok] = e.sampled.logprob;
+    for (size_t j = 0; j < e.top.size() && int(j) < req_.logprobs; ++j)
+      top[token_text(e.top[j].token_id)] = e.top[j].logprob;
+    lp["token_logprobs"].push_back(e.sampled.logprob);
+    lp["top_logprobs"].push_back(std::move(top));
+  }
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const Json& v : s.logprobs[key]) lp[key].push_back(v);
+  return lp;
 }
 
 Json GenerationJob::sequence_usage(const Sequence& s) const {
@@ -325,6 +374,7 @@ void GenerationJob::complete() {
       Json c = {{"index", s->index}};
       Json lp = req_.logprobs < 0             ? Json(nullptr)
                 : req_.kind == ApiKind::kChat ? Json{{"content", s->logprobs}}
+                : req_.echo_logprobs          ? echo_logprobs_json(*s)
                                               : s->logprobs;
       if (req_.kind == ApiKind::kChat) {
         c["message"] = {{"role", "assistant"}, {"content", s->text}};
@@ -333,9 +383,14 @@ void GenerationJob::complete() {
       }
       c["logprobs"] = std::move(lp);
       c["finish_reason"] = s->finish_reason;
+      if (req_.prompt_logprobs >= 0 && req_.kind == ApiKind::kCompletion)
+        c["prompt_logprobs"] = prompt_logprobs_json(*s);
       choices.push_back(std::move(c));
     }
     body["choices"] = std::move(choices);
+    // Chat: one list for the request (every choice has the same prompt), as vLLM reports it.
+    if (req_.prompt_logprobs >= 0 && req_.kind == ApiKind::kChat && !seqs_.empty())
+      body["prompt_logprobs"] = prompt_logprobs_json(*seqs_.front());
     body["usage"] = usage();
     res_->send(200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace));
   }

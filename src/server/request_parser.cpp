@@ -236,6 +236,14 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
     if (auto v = get_bool(*so, "include_usage")) req.include_usage = *v;
     if (auto v = get_bool(*so, "continuous_usage_stats")) req.continuous_usage = *v;
   }
+  if (auto v = get_int(body, "prompt_logprobs")) {
+    check_range(*v >= 0 && *v <= ctx.max_logprobs, "prompt_logprobs",
+                fmt::format("prompt_logprobs must be in [0, {}], got {}", ctx.max_logprobs, *v));
+    check_range(!req.stream, "prompt_logprobs",
+                "prompt_logprobs are not available when stream is true");
+    req.prompt_logprobs = static_cast<int>(*v);
+    s.prompt_logprobs = req.prompt_logprobs;
+  }
 }
 
 }  // namespace
@@ -327,6 +335,10 @@ GenerationRequest parse_completion_request(const Json& body, const ModelContext&
         *v >= 0 && *v <= ctx.max_logprobs, "logprobs",
         fmt::format("logprobs must be in [0, {}] (--max-logprobs), got {}", ctx.max_logprobs, *v));
     req.logprobs = static_cast<int>(*v);
+  }
+  if (req.echo && req.logprobs >= 0 && !req.stream) {  // the prompt's logprobs come first
+    req.echo_logprobs = true;
+    req.sampling.prompt_logprobs = std::max(req.sampling.prompt_logprobs, req.logprobs);
   }
   bool add_special = get_bool(body, "add_special_tokens").value_or(true);
   req.prompts = parse_prompts(body, ctx, req.echo, add_special);

@@ -260,6 +260,51 @@ TEST_F(ServerTest, StreamingWithContinuousUsageStats) {
     EXPECT_FALSE(json::parse(plain_ev[i]).contains("usage")) << plain_ev[i];
 }
 
+// vLLM's prompt_logprobs: null, then per prompt token an object from ids to logprob, rank and
+// decoded token (the token itself and the top alternatives); echo with logprobs puts the prompt
+// tokens' entries before the generated ones. Streaming refuses prompt_logprobs.
+TEST_F(ServerTest, PromptLogprobsAndEchoWithLogprobs) {
+  auto r = post("/v1/completions", {{"prompt", "abc"}, {"max_tokens", 2}, {"prompt_logprobs", 1}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json pl = json::parse(r.body)["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), 3u) << pl.dump();
+  EXPECT_TRUE(pl[0].is_null());
+  const std::string b = std::to_string(int('b')), c = std::to_string(int('c'));
+  EXPECT_EQ(pl[1][b]["logprob"], -0.25);
+  EXPECT_EQ(pl[1][b]["rank"], 1);
+  EXPECT_EQ(pl[1][b]["decoded_token"], "b");
+  EXPECT_EQ(pl[2][c]["rank"], 2);
+  EXPECT_EQ(pl[2]["65"]["rank"], 1);  // the alternative
+  EXPECT_EQ(pl[2]["65"]["decoded_token"], "A");
+
+  auto chat = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "xy"}}}},
+                                            {"max_tokens", 1},
+                                            {"prompt_logprobs", 0}});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_TRUE(json::parse(chat.body)["prompt_logprobs"][0].is_null());
+
+  auto echo = post("/v1/completions",
+                   {{"prompt", "abc"}, {"max_tokens", 2}, {"echo", true}, {"logprobs", 1}});
+  ASSERT_EQ(echo.status, 200) << echo.body;
+  json choice = json::parse(echo.body)["choices"][0];
+  EXPECT_EQ(choice["text"], "abcab");
+  json lp = choice["logprobs"];
+  EXPECT_EQ(lp["tokens"], json::array({"a", "b", "c", "a", "b"}));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_EQ(lp["token_logprobs"][1], -0.25);
+  EXPECT_EQ(lp["token_logprobs"][3], -0.5);  // generated: the fake engine's -0.5
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][2].size(), 2u);  // "c" and one alternative
+  EXPECT_EQ(lp["text_offset"], json::array({0, 1, 2, 3, 4}));
+  EXPECT_FALSE(choice.contains("prompt_logprobs"));  // not asked for
+
+  expect_error(
+      post("/v1/completions", {{"prompt", "abc"}, {"stream", true}, {"prompt_logprobs", 1}}), 400,
+      "prompt_logprobs");
+  expect_error(post("/v1/completions", {{"prompt", "abc"}, {"prompt_logprobs", 99}}), 400,
+               "prompt_logprobs");
+}
+
 TEST_F(ServerTest, StreamingChatStartsWithRoleAndHoldsBackStops) {
   json body = {{"messages", {{{"role", "user"}, {"content", "xy"}}}},
                {"max_tokens", 30},

@@ -54,8 +54,9 @@ inline std::unique_ptr<tokenizer::Tokenizer> make_byte_tokenizer() {
 }
 
 // Echoes the prompt cyclically, one token per step of `delay_ms`. Honours max_tokens,
-// stop_token_ids, EOS (when the echoed token is kEosId), logprobs and aborts; throws QueueFull
-// when `queue_cap` requests are active.
+// stop_token_ids, EOS (when the echoed token is kEosId), logprobs, prompt_logprobs (prompt token
+// i gets logprob -i/4 and rank i, alternatives 65, 66, ... at -1, -2, ...) and aborts; throws
+// QueueFull when `queue_cap` requests are active.
 class FakeEngine final : public runtime::Engine {
  public:
   explicit FakeEngine(int delay_ms = 0, int queue_cap = 64) : delay_ms_(delay_ms), cap_(queue_cap) {
@@ -157,6 +158,14 @@ class FakeEngine final : public runtime::Engine {
         if (r.aborted) {
           o.finish = runtime::FinishReason::kAbort;
         } else {
+          if (r.generated == 0 && r.params.prompt_logprobs >= 0) {
+            for (size_t i = 1; i < r.prompt.size(); ++i) {
+              runtime::LogprobEntry e{{r.prompt[i], -0.25f * float(i)}, {}, int(i)};
+              for (int k = 0; k < r.params.prompt_logprobs; ++k)
+                e.top.push_back({static_cast<int32_t>(65 + k), -1.0f - k});
+              o.prompt_logprobs.push_back(e);
+            }
+          }
           int32_t t = r.prompt[r.generated % r.prompt.size()];
           ++r.generated;
           ++generated_;
