@@ -87,6 +87,8 @@ class EngineImpl final : public Engine {
     r->req.token_ids = std::move(prompt);
     r->req.max_tokens = params.max_tokens;
     r->req.skip_prefix_cache = params.prompt_logprobs >= 0;
+    if (params.prompt_logprobs >= 0)  // fp32 logits of every position: ≤ 256 MiB per step
+      r->req.max_chunk_tokens = std::max(1, int((256 << 20) / (4 * int64_t(config_.vocab_size))));
     r->req.arrival_time = now_seconds();
     r->params = params;
     r->on_output = std::make_shared<const OutputCallback>(std::move(on_output));

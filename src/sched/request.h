@@ -24,6 +24,9 @@ struct Request {
   // scheduling: runtime::StepRunner::launch_greedy); their KV may be scheduled, not hashed.
   int num_pending_tokens = 0;
   bool skip_prefix_cache = false;  // compute every prompt position (prompt logprobs need them)
+  // > 0: at most this many tokens per step with chunked prefill (a step's logits rows of every
+  // position stay within memory); 0: the step budget alone.
+  int max_chunk_tokens = 0;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -30,6 +30,12 @@ const SchedulerConfig& validated(const SchedulerConfig& c) {
   return c;
 }
 
+// Tokens of a request's next chunk: what remains, within the step budget and (chunked) its cap.
+int chunk_tokens(const Request& r, int remaining, int budget, bool chunked) {
+  const int want = std::min(remaining, budget);
+  return chunked && r.max_chunk_tokens > 0 ? std::min(want, r.max_chunk_tokens) : want;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config)
@@ -91,7 +97,7 @@ SchedulerOutput Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
     const int remaining = r->num_tokens() - r->num_computed_tokens;
-    const int want = std::min(remaining, budget);
+    const int want = chunk_tokens(*r, remaining, budget, chunked);
     if (remaining == 0 || (!chunked && want < remaining)) {
       ++i;
       continue;
@@ -115,7 +121,7 @@ SchedulerOutput Scheduler::schedule() {
     Request* r = waiting_.front();
     const int cached = r->skip_prefix_cache ? 0 : kv_.match_prefix(r->id, r->token_ids);
     const int remaining = r->num_tokens() - cached;
-    const int want = std::min(remaining, budget);
+    const int want = chunk_tokens(*r, remaining, budget, chunked);
     if ((!chunked && want < remaining) || !kv_.allocate(r->id, cached + want)) {
       kv_.undo_match_prefix(r->id);
       break;

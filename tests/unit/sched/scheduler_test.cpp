@@ -242,6 +242,25 @@ TEST(Scheduler, PrefixHitsSkipCachedBlocks) {
   EXPECT_EQ(e.sched.kv().num_free_blocks(), 64);
 }
 
+// A request that skips the prefix cache computes its whole prompt though its blocks are cached;
+// its chunk cap limits its chunks (not the others') with chunked prefill.
+TEST(Scheduler, SkipPrefixCacheAndChunkCap) {
+  FakeEngine e(config(64, 16, 1000));
+  const auto prompt = tokens(48, 7);
+  e.add(1, prompt, 1);
+  e.step();
+  Request* b = e.add(2, prompt, 2);
+  b->skip_prefix_cache = true;
+  b->max_chunk_tokens = 20;
+  e.add(3, tokens(30, 500), 1);
+  EXPECT_EQ(summary(e.step()), (Chunks{{2, 0, 20}, {3, 0, 30}}));
+  EXPECT_EQ(b->num_cached_tokens, 0);
+  EXPECT_EQ(summary(e.step()), (Chunks{{2, 20, 20}}));
+  EXPECT_EQ(summary(e.step()), (Chunks{{2, 40, 8}}));
+  EXPECT_EQ(summary(e.step()), (Chunks{{2, 48, 1}}));  // decode
+  EXPECT_EQ(e.sched.kv().num_free_blocks(), 64);
+}
+
 uint64_t constant_hash(uint64_t, std::span<const int32_t>) {
   return 1;
 }
