@@ -1,5 +1,6 @@
 // `serval serve` through the official openai npm client (v6): completions and chat, streamed
-// and not, usage in streams, n > 1, stop strings, logprobs, max_tokens, seeds, /v1/models.
+// and not, usage in streams, n > 1, stop strings, logprobs, echo with logprobs and
+// prompt_logprobs, max_tokens, seeds, /v1/models.
 // Usage: node server_openai.mjs BASE_URL NODE_MODULES EXPECTED_MOE_BACKEND
 import assert from 'node:assert/strict';
 import { pathToFileURL } from 'node:url';
@@ -146,6 +147,36 @@ await check('completions: logprobs 2', async () => {
     const best = Math.max(...top.map(([, v]) => v));
     assert.ok(Math.abs(best - lp.token_logprobs[i]) < 1e-5);
     if (i > 0) assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
+  }
+});
+
+await check('completions: echo with logprobs scores the prompt; prompt_logprobs agree', async () => {
+  // What loglikelihood evaluations send: echo, logprobs 1, one new token.
+  const body = { model, prompt: 'The cat sat on the', max_tokens: 1, ...greedy };
+  const r = await client.completions.create({ ...body, echo: true, logprobs: 1 });
+  const n = r.usage.prompt_tokens;
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.tokens.length, n + 1);
+  assert.ok(r.choices[0].text.startsWith('The cat sat on the'));
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  for (let i = 1; i <= n; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0, `token_logprobs[${i}] = ${lp.token_logprobs[i]}`);
+    const top = Object.values(lp.top_logprobs[i]);
+    assert.ok(top.length >= 1 && top.length <= 2);
+    assert.ok(Math.max(...top) >= lp.token_logprobs[i]);
+  }
+  const p = await client.completions.create({ ...body, prompt_logprobs: 2 });
+  const pl = p.choices[0].prompt_logprobs;
+  assert.equal(pl.length, n);
+  assert.equal(pl[0], null);
+  for (let i = 1; i < n; i++) {
+    const entries = Object.values(pl[i]);
+    assert.ok(entries.length >= 2 && entries.length <= 3);
+    // The echoed prompt token's logprob is among the entries, with its rank.
+    const own = entries.find((e) => Math.abs(e.logprob - lp.token_logprobs[i]) < 1e-5);
+    assert.ok(own, `prompt token ${i}: ${JSON.stringify(pl[i])} vs ${lp.token_logprobs[i]}`);
+    assert.ok(own.rank >= 1);
   }
 });
 
