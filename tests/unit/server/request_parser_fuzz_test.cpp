@@ -50,6 +50,12 @@ const std::vector<std::string> kFields = {"model",
                                           "chat_template_kwargs",
                                           "tools",
                                           "return_tokens_as_token_ids",
+                                          "logit_bias",
+                                          "allowed_token_ids",
+                                          "include_stop_str_in_output",
+                                          "response_format",
+                                          "truncate_prompt_tokens",
+                                          "prompt_logprobs",
                                           "unknown_field"};
 
 class Fuzzer {
@@ -130,8 +136,8 @@ class Fuzzer {
   }
 
   std::string field() {
-    static const std::vector<std::string> inner = {"role",          "content", "type", "text",
-                                                   "include_usage", "name",    "x"};
+    static const std::vector<std::string> inner = {
+        "role", "content", "type", "text", "include_usage", "continuous_usage_stats", "name", "x"};
     return pick(2) ? kFields[size_t(pick(int(kFields.size())))]
                    : inner[size_t(pick(int(inner.size())))];
   }
