@@ -35,6 +35,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.tokenizer = engine_.tokenizer();
   ctx_.chat_template = engine_.chat_template();
   ctx_.max_logprobs = options_.max_logprobs;
+  ctx_.auto_tool_choice = options_.auto_tool_choice;
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {

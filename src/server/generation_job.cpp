@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "server/api_error.h"
 #include "server/stop_matcher.h"
+#include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serval::server {
@@ -34,6 +35,7 @@ struct Sequence {
   bool first_token_seen = false;
   double last_token_s = 0;
   std::vector<runtime::LogprobEntry> prompt_logprobs;  // entry i: prompt token i + 1
+  size_t content_sent = 0;  // tool parsing (stream): bytes of `text` sent as content
 };
 
 namespace {
@@ -41,6 +43,19 @@ namespace {
 std::string random_id(const char* prefix) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
+}
+
+// OpenAI's message.tool_calls (a stream's delta.tool_calls with `index`).
+Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json c = {{"id", random_id("chatcmpl-tool-")},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 Json bytes_of(const std::string& s) {
@@ -264,6 +279,29 @@ Json GenerationJob::usage() const {
               {"total_tokens", prompt + completion}};
 }
 
+// Tool parsing in a chat stream: content goes out up to where a <tool_call> may begin; when the
+// sequence ends, the rest of the content, then every call in one delta (finish_reason
+// "tool_calls"), or, without calls, the held-back text as content.
+Json GenerationJob::tool_stream_delta(Sequence& s) const {
+  Json delta = Json::object();
+  size_t upto = hermes_content_prefix(s.text);
+  std::vector<ToolCall> calls;
+  if (s.finished) {
+    ParsedToolCalls parsed = parse_hermes_tool_calls(s.text);
+    calls = std::move(parsed.calls);
+    upto = calls.empty() ? s.text.size() : parsed.content.size();
+  }
+  if (upto > s.content_sent) {
+    delta["content"] = s.text.substr(s.content_sent, upto - s.content_sent);
+    s.content_sent = upto;
+  }
+  if (!calls.empty()) {
+    delta["tool_calls"] = tool_calls_json(calls, true);
+    s.finish_reason = "tool_calls";
+  }
+  return delta;
+}
+
 // vLLM's prompt_logprobs: null for the first prompt token, then per token an object from token
 // ids to {logprob, rank, decoded_token}: the prompt token itself and the top alternatives.
 Json GenerationJob::prompt_logprobs_json(const Sequence& s) const {
@@ -334,17 +372,18 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
   Json choice = {{"index", s.index}};
   Json lp = nullptr;
   if (has_logprobs) lp = req_.kind == ApiKind::kChat ? Json{{"content", s.logprobs}} : s.logprobs;
-  Json reason = s.finished ? Json(s.finish_reason) : Json(nullptr);
   Json chunk;
   if (req_.kind == ApiKind::kChat) {
     chunk = envelope("chat.completion.chunk");
-    choice["delta"] = s.delta.empty() ? Json::object() : Json{{"content", s.delta}};
+    choice["delta"] = req_.parse_tool_calls ? tool_stream_delta(s)
+                      : s.delta.empty()     ? Json::object()
+                                            : Json{{"content", s.delta}};
   } else {
     chunk = envelope("text_completion");
     choice["text"] = s.delta;
   }
   choice["logprobs"] = std::move(lp);
-  choice["finish_reason"] = std::move(reason);
+  choice["finish_reason"] = s.finished ? Json(s.finish_reason) : Json(nullptr);
   chunk["choices"] = Json::array({std::move(choice)});
   add_continuous_usage(chunk, s);
   res_->write_chunk("data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n");
@@ -376,13 +415,22 @@ void GenerationJob::complete() {
                 : req_.kind == ApiKind::kChat ? Json{{"content", s->logprobs}}
                 : req_.echo_logprobs          ? echo_logprobs_json(*s)
                                               : s->logprobs;
+      std::string finish_reason = s->finish_reason;
       if (req_.kind == ApiKind::kChat) {
         c["message"] = {{"role", "assistant"}, {"content", s->text}};
+        if (req_.parse_tool_calls) {
+          const ParsedToolCalls parsed = parse_hermes_tool_calls(s->text);
+          if (!parsed.calls.empty()) {  // as vLLM: no content → null; finish "tool_calls"
+            c["message"]["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
+            c["message"]["tool_calls"] = tool_calls_json(parsed.calls, false);
+            finish_reason = "tool_calls";
+          }
+        }
       } else {
         c["text"] = req_.echo ? req_.prompts[s->prompt_index].text + s->text : s->text;
       }
       c["logprobs"] = std::move(lp);
-      c["finish_reason"] = s->finish_reason;
+      c["finish_reason"] = finish_reason;
       if (req_.prompt_logprobs >= 0 && req_.kind == ApiKind::kCompletion)
         c["prompt_logprobs"] = prompt_logprobs_json(*s);
       choices.push_back(std::move(c));

@@ -41,6 +41,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::string token_text(int32_t id) const;
   Json usage() const;
   Json prompt_logprobs_json(const Sequence& s) const;
+  Json tool_stream_delta(Sequence& s) const;
   Json echo_logprobs_json(const Sequence& s) const;
   // Usage so far of one sequence: its prompt and its tokens (continuous_usage_stats chunks).
   Json sequence_usage(const Sequence& s) const;

@@ -323,6 +323,38 @@ void truncate_prompts(const Json& body, const ModelContext& ctx, GenerationReque
   }
 }
 
+// tool_choice (OpenAI): "none", or "auto" (the default with tools) which parses tool calls out of
+// the output when the server runs with --enable-auto-tool-choice; "required" and a named function
+// need guided decoding, which serval lacks: 400.
+bool parse_tool_choice(const Json& body, const ModelContext& ctx) {
+  const Json* tools = field(body, "tools");
+  if (tools && !tools->is_array()) throw bad_request("tools", "'tools' must be a list");
+  const bool has_tools = tools && !tools->empty();
+  const Json* choice = field(body, "tool_choice");
+  std::string mode = has_tools ? "auto" : "none";
+  if (choice) {
+    if (!choice->is_string())
+      throw bad_request("tool_choice",
+                        "a named tool_choice needs guided decoding, which serval "
+                        "does not have; use \"auto\" or \"none\"");
+    mode = choice->get<std::string>();
+  }
+  if (mode == "none") return false;
+  if (mode == "required")
+    throw bad_request("tool_choice",
+                      "tool_choice \"required\" needs guided decoding, which "
+                      "serval does not have; use \"auto\" or \"none\"");
+  if (mode != "auto")
+    throw bad_request("tool_choice",
+                      fmt::format("tool_choice must be \"none\" or \"auto\", got \"{}\"", mode));
+  if (!has_tools) throw bad_request("tool_choice", "tool_choice \"auto\" needs tools");
+  if (!ctx.auto_tool_choice)
+    throw bad_request("tool_choice",
+                      "\"auto\" tool choice requires --enable-auto-tool-choice and "
+                      "--tool-call-parser to be set");
+  return true;
+}
+
 }  // namespace
 
 GenerationRequest parse_completion_request(const Json& body, const ModelContext& ctx) {
@@ -419,6 +451,7 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
   } else if (want_logprobs) {
     req.logprobs = 0;
   }
+  req.parse_tool_calls = parse_tool_choice(body, ctx);
   std::string text = render_chat(body, ctx, true);
   bool add_special = get_bool(body, "add_special_tokens").value_or(false);
   PromptInput p;

@@ -37,6 +37,7 @@ struct GenerationRequest {
   // reports its prompt tokens' logprobs in `logprobs` (echo_logprobs).
   int prompt_logprobs = -1;
   bool echo_logprobs = false;
+  bool parse_tool_calls = false;  // chat with tools, tool_choice auto, the server's parser on
   bool skip_special_tokens = true;
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:<id>" (vLLM)
 };
@@ -47,6 +48,7 @@ struct ModelContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;         // may be null
   const tokenizer::ChatTemplate* chat_template = nullptr;  // may be null
   int max_logprobs = 20;
+  bool auto_tool_choice = false;  // serve --enable-auto-tool-choice --tool-call-parser hermes
 };
 
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.

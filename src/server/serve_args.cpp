@@ -47,6 +47,8 @@ constexpr KnownFlag kKnown[] = {
     {"--generation-config", true},
     {"--chat-template", true},
     {"--max-logprobs", true},
+    {"--enable-auto-tool-choice", false},
+    {"--tool-call-parser", true},
     {"--device", true},
     {"--enforce-eager", false},
     {"--nvfp4-activations", false},
@@ -264,6 +266,12 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--chat-template", e.chat_template,
                  "Chat template: a file, or the template itself (default: the tokenizer's)");
   app.add_option("--max-logprobs", e.max_logprobs, "Max logprobs per token")->capture_default_str();
+  bool auto_tool_choice = false;
+  std::string tool_call_parser;
+  app.add_flag("--enable-auto-tool-choice", auto_tool_choice,
+               "Parse tool calls out of chat outputs when a request has tools");
+  app.add_option("--tool-call-parser", tool_call_parser,
+                 "The tool call format of --enable-auto-tool-choice: hermes (Hermes, Qwen)");
   app.add_option("--device", e.device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--enforce-eager", e.enforce_eager, "Disable CUDA graphs");
@@ -327,6 +335,12 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   if (s.port < 0 || s.port > 65535)
     throw InvalidArgument(fmt::format("--port {}: out of range", s.port));
   if (e.max_logprobs < 0) throw InvalidArgument("--max-logprobs must be >= 0");
+  if (!tool_call_parser.empty() && tool_call_parser != "hermes")
+    throw InvalidArgument("--tool-call-parser " + tool_call_parser +
+                          ": unknown parser (choices: hermes)");
+  if (auto_tool_choice && tool_call_parser.empty())
+    throw InvalidArgument("--enable-auto-tool-choice needs --tool-call-parser (choices: hermes)");
+  s.auto_tool_choice = auto_tool_choice;
   s.max_logprobs = e.max_logprobs;
   if (!s.served_model_names.empty()) e.served_model_name = s.served_model_names.front();
   return out;

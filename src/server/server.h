@@ -17,6 +17,7 @@ struct ServerOptions {
   std::vector<std::string> served_model_names;
   std::string api_key;
   int max_logprobs = 20;
+  bool auto_tool_choice = false;  // --enable-auto-tool-choice with the hermes parser
   size_t max_body_bytes = size_t{32} << 20;
   int read_timeout_s = 60;
 };

@@ -18,13 +18,15 @@ using testing::sse_events;
 
 class ServerTest : public ::testing::Test {
  protected:
-  void start(int delay_ms = 0, int queue_cap = 64, std::string api_key = "") {
-    engine_ = std::make_unique<FakeEngine>(delay_ms, queue_cap);
+  void start(int delay_ms = 0, int queue_cap = 64, std::string api_key = "",
+             bool auto_tool_choice = false, int max_model_len = 64) {
+    engine_ = std::make_unique<FakeEngine>(delay_ms, queue_cap, max_model_len);
     ServerOptions o;
     o.host = "127.0.0.1";
     o.port = 0;
     o.api_key = std::move(api_key);
     o.max_logprobs = 5;
+    o.auto_tool_choice = auto_tool_choice;
     server_ = std::make_unique<Server>(*engine_, o);
     port_ = server_->start();
   }
@@ -303,6 +305,71 @@ TEST_F(ServerTest, PromptLogprobsAndEchoWithLogprobs) {
       "prompt_logprobs");
   expect_error(post("/v1/completions", {{"prompt", "abc"}, {"prompt_logprobs", 99}}), 400,
                "prompt_logprobs");
+}
+
+// --enable-auto-tool-choice (hermes): <tool_call> blocks of a chat output become tool_calls, the
+// text before them the content, finish_reason "tool_calls"; streamed, the content stops short of
+// the first block and the calls come in one delta. The fake engine echoes the rendered prompt.
+TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
+  const json tools =
+      json::array({{{"type", "function"},
+                    {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}}});
+  const std::string content =
+      "Sure.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
+      "</tool_call><tool_call>{\"name\": \"f\"}</tool_call>";
+  const std::string prompt = "<user>" + content + "\n<assistant>";  // the fake chat template
+  json body = {{"messages", {{{"role", "user"}, {"content", content}}}},
+               {"tools", tools},
+               {"max_tokens", prompt.size()}};
+  // Without the server flag, tools with tool_choice auto (the default) are refused, as by vLLM.
+  expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
+
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", /*auto_tool_choice=*/true, /*max_model_len=*/512);
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json choice = json::parse(r.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  json msg = choice["message"];
+  EXPECT_EQ(msg["content"], "<user>Sure.");
+  ASSERT_EQ(msg["tool_calls"].size(), 2u) << msg.dump();
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}}));
+  EXPECT_EQ(msg["tool_calls"][1]["function"]["arguments"], "{}");
+  EXPECT_NE(msg["tool_calls"][0]["id"], msg["tool_calls"][1]["id"]);
+
+  body["stream"] = true;
+  auto s = post("/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200);
+  std::string streamed;
+  json calls = json::array();
+  std::string finish;
+  for (const std::string& ev : sse_events(s.body)) {
+    if (ev == "[DONE]") break;
+    json c = json::parse(ev)["choices"][0];
+    if (c["delta"].contains("content")) streamed += c["delta"]["content"].get<std::string>();
+    if (c["delta"].contains("tool_calls"))
+      for (const json& t : c["delta"]["tool_calls"]) calls.push_back(t);
+    if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(streamed, "<user>Sure.");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1]["index"], 1);
+  EXPECT_EQ(calls[1]["function"]["name"], "f");
+  EXPECT_EQ(finish, "tool_calls");
+
+  // tool_choice none: the text as it came; required and named functions are refused.
+  body["stream"] = false;
+  body["tool_choice"] = "none";
+  auto none = post("/v1/chat/completions", body);
+  EXPECT_EQ(json::parse(none.body)["choices"][0]["message"]["content"], prompt);
+  body["tool_choice"] = "required";
+  expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "f"}}}};
+  expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
 }
 
 TEST_F(ServerTest, StreamingChatStartsWithRoleAndHoldsBackStops) {

@@ -67,6 +67,22 @@ TEST(ServeArgs, ModelFlagAndDefaults) {
   EXPECT_THROW(parse_serve_args({"--port", "1"}, nullptr), InvalidArgument);  // no model
 }
 
+// vLLM's tool-calling flags: the parser is required with --enable-auto-tool-choice, and only
+// hermes is known.
+TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
+  EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.auto_tool_choice);
+  EXPECT_TRUE(
+      parse_serve_args({"/m", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"}, nullptr)
+          .server.auto_tool_choice);
+  EXPECT_THROW(parse_serve_args({"/m", "--enable-auto-tool-choice"}, nullptr), InvalidArgument);
+  try {
+    parse_serve_args({"/m", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"}, nullptr);
+    ADD_FAILURE() << "accepted an unknown parser";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("choices: hermes"), std::string::npos) << e.what();
+  }
+}
+
 // On by default as in vLLM; --no-async-scheduling turns it off, --async-scheduling is accepted.
 TEST(ServeArgs, AsyncSchedulingDefaultAndSwitches) {
   EXPECT_TRUE(parse_serve_args({"/m"}, nullptr).engine.async_scheduling);

@@ -59,7 +59,8 @@ inline std::unique_ptr<tokenizer::Tokenizer> make_byte_tokenizer() {
 // QueueFull when `queue_cap` requests are active.
 class FakeEngine final : public runtime::Engine {
  public:
-  explicit FakeEngine(int delay_ms = 0, int queue_cap = 64) : delay_ms_(delay_ms), cap_(queue_cap) {
+  explicit FakeEngine(int delay_ms = 0, int queue_cap = 64, int max_model_len = 64)
+      : delay_ms_(delay_ms), cap_(queue_cap) {
     tok_ = make_byte_tokenizer();
     tmpl_ = std::make_unique<tokenizer::ChatTemplate>(
         "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
@@ -72,7 +73,7 @@ class FakeEngine final : public runtime::Engine {
     info_.device = "cpu";
     info_.moe_backend = "latency";
     info_.num_parameters = 1234;
-    info_.max_model_len = 64;
+    info_.max_model_len = max_model_len;
     info_.vocab_size = tok_->vocab_size();
     info_.kv_cache_tokens = 1024;
     info_.eos_token_ids = {kEosId};
