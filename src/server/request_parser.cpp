@@ -417,7 +417,14 @@ std::string render_chat(const Json& body, const ModelContext& ctx, bool default_
   if (!ctx.chat_template)
     throw bad_request("messages", "the model has no chat template; use /v1/completions");
   const auto& tok = need_tokenizer(ctx, "messages");
-  bool add_gen = get_bool(body, "add_generation_prompt").value_or(default_add_gen_prompt);
+  const std::optional<bool> add_gen_asked = get_bool(body, "add_generation_prompt");
+  // continue_final_message (vLLM, transformers): the prompt ends inside the last message, which
+  // the model continues; no generation prompt.
+  const bool continue_final = get_bool(body, "continue_final_message").value_or(false);
+  if (continue_final && add_gen_asked.value_or(false))
+    throw bad_request("continue_final_message",
+                      "continue_final_message and add_generation_prompt cannot both be true");
+  const bool add_gen = !continue_final && add_gen_asked.value_or(default_add_gen_prompt);
   Json tools = field(body, "tools") ? body["tools"] : Json();
   Json extra = Json::object();
   if (const Json* kw = field(body, "chat_template_kwargs")) {
@@ -425,12 +432,26 @@ std::string render_chat(const Json& body, const ModelContext& ctx, bool default_
       throw bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     extra = *kw;
   }
+  std::string rendered;
   try {
-    return ctx.chat_template->render(messages, add_gen, tools, tok.bos_token(), tok.eos_token(),
-                                     extra);
+    rendered = ctx.chat_template->render(messages, add_gen, tools, tok.bos_token(), tok.eos_token(),
+                                         extra);
   } catch (const InvalidArgument& e) {
     throw bad_request("messages", std::string("chat template: ") + e.what());
   }
+  if (continue_final) {  // cut after the last message's text (trimmed: templates may trim it)
+    const Json& last = messages.back()["content"];
+    std::string text = last.is_string() ? last.get<std::string>() : std::string();
+    const size_t b = text.find_first_not_of(" \t\r\n");
+    text = b == std::string::npos ? "" : text.substr(b, text.find_last_not_of(" \t\r\n") - b + 1);
+    const size_t at = text.empty() ? std::string::npos : rendered.rfind(text);
+    if (at == std::string::npos)
+      throw bad_request("continue_final_message",
+                        "continue_final_message needs a final message whose text appears in the "
+                        "rendered chat");
+    rendered.resize(at + text.size());
+  }
+  return rendered;
 }
 
 GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) {

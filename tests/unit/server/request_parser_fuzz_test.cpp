@@ -56,6 +56,8 @@ const std::vector<std::string> kFields = {"model",
                                           "response_format",
                                           "truncate_prompt_tokens",
                                           "prompt_logprobs",
+                                          "continue_final_message",
+                                          "tool_choice",
                                           "unknown_field"};
 
 class Fuzzer {

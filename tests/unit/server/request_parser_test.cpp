@@ -224,6 +224,35 @@ TEST_F(RequestParserTest, TruncatePromptTokensKeepsTheLastTokens) {
   }
 }
 
+// continue_final_message: the prompt stops right after the last message's (trimmed) text, with
+// no end-of-turn and no generation prompt; with add_generation_prompt true it is a 400.
+TEST_F(RequestParserTest, ContinueFinalMessage) {
+  tokenizer::ChatTemplate tmpl(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</s>{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}");
+  ctx_.chat_template = &tmpl;
+  const Json messages = Json::array({Json{{"role", "user"}, {"content", "Name a fruit."}},
+                                     Json{{"role", "assistant"}, {"content", "It is a "}}});
+  EXPECT_EQ(render_chat(Json{{"messages", messages}}, ctx_, true),
+            "<user>Name a fruit.</s><assistant>It is a</s><assistant>");
+  EXPECT_EQ(render_chat(Json{{"messages", messages}, {"continue_final_message", true}}, ctx_, true),
+            "<user>Name a fruit.</s><assistant>It is a");
+  for (const Json& body :
+       {Json{{"messages", messages},
+             {"continue_final_message", true},
+             {"add_generation_prompt", true}},
+        Json{{"messages", Json::array({Json{{"role", "assistant"}, {"content", "  "}}})},
+             {"continue_final_message", true}}}) {
+    try {
+      render_chat(body, ctx_, true);
+      ADD_FAILURE() << "accepted " << body.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "continue_final_message");
+    }
+  }
+}
+
 // Found by request_parser_fuzz_test: a content part whose "type" is not a string threw
 // nlohmann's type_error (a 500) instead of the 400 for a malformed part.
 TEST_F(RequestParserTest, ContentPartWithNonStringTypeIsA400) {
