@@ -145,6 +145,20 @@ void check_response_format(const Json& body) {
                                   t));
 }
 
+// Generation modes serval does not have, refused rather than ignored: beam search, best_of
+// candidates beyond n, and (completions) an insertion suffix.
+void check_unsupported_modes(const Json& body, int n) {
+  if (get_bool(body, "use_beam_search").value_or(false))
+    throw bad_request("use_beam_search", "beam search is not supported by serval");
+  if (auto best_of = get_int(body, "best_of"); best_of && *best_of != n)
+    throw bad_request("best_of", fmt::format("best_of must equal n ({}): serval returns every "
+                                             "sequence it generates, got {}",
+                                             n, *best_of));
+  if (const Json* suffix = field(body, "suffix");
+      suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
+    throw bad_request("suffix", "suffix (insertion) is not supported by serval");
+}
+
 // Fields common to completions and chat.
 void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
   auto& s = req.sampling;
@@ -226,6 +240,7 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
     s.allowed_token_ids = token_list(*ids, ctx, "allowed_token_ids");
   }
   check_response_format(body);
+  check_unsupported_modes(body, req.n);
   if (auto v = get_bool(body, "skip_special_tokens")) req.skip_special_tokens = *v;
   if (auto v = get_bool(body, "return_tokens_as_token_ids")) req.return_tokens_as_token_ids = *v;
   if (auto v = get_bool(body, "stream")) req.stream = *v;

@@ -58,6 +58,9 @@ const std::vector<std::string> kFields = {"model",
                                           "prompt_logprobs",
                                           "continue_final_message",
                                           "tool_choice",
+                                          "best_of",
+                                          "use_beam_search",
+                                          "suffix",
                                           "unknown_field"};
 
 class Fuzzer {

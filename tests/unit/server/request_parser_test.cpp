@@ -253,6 +253,17 @@ TEST_F(RequestParserTest, ContinueFinalMessage) {
   }
 }
 
+// Modes serval lacks are refused, not ignored; their harmless spellings pass.
+TEST_F(RequestParserTest, UnsupportedModesAreRefused) {
+  EXPECT_NO_THROW(parse_completion_request(
+      Json{{"prompt", "x"}, {"n", 2}, {"best_of", 2}, {"suffix", ""}, {"use_beam_search", false}},
+      ctx_));
+  EXPECT_EQ(completion_error(Json{{"prompt", "x"}, {"use_beam_search", true}}, ctx_).param(),
+            "use_beam_search");
+  EXPECT_EQ(completion_error(Json{{"prompt", "x"}, {"best_of", 3}}, ctx_).param(), "best_of");
+  EXPECT_EQ(completion_error(Json{{"prompt", "x"}, {"suffix", "end"}}, ctx_).param(), "suffix");
+}
+
 // Found by request_parser_fuzz_test: a content part whose "type" is not a string threw
 // nlohmann's type_error (a 500) instead of the 400 for a malformed part.
 TEST_F(RequestParserTest, ContentPartWithNonStringTypeIsA400) {
