@@ -36,6 +36,7 @@ struct Sequence {
   double last_token_s = 0;
   std::vector<runtime::LogprobEntry> prompt_logprobs;  // entry i: prompt token i + 1
   size_t content_sent = 0;  // tool parsing (stream): bytes of `text` sent as content
+  bool echo_logprobs_added = false;
 };
 
 namespace {
@@ -219,6 +220,10 @@ void GenerationJob::on_output(size_t seq, const runtime::RequestOutput& out) {
     return fail(500, "the engine failed: " + out.error);
   }
   if (!out.prompt_logprobs.empty()) s.prompt_logprobs = out.prompt_logprobs;
+  if (req_.echo_logprobs && !s.echo_logprobs_added && !out.new_token_ids.empty()) {
+    add_echo_logprobs(s);  // the first update with tokens carries the prompt's logprobs
+    s.echo_logprobs_added = true;
+  }
   double now = now_seconds();
   if (!out.new_token_ids.empty()) {
     if (!s.first_token_seen)
@@ -320,20 +325,20 @@ Json GenerationJob::prompt_logprobs_json(const Sequence& s) const {
   return list;
 }
 
-// Echo with logprobs (completions): the prompt tokens' entries before the generated ones, the
-// first prompt token's logprob and alternatives null, as vLLM reports them.
-Json GenerationJob::echo_logprobs_json(const Sequence& s) const {
+// Echo with logprobs (completions): the prompt tokens' entries go into the logprobs before the
+// generated ones (streamed: in the first chunk, with the echoed text), the first prompt token's
+// logprob and alternatives null, as vLLM reports them.
+void GenerationJob::add_echo_logprobs(Sequence& s) const {
   const std::vector<int32_t>& ids = req_.prompts[s.prompt_index].token_ids;
-  Json lp = empty_completion_logprobs();
   size_t offset = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::string tok = token_text(ids[i]);
-    lp["tokens"].push_back(tok);
-    lp["text_offset"].push_back(offset);
+    s.logprobs["tokens"].push_back(tok);
+    s.logprobs["text_offset"].push_back(offset);
     offset += tok.size();
     if (i == 0 || i > s.prompt_logprobs.size()) {
-      lp["token_logprobs"].push_back(nullptr);
-      lp["top_logprobs"].push_back(nullptr);
+      s.logprobs["token_logprobs"].push_back(nullptr);
+      s.logprobs["top_logprobs"].push_back(nullptr);
       continue;
     }
     const runtime::LogprobEntry& e = s.prompt_logprobs[i - 1];
@@ -341,12 +346,9 @@ Json GenerationJob::echo_logprobs_json(const Sequence& s) const {
     top[tok] = e.sampled.logprob;
     for (size_t j = 0; j < e.top.size() && int(j) < req_.logprobs; ++j)
       top[token_text(e.top[j].token_id)] = e.top[j].logprob;
-    lp["token_logprobs"].push_back(e.sampled.logprob);
-    lp["top_logprobs"].push_back(std::move(top));
+    s.logprobs["token_logprobs"].push_back(e.sampled.logprob);
+    s.logprobs["top_logprobs"].push_back(std::move(top));
   }
-  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-    for (const Json& v : s.logprobs[key]) lp[key].push_back(v);
-  return lp;
 }
 
 Json GenerationJob::sequence_usage(const Sequence& s) const {
@@ -413,7 +415,6 @@ void GenerationJob::complete() {
       Json c = {{"index", s->index}};
       Json lp = req_.logprobs < 0             ? Json(nullptr)
                 : req_.kind == ApiKind::kChat ? Json{{"content", s->logprobs}}
-                : req_.echo_logprobs          ? echo_logprobs_json(*s)
                                               : s->logprobs;
       std::string finish_reason = s->finish_reason;
       if (req_.kind == ApiKind::kChat) {

@@ -42,7 +42,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   Json usage() const;
   Json prompt_logprobs_json(const Sequence& s) const;
   Json tool_stream_delta(Sequence& s) const;
-  Json echo_logprobs_json(const Sequence& s) const;
+  void add_echo_logprobs(Sequence& s) const;
   // Usage so far of one sequence: its prompt and its tokens (continuous_usage_stats chunks).
   Json sequence_usage(const Sequence& s) const;
   // Adds the sequence's usage to a stream chunk when the request asked for it in every chunk.

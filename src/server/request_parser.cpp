@@ -383,7 +383,7 @@ GenerationRequest parse_completion_request(const Json& body, const ModelContext&
         fmt::format("logprobs must be in [0, {}] (--max-logprobs), got {}", ctx.max_logprobs, *v));
     req.logprobs = static_cast<int>(*v);
   }
-  if (req.echo && req.logprobs >= 0 && !req.stream) {  // the prompt's logprobs come first
+  if (req.echo && req.logprobs >= 0) {  // the prompt's logprobs come first
     req.echo_logprobs = true;
     req.sampling.prompt_logprobs = std::max(req.sampling.prompt_logprobs, req.logprobs);
   }

@@ -33,8 +33,8 @@ struct GenerationRequest {
   bool continuous_usage = false;  // vLLM's continuous_usage_stats: usage in every chunk too
   bool echo = false;
   int logprobs = -1;  // -1: none; else the number of alternatives per token
-  // vLLM's prompt_logprobs (-1: none); a non-streamed completion with echo and logprobs also
-  // reports its prompt tokens' logprobs in `logprobs` (echo_logprobs).
+  // vLLM's prompt_logprobs (-1: none); a completion with echo and logprobs also reports its prompt
+  // tokens' logprobs in `logprobs` (echo_logprobs).
   int prompt_logprobs = -1;
   bool echo_logprobs = false;
   bool parse_tool_calls = false;  // chat with tools, tool_choice auto, the server's parser on

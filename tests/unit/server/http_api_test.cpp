@@ -264,7 +264,7 @@ TEST_F(ServerTest, StreamingWithContinuousUsageStats) {
 
 // vLLM's prompt_logprobs: null, then per prompt token an object from ids to logprob, rank and
 // decoded token (the token itself and the top alternatives); echo with logprobs puts the prompt
-// tokens' entries before the generated ones. Streaming refuses prompt_logprobs.
+// tokens' entries before the generated ones, streamed or not. Streaming refuses prompt_logprobs.
 TEST_F(ServerTest, PromptLogprobsAndEchoWithLogprobs) {
   auto r = post("/v1/completions", {{"prompt", "abc"}, {"max_tokens", 2}, {"prompt_logprobs", 1}});
   ASSERT_EQ(r.status, 200) << r.body;
@@ -299,6 +299,21 @@ TEST_F(ServerTest, PromptLogprobsAndEchoWithLogprobs) {
   EXPECT_EQ(lp["top_logprobs"][2].size(), 2u);  // "c" and one alternative
   EXPECT_EQ(lp["text_offset"], json::array({0, 1, 2, 3, 4}));
   EXPECT_FALSE(choice.contains("prompt_logprobs"));  // not asked for
+
+  // Streamed: the chunks' logprobs concatenate to the same lists.
+  auto streamed = post(
+      "/v1/completions",
+      {{"prompt", "abc"}, {"max_tokens", 2}, {"echo", true}, {"logprobs", 1}, {"stream", true}});
+  json tokens = json::array(), token_logprobs = json::array();
+  for (const std::string& ev : sse_events(streamed.body)) {
+    if (ev == "[DONE]") break;
+    const json c = json::parse(ev)["choices"][0];
+    if (c["logprobs"].is_null()) continue;
+    for (const json& t : c["logprobs"]["tokens"]) tokens.push_back(t);
+    for (const json& t : c["logprobs"]["token_logprobs"]) token_logprobs.push_back(t);
+  }
+  EXPECT_EQ(tokens, lp["tokens"]);
+  EXPECT_EQ(token_logprobs, lp["token_logprobs"]);
 
   expect_error(
       post("/v1/completions", {{"prompt", "abc"}, {"stream", true}, {"prompt_logprobs", 1}}), 400,
