@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/api_error.h"
+#include "server/logprobs_json.h"
 #include "server/stop_matcher.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -57,19 +58,6 @@ Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
     out.push_back(std::move(c));
   }
   return out;
-}
-
-Json bytes_of(const std::string& s) {
-  Json b = Json::array();
-  for (unsigned char c : s) b.push_back(static_cast<int>(c));
-  return b;
-}
-
-Json empty_completion_logprobs() {
-  return Json{{"tokens", Json::array()},
-              {"token_logprobs", Json::array()},
-              {"top_logprobs", Json::array()},
-              {"text_offset", Json::array()}};
 }
 
 }  // namespace
@@ -170,27 +158,15 @@ std::string GenerationJob::token_text(int32_t id) const {
   return ctx_.tokenizer->decode(std::span<const int32_t>(ids, 1), false);
 }
 
+TokenText GenerationJob::token_texts() const {
+  return [this](int32_t id) { return token_text(id); };
+}
+
 void GenerationJob::add_logprobs(Sequence& s, const runtime::LogprobEntry& e) {
-  std::string tok = token_text(e.sampled.token_id);
-  if (req_.kind == ApiKind::kChat) {
-    Json top = Json::array();
-    for (const auto& t : e.top) {
-      std::string tt = token_text(t.token_id);
-      top.push_back({{"token", tt}, {"logprob", t.logprob}, {"bytes", bytes_of(tt)}});
-    }
-    s.logprobs.push_back({{"token", tok},
-                          {"logprob", e.sampled.logprob},
-                          {"bytes", bytes_of(tok)},
-                          {"top_logprobs", std::move(top)}});
-  } else {
-    Json top = Json::object();
-    top[tok] = e.sampled.logprob;
-    for (const auto& t : e.top) top[token_text(t.token_id)] = t.logprob;
-    s.logprobs["tokens"].push_back(tok);
-    s.logprobs["token_logprobs"].push_back(e.sampled.logprob);
-    s.logprobs["top_logprobs"].push_back(std::move(top));
-    s.logprobs["text_offset"].push_back(s.decoded_bytes);
-  }
+  if (req_.kind == ApiKind::kChat)
+    s.logprobs.push_back(chat_logprob(e, token_texts()));
+  else
+    append_completion_logprob(s.logprobs, e, s.decoded_bytes, token_texts());
 }
 
 void GenerationJob::emit_text(Sequence& s, const std::string& text) {
@@ -221,7 +197,10 @@ void GenerationJob::on_output(size_t seq, const runtime::RequestOutput& out) {
   }
   if (!out.prompt_logprobs.empty()) s.prompt_logprobs = out.prompt_logprobs;
   if (req_.echo_logprobs && !s.echo_logprobs_added && !out.new_token_ids.empty()) {
-    add_echo_logprobs(s);  // the first update with tokens carries the prompt's logprobs
+    // The first update with tokens carries the prompt's logprobs: the echoed prompt's entries go
+    // before the generated ones (streamed: in the first chunk, with the echoed text).
+    append_echo_logprobs(s.logprobs, req_.prompts[s.prompt_index].token_ids, s.prompt_logprobs,
+                         req_.logprobs, token_texts());
     s.echo_logprobs_added = true;
   }
   double now = now_seconds();
@@ -307,50 +286,6 @@ Json GenerationJob::tool_stream_delta(Sequence& s) const {
   return delta;
 }
 
-// vLLM's prompt_logprobs: null for the first prompt token, then per token an object from token
-// ids to {logprob, rank, decoded_token}: the prompt token itself and the top alternatives.
-Json GenerationJob::prompt_logprobs_json(const Sequence& s) const {
-  Json list = Json::array({nullptr});
-  for (const runtime::LogprobEntry& e : s.prompt_logprobs) {
-    Json entry = Json::object();
-    entry[std::to_string(e.sampled.token_id)] = {{"logprob", e.sampled.logprob},
-                                                 {"rank", e.rank},
-                                                 {"decoded_token", token_text(e.sampled.token_id)}};
-    for (size_t i = 0; i < e.top.size(); ++i)
-      entry[std::to_string(e.top[i].token_id)] = {{"logprob", e.top[i].logprob},
-                                                  {"rank", int(i) + 1},
-                                                  {"decoded_token", token_text(e.top[i].token_id)}};
-    list.push_back(std::move(entry));
-  }
-  return list;
-}
-
-// Echo with logprobs (completions): the prompt tokens' entries go into the logprobs before the
-// generated ones (streamed: in the first chunk, with the echoed text), the first prompt token's
-// logprob and alternatives null, as vLLM reports them.
-void GenerationJob::add_echo_logprobs(Sequence& s) const {
-  const std::vector<int32_t>& ids = req_.prompts[s.prompt_index].token_ids;
-  size_t offset = 0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const std::string tok = token_text(ids[i]);
-    s.logprobs["tokens"].push_back(tok);
-    s.logprobs["text_offset"].push_back(offset);
-    offset += tok.size();
-    if (i == 0 || i > s.prompt_logprobs.size()) {
-      s.logprobs["token_logprobs"].push_back(nullptr);
-      s.logprobs["top_logprobs"].push_back(nullptr);
-      continue;
-    }
-    const runtime::LogprobEntry& e = s.prompt_logprobs[i - 1];
-    Json top = Json::object();
-    top[tok] = e.sampled.logprob;
-    for (size_t j = 0; j < e.top.size() && int(j) < req_.logprobs; ++j)
-      top[token_text(e.top[j].token_id)] = e.top[j].logprob;
-    s.logprobs["token_logprobs"].push_back(e.sampled.logprob);
-    s.logprobs["top_logprobs"].push_back(std::move(top));
-  }
-}
-
 Json GenerationJob::sequence_usage(const Sequence& s) const {
   const auto prompt = static_cast<int64_t>(req_.prompts[s.prompt_index].token_ids.size());
   const int64_t completion = s.num_tokens;
@@ -433,13 +368,13 @@ void GenerationJob::complete() {
       c["logprobs"] = std::move(lp);
       c["finish_reason"] = finish_reason;
       if (req_.prompt_logprobs >= 0 && req_.kind == ApiKind::kCompletion)
-        c["prompt_logprobs"] = prompt_logprobs_json(*s);
+        c["prompt_logprobs"] = prompt_logprobs_json(s->prompt_logprobs, token_texts());
       choices.push_back(std::move(c));
     }
     body["choices"] = std::move(choices);
     // Chat: one list for the request (every choice has the same prompt), as vLLM reports it.
     if (req_.prompt_logprobs >= 0 && req_.kind == ApiKind::kChat && !seqs_.empty())
-      body["prompt_logprobs"] = prompt_logprobs_json(*seqs_.front());
+      body["prompt_logprobs"] = prompt_logprobs_json(seqs_.front()->prompt_logprobs, token_texts());
     body["usage"] = usage();
     res_->send(200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace));
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "server/http_server.h"
+#include "server/logprobs_json.h"
 #include "server/metrics.h"
 #include "server/request_parser.h"
 
@@ -39,10 +40,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void complete();
   void fail(int status, const std::string& message);
   std::string token_text(int32_t id) const;
+  TokenText token_texts() const;  // token_text as a function object
   Json usage() const;
-  Json prompt_logprobs_json(const Sequence& s) const;
   Json tool_stream_delta(Sequence& s) const;
-  void add_echo_logprobs(Sequence& s) const;
   // Usage so far of one sequence: its prompt and its tokens (continuous_usage_stats chunks).
   Json sequence_usage(const Sequence& s) const;
   // Adds the sequence's usage to a stream chunk when the request asked for it in every chunk.
