@@ -382,10 +382,14 @@ class EngineImpl final : public Engine {
     const int64_t prompt_tokens = prompt_tokens_of(out);
     // When every sampled token is a plain argmax, it is taken on the device and only token ids
     // come back (a decode step's logits are batch × vocab floats).
+    // (Prompt logprobs need the rows of every position: a step with them is never all greedy.)
     bool all_greedy = true;
-    for (const sched::ScheduledChunk& c : out.chunks)
-      if (c.samples_token) all_greedy = all_greedy && plain_greedy(*requests_.at(c.request->id));
-    for (const SeqChunk& c : chunks) all_greedy = all_greedy && c.logits != SeqChunk::Logits::kAll;
+    for (size_t i = 0; i < out.chunks.size(); ++i) {
+      const sched::ScheduledChunk& c = out.chunks[i];
+      if (chunks[i].logits == SeqChunk::Logits::kAll ||
+          (c.samples_token && !plain_greedy(*requests_.at(c.request->id))))
+        all_greedy = false;
+    }
     std::vector<int32_t> greedy_ids;
     std::vector<float> logits;
     const double model_start = now_seconds();
@@ -399,23 +403,25 @@ class EngineImpl final : public Engine {
                                          [](const auto& c) { return c.samples_token; })));
     const size_t vocab = size_t(config_.vocab_size);
     size_t row = 0;
+    // Each chunk's rows in order: one per position (kAll), its last (kLast) or none; a sampling
+    // chunk samples from its last row.
     for (size_t i = 0; i < out.chunks.size(); ++i) {
       const sched::ScheduledChunk& c = out.chunks[i];
+      const SeqChunk::Logits mode = chunks[i].logits;
+      const size_t rows = mode == SeqChunk::Logits::kAll    ? size_t(c.num_new_tokens)
+                          : mode == SeqChunk::Logits::kLast ? 1
+                                                            : 0;
       EngineRequest& r = *requests_.at(c.request->id);
-      if (chunks[i].logits == SeqChunk::Logits::kAll) {  // rows of every position, in order
+      if (mode == SeqChunk::Logits::kAll)
         add_prompt_logprobs(r, c.start_position, c.num_new_tokens, &logits[row * vocab]);
-        row += size_t(c.num_new_tokens) - 1;  // the last row is this chunk's sampling row
-        if (!c.samples_token) {
-          ++row;
-          continue;
-        }
+      if (c.samples_token) {
+        const size_t last = row + rows - 1;
+        if (all_greedy)
+          emit_token(r, greedy_ids[last], std::nullopt);
+        else
+          sample_token(r, std::span<float>(&logits[last * vocab], vocab));
       }
-      if (!c.samples_token) continue;
-      if (all_greedy) {
-        emit_token(r, greedy_ids[row++], std::nullopt);
-      } else {
-        sample_token(r, std::span<float>(&logits[row++ * vocab], vocab));
-      }
+      row += rows;
     }
     add_step_stats(prompt_tokens, model_seconds, start);
   }

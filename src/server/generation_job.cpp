@@ -47,6 +47,12 @@ std::string random_id(const char* prefix) {
   return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
 }
 
+Json usage_json(int64_t prompt, int64_t completion) {
+  return Json{{"prompt_tokens", prompt},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt + completion}};
+}
+
 // OpenAI's message.tool_calls (a stream's delta.tool_calls with `index`).
 Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
   Json out = Json::array();
@@ -258,9 +264,7 @@ Json GenerationJob::usage() const {
   int64_t prompt = 0, completion = 0;
   for (const auto& p : req_.prompts) prompt += static_cast<int64_t>(p.token_ids.size());
   for (const auto& s : seqs_) completion += s->num_tokens;
-  return Json{{"prompt_tokens", prompt},
-              {"completion_tokens", completion},
-              {"total_tokens", prompt + completion}};
+  return usage_json(prompt, completion);
 }
 
 // Tool parsing in a chat stream: content goes out up to where a <tool_call> may begin; when the
@@ -287,11 +291,8 @@ Json GenerationJob::tool_stream_delta(Sequence& s) const {
 }
 
 Json GenerationJob::sequence_usage(const Sequence& s) const {
-  const auto prompt = static_cast<int64_t>(req_.prompts[s.prompt_index].token_ids.size());
-  const int64_t completion = s.num_tokens;
-  return Json{{"prompt_tokens", prompt},
-              {"completion_tokens", completion},
-              {"total_tokens", prompt + completion}};
+  return usage_json(static_cast<int64_t>(req_.prompts[s.prompt_index].token_ids.size()),
+                    s.num_tokens);
 }
 
 void GenerationJob::add_continuous_usage(Json& chunk, const Sequence& s) const {
