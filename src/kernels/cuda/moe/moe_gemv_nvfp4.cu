@@ -249,16 +249,13 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
 
   uint4 wq[kDepth];
   uint2 sq[kDepth];
-  int lc = KT > 0 ? q0 / KT : 0, lkb = KT > 0 ? q0 % KT : 0;  // next tile to load
+  DownTileWalk next(q0, KT);  // the next tile to load
   auto load = [&](int i, int slot) {
     if (i < n) {
-      const int ex = c_expert[lc];
-      wq[slot] = ld_stream16(codes + size_t(ex) * expert_codes + size_t(lkb) * 512);
-      sq[slot] = ld_nc8(scales + size_t(ex) * expert_scales + size_t(lkb) * 64);
-      if (++lkb == KT) {
-        lkb = 0;
-        ++lc;
-      }
+      const int ex = c_expert[next.c];
+      wq[slot] = ld_stream16(codes + size_t(ex) * expert_codes + size_t(next.kb) * 512);
+      sq[slot] = ld_nc8(scales + size_t(ex) * expert_scales + size_t(next.kb) * 64);
+      next.advance();
     }
   };
 #pragma unroll
@@ -272,30 +269,16 @@ __device__ __forceinline__ void down_body(const MoeGemvNvfp4Params& p, const Moe
   __syncthreads();  // activations staged
 
   float acc[4] = {0, 0, 0, 0};
-  int vc = KT > 0 ? q0 / KT : 0, vkb = KT > 0 ? q0 % KT : 0;  // tile being multiplied
+  DownTileWalk cur(q0, KT);  // the tile being multiplied
   for (int i0 = 0; i0 < n; i0 += kDepth) {
 #pragma unroll
     for (int s = 0; s < kDepth; ++s) {
       const int i = i0 + s;
       if (i >= n) break;
       uint4 b01, b23;
-      load_b(dead ? zeros : acts + size_t(vc) * (p.inter / 2), dead ? 0 : vkb, t4, b01, b23);
+      load_b(dead ? zeros : acts + size_t(cur.c) * (p.inter / 2), dead ? 0 : cur.kb, t4, b01, b23);
       mma_tile(acc, wq[s], sq[s], b01, b23, lut);
-      const bool choice_done = vkb + 1 == KT;
-      if (choice_done || i + 1 == n) {  // this warp's last tile of choice vc
-        if (t4 == 0) {
-          part[(vc * kWarps + warp) * 16 + g] = acc[0];
-          part[(vc * kWarps + warp) * 16 + g + 8] = acc[2];
-        }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[r] = 0.0f;
-      }
-      if (choice_done) {
-        vkb = 0;
-        ++vc;
-      } else {
-        ++vkb;
-      }
+      cur.end_tile<kWarps>(acc, i + 1 == n, part, warp, lane);
       load(i + kDepth, s);
     }
   }

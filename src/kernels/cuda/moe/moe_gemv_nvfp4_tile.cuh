@@ -90,6 +90,36 @@ __device__ __forceinline__ void zero_words(uint32_t* z) {
   if (threadIdx.x < 32) z[threadIdx.x] = 0u;
 }
 
+// A warp's walk over its down tiles q = c·KT + kb, q from q0 on (KT = inter/64 tiles per choice,
+// choices in order): c and kb of the current tile.
+struct DownTileWalk {
+  int c, kb, KT;
+  __device__ __forceinline__ DownTileWalk(int q0, int KT_)
+      : c(KT_ > 0 ? q0 / KT_ : 0), kb(KT_ > 0 ? q0 % KT_ : 0), KT(KT_) {}
+  __device__ __forceinline__ void advance() {
+    if (++kb == KT) {
+      kb = 0;
+      ++c;
+    }
+  }
+  // After the current tile's MMAs into acc: when it is choice c's last tile or the warp's last
+  // (`last_of_range`), lanes t4 = 0 store rows g and g + 8 of acc as the warp's partial
+  // part[c][warp][16] (the layout combine_down_strip reads) and acc is cleared; then the next tile.
+  template <int kWarps>
+  __device__ __forceinline__ void end_tile(float (&acc)[4], bool last_of_range, float* part,
+                                           int warp, int lane) {
+    if (kb + 1 == KT || last_of_range) {
+      if ((lane & 3) == 0) {
+        part[(c * kWarps + warp) * 16 + (lane >> 2)] = acc[0];
+        part[(c * kWarps + warp) * 16 + (lane >> 2) + 8] = acc[2];
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[r] = 0.0f;
+    }
+    advance();
+  }
+};
+
 // The down stage's epilogue for one 16-row output strip, called by every thread of the CTA after
 // its warps stored their partials part[c][w][16] (c < n_local choices, w < kWarps; warp w covered
 // tiles [w·N/W, (w+1)·N/W) of the N = n_local·KT, in choice order). Per choice: the partials of

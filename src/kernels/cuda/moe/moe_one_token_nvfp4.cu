@@ -363,29 +363,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const int DN = n_local * down_KT;
     const int d0 = warp * DN / kWarps, dn = (warp + 1) * DN / kWarps - d0;
     float acc[4] = {0, 0, 0, 0};
-    int vc = down_KT > 0 ? d0 / down_KT : 0, vkb = down_KT > 0 ? d0 % down_KT : 0;
+    DownTileWalk cur(d0, down_KT);
     for (int i = 0; i < dn; ++i) {
-      const int tile = vc * down_KT + vkb;
+      const int tile = cur.c * down_KT + cur.kb;
       const uint4 w = *reinterpret_cast<const uint4*>(down_codes + size_t(tile) * 512 + 16 * lane);
       const uint2 s = *reinterpret_cast<const uint2*>(down_scales + size_t(tile) * 64 + 8 * g);
       uint4 b01, b23;
-      load_b(dead ? zeros : acts + size_t(vc) * (I / 2), dead ? 0 : vkb, t4, b01, b23);
+      load_b(dead ? zeros : acts + size_t(cur.c) * (I / 2), dead ? 0 : cur.kb, t4, b01, b23);
       mma_tile(acc, w, s, b01, b23, lut);
-      const bool choice_done = vkb + 1 == down_KT;
-      if (choice_done || i + 1 == dn) {  // this warp's last tile of choice vc
-        if (t4 == 0) {
-          down_part[(vc * kWarps + warp) * 16 + g] = acc[0];
-          down_part[(vc * kWarps + warp) * 16 + g + 8] = acc[2];
-        }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[r] = 0.0f;
-      }
-      if (choice_done) {
-        vkb = 0;
-        ++vc;
-      } else {
-        ++vkb;
-      }
+      cur.end_tile<kWarps>(acc, i + 1 == dn, down_part, warp, lane);
     }
     combine_down_strip<kWarps>(
         down_part, ys, n_local, down_KT, s_choice_expert, ex.down_global,
