@@ -35,7 +35,6 @@
 #include "kernels/cuda/misc/timeline_probe.h"
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_norm_router.h"
-#include "kernels/cuda/moe/moe_one_token_nvfp4.h"
 #include "kernels/cuda/norm_rope/qk_norm_rope_kv.h"
 #include "kernels/cuda/norm_rope/rms_norm.h"
 #include "kernels/cuda/quant/nvfp4_dequant.h"
@@ -631,18 +630,6 @@ class CudaBackend final : public Backend {
     // 2.235-2.238 ms vs 2.276-2.297 (norm+router 4.5 instead of 7.7 us per layer, gate_up 12.7
     // instead of 10.3); 2 tokens 2.784-2.808 vs 2.681-2.683, hence the default of 1.
     const bool route_in_gemv = T <= moe_route_in_gemv_tokens_ && moe::moe_runs_gemv(c.args);
-    // One token on the NVFP4 expert GEMVs without padding: the whole block in one persistent
-    // kernel (kernels/cuda/moe/moe_one_token_nvfp4.h) with SERVAL_MOE_ONE_TOKEN_FUSED=1 (off by
-    // default until measured on the GPU).
-    if (route_in_gemv && T == 1 && moe_one_token_fused_ && c.xp.data == nullptr &&
-        c.outp.data == nullptr) {
-      const kc::MoeOneTokenNvfp4Params f{p, moe::moe_gemv_params(c.args, ws)};
-      if (kc::moe_one_token_nvfp4_supported(f)) {
-        kc::moe_one_token_nvfp4(f, stream_);
-        kc::timeline_mark("moe one-token block", stream_);
-        return false;
-      }
-    }
     p.logits_only = route_in_gemv;
     kc::moe_norm_router_topk(p, stream_);
     kc::timeline_mark("moe norm+router", stream_);
@@ -829,9 +816,6 @@ class CudaBackend final : public Backend {
   // SERVAL_MOE_ROUTE_IN_GEMV=N: MoE steps of at most N tokens route inside the NVFP4 expert GEMVs
   // (add_rms_norm_moe); 0 turns it off.
   const int moe_route_in_gemv_tokens_ = env_int("SERVAL_MOE_ROUTE_IN_GEMV", 0, 1 << 20, 1);
-  // SERVAL_MOE_ONE_TOKEN_FUSED=1: one-token NVFP4 MoE blocks in the persistent kernel of
-  // moe_one_token_nvfp4.h instead of three kernels (norm + router, gate_up, down).
-  const bool moe_one_token_fused_ = env_int("SERVAL_MOE_ONE_TOKEN_FUSED", 0, 1, 0) == 1;
   // CTAs per SM of the bulk-copy bf16 GEMV (linear); 0 turns it off.
   const int bf16_bulk_ctas_per_sm_ = env_int("SERVAL_BF16_GEMV_BULK", 0, 3, 3);
   std::map<std::tuple<int, int, int>, Tensor> packing_masks_;  // see packing_mask

@@ -1,7 +1,7 @@
-// The 16×64-tile pieces of the NVFP4 expert GEMVs (moe_gemv_nvfp4.cu, moe_one_token_nvfp4.cu) on
-// the repacked layout of moe_nvfp4_repack.h: weight loads, one tile's four MMAs with the
-// activations as the B side (column 0 live, the others zeros), and the permuted staging of
-// activation rows in shared memory, the down strip's combine. Included only by .cu files.
+// The 16×64-tile pieces of the NVFP4 expert GEMVs (moe_gemv_nvfp4.cu) on the repacked layout of
+// moe_nvfp4_repack.h: weight loads, one tile's four MMAs with the activations as the B side
+// (column 0 live, the others zeros), the permuted staging of activation rows in shared memory, a
+// warp's walk over its down tiles and the down strip's combine. Included only by .cu files.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -41,9 +41,8 @@ __device__ __forceinline__ void mma_tile(float (&acc)[4], const uint4& w, const 
 // lane t4 finds its MMA B words (columns 16·kk + 2·t4 (+1) and 16·kk + 8 + 2·t4 (+1), kk = 0..3)
 // at words 32·kb + 8·t4 + [0, 8) in (kk, b0/b1) order. Threads first, first + stride, ... take the
 // pieces of all rows in turn, four loaded before any is stored, so that their L2 round trips
-// overlap (a loop with the stores in it waits for each load in turn). kThroughL2: loads through L2
-// only (ld.global.cg), for rows written by other CTAs of the running grid.
-template <bool kThroughL2 = false, typename SrcRow>
+// overlap (a loop with the stores in it waits for each load in turn).
+template <typename SrcRow>
 __device__ __forceinline__ void stage_permuted(uint32_t* dst, SrcRow src_row, int rows, int cols,
                                                int first, int stride) {
   constexpr int kBatch = 4;
@@ -56,7 +55,7 @@ __device__ __forceinline__ void stage_permuted(uint32_t* dst, SrcRow src_row, in
       if (m < pieces) {
         const int r = m / row_pieces;
         const uint4* piece = reinterpret_cast<const uint4*>(src_row(r) + 8 * (m - r * row_pieces));
-        v[j] = kThroughL2 ? __ldcg(piece) : *piece;
+        v[j] = *piece;
       }
     }
 #pragma unroll
