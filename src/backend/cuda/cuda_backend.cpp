@@ -765,15 +765,18 @@ class CudaBackend final : public Backend {
     kernels::cuda::quant_gemm(p, stream_);
   }
 
-  // W4A4: the device copy of 1/input_scale the activation quantizer reads.
+  // W4A4: the device copy of 1/input_scale the activation quantizer reads, one per expert of a
+  // stack (the MoE expert GEMMs' row quantizer, moe_cuda.h).
   void set_activation_scale(QuantizedWeight& dev) {
     if (!dev.quantize_activations) return;
-    if (dev.experts > 0)
-      throw InvalidArgument(
-          "cuda backend: --nvfp4-activations (W4A4) is not supported for MoE experts yet; "
-          "--device cpu runs it");
-    const float g = 1.0f / dev.input_scale.at(0);
-    dev.activation_scale = upload(host_view(&g, DType::kF32, {1}, nullptr));
+    const size_t copies = size_t(dev.experts > 0 ? dev.experts : 1);
+    if (dev.input_scale.size() != copies)
+      throw InvalidArgument("cuda backend: W4A4 needs one input scale per expert (" +
+                            std::to_string(dev.input_scale.size()) + " for " +
+                            std::to_string(copies) + ")");
+    std::vector<float> g(copies);
+    for (size_t e = 0; e < copies; ++e) g[e] = 1.0f / dev.input_scale[e];
+    dev.activation_scale = upload(host_view(g.data(), DType::kF32, {int64_t(copies)}, nullptr));
   }
 
   // The fragment layout (quant_gemm.h) of an all-ones [n, k] weight: 0xF nibbles (FP8: 0xFF

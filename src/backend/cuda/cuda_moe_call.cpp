@@ -22,6 +22,10 @@ MoeCall make_moe_call(Backend& b, const Tensor& x, const MoeWeights& w, Tensor& 
     a.format = moe::MoeExpertFormat::kNvfp4;
     a.gate_up_q = moe::nvfp4_stack_view(*w.gate_up_q);
     a.down_q = moe::nvfp4_stack_view(*w.down_q);
+    // W4A4: the activations quantized per expert (set_activation_scale's device scales).
+    if (w.gate_up_q->quantize_activations)
+      a.gate_up_act_scales = w.gate_up_q->activation_scale.as<float>();
+    if (w.down_q->quantize_activations) a.down_act_scales = w.down_q->activation_scale.as<float>();
   } else {
     a.gate_up = bf(w.gate_up);
     a.down = bf(w.down);

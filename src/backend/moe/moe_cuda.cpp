@@ -12,6 +12,7 @@
 #include "kernels/cuda/moe/moe_gemv_nvfp4.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/cuda/moe/moe_routing.h"
+#include "kernels/cuda/quant/nvfp4_expert_rows.h"
 
 namespace serval::backend::moe {
 
@@ -27,7 +28,8 @@ size_t align256(size_t n) {
 
 // Byte offsets of the workspace pieces for `tokens` tokens and token tile `tile`.
 struct Layout {
-  size_t topk_ids, topk_weights, e2p, p2t, tile_expert, num_tiles, chunk_counts, act, y, total;
+  size_t topk_ids, topk_weights, e2p, p2t, gemm1_rows, tile_expert, num_tiles, chunk_counts, act, y,
+      total;
   int max_tiles, max_rows;
 };
 
@@ -46,6 +48,7 @@ Layout layout(int tokens, int top_k, int num_local, int hidden, int inter, int t
   l.topk_weights = take(pairs * 4);
   l.e2p = take(pairs * 4);
   l.p2t = take(size_t(l.max_rows) * 4);
+  l.gemm1_rows = take(size_t(l.max_rows) * 4);
   l.tile_expert = take(size_t(l.max_tiles) * 4);
   l.num_tiles = take(4);
   l.chunk_counts = take(size_t(kc::kMoeMaxMapChunks) * num_local * 4);
@@ -95,7 +98,12 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
 
 bool moe_runs_gemv(const MoeCudaArgs& a) {
   return moe_step_kernels(a) == MoeCudaBackend::kLatency && a.format == MoeExpertFormat::kNvfp4 &&
+         !moe_quantizes_activations(a) &&
          kc::moe_gemv_nvfp4_supported(a.num_tokens, a.top_k, a.hidden, a.inter);
+}
+
+bool moe_quantizes_activations(const MoeCudaArgs& a) {
+  return a.gate_up_act_scales != nullptr || a.down_act_scales != nullptr;
 }
 
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter) {
@@ -120,6 +128,7 @@ MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a) {
   v.topk_weights = reinterpret_cast<float*>(base + l.topk_weights);
   v.expanded_to_permuted = reinterpret_cast<int32_t*>(base + l.e2p);
   v.permuted_to_token = reinterpret_cast<int32_t*>(base + l.p2t);
+  v.gemm1_rows = reinterpret_cast<int32_t*>(base + l.gemm1_rows);
   v.tile_expert = reinterpret_cast<int32_t*>(base + l.tile_expert);
   v.num_tiles = reinterpret_cast<int32_t*>(base + l.num_tiles);
   v.chunk_counts = reinterpret_cast<int32_t*>(base + l.chunk_counts);
@@ -203,6 +212,8 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
         std::to_string(a.hidden) + ", inter=" + std::to_string(a.inter) + ")");
   if (a.local_offset < 0 || a.num_local < 0 || a.local_offset + a.num_local > a.num_experts)
     throw InvalidArgument("moe_forward_cuda: local expert slice outside [0, num_experts)");
+  if (moe_quantizes_activations(a) && a.format != MoeExpertFormat::kNvfp4)
+    throw InvalidArgument("moe_forward_cuda: activation quantization (W4A4) needs NVFP4 experts");
   const MoeWorkspaceView ws = moe_workspace_view(a);
 
   kc::MoeRoutingParams rp{};
@@ -244,9 +255,23 @@ bool moe_forward_cuda(const MoeCudaArgs& a, cudaStream_t stream) {
     return false;
   }
 
-  const MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
+  MoeGroupedGemms g = moe_grouped_gemm_params(a, ws);
+  // W4A4: the rows each GEMM reads, quantized per expert. GEMM1's go into y (written only by
+  // GEMM2, after GEMM1 has completed) and are read through a map of their own.
+  auto quantize_rows = [&](const bf16* src, bool gather, bf16* dst, int n, const float* scales) {
+    kc::nvfp4_fake_quant_expert_rows(
+        {src, gather, dst, ws.gemm1_rows, ws.permuted_to_token, ws.tile_expert, ws.num_tiles,
+         scales, ws.tile, ws.max_rows, n},
+        stream);
+  };
+  if (a.gate_up_act_scales) {
+    quantize_rows(a.x, true, ws.y, a.hidden, a.gate_up_act_scales);
+    g.gemm1.input = ws.y;
+    g.gemm1.permuted_to_token = ws.gemm1_rows;
+  }
   kc::moe_grouped_gemm(g.gemm1, stream);
   kc::timeline_mark("moe gemm1", stream);
+  if (a.down_act_scales) quantize_rows(ws.act, false, ws.act, a.inter, a.down_act_scales);
   kc::moe_grouped_gemm(g.gemm2, stream);
   kc::timeline_mark("moe gemm2", stream);
 

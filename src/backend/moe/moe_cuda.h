@@ -47,6 +47,13 @@ struct MoeCudaArgs {
   // [inter, 2·inter)) × k hidden, down_q rows hidden × k inter.
   MoeExpertFormat format = MoeExpertFormat::kBf16;
   MoeNvfp4Stack gate_up_q, down_q;
+  // W4A4 (kNvfp4 only; null: off): [num_local] f32 device global scales g = 1 / input_scale of
+  // the expert inputs. GEMM1's input rows (gathered x) and GEMM2's (SwiGLU's output) are then
+  // NVFP4-quantized and dequantized per expert (kernels/cuda/quant/nvfp4_expert_rows.h), as
+  // kernels::cpu::nvfp4_fake_quant_rows does in moe_forward_cpu; such steps run the grouped
+  // GEMMs, never the few-token GEMVs.
+  const float* gate_up_act_scales = nullptr;
+  const float* down_act_scales = nullptr;
   const float* correction_bias = nullptr;  // [num_experts] (grouped routing only) or null
   int num_tokens = 0, num_experts = 0, top_k = 0, hidden = 0, inter = 0;
   kernels::RoutingMethod routing = kernels::RoutingMethod::kSoftmaxTopK;
@@ -85,6 +92,9 @@ MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a);
 // moe_gemv_nvfp4.h) rather than the grouped GEMMs.
 bool moe_runs_gemv(const MoeCudaArgs& a);
 
+// Whether `a` quantizes its expert inputs (W4A4: gate_up_act_scales or down_act_scales set).
+bool moe_quantizes_activations(const MoeCudaArgs& a);
+
 // Workspace for any num_tokens ≤ max_tokens with either backend.
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_local, int hidden, int inter);
 
@@ -97,8 +107,9 @@ struct MoeWorkspaceView {
   int32_t* tile_expert;           // [max_tiles]
   int32_t* num_tiles;             // [1]
   int32_t* chunk_counts;          // [kMoeMaxMapChunks, num_local]: the map builder's scratch
+  int32_t* gemm1_rows;            // [max_rows]: W4A4, GEMM1's map over its quantized input rows
   bf16* act;                      // [max_rows, inter]
-  bf16* y;                        // [max_rows, hidden]
+  bf16* y;                        // [max_rows, hidden]; W4A4: GEMM1's input rows until GEMM2
   int tile, max_tiles, max_rows;
 };
 MoeWorkspaceView moe_workspace_view(const MoeCudaArgs& a);
