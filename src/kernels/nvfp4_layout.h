@@ -83,6 +83,13 @@ SERVAL_HOST_DEVICE inline uint32_t e2m1_magnitude_rne_satfinite(float v) {
   return (s & 0xFu) + (s >> 22) - 299u;
 }
 
+// Value of the E2M1 code in the low nibble of `code` (bit 3 = sign: code 8 is -0.0). Exact.
+SERVAL_HOST_DEVICE inline float e2m1_value(uint32_t code) {
+  constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float v = kMagnitude[code & 7u];
+  return (code & 8u) ? -v : v;
+}
+
 // E4M3 (e4m3fn) encode, round to nearest even, saturating to ±448 (inf too); NaN -> 0x7F.
 // Bit-identical to serval::float_to_e4m3 (base/dtype.h); same add trick as above with the E4M3
 // step 2^(e-3), e >= -6 (subnormal step 2^-9).

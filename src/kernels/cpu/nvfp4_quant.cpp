@@ -21,9 +21,7 @@ uint8_t e2m1_encode_rne_satfinite(float v) {
 }
 
 float e2m1_decode(uint8_t code) {
-  static constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = kValues[code & 7];
-  return (code & 8) ? -v : v;
+  return e2m1_value(code);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/nvfp4_layout.h"
 
 namespace serval::kernels::cpu {
 
@@ -17,9 +18,8 @@ struct Tables {
   std::array<float, 256> e4m3;
   std::array<float, 16> e2m1;
   Tables() {
-    static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     for (int i = 0; i < 256; ++i) e4m3[i] = e4m3_to_float(uint8_t(i));
-    for (int i = 0; i < 16; ++i) e2m1[i] = (i & 8) ? -kMag[i & 7] : kMag[i & 7];
+    for (int i = 0; i < 16; ++i) e2m1[i] = e2m1_value(uint32_t(i));
   }
 };
 

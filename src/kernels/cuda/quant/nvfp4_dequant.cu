@@ -7,15 +7,10 @@
 #include "base/error.h"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/quant/nvfp4_dequant.h"
+#include "kernels/nvfp4_layout.h"
 
 namespace serval::kernels::cuda {
 namespace {
-
-__device__ __forceinline__ float e2m1_value(uint32_t code) {
-  constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = kMag[code & 7u];
-  return (code & 8u) ? -v : v;
-}
 
 __global__ void __launch_bounds__(256) nvfp4_dequant_kernel(Nvfp4DequantParams p) {
   pdl_wait();

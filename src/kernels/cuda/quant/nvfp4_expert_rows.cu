@@ -45,15 +45,15 @@ __global__ void __launch_bounds__(kThreads) expert_rows_kernel(Nvfp4ExpertRowsPa
   const uint8_t sf = e4m3_encode_rne_satfinite(__fdiv_rn(__fmul_rn(g, amax), 6.0f));
   const float sf_value = e4m3_decode(sf);
   const float scale = sf == 0 ? 0.0f : __fdiv_rn(g, sf_value);
-  constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   __align__(16) __nv_bfloat16 out[16];
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     // sf == 0: every code 0 (+0), as nvfp4_quant stores for such a block.
     float q = 0.0f;
     if (sf != 0) {
-      q = kE2m1[e2m1_magnitude_rne_satfinite(__fmul_rn(v[j], scale))];
-      if (signbit(v[j])) q = -q;
+      const uint32_t code =
+          e2m1_magnitude_rne_satfinite(__fmul_rn(v[j], scale)) | (signbit(v[j]) ? 8u : 0u);
+      q = e2m1_value(code);
     }
     out[j] = __float2bfloat16_rn(__fdiv_rn(__fmul_rn(q, sf_value), g));
   }
