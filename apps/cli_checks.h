@@ -6,8 +6,20 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <string>
+#include <vector>
+
+#include "quant/quant_config.h"
 
 namespace serval::apps {
+
+// --quantization,-q (vLLM's flag): one of the formats serval reads; the load checks it against
+// the checkpoint (quant::check_requested_quantization).
+inline void add_quantization_option(CLI::App* cmd, std::string& target) {
+  cmd->add_option("--quantization,-q", target,
+                  "The checkpoint's quantization (checked; default: read from the checkpoint)")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(quant::kQuantizationChoices),
+                                                     std::end(quant::kQuantizationChoices))));
+}
 
 // The value parses as a number >= least ("must be >= 1, got 0").
 inline CLI::Validator at_least(double least) {

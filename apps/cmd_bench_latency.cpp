@@ -182,6 +182,7 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--tensor-parallel-size", o->engine.tensor_parallel_size)->check(at_least(1));
   cmd->add_flag("--enable-expert-parallel", o->engine.enable_expert_parallel);
   cmd->add_flag("--nvfp4-activations", o->engine.nvfp4_activations);
+  add_quantization_option(cmd, o->engine.quantization);
   cmd->callback([o] {
     try {
       run_latency(*o);

@@ -117,6 +117,7 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--device", o->engine.device)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_flag("--nvfp4-activations", o->engine.nvfp4_activations,
                 "NVFP4 checkpoints: quantize activations too (W4A4)");
+  add_quantization_option(cmd, o->engine.quantization);
   cmd->add_option("--moe-backend", o->engine.moe_backend, "latency (default) or throughput")
       ->envname("SERVAL_MOE_BACKEND");
   cmd->add_option("--max-model-len", o->engine.max_model_len);

@@ -85,6 +85,7 @@ Scheme parse_group(const JsonFields& group) {
 QuantConfig parse_compressed_tensors(const JsonFields& q) {
   QuantConfig c;
   c.source = q.path();
+  c.vllm_name = "compressed-tensors";
   JsonFields groups = q.object("config_groups");
   if (groups.json().empty()) q.fail("config_groups", "has no groups");
   bool all_linear = false;

@@ -116,6 +116,7 @@ void validate_regex(const JsonFields& fields, std::string_view key, const std::s
 QuantConfig parse_modelopt(const JsonFields& q) {
   QuantConfig c;
   c.source = q.path();
+  c.vllm_name = "modelopt";
   std::string algo = upper(q.str_or("quant_algo", "NONE"));
   if (algo == "NVFP4") {
     c.method = Method::kNvfp4;
@@ -123,6 +124,7 @@ QuantConfig parse_modelopt(const JsonFields& q) {
     if (c.group_size != 16)
       q.fail("group_size", fmt::format("NVFP4 needs 16, got {}", c.group_size));
     c.static_activations = true;  // input_scale per linear
+    c.vllm_name = "modelopt_fp4";
   } else if (algo == "FP8") {
     c.method = Method::kFp8PerTensor;
     c.static_activations = true;
@@ -154,6 +156,7 @@ QuantConfig parse_modelopt(const JsonFields& q) {
 QuantConfig parse_fp8_method(const JsonFields& q) {
   QuantConfig c;
   c.source = q.path();
+  c.vllm_name = "fp8";
   if (q.has("weight_block_size")) {
     c.method = Method::kFp8Block;
     c.block_size = q.int_pair("weight_block_size");
@@ -210,6 +213,20 @@ QuantConfig load_quant_config(const std::string& model_dir) {
   if (std::filesystem::exists(cfg))
     return parse_config_json_quantization(read_file(cfg), cfg.string());
   return QuantConfig{};
+}
+
+void check_requested_quantization(const QuantConfig& c, std::string_view requested) {
+  if (requested.empty() || requested == c.vllm_name) return;
+  if (requested == "modelopt" && c.vllm_name == "modelopt_fp4") return;
+  if (c.vllm_name.empty())
+    throw InvalidArgument(fmt::format(
+        "--quantization {}: the checkpoint is not quantized, and serval does not quantize weights "
+        "at load; serve a checkpoint quantized with {} or leave the flag out",
+        requested, requested));
+  throw InvalidArgument(fmt::format(
+      "--quantization {} does not match the checkpoint's quantization '{}' (from {}); leave the "
+      "flag out to use the checkpoint's",
+      requested, c.vllm_name, c.source));
 }
 
 bool glob_match(std::string_view pattern, std::string_view name) {

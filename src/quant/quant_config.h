@@ -37,6 +37,9 @@ struct QuantConfig {
   std::vector<std::string> target_names;
   std::vector<std::string> target_regexes;
   std::string source;  // the file the description came from; empty when unquantized
+  // The name vLLM's --quantization gives this checkpoint format: "modelopt_fp4" (ModelOpt
+  // NVFP4), "modelopt" (ModelOpt FP8 kinds), "compressed-tensors", "fp8"; empty when unquantized.
+  std::string vllm_name;
   // compressed-tensors NVFP4 stores weight_global_scale = 1/weight_scale_2 and
   // input_global_scale = 1/input_scale.
   bool reciprocal_global_scales = false;
@@ -46,6 +49,13 @@ struct QuantConfig {
 };
 
 std::string_view method_name(QuantConfig::Method m);
+
+// The values `serve --quantization` (vLLM's flag) accepts, and its check at load: the value must
+// name the checkpoint's own format ("modelopt" also covers ModelOpt NVFP4, as in vLLM). serval
+// does not quantize at load, so an unquantized checkpoint fails too. InvalidArgument naming both.
+inline constexpr std::string_view kQuantizationChoices[] = {"modelopt", "modelopt_fp4", "fp8",
+                                                            "compressed-tensors"};
+void check_requested_quantization(const QuantConfig& c, std::string_view requested);
 // One line for the start-up log, e.g. "nvfp4 (group 16, static act) from .../hf_quant_config.json,
 // kv fp8, 2 excluded patterns".
 std::string describe(const QuantConfig& c);

@@ -79,7 +79,10 @@ struct EngineConfig {
   std::string load_format = "auto";  // auto | safetensors | dummy
   std::string device = "auto";       // auto | cpu | cuda
   std::string kv_cache_dtype = "auto";
-  std::string moe_backend;                 // empty: SERVAL_MOE_BACKEND, else "latency"
+  std::string moe_backend;  // empty: SERVAL_MOE_BACKEND, else "latency"
+  // --quantization (vLLM's flag): empty, or the checkpoint's own format, checked at load
+  // (quant::check_requested_quantization).
+  std::string quantization;
   std::string generation_config = "auto";  // auto | vllm | a folder
   // --chat-template: empty = tokenizer_config.json's; else a file's path or the template itself
   // (tokenizer::chat_template_from_arg).

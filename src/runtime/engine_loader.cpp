@@ -231,6 +231,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
   // Refuse before touching weights when they cannot fit. Quantized linears count at their
   // storage size (NVFP4 0.5625 B per weight, FP8 1 B), everything else in the model dtype.
   const quant::QuantConfig quant = quant::load_quant_config(cfg.model_dir);
+  quant::check_requested_quantization(quant, cfg.quantization);
   if (quant.method != quant::QuantConfig::Method::kNone || quant.kv_cache_fp8)
     log::info("quantization: {}", quant::describe(quant));
   const int64_t params = mc.num_parameters();

@@ -36,6 +36,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.chat_template = engine_.chat_template();
   ctx_.max_logprobs = options_.max_logprobs;
   ctx_.auto_tool_choice = options_.auto_tool_choice;
+  ctx_.reasoning_parser = options_.reasoning_parser;
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {

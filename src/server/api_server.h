@@ -22,6 +22,7 @@ struct ApiOptions {
   std::string api_key;                          // empty: no authentication
   int max_logprobs = 20;
   bool auto_tool_choice = false;  // tool calls parsed out of chat outputs (hermes format)
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // reasoning split out of chat
 };
 
 class ApiServer {

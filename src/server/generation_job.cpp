@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "server/api_error.h"
 #include "server/logprobs_json.h"
+#include "server/reasoning_parser.h"
 #include "server/stop_matcher.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -36,7 +37,8 @@ struct Sequence {
   bool first_token_seen = false;
   double last_token_s = 0;
   std::vector<runtime::LogprobEntry> prompt_logprobs;  // entry i: prompt token i + 1
-  size_t content_sent = 0;  // tool parsing (stream): bytes of `text` sent as content
+  size_t content_sent = 0;    // parsed stream: bytes of the content part sent
+  size_t reasoning_sent = 0;  // parsed stream: bytes of the reasoning part sent
   bool echo_logprobs_added = false;
 };
 
@@ -270,24 +272,75 @@ Json GenerationJob::usage() const {
 // Tool parsing in a chat stream: content goes out up to where a <tool_call> may begin; when the
 // sequence ends, the rest of the content, then every call in one delta (finish_reason
 // "tool_calls"), or, without calls, the held-back text as content.
-Json GenerationJob::tool_stream_delta(Sequence& s) const {
-  Json delta = Json::object();
-  size_t upto = hermes_content_prefix(s.text);
+void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
+                                          std::string_view content) const {
+  size_t upto = hermes_content_prefix(content);
   std::vector<ToolCall> calls;
   if (s.finished) {
-    ParsedToolCalls parsed = parse_hermes_tool_calls(s.text);
+    ParsedToolCalls parsed = parse_hermes_tool_calls(content);
     calls = std::move(parsed.calls);
-    upto = calls.empty() ? s.text.size() : parsed.content.size();
+    upto = calls.empty() ? content.size() : parsed.content.size();
   }
   if (upto > s.content_sent) {
-    delta["content"] = s.text.substr(s.content_sent, upto - s.content_sent);
+    delta["content"] = std::string(content.substr(s.content_sent, upto - s.content_sent));
     s.content_sent = upto;
   }
   if (!calls.empty()) {
     delta["tool_calls"] = tool_calls_json(calls, true);
     s.finish_reason = "tool_calls";
   }
+}
+
+// The reasoning part goes out as `reasoning` (and `reasoning_content`, its earlier vLLM name),
+// the content part as `content` or through the tool parser; each part only as far as it is known
+// (split_reasoning holds back a possible tag).
+Json GenerationJob::chat_stream_delta(Sequence& s) const {
+  Json delta = Json::object();
+  std::string_view content = s.text;
+  if (req_.split_reasoning) {
+    const ReasoningParts parts = split_reasoning(s.text, req_.starts_in_reasoning, s.finished);
+    if (parts.reasoning.size() > s.reasoning_sent) {
+      if (req_.include_reasoning) {
+        const std::string piece(parts.reasoning.substr(s.reasoning_sent));
+        delta["reasoning"] = piece;
+        delta["reasoning_content"] = piece;
+      }
+      s.reasoning_sent = parts.reasoning.size();
+    }
+    content = parts.content;
+  }
+  if (req_.parse_tool_calls) {
+    add_tool_stream_delta(delta, s, content);
+  } else if (content.size() > s.content_sent) {
+    delta["content"] = std::string(content.substr(s.content_sent));
+    s.content_sent = content.size();
+  }
   return delta;
+}
+
+Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) const {
+  Json message = {{"role", "assistant"}, {"content", s.text}};
+  std::string_view content = s.text;
+  if (req_.split_reasoning) {
+    const ReasoningParts parts = split_reasoning(s.text, req_.starts_in_reasoning, true);
+    content = parts.content;
+    // As vLLM: an empty part is null.
+    message["content"] = content.empty() ? Json(nullptr) : Json(std::string(content));
+    const Json reasoning = parts.reasoning.empty() || !req_.include_reasoning
+                               ? Json(nullptr)
+                               : Json(std::string(parts.reasoning));
+    message["reasoning"] = reasoning;
+    message["reasoning_content"] = reasoning;
+  }
+  if (req_.parse_tool_calls) {
+    const ParsedToolCalls parsed = parse_hermes_tool_calls(content);
+    if (!parsed.calls.empty()) {  // as vLLM: no content → null; finish "tool_calls"
+      message["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
+      message["tool_calls"] = tool_calls_json(parsed.calls, false);
+      finish_reason = "tool_calls";
+    }
+  }
+  return message;
 }
 
 Json GenerationJob::sequence_usage(const Sequence& s) const {
@@ -313,9 +366,9 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
   Json chunk;
   if (req_.kind == ApiKind::kChat) {
     chunk = envelope("chat.completion.chunk");
-    choice["delta"] = req_.parse_tool_calls ? tool_stream_delta(s)
-                      : s.delta.empty()     ? Json::object()
-                                            : Json{{"content", s.delta}};
+    choice["delta"] = req_.parse_tool_calls || req_.split_reasoning ? chat_stream_delta(s)
+                      : s.delta.empty()                             ? Json::object()
+                                                                    : Json{{"content", s.delta}};
   } else {
     chunk = envelope("text_completion");
     choice["text"] = s.delta;
@@ -354,15 +407,7 @@ void GenerationJob::complete() {
                                               : s->logprobs;
       std::string finish_reason = s->finish_reason;
       if (req_.kind == ApiKind::kChat) {
-        c["message"] = {{"role", "assistant"}, {"content", s->text}};
-        if (req_.parse_tool_calls) {
-          const ParsedToolCalls parsed = parse_hermes_tool_calls(s->text);
-          if (!parsed.calls.empty()) {  // as vLLM: no content → null; finish "tool_calls"
-            c["message"]["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
-            c["message"]["tool_calls"] = tool_calls_json(parsed.calls, false);
-            finish_reason = "tool_calls";
-          }
-        }
+        c["message"] = chat_message(*s, finish_reason);
       } else {
         c["text"] = req_.echo ? req_.prompts[s->prompt_index].text + s->text : s->text;
       }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/http_server.h"
@@ -42,7 +43,12 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::string token_text(int32_t id) const;
   TokenText token_texts() const;  // token_text as a function object
   Json usage() const;
-  Json tool_stream_delta(Sequence& s) const;
+  // A chat stream chunk's delta when the output is parsed (reasoning, tool calls); `content` is
+  // the content part of the text so far.
+  Json chat_stream_delta(Sequence& s) const;
+  void add_tool_stream_delta(Json& delta, Sequence& s, std::string_view content) const;
+  // A finished chat choice's message.
+  Json chat_message(const Sequence& s, std::string& finish_reason) const;
   // Usage so far of one sequence: its prompt and its tokens (continuous_usage_stats chunks).
   Json sequence_usage(const Sequence& s) const;
   // Adds the sequence's usage to a stream chunk when the request asked for it in every chunk.

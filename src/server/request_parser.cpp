@@ -488,6 +488,15 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
     req.logprobs = 0;
   }
   req.parse_tool_calls = parse_tool_choice(body, ctx);
+  if (ctx.reasoning_parser != ReasoningParser::kNone) {
+    std::optional<bool> enable_thinking;
+    if (const Json* kw = field(body, "chat_template_kwargs"); kw && kw->is_object())
+      if (auto v = kw->find("enable_thinking"); v != kw->end() && v->is_boolean())
+        enable_thinking = v->get<bool>();
+    req.split_reasoning = true;
+    req.starts_in_reasoning = starts_in_reasoning(ctx.reasoning_parser, enable_thinking);
+  }
+  req.include_reasoning = get_bool(body, "include_reasoning").value_or(true);
   std::string text = render_chat(body, ctx, true);
   bool add_special = get_bool(body, "add_special_tokens").value_or(false);
   PromptInput p;

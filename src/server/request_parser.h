@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "server/reasoning_parser.h"
 
 namespace serval::server {
 
@@ -38,6 +39,12 @@ struct GenerationRequest {
   int prompt_logprobs = -1;
   bool echo_logprobs = false;
   bool parse_tool_calls = false;  // chat with tools, tool_choice auto, the server's parser on
+  // Chat with `serve --reasoning-parser`: the output split into reasoning and content
+  // (reasoning_parser.h), the reply starting inside the reasoning block or not; the reasoning
+  // sent unless the request's include_reasoning is false.
+  bool split_reasoning = false;
+  bool starts_in_reasoning = false;
+  bool include_reasoning = true;
   bool skip_special_tokens = true;
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:<id>" (vLLM)
 };
@@ -49,6 +56,7 @@ struct ModelContext {
   const tokenizer::ChatTemplate* chat_template = nullptr;  // may be null
   int max_logprobs = 20;
   bool auto_tool_choice = false;  // serve --enable-auto-tool-choice --tool-call-parser hermes
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // serve --reasoning-parser
 };
 
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "dist/launch.h"
+#include "quant/quant_config.h"
 
 namespace serval::server {
 namespace {
@@ -42,6 +43,7 @@ constexpr KnownFlag kKnown[] = {
     {"--no-enable-prefix-caching", false},
     {"--moe-backend", true},
     {"--load-format", true},
+    {"--quantization", true},
     {"--seed", true},
     {"--api-key", true},
     {"--generation-config", true},
@@ -49,6 +51,7 @@ constexpr KnownFlag kKnown[] = {
     {"--max-logprobs", true},
     {"--enable-auto-tool-choice", false},
     {"--tool-call-parser", true},
+    {"--reasoning-parser", true},
     {"--device", true},
     {"--enforce-eager", false},
     {"--nvfp4-activations", false},
@@ -158,6 +161,7 @@ PreprocessedArgs preprocess_serve_args(const std::vector<std::string>& in) {
     if (arg == "-tp") arg = "--tensor-parallel-size";
     if (arg == "-h") arg = "--help";
     if (arg == "-O") arg = "--compilation-config";
+    if (arg == "-q") arg = "--quantization";
     if (arg.size() < 3 || !arg.starts_with("--")) {  // positional (the model) or a value
       if (arg.starts_with("-") && arg.size() > 1 &&
           !std::isdigit(static_cast<unsigned char>(arg[1])))
@@ -260,6 +264,10 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                  "MoE expert backend: latency (default) or throughput; env SERVAL_MOE_BACKEND");
   app.add_option("--load-format", e.load_format, "auto, safetensors or dummy")
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  app.add_option("--quantization", e.quantization,
+                 "The checkpoint's quantization (checked; default: read from the checkpoint)")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(quant::kQuantizationChoices),
+                                                     std::end(quant::kQuantizationChoices))));
   app.add_option("--seed", e.seed, "Random seed");
   app.add_option("--api-key", s.api_key, "Require 'Authorization: Bearer <key>' on /v1");
   app.add_option("--generation-config", e.generation_config, "auto, vllm or a folder");
@@ -272,6 +280,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                "Parse tool calls out of chat outputs when a request has tools");
   app.add_option("--tool-call-parser", tool_call_parser,
                  "The tool call format of --enable-auto-tool-choice: hermes (Hermes, Qwen)");
+  std::string reasoning_parser;
+  app.add_option("--reasoning-parser", reasoning_parser,
+                 "Split chat outputs into reasoning and content: deepseek_r1 or qwen3");
   app.add_option("--device", e.device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--enforce-eager", e.enforce_eager, "Disable CUDA graphs");
@@ -341,6 +352,13 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   if (auto_tool_choice && tool_call_parser.empty())
     throw InvalidArgument("--enable-auto-tool-choice needs --tool-call-parser (choices: hermes)");
   s.auto_tool_choice = auto_tool_choice;
+  if (!reasoning_parser.empty()) {
+    const std::optional<ReasoningParser> parser = reasoning_parser_from_name(reasoning_parser);
+    if (!parser)
+      throw InvalidArgument(fmt::format("--reasoning-parser {}: unknown parser (choices: {})",
+                                        reasoning_parser, kReasoningParserChoices));
+    s.reasoning_parser = *parser;
+  }
   s.max_logprobs = e.max_logprobs;
   if (!s.served_model_names.empty()) e.served_model_name = s.served_model_names.front();
   return out;

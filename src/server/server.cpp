@@ -17,6 +17,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   api.api_key = options_.api_key;
   api.max_logprobs = options_.max_logprobs;
   api.auto_tool_choice = options_.auto_tool_choice;
+  api.reasoning_parser = options_.reasoning_parser;
   api_ = std::make_unique<ApiServer>(engine, std::move(api));
   HttpServerOptions http;
   http.host = options_.host;

@@ -18,6 +18,7 @@ struct ServerOptions {
   std::string api_key;
   int max_logprobs = 20;
   bool auto_tool_choice = false;  // --enable-auto-tool-choice with the hermes parser
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
   size_t max_body_bytes = size_t{32} << 20;
   int read_timeout_s = 60;
 };

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "server/marker_tail.h"
+
 namespace serval::server {
 
 namespace {
@@ -55,10 +57,7 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
 size_t hermes_content_prefix(std::string_view text) {
   const size_t open = text.find(kToolCallOpen);
   if (open != std::string_view::npos) return open;
-  // The longest tail of `text` that is a proper prefix of the marker is held back.
-  for (size_t keep = std::min(text.size(), kToolCallOpen.size() - 1); keep > 0; --keep)
-    if (text.substr(text.size() - keep) == kToolCallOpen.substr(0, keep)) return text.size() - keep;
-  return text.size();
+  return text.size() - partial_marker_tail(text, kToolCallOpen);
 }
 
 }  // namespace serval::server

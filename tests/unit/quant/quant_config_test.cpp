@@ -190,6 +190,42 @@ TEST(QuantConfig, Fp8Method) {
   EXPECT_TRUE(is_quantized(st, "model.layers.1.mlp.gate"));  // exact names, not globs
 }
 
+// serve --quantization: vLLM's name of each format is accepted (and "modelopt" for ModelOpt
+// NVFP4, as vLLM does); another format's name, or any name for an unquantized checkpoint, is
+// refused with both names.
+TEST(QuantConfig, RequestedQuantizationMustMatchTheCheckpoint) {
+  const QuantConfig nvfp4 = hf(R"({"quantization": {"quant_algo": "NVFP4"}})");
+  const QuantConfig mo_fp8 = hf(R"({"quantization": {"quant_algo": "FP8"}})");
+  const QuantConfig fp8 = cfg(R"({"quantization_config": {"quant_method": "fp8"}})");
+  const QuantConfig ct = cfg(R"({"quantization_config": {"quant_method": "compressed-tensors",
+      "config_groups": {"g": {"targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"}}}}})");
+  EXPECT_EQ(nvfp4.vllm_name, "modelopt_fp4");
+  EXPECT_EQ(mo_fp8.vllm_name, "modelopt");
+  EXPECT_EQ(fp8.vllm_name, "fp8");
+  EXPECT_EQ(ct.vllm_name, "compressed-tensors");
+  const QuantConfig none;
+  EXPECT_EQ(none.vllm_name, "");
+  for (const QuantConfig* c : {&nvfp4, &mo_fp8, &fp8, &ct, &none}) {
+    EXPECT_NO_THROW(check_requested_quantization(*c, ""));
+    if (!c->vllm_name.empty()) EXPECT_NO_THROW(check_requested_quantization(*c, c->vllm_name));
+  }
+  EXPECT_NO_THROW(check_requested_quantization(nvfp4, "modelopt"));
+  auto expect_refused = [](const QuantConfig& c, const char* requested,
+                           std::vector<std::string> parts) {
+    try {
+      check_requested_quantization(c, requested);
+      ADD_FAILURE() << requested << " accepted for '" << c.vllm_name << "'";
+    } catch (const InvalidArgument& e) {
+      for (const std::string& part : parts)
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(mo_fp8, "modelopt_fp4", {"modelopt_fp4", "'modelopt'", "hf_quant_config.json"});
+  expect_refused(fp8, "compressed-tensors", {"compressed-tensors", "'fp8'", "config.json"});
+  expect_refused(none, "fp8", {"--quantization fp8", "not quantized"});
+}
+
 TEST(QuantConfig, MalformedNamesFileAndKey) {
   const std::string h = "/m/hf_quant_config.json", c = "/m/config.json";
   expect_load_error([] { hf(R"({"quantization": {"quant_algo": "INT8_SQ"}})"); },

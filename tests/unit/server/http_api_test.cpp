@@ -19,7 +19,8 @@ using testing::sse_events;
 class ServerTest : public ::testing::Test {
  protected:
   void start(int delay_ms = 0, int queue_cap = 64, std::string api_key = "",
-             bool auto_tool_choice = false, int max_model_len = 64) {
+             bool auto_tool_choice = false, int max_model_len = 64,
+             ReasoningParser reasoning_parser = ReasoningParser::kNone) {
     engine_ = std::make_unique<FakeEngine>(delay_ms, queue_cap, max_model_len);
     ServerOptions o;
     o.host = "127.0.0.1";
@@ -27,6 +28,7 @@ class ServerTest : public ::testing::Test {
     o.api_key = std::move(api_key);
     o.max_logprobs = 5;
     o.auto_tool_choice = auto_tool_choice;
+    o.reasoning_parser = reasoning_parser;
     server_ = std::make_unique<Server>(*engine_, o);
     port_ = server_->start();
   }
@@ -385,6 +387,93 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "f"}}}};
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
+}
+
+// The chat output streamed: concatenated reasoning, content and tool calls of its deltas.
+struct StreamedChat {
+  std::string reasoning, reasoning_content, content;
+  json tool_calls = json::array();
+  std::string finish_reason;
+};
+StreamedChat collect_chat_stream(const std::string& body) {
+  StreamedChat out;
+  for (const std::string& ev : sse_events(body)) {
+    if (ev == "[DONE]") break;
+    const json c = json::parse(ev)["choices"][0];
+    const json& d = c["delta"];
+    if (d.contains("reasoning")) out.reasoning += d["reasoning"].get<std::string>();
+    if (d.contains("reasoning_content"))
+      out.reasoning_content += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) out.content += d["content"].get<std::string>();
+    if (d.contains("tool_calls"))
+      for (const json& t : d["tool_calls"]) out.tool_calls.push_back(t);
+    if (c["finish_reason"].is_string()) out.finish_reason = c["finish_reason"];
+  }
+  return out;
+}
+
+// --reasoning-parser qwen3: text before </think> is `reasoning` (and `reasoning_content`), the rest
+// `content`, streamed or not; enable_thinking false makes it all content; include_reasoning false
+// drops the reasoning; tool calls are parsed out of the content part only. The fake engine echoes
+// the rendered prompt "<user>" + message + "\n<assistant>".
+TEST_F(ServerTest, ReasoningParserSplitsChatOutputs) {
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", /*auto_tool_choice=*/true, /*max_model_len=*/512, ReasoningParser::kQwen3);
+  const std::string message = "plan <tool_call>{\"name\": \"g\"}</tool_call></think>Sure.";
+  const std::string prompt = "<user>" + message + "\n<assistant>";
+  json body = {{"messages", {{{"role", "user"}, {"content", message}}}},
+               {"max_tokens", prompt.size()}};
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json msg = json::parse(r.body)["choices"][0]["message"];
+  EXPECT_EQ(msg["reasoning"], "<user>plan <tool_call>{\"name\": \"g\"}</tool_call>");
+  EXPECT_EQ(msg["reasoning_content"], msg["reasoning"]);
+  EXPECT_EQ(msg["content"], "Sure.\n<assistant>");
+  EXPECT_FALSE(msg.contains("tool_calls")) << "a call inside the reasoning is not a call";
+
+  body["stream"] = true;
+  StreamedChat s = collect_chat_stream(post("/v1/chat/completions", body).body);
+  EXPECT_EQ(s.reasoning, msg["reasoning"]);
+  EXPECT_EQ(s.reasoning_content, msg["reasoning"]);
+  EXPECT_EQ(s.content, msg["content"]);
+  EXPECT_EQ(s.finish_reason, "length");
+
+  // Thinking off: all content; the reasoning fields are there, null.
+  body["stream"] = false;
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  msg = json::parse(post("/v1/chat/completions", body).body)["choices"][0]["message"];
+  EXPECT_EQ(msg["content"], prompt);
+  EXPECT_TRUE(msg["reasoning"].is_null());
+  body.erase("chat_template_kwargs");
+  body["include_reasoning"] = false;
+  msg = json::parse(post("/v1/chat/completions", body).body)["choices"][0]["message"];
+  EXPECT_TRUE(msg["reasoning"].is_null());
+  EXPECT_EQ(msg["content"], "Sure.\n<assistant>");
+  body["stream"] = true;
+  s = collect_chat_stream(post("/v1/chat/completions", body).body);
+  EXPECT_EQ(s.reasoning, "");
+  EXPECT_EQ(s.content, "Sure.\n<assistant>");
+
+  // A call after </think> is one, streamed or not.
+  const std::string with_call = "plan</think>Ok.<tool_call>{\"name\": \"f\"}</tool_call>";
+  body = {{"messages", {{{"role", "user"}, {"content", with_call}}}},
+          {"tools", json::array({{{"type", "function"},
+                                  {"function", {{"name", "f"}, {"parameters", json::object()}}}}})},
+          {"max_tokens", with_call.size() + 20}};
+  r = post("/v1/chat/completions", body);
+  json choice = json::parse(r.body)["choices"][0];
+  EXPECT_EQ(choice["message"]["reasoning"], "<user>plan");
+  EXPECT_EQ(choice["message"]["content"], "Ok.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r.body;
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  body["stream"] = true;
+  s = collect_chat_stream(post("/v1/chat/completions", body).body);
+  EXPECT_EQ(s.reasoning, "<user>plan");
+  EXPECT_EQ(s.content, "Ok.");
+  ASSERT_EQ(s.tool_calls.size(), 1u);
+  EXPECT_EQ(s.tool_calls[0]["function"]["name"], "f");
+  EXPECT_EQ(s.finish_reason, "tool_calls");
 }
 
 TEST_F(ServerTest, StreamingChatStartsWithRoleAndHoldsBackStops) {

@@ -83,6 +83,35 @@ TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
   }
 }
 
+// vLLM's --reasoning-parser: deepseek_r1 and qwen3 are known; another name lists the choices.
+TEST(ServeArgs, ReasoningParser) {
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.reasoning_parser, ReasoningParser::kNone);
+  EXPECT_EQ(
+      parse_serve_args({"/m", "--reasoning-parser", "qwen3"}, nullptr).server.reasoning_parser,
+      ReasoningParser::kQwen3);
+  EXPECT_EQ(
+      parse_serve_args({"/m", "--reasoning_parser=deepseek_r1"}, nullptr).server.reasoning_parser,
+      ReasoningParser::kDeepSeekR1);
+  try {
+    parse_serve_args({"/m", "--reasoning-parser", "granite"}, nullptr);
+    ADD_FAILURE() << "accepted an unknown reasoning parser";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("choices: deepseek_r1, qwen3"), std::string::npos)
+        << e.what();
+  }
+}
+
+// vLLM's --quantization / -q: a known format name is kept for the load to check against the
+// checkpoint; others are refused at once.
+TEST(ServeArgs, QuantizationFlag) {
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr).engine.quantization, "");
+  EXPECT_EQ(parse_serve_args({"/m", "--quantization", "modelopt_fp4"}, nullptr).engine.quantization,
+            "modelopt_fp4");
+  EXPECT_EQ(parse_serve_args({"/m", "-q", "compressed-tensors"}, nullptr).engine.quantization,
+            "compressed-tensors");
+  EXPECT_THROW(parse_serve_args({"/m", "--quantization", "awq"}, nullptr), InvalidArgument);
+}
+
 // On by default as in vLLM; --no-async-scheduling turns it off, --async-scheduling is accepted.
 TEST(ServeArgs, AsyncSchedulingDefaultAndSwitches) {
   EXPECT_TRUE(parse_serve_args({"/m"}, nullptr).engine.async_scheduling);

@@ -1,0 +1,93 @@
+// `--reasoning-parser`: how an output splits into reasoning and content, when a reply starts in
+// the reasoning block, and that a stream's parts are always prefixes of the finished split (so
+// the streamed deltas add up to the non-streamed message).
+#include "server/reasoning_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace serval::server {
+namespace {
+
+void expect_split(std::string_view text, bool in_reasoning, std::string_view reasoning,
+                  std::string_view content) {
+  const ReasoningParts p = split_reasoning(text, in_reasoning, /*finished=*/true);
+  EXPECT_EQ(p.reasoning, reasoning) << text;
+  EXPECT_EQ(p.content, content) << text;
+}
+
+TEST(ReasoningParser, Names) {
+  EXPECT_EQ(reasoning_parser_from_name("qwen3"), ReasoningParser::kQwen3);
+  EXPECT_EQ(reasoning_parser_from_name("deepseek_r1"), ReasoningParser::kDeepSeekR1);
+  EXPECT_FALSE(reasoning_parser_from_name("granite").has_value());
+  EXPECT_FALSE(reasoning_parser_from_name("").has_value());
+}
+
+// qwen3 starts outside the block only when the request turns thinking off; deepseek_r1 always
+// starts inside; no parser never does.
+TEST(ReasoningParser, StartState) {
+  EXPECT_TRUE(starts_in_reasoning(ReasoningParser::kQwen3, std::nullopt));
+  EXPECT_TRUE(starts_in_reasoning(ReasoningParser::kQwen3, true));
+  EXPECT_FALSE(starts_in_reasoning(ReasoningParser::kQwen3, false));
+  EXPECT_TRUE(starts_in_reasoning(ReasoningParser::kDeepSeekR1, false));
+  EXPECT_FALSE(starts_in_reasoning(ReasoningParser::kNone, std::nullopt));
+}
+
+TEST(ReasoningParser, FinishedSplits) {
+  // The model opens the block itself (Qwen3's first template) or the prompt did (R1 and later).
+  expect_split("<think>\nplan\n</think>\n\nAnswer.", true, "\nplan\n", "\n\nAnswer.");
+  expect_split("plan</think>Answer.", true, "plan", "Answer.");
+  expect_split("</think>Answer.", true, "", "Answer.");
+  expect_split("plan</think>", true, "plan", "");
+  // Cut short while thinking: all of it is reasoning, a partial tag included.
+  expect_split("<think>still thinking </thi", true, "still thinking </thi", "");
+  expect_split("<thi", true, "<thi", "");
+  // Only a leading <think> is a tag; a later one, and a second </think>, are text.
+  expect_split(" <think>a</think>b</think>c", true, " <think>a", "b</think>c");
+  // Thinking turned off: everything is content, tags too.
+  expect_split("<think>a</think>b", false, "", "<think>a</think>b");
+  expect_split("", true, "", "");
+}
+
+TEST(ReasoningParser, StreamHoldsBackPossibleTags) {
+  EXPECT_EQ(split_reasoning("<thi", true, false).reasoning, "");
+  EXPECT_EQ(split_reasoning("<think>ab</", true, false).reasoning, "ab");
+  EXPECT_EQ(split_reasoning("<think>ab</x", true, false).reasoning, "ab</x");
+  EXPECT_EQ(split_reasoning("ab<", true, false).reasoning, "ab");
+  const ReasoningParts closed = split_reasoning("ab</think>c</thi", true, false);
+  EXPECT_EQ(closed.reasoning, "ab");
+  EXPECT_EQ(closed.content, "c</thi");  // content holds nothing back
+}
+
+// Every prefix of random texts built from tag fragments splits into prefixes of the finished
+// split's parts, and the parts only grow: a stream never sends what it must take back.
+TEST(ReasoningParser, StreamPartsArePrefixesOfTheFinishedSplit) {
+  const std::vector<std::string> pieces = {"<think>", "</think>", "<", "</", "</th", "<thi",
+                                           "think>",  ">",        "a", "\n", "é",    "/"};
+  std::mt19937 rng(20261207);
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string text;
+    const int n = 1 + int(rng() % 12);
+    for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
+    for (const bool in_reasoning : {true, false}) {
+      const ReasoningParts full = split_reasoning(text, in_reasoning, true);
+      size_t sent_reasoning = 0, sent_content = 0;
+      for (size_t len = 0; len <= text.size(); ++len) {
+        const ReasoningParts p =
+            split_reasoning(std::string_view(text).substr(0, len), in_reasoning, false);
+        ASSERT_TRUE(full.reasoning.starts_with(p.reasoning)) << text << " at " << len;
+        ASSERT_TRUE(full.content.starts_with(p.content)) << text << " at " << len;
+        ASSERT_GE(p.reasoning.size(), sent_reasoning) << text << " at " << len;
+        ASSERT_GE(p.content.size(), sent_content) << text << " at " << len;
+        sent_reasoning = p.reasoning.size();
+        sent_content = p.content.size();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace serval::server
