@@ -96,6 +96,7 @@ void register_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of one prompt");
   cmd->add_option("--model,model", o->engine.model_dir, "Model folder")->required();
+  cmd->add_option("--tokenizer", o->engine.tokenizer, "Tokenizer folder (default: the model's)");
   cmd->add_option("--prompt", o->prompt, "Prompt text");
   cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt token ids, comma separated");
   cmd->add_flag("--chat", o->chat, "Apply the model's chat template to the prompt");

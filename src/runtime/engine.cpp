@@ -129,15 +129,20 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  // The model folder's tokenizer, or --tokenizer's (which must have one); none is fine for a
+  // model served by token ids alone.
   void load_tokenizer() {
     namespace fs = std::filesystem;
-    if (!fs::exists(fs::path(cfg_.model_dir) / "tokenizer.json")) {
+    const std::string& dir = cfg_.tokenizer.empty() ? cfg_.model_dir : cfg_.tokenizer;
+    if (!fs::exists(fs::path(dir) / "tokenizer.json")) {
+      if (!cfg_.tokenizer.empty())
+        throw InvalidArgument("--tokenizer " + dir + ": no tokenizer.json there");
       if (!cfg_.chat_template.empty())
-        throw InvalidArgument("--chat-template: " + cfg_.model_dir +
+        throw InvalidArgument("--chat-template: " + dir +
                               " has no tokenizer.json, so no chat can be rendered");
       return;
     }
-    tokenizer_ = tokenizer::Tokenizer::load(cfg_.model_dir);
+    tokenizer_ = tokenizer::Tokenizer::load(dir);
     if (!cfg_.chat_template.empty()) {
       const std::string source = tokenizer::chat_template_from_arg(cfg_.chat_template);
       try {

@@ -84,6 +84,8 @@ struct EngineConfig {
   // (quant::check_requested_quantization).
   std::string quantization;
   std::string generation_config = "auto";  // auto | vllm | a folder
+  // --tokenizer: the folder with tokenizer.json (and tokenizer_config.json); empty = model_dir.
+  std::string tokenizer;
   // --chat-template: empty = tokenizer_config.json's; else a file's path or the template itself
   // (tokenizer::chat_template_from_arg).
   std::string chat_template;

@@ -23,6 +23,7 @@ constexpr KnownFlag kKnown[] = {
     {"--host", true},
     {"--port", true},
     {"--model", true},
+    {"--tokenizer", true},
     {"--served-model-name", true},
     {"--dtype", true},
     {"--max-model-len", true},
@@ -271,6 +272,8 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--seed", e.seed, "Random seed");
   app.add_option("--api-key", s.api_key, "Require 'Authorization: Bearer <key>' on /v1");
   app.add_option("--generation-config", e.generation_config, "auto, vllm or a folder");
+  app.add_option("--tokenizer", e.tokenizer,
+                 "Folder with tokenizer.json and tokenizer_config.json (default: the model's)");
   app.add_option("--chat-template", e.chat_template,
                  "Chat template: a file, or the template itself (default: the tokenizer's)");
   app.add_option("--max-logprobs", e.max_logprobs, "Max logprobs per token")->capture_default_str();

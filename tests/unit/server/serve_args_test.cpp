@@ -103,6 +103,11 @@ TEST(ServeArgs, ReasoningParser) {
 
 // vLLM's --quantization / -q: a known format name is kept for the load to check against the
 // checkpoint; others are refused at once.
+TEST(ServeArgs, TokenizerFlag) {
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr).engine.tokenizer, "");
+  EXPECT_EQ(parse_serve_args({"/m", "--tokenizer", "/t"}, nullptr).engine.tokenizer, "/t");
+}
+
 TEST(ServeArgs, QuantizationFlag) {
   EXPECT_EQ(parse_serve_args({"/m"}, nullptr).engine.quantization, "");
   EXPECT_EQ(parse_serve_args({"/m", "--quantization", "modelopt_fp4"}, nullptr).engine.quantization,
