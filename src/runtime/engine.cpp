@@ -18,6 +18,8 @@
 #include "base/log.h"
 #include "runtime/data_parallel_engine.h"
 #include "runtime/engine_loader.h"
+#include "runtime/guided_matcher.h"
+#include "runtime/guided_vocab.h"
 #include "runtime/output_queue.h"
 #include "runtime/sampler.h"
 #include "sched/scheduler.h"
@@ -33,6 +35,7 @@ struct EngineRequest {
   SamplingParams params;
   std::shared_ptr<const OutputCallback> on_output;  // shared with queued updates
   SamplerState sampler;
+  std::optional<JsonMatcher> json;  // guided decoding: the output so far, matched
   // prompt_logprobs >= 0: entry i for prompt token i + 1, delivered with the first token.
   std::vector<LogprobEntry> prompt_logprobs;
   bool prompt_logprobs_sent = false;
@@ -93,6 +96,13 @@ class EngineImpl final : public Engine {
     r->params = params;
     r->on_output = std::make_shared<const OutputCallback>(std::move(on_output));
     r->sampler.rng.seed(params.seed ? *params.seed : std::random_device{}());
+    if (params.json_grammar) {
+      if (!tokenizer_) throw InvalidArgument("guided decoding needs the model's tokenizer.json");
+      std::call_once(guided_vocab_once_, [this] {
+        guided_vocab_ = std::make_unique<GuidedVocab>(GuidedVocab::from_tokenizer(*tokenizer_));
+      });
+      r->json.emplace(*params.json_grammar);
+    }
     std::lock_guard lock(mu_);
     if (!alive_) throw Error("the engine is not running");
     if (int(incoming_.size()) + waiting_count_ >= cfg_.max_waiting_requests)
@@ -453,7 +463,7 @@ class EngineImpl final : public Engine {
     return p.temperature < 1e-5f && p.logprobs < 0 && !r.wants_prompt_logits() &&
            p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
            p.frequency_penalty == 0.0f && p.logit_bias.empty() && p.allowed_token_ids.empty() &&
-           r.req.num_output_tokens() >= p.min_tokens;
+           !r.json && r.req.num_output_tokens() >= p.min_tokens;
   }
 
   void sample_token(EngineRequest& r, std::span<float> logits) {
@@ -465,9 +475,31 @@ class EngineImpl final : public Engine {
       if (!p.ignore_eos)
         banned.insert(banned.end(), info_.eos_token_ids.begin(), info_.eos_token_ids.end());
     }
+    std::vector<uint8_t> guided;
+    if (r.json) {
+      guided = guided_mask(r, p);
+      if (r.json->done()) banned.clear();  // the JSON is closed: only the end may follow
+    }
     std::span<const int32_t> prompt(r.req.token_ids.data(), size_t(r.req.num_prompt_tokens));
-    SampleResult s = sample(logits, p, r.sampler, prompt, banned);
+    SampleResult s = sample(logits, p, r.sampler, prompt, banned, guided);
+    if (r.json && s.token < guided_vocab_->size() && !r.json->feed(guided_vocab_->text(s.token)))
+      log::warn("request {}: guided decoding lost the JSON at token {}", r.req.id, s.token);
     emit_token(r, s.token, std::move(s.logprobs));
+  }
+
+  // Guided decoding: the tokens that keep the output on its JSON, and the end (EOS, stop ids) once
+  // the JSON may end there. When nothing fits, the end alone, so the request finishes.
+  std::vector<uint8_t> guided_mask(const EngineRequest& r, const SamplingParams& p) const {
+    std::vector<uint8_t> allowed(size_t(std::max(config_.vocab_size, guided_vocab_->size())), 0);
+    guided_vocab_->allow_accepted(*r.json, allowed);
+    const bool stuck = std::find(allowed.begin(), allowed.end(), 1) == allowed.end();
+    if (r.json->can_end() || stuck) {
+      for (int32_t id : info_.eos_token_ids)
+        if (id >= 0 && id < config_.vocab_size) allowed[size_t(id)] = 1;
+      for (int32_t id : p.stop_token_ids)
+        if (id >= 0 && id < config_.vocab_size) allowed[size_t(id)] = 1;
+    }
+    return allowed;
   }
 
   // Appends `token` to the request (in place of its oldest pending placeholder, if any), streams
@@ -587,6 +619,9 @@ class EngineImpl final : public Engine {
   ModelInfo info_;
   std::unique_ptr<StepRunner> runner_;  // one rank, or a tensor-parallel group
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  // Guided decoding's view of the vocabulary, built at the first request that needs it.
+  std::once_flag guided_vocab_once_;
+  std::unique_ptr<GuidedVocab> guided_vocab_;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::unique_ptr<OutputQueue> outputs_;  // --async-scheduling only

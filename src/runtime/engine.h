@@ -17,6 +17,8 @@ class ChatTemplate;
 
 namespace serval::runtime {
 
+class JsonGrammar;
+
 // Sampling and stopping rules of one sequence. Stop *strings* are the caller's job (they need
 // detokenized text); the engine stops on EOS, stop_token_ids and max_tokens.
 struct SamplingParams {
@@ -39,7 +41,15 @@ struct SamplingParams {
   int prompt_logprobs = -1;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
   std::vector<int32_t> allowed_token_ids;             // empty: all; else only these are sampled
+  // Guided decoding: the output must be this JSON (then EOS); null: free text. Needs the model's
+  // tokenizer (submit throws InvalidArgument without one).
+  std::shared_ptr<const JsonGrammar> json_grammar;
 };
+
+// Guided decoding grammars (guided_schema.h): any JSON object, or a JSON Schema given as JSON
+// text. Throw InvalidArgument saying what is malformed or not supported.
+std::shared_ptr<const JsonGrammar> json_object_grammar();
+std::shared_ptr<const JsonGrammar> json_schema_grammar(const std::string& schema_json);
 
 enum class FinishReason { kStop, kLength, kAbort };
 

@@ -156,13 +156,17 @@ LogprobEntry prompt_token_logprobs(std::span<const float> logits, int32_t token,
 }
 
 SampleResult sample(std::span<float> logits, const SamplingParams& params, SamplerState& state,
-                    std::span<const int32_t> prompt, std::span<const int32_t> banned) {
+                    std::span<const int32_t> prompt, std::span<const int32_t> banned,
+                    std::span<const uint8_t> guided) {
   std::optional<std::vector<float>> raw;
   if (params.logprobs >= 0) raw.emplace(logits.begin(), logits.end());
   apply_penalties(logits, params, state, prompt);
   for (const auto& [id, bias] : params.logit_bias)
     if (id >= 0 && id < int32_t(logits.size())) logits[id] += bias;
   restrict_to_allowed(logits, params.allowed_token_ids, banned);
+  if (!guided.empty())
+    for (size_t id = 0; id < logits.size(); ++id)
+      if (id >= guided.size() || !guided[id]) logits[id] = -INFINITY;
 
   int32_t token;
   if (params.temperature < 1e-5f) {

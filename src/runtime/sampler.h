@@ -26,8 +26,11 @@ struct SampleResult {
 // After the penalties, params.logit_bias is added; `banned` ids (EOS and stop ids while fewer
 // than min_tokens were generated) and, with params.allowed_token_ids, every other id get -inf
 // (the ban yields when it would leave no allowed token).
+// `guided` (guided decoding; empty: none) marks the ids that may follow, 1 for allowed: the others
+// get -inf after everything above (the logprobs stay those of the raw logits).
 SampleResult sample(std::span<float> logits, const SamplingParams& params, SamplerState& state,
-                    std::span<const int32_t> prompt, std::span<const int32_t> banned);
+                    std::span<const int32_t> prompt, std::span<const int32_t> banned,
+                    std::span<const uint8_t> guided = {});
 
 // The log-softmax of raw `logits` [vocab] at `token`, its 1-based rank (ties count for it) and the
 // `top` most likely ids: a prompt token's entry for prompt_logprobs.

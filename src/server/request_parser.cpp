@@ -126,23 +126,81 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, const 
   return out;
 }
 
-// response_format: plain text only. Structured output (json_object, json_schema, ...) needs
-// guided decoding, which serval does not have: refused rather than ignored, since a client asking
-// for JSON would otherwise get free text it cannot parse.
-void check_response_format(const Json& body) {
-  const Json* rf = field(body, "response_format");
-  if (!rf) return;
-  if (!rf->is_object())
+// Guided decoding (vLLM's structured outputs) for JSON: response_format json_object / json_schema
+// (OpenAI), vLLM's guided_json and structured_outputs {"json": ...} / {"json_object": true}. At
+// most one of them. Regex, choice and grammar constraints are refused rather than ignored, since
+// a client asking for them would otherwise get free text.
+std::shared_ptr<const runtime::JsonGrammar> compile_schema(const Json& schema, const char* param) {
+  const Json parsed =
+      schema.is_string() ? Json::parse(schema.get<std::string>(), nullptr, false) : schema;
+  if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean()))
+    throw bad_request(param, "the JSON schema must be an object (or its JSON text)");
+  try {
+    return runtime::json_schema_grammar(parsed.dump());
+  } catch (const InvalidArgument& e) {
+    throw bad_request(param, e.what());
+  }
+}
+
+std::shared_ptr<const runtime::JsonGrammar> parse_response_format(const Json& rf) {
+  if (!rf.is_object())
     throw bad_request("response_format", "'response_format' must be an object with a 'type'");
-  const auto type = rf->find("type");
-  if (type == rf->end() || !type->is_string())
+  const auto type = rf.find("type");
+  if (type == rf.end() || !type->is_string())
     throw bad_request("response_format", "'response_format' needs a string 'type'");
   const std::string t = type->get<std::string>();
-  if (t != "text")
+  if (t == "text") return nullptr;
+  if (t == "json_object") return runtime::json_object_grammar();
+  if (t != "json_schema")
     throw bad_request("response_format",
-                      fmt::format("response_format type '{}' is not supported: serval has no "
-                                  "structured (guided) decoding; only 'text'",
+                      fmt::format("response_format type '{}' is not supported (text, json_object, "
+                                  "json_schema)",
                                   t));
+  const auto js = rf.find("json_schema");
+  if (js == rf.end() || !js->is_object() || !js->contains("schema"))
+    throw bad_request("response_format",
+                      "a json_schema response_format needs 'json_schema': {'name', 'schema'}");
+  return compile_schema((*js)["schema"], "response_format");
+}
+
+std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& body) {
+  for (const char* unsupported : {"guided_regex", "guided_choice", "guided_grammar"})
+    if (field(body, unsupported))
+      throw bad_request(unsupported, fmt::format("'{}' is not supported: guided decoding here "
+                                                 "covers JSON (response_format, guided_json)",
+                                                 unsupported));
+  std::shared_ptr<const runtime::JsonGrammar> grammar;
+  int sources = 0;
+  if (const Json* rf = field(body, "response_format")) {
+    grammar = parse_response_format(*rf);
+    sources += grammar != nullptr;
+  }
+  if (const Json* gj = field(body, "guided_json")) {
+    grammar = compile_schema(*gj, "guided_json");
+    ++sources;
+  }
+  if (const Json* so = field(body, "structured_outputs")) {
+    if (!so->is_object())
+      throw bad_request("structured_outputs", "'structured_outputs' must be an object");
+    for (const auto& [key, value] : so->items()) {
+      if (value.is_null()) continue;
+      if (key == "json") {
+        grammar = compile_schema(value, "structured_outputs");
+      } else if (key == "json_object" && value.is_boolean()) {
+        if (!value.get<bool>()) continue;
+        grammar = runtime::json_object_grammar();
+      } else {
+        throw bad_request(
+            "structured_outputs",
+            fmt::format("structured_outputs.{} is not supported (json, json_object)", key));
+      }
+      ++sources;
+    }
+  }
+  if (sources > 1)
+    throw bad_request("response_format",
+                      "give one of response_format, guided_json and structured_outputs");
+  return grammar;
 }
 
 // Generation modes serval does not have, refused rather than ignored: beam search, best_of
@@ -239,7 +297,7 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
       throw bad_request("allowed_token_ids", "'allowed_token_ids' must be a non-empty list");
     s.allowed_token_ids = token_list(*ids, ctx, "allowed_token_ids");
   }
-  check_response_format(body);
+  s.json_grammar = parse_guided_decoding(body);
   check_unsupported_modes(body, req.n);
   if (auto v = get_bool(body, "skip_special_tokens")) req.skip_special_tokens = *v;
   if (auto v = get_bool(body, "return_tokens_as_token_ids")) req.return_tokens_as_token_ids = *v;

@@ -1,6 +1,6 @@
 // `serval serve` through the official openai npm client (v6): completions and chat, streamed
 // and not, usage in streams, n > 1, stop strings, logprobs, echo with logprobs and
-// prompt_logprobs, max_tokens, seeds, /v1/models.
+// prompt_logprobs, max_tokens, seeds, guided JSON (response_format json_schema), /v1/models.
 // Usage: node server_openai.mjs BASE_URL NODE_MODULES EXPECTED_MOE_BACKEND
 import assert from 'node:assert/strict';
 import { pathToFileURL } from 'node:url';
@@ -245,6 +245,36 @@ await check('seed: temperature 1 is reproducible with a seed', async () => {
   const c1 = await client.chat.completions.create(chatBody);
   const c2 = await client.chat.completions.create(chatBody);
   assert.equal(c1.choices[0].message.content, c2.choices[0].message.content);
+});
+
+await check('chat: response_format json_schema gives JSON of the schema, streamed or not', async () => {
+  const schema = {
+    type: 'object',
+    properties: { color: { enum: ['red', 'green'] }, n: { type: 'integer' }, ok: { type: 'boolean' } },
+    required: ['color', 'n', 'ok'],
+  };
+  const body = {
+    model,
+    messages: [{ role: 'user', content: 'Describe it in JSON.' }],
+    max_tokens: maxModelLen - 64,
+    temperature: 0,
+    response_format: { type: 'json_schema', json_schema: { name: 'pick', schema } },
+  };
+  const r = await client.chat.completions.create(body);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const v = JSON.parse(r.choices[0].message.content);
+  assert.deepEqual(Object.keys(v).sort(), ['color', 'n', 'ok']);
+  assert.ok(['red', 'green'].includes(v.color));
+  assert.ok(Number.isInteger(v.n));
+  assert.equal(typeof v.ok, 'boolean');
+  let streamed = '';
+  for await (const chunk of await client.chat.completions.create({ ...body, stream: true }))
+    streamed += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(streamed, r.choices[0].message.content);
+  await assert.rejects(
+    client.chat.completions.create({ ...body, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: 'a+' } } } }),
+    (e) => e.status === 400 && e.param === 'response_format',
+  );
 });
 
 await check('errors surface as openai.APIError with status and body', async () => {

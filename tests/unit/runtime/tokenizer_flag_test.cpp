@@ -1,37 +1,19 @@
 // `--tokenizer` (EngineConfig::tokenizer): the tokenizer and chat template come from another
 // folder than the weights; a folder without tokenizer.json stops the start naming the flag.
 #include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <string>
 
 #include "base/error.h"
 #include "runtime/engine.h"
 #include "support/engine_batch.h"
+#include "support/weights_only_folder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serval::runtime {
 namespace {
 
-namespace fs = std::filesystem;
-
-// A model folder with the fixture's weights and configs but no tokenizer files (links).
-class WeightsOnlyFolder {
- public:
-  explicit WeightsOnlyFolder(const fs::path& fixture)
-      : dir_(fs::temp_directory_path() / ("serval_tokenizer_flag_" + std::to_string(::getpid()))) {
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    for (const char* name : {"config.json", "generation_config.json", "model.safetensors"})
-      fs::create_symlink(fixture / name, dir_ / name);
-  }
-  ~WeightsOnlyFolder() { fs::remove_all(dir_); }
-  std::string path() const { return dir_.string(); }
-
- private:
-  fs::path dir_;
-};
+using serval::testing::WeightsOnlyFolder;
 
 TEST(TokenizerFlag, TokenizerFromAnotherFolder) {
   EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();

@@ -1,8 +1,8 @@
 // Request validation that the end-to-end tests found wrong: context-length messages name the
 // numbers as sent, min_tokens is checked against the resolved max_tokens, vLLM's
 // return_tokens_as_token_ids is accepted; logit_bias, allowed_token_ids,
-// include_stop_str_in_output, response_format and truncate_prompt_tokens are validated and
-// mapped.
+// include_stop_str_in_output, response_format (guided decoding) and truncate_prompt_tokens are
+// validated and mapped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -167,19 +167,52 @@ TEST_F(RequestParserTest, IncludeStopStrInOutput) {
 }
 
 // Text is accepted; structured output is refused with a 400 that says why, not ignored.
-TEST_F(RequestParserTest, ResponseFormatTextOnly) {
+// Guided decoding: response_format text / json_object / json_schema, vLLM's guided_json (an
+// object or its text) and structured_outputs set the grammar; malformed or unsupported ones, two
+// sources at once, and regex / choice / grammar constraints are 400s naming the field.
+TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
   const Json messages = Json::array({Json{{"role", "user"}, {"content", "hi"}}});
-  EXPECT_NO_THROW(parse_chat_request(
-      Json{{"messages", messages}, {"response_format", {{"type", "text"}}}}, ctx_));
-  for (const Json& bad : {Json{{"type", "json_object"}},
-                          Json{{"type", "json_schema"}, {"json_schema", Json::object()}},
-                          Json{{"kind", "text"}}, Json("text")}) {
+  auto chat = [&](Json extra) {
+    Json body = {{"messages", messages}};
+    body.update(extra);
+    return parse_chat_request(body, ctx_);
+  };
+  const Json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  EXPECT_EQ(chat({{"response_format", {{"type", "text"}}}}).sampling.json_grammar, nullptr);
+  EXPECT_EQ(chat(Json::object()).sampling.json_grammar, nullptr);
+  EXPECT_NE(chat({{"response_format", {{"type", "json_object"}}}}).sampling.json_grammar, nullptr);
+  EXPECT_NE(
+      chat({{"response_format",
+             {{"type", "json_schema"}, {"json_schema", {{"name", "s"}, {"schema", schema}}}}}})
+          .sampling.json_grammar,
+      nullptr);
+  EXPECT_NE(chat({{"guided_json", schema.dump()}}).sampling.json_grammar, nullptr);
+  EXPECT_NE(chat({{"structured_outputs", {{"json", schema}}}}).sampling.json_grammar, nullptr);
+  EXPECT_NE(parse_completion_request(
+                Json{{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, ctx_)
+                .sampling.json_grammar,
+            nullptr);
+  const std::vector<std::pair<Json, std::string>> bad = {
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", Json::object()}}}},
+       "response_format"},
+      {{{"response_format", {{"type", "regex"}}}}, "response_format"},
+      {{{"response_format", {{"kind", "text"}}}}, "response_format"},
+      {{{"response_format", "text"}}, "response_format"},
+      {{{"guided_json", {{"type", "string"}, {"pattern", "a+"}}}}, "guided_json"},
+      {{{"guided_json", "{not json"}}, "guided_json"},
+      {{{"guided_regex", "a+"}}, "guided_regex"},
+      {{{"guided_choice", Json::array({"a", "b"})}}, "guided_choice"},
+      {{{"structured_outputs", {{"regex", "a+"}}}}, "structured_outputs"},
+      {{{"guided_json", schema}, {"response_format", {{"type", "json_object"}}}},
+       "response_format"},
+  };
+  for (const auto& [extra, param] : bad) {
     try {
-      parse_chat_request(Json{{"messages", messages}, {"response_format", bad}}, ctx_);
-      ADD_FAILURE() << "accepted " << bad.dump();
+      chat(extra);
+      ADD_FAILURE() << "accepted " << extra.dump();
     } catch (const ApiError& e) {
       EXPECT_EQ(e.status(), 400);
-      EXPECT_EQ(e.param(), "response_format");
+      EXPECT_EQ(e.param(), param) << extra.dump();
     }
   }
 }

@@ -1,0 +1,398 @@
+#include "runtime/guided_matcher.h"
+
+#include <algorithm>
+
+namespace serval::runtime {
+
+namespace {
+
+using Kind = SchemaNode::Kind;
+
+// Where a schema leaves a value open: the shapes the matcher uses for it.
+struct AnyShapes {
+  SchemaNode value, object, array, string, number, booleans, null, scalars;
+  AnyShapes() {
+    object.kind = Kind::kObject;
+    object.additional_properties = true;
+    array.kind = Kind::kArray;
+    string.kind = Kind::kString;
+    number.kind = Kind::kNumber;
+    booleans.kind = null.kind = scalars.kind = Kind::kLiterals;
+    booleans.literals = {"true", "false"};
+    null.literals = {"null"};
+    scalars.literals = {"true", "false", "null"};
+  }
+};
+const AnyShapes& any_shapes() {
+  static const AnyShapes shapes;
+  return shapes;
+}
+
+constexpr uint32_t kAdditionalKey = 0xffffffffu;  // kObject index: a key outside the properties
+
+bool is_whitespace(unsigned char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+bool is_digit(unsigned char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_hex(unsigned char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+uint64_t bit(size_t i) {
+  return uint64_t{1} << i;
+}
+uint64_t low_bits(size_t n) {
+  return n >= 64 ? ~uint64_t{0} : bit(n) - 1;
+}
+
+// Number states: 0 start, 1 after '-', 2 a leading 0, 3 integer digits, 4 after '.', 5 fraction
+// digits, 6 after 'e', 7 after the exponent's sign, 8 exponent digits. 2, 3, 5 and 8 may end.
+bool number_can_end(uint8_t state) {
+  return state == 2 || state == 3 || state == 5 || state == 8;
+}
+
+bool literal_complete(const SchemaNode& node, uint64_t mask, uint16_t pos) {
+  for (size_t i = 0; i < node.literals.size(); ++i)
+    if ((mask & bit(i)) && node.literals[i].size() == pos) return true;
+  return false;
+}
+
+}  // namespace
+
+JsonMatcher::JsonMatcher(const JsonGrammar& grammar) {
+  Frame root;
+  root.kind = Frame::Kind::kValue;
+  root.node = grammar.root();
+  push(root);
+}
+
+JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
+  std::copy_n(other.frames_.begin(), other.depth_, frames_.begin());
+  depth_ = other.depth_;
+  whitespace_run_ = other.whitespace_run_;
+  return *this;
+}
+
+bool JsonMatcher::push(const Frame& f) {
+  if (depth_ == kMaxJsonDepth) return false;
+  frames_[size_t(depth_++)] = f;
+  return true;
+}
+
+bool JsonMatcher::whitespace_ok(unsigned char c) {
+  if (!is_whitespace(c) || whitespace_run_ >= kMaxWhitespaceRun) return false;
+  ++whitespace_run_;
+  return true;
+}
+
+bool JsonMatcher::feed(std::string_view bytes) {
+  for (unsigned char c : bytes)
+    if (!feed(c)) return false;
+  return true;
+}
+
+bool JsonMatcher::feed(unsigned char c) {
+  while (depth_ > 0) {
+    switch (feed_top(c)) {
+      case Step::kConsumed:
+        if (!is_whitespace(c)) whitespace_run_ = 0;
+        return true;
+      case Step::kConsumedPop:
+        --depth_;
+        whitespace_run_ = 0;
+        return true;
+      case Step::kPopRefeed:
+        --depth_;
+        break;
+      case Step::kRefeed:
+        break;
+      case Step::kReject:
+        return false;
+    }
+  }
+  return false;  // the value is closed
+}
+
+bool JsonMatcher::can_end() const {
+  if (depth_ == 0) return true;
+  if (depth_ > 1) return false;
+  const Frame& f = frames_[0];
+  if (f.kind == Frame::Kind::kNumber) return number_can_end(f.state);
+  if (f.kind == Frame::Kind::kLiterals) return literal_complete(*f.node, f.mask, f.pos);
+  return false;
+}
+
+bool JsonMatcher::in_plain_string() const {
+  if (depth_ == 0) return false;
+  const Frame& f = frames_[size_t(depth_ - 1)];
+  if (f.kind == Frame::Kind::kString) return f.state == 0;
+  return f.kind == Frame::Kind::kKey && f.state == 0 && f.mask == 0 &&
+         f.node->additional_properties;
+}
+
+JsonMatcher::Step JsonMatcher::feed_top(unsigned char c) {
+  Frame& f = frames_[size_t(depth_ - 1)];
+  switch (f.kind) {
+    case Frame::Kind::kValue:
+      return value(f, c);
+    case Frame::Kind::kObject:
+      return object(f, c);
+    case Frame::Kind::kArray:
+      return array(f, c);
+    case Frame::Kind::kString:
+      return string(f, c);
+    case Frame::Kind::kKey:
+      return key(f, c);
+    case Frame::Kind::kNumber:
+      return number(f, c);
+    case Frame::Kind::kLiterals:
+      return literals(f, c);
+  }
+  return Step::kReject;
+}
+
+// A value about to begin: whitespace, or the first byte, which picks the frame that replaces
+// this one (an anyOf alternative by that byte).
+JsonMatcher::Step JsonMatcher::value(Frame& f, unsigned char c) {
+  if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
+  const SchemaNode* n = f.node;
+  while (n->kind == Kind::kAnyOf) {
+    const auto alt = std::find_if(n->alternatives.begin(), n->alternatives.end(),
+                                  [c](const SchemaNode* a) { return value_can_begin(*a, c); });
+    if (alt == n->alternatives.end()) return Step::kReject;
+    n = *alt;
+  }
+  const AnyShapes& any = any_shapes();
+  if (n->kind == Kind::kAny) {
+    n = c == '{'                           ? &any.object
+        : c == '['                         ? &any.array
+        : c == '"'                         ? &any.string
+        : c == '-' || is_digit(c)          ? &any.number
+        : c == 't' || c == 'f' || c == 'n' ? &any.scalars
+                                           : nullptr;
+    if (!n) return Step::kReject;
+  }
+  if (n->kind == Kind::kBoolean) n = &any.booleans;
+  if (n->kind == Kind::kNull) n = &any.null;
+  Frame next;
+  next.node = n;
+  switch (n->kind) {
+    case Kind::kObject:
+      if (c != '{') return Step::kReject;
+      next.kind = Frame::Kind::kObject;
+      f = next;
+      return Step::kConsumed;
+    case Kind::kArray:
+      if (c != '[') return Step::kReject;
+      next.kind = Frame::Kind::kArray;
+      f = next;
+      return Step::kConsumed;
+    case Kind::kString:
+      if (c != '"') return Step::kReject;
+      next.kind = Frame::Kind::kString;
+      f = next;
+      return Step::kConsumed;
+    case Kind::kNumber:
+    case Kind::kInteger:
+      next.kind = Frame::Kind::kNumber;
+      f = next;
+      return Step::kRefeed;
+    case Kind::kLiterals:
+      next.kind = Frame::Kind::kLiterals;
+      next.mask = low_bits(n->literals.size());
+      f = next;
+      return Step::kRefeed;
+    default:
+      return Step::kReject;
+  }
+}
+
+bool JsonMatcher::required_seen(const Frame& object) const {
+  const auto& props = object.node->properties;
+  for (size_t i = 0; i < props.size(); ++i)
+    if (props[i].required && !(object.mask & bit(i))) return false;
+  return true;
+}
+
+bool JsonMatcher::more_keys_possible(const Frame& object) const {
+  return object.node->additional_properties ||
+         object.mask != low_bits(object.node->properties.size());
+}
+
+// States: 0 after '{', 1 after a key, 2 after a value, 3 after ','.
+JsonMatcher::Step JsonMatcher::object(Frame& f, unsigned char c) {
+  if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
+  auto start_key = [&] {
+    Frame k;
+    k.kind = Frame::Kind::kKey;
+    k.node = f.node;
+    k.mask = low_bits(f.node->properties.size()) & ~f.mask;
+    f.state = 1;
+    return push(k) ? Step::kConsumed : Step::kReject;
+  };
+  switch (f.state) {
+    case 0:
+      if (c == '}') return required_seen(f) ? Step::kConsumedPop : Step::kReject;
+      if (c == '"' && more_keys_possible(f)) return start_key();
+      return Step::kReject;
+    case 1: {
+      if (c != ':') return Step::kReject;
+      Frame v;
+      v.kind = Frame::Kind::kValue;
+      v.node = f.index == kAdditionalKey ? &any_shapes().value : f.node->properties[f.index].value;
+      f.state = 2;
+      return push(v) ? Step::kConsumed : Step::kReject;
+    }
+    case 2:
+      if (c == ',' && more_keys_possible(f)) {
+        f.state = 3;
+        return Step::kConsumed;
+      }
+      if (c == '}' && required_seen(f)) return Step::kConsumedPop;
+      return Step::kReject;
+    default:
+      return c == '"' ? start_key() : Step::kReject;
+  }
+}
+
+// States: 0 after '[', 1 after an item, 2 after ','. index counts the items begun.
+JsonMatcher::Step JsonMatcher::array(Frame& f, unsigned char c) {
+  if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
+  const SchemaNode& node = *f.node;
+  const SchemaNode* items = node.items ? node.items : &any_shapes().value;
+  if (f.state == 0 && c == ']') return node.min_items == 0 ? Step::kConsumedPop : Step::kReject;
+  if (f.state == 1) {
+    if (c == ',' && (node.max_items < 0 || f.index < node.max_items)) {
+      f.state = 2;
+      return Step::kConsumed;
+    }
+    if (c == ']' && f.index >= node.min_items) return Step::kConsumedPop;
+    return Step::kReject;
+  }
+  if (node.max_items >= 0 && f.index >= node.max_items) return Step::kReject;
+  if (!value_can_begin(*items, c)) return Step::kReject;
+  ++f.index;
+  f.state = 1;
+  Frame v;
+  v.kind = Frame::Kind::kValue;
+  v.node = items;
+  return push(v) ? Step::kRefeed : Step::kReject;
+}
+
+// String states: 0 text, 1 after '\', 2..5 the \u escape's hex digits.
+namespace {
+bool escape_step(uint8_t& state, unsigned char c) {
+  if (state == 1) {
+    if (c == 'u') {
+      state = 2;
+      return true;
+    }
+    state = 0;
+    return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+           c == 't';
+  }
+  if (!is_hex(c)) return false;
+  state = state == 5 ? 0 : state + 1;
+  return true;
+}
+}  // namespace
+
+JsonMatcher::Step JsonMatcher::string(Frame& f, unsigned char c) {
+  if (f.state != 0) return escape_step(f.state, c) ? Step::kConsumed : Step::kReject;
+  if (c == '"') return Step::kConsumedPop;
+  if (c == '\\') {
+    f.state = 1;
+    return Step::kConsumed;
+  }
+  return c < 0x20 ? Step::kReject : Step::kConsumed;
+}
+
+// An object key: the candidates still alive among the unseen properties; on the closing quote
+// the parent object learns which property (or an additional key) it was.
+JsonMatcher::Step JsonMatcher::key(Frame& f, unsigned char c) {
+  const SchemaNode& obj = *f.node;
+  const bool other = obj.additional_properties;
+  if (f.state != 0) return escape_step(f.state, c) ? Step::kConsumed : Step::kReject;
+  if (c == '"') {
+    Frame& parent = frames_[size_t(depth_ - 2)];
+    for (size_t i = 0; i < obj.properties.size(); ++i)
+      if ((f.mask & bit(i)) && obj.properties[i].name.size() == f.pos) {
+        parent.mask |= bit(i);
+        parent.index = uint32_t(i);
+        return Step::kConsumedPop;
+      }
+    if (!other) return Step::kReject;
+    parent.index = kAdditionalKey;
+    return Step::kConsumedPop;
+  }
+  if (c == '\\') {
+    if (!other) return Step::kReject;
+    f.mask = 0;  // property names hold no escapes
+    f.state = 1;
+    return Step::kConsumed;
+  }
+  if (c < 0x20) return Step::kReject;
+  uint64_t alive = 0;
+  for (size_t i = 0; i < obj.properties.size(); ++i) {
+    const std::string& name = obj.properties[i].name;
+    if ((f.mask & bit(i)) && f.pos < name.size() && static_cast<unsigned char>(name[f.pos]) == c)
+      alive |= bit(i);
+  }
+  if (alive == 0 && !other) return Step::kReject;
+  f.mask = alive;
+  if (f.pos < UINT16_MAX) ++f.pos;
+  return Step::kConsumed;
+}
+
+JsonMatcher::Step JsonMatcher::number(Frame& f, unsigned char c) {
+  const bool integer = f.node->kind == Kind::kInteger;
+  const bool digit = is_digit(c), exp = (c == 'e' || c == 'E') && !integer,
+             dot = c == '.' && !integer;
+  auto to = [&](uint8_t state) {
+    if (f.pos >= kMaxNumberChars) return Step::kReject;
+    f.state = state;
+    ++f.pos;
+    return Step::kConsumed;
+  };
+  const Step end = number_can_end(f.state) ? Step::kPopRefeed : Step::kReject;
+  switch (f.state) {
+    case 0:
+      if (c == '-') return to(1);
+      [[fallthrough]];
+    case 1:
+      return c == '0' ? to(2) : digit ? to(3) : Step::kReject;
+    case 2:
+      return dot ? to(4) : exp ? to(6) : end;
+    case 3:
+      return digit ? to(3) : dot ? to(4) : exp ? to(6) : end;
+    case 4:
+      return digit ? to(5) : Step::kReject;
+    case 5:
+      return digit ? to(5) : exp ? to(6) : end;
+    case 6:
+      return c == '+' || c == '-' ? to(7) : digit ? to(8) : Step::kReject;
+    case 7:
+      return digit ? to(8) : Step::kReject;
+    default:
+      return digit ? to(8) : end;
+  }
+}
+
+JsonMatcher::Step JsonMatcher::literals(Frame& f, unsigned char c) {
+  const std::vector<std::string>& lits = f.node->literals;
+  uint64_t next = 0;
+  bool longer = false;
+  for (size_t i = 0; i < lits.size(); ++i) {
+    if (!(f.mask & bit(i)) || lits[i].size() <= f.pos) continue;
+    if (static_cast<unsigned char>(lits[i][f.pos]) != c) continue;
+    next |= bit(i);
+    longer = longer || lits[i].size() > size_t(f.pos) + 1;
+  }
+  if (next == 0) return literal_complete(*f.node, f.mask, f.pos) ? Step::kPopRefeed : Step::kReject;
+  f.mask = next;
+  ++f.pos;
+  return longer ? Step::kConsumed : Step::kConsumedPop;
+}
+
+}  // namespace serval::runtime

@@ -1,0 +1,303 @@
+#include "runtime/guided_schema.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <string_view>
+
+#include "base/error.h"
+#include "runtime/engine.h"
+
+namespace serval::runtime {
+
+namespace {
+
+using Json = nlohmann::json;
+using Kind = SchemaNode::Kind;
+
+// Keywords that only describe: skipped wherever they appear.
+const std::set<std::string_view> kAnnotations = {
+    "title",      "description", "default",   "examples", "$schema",     "$id",   "$comment",
+    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "strict"};
+const std::set<std::string_view> kHandled = {
+    "type",  "properties", "required", "additionalProperties",
+    "items", "minItems",   "maxItems", "enum",
+    "const", "anyOf",      "oneOf",    "$ref"};
+
+bool plain_key(std::string_view name) {
+  for (unsigned char c : name)
+    if (c == '"' || c == '\\' || c < 0x20) return false;
+  return true;
+}
+
+bool is_number_start(unsigned char c) {
+  return c == '-' || (c >= '0' && c <= '9');
+}
+
+bool can_begin(const SchemaNode& node, unsigned char c, int depth) {
+  switch (node.kind) {
+    case Kind::kAny:
+      return c == '{' || c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' ||
+             is_number_start(c);
+    case Kind::kObject:
+      return c == '{';
+    case Kind::kArray:
+      return c == '[';
+    case Kind::kString:
+      return c == '"';
+    case Kind::kNumber:
+    case Kind::kInteger:
+      return is_number_start(c);
+    case Kind::kBoolean:
+      return c == 't' || c == 'f';
+    case Kind::kNull:
+      return c == 'n';
+    case Kind::kLiterals:
+      for (const std::string& l : node.literals)
+        if (static_cast<unsigned char>(l[0]) == c) return true;
+      return false;
+    case Kind::kAnyOf:
+      if (depth > 16) throw InvalidArgument("anyOf nests itself without a value in between");
+      for (const SchemaNode* a : node.alternatives)
+        if (can_begin(*a, c, depth + 1)) return true;
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool value_can_begin(const SchemaNode& node, unsigned char c) {
+  return can_begin(node, c, 0);
+}
+
+// Compiles one schema document; "$ref"s resolve into its "$defs" / "definitions" once each (a
+// node is registered before its body compiles, so recursive references close the loop).
+class SchemaCompiler {
+ public:
+  SchemaCompiler(JsonGrammar& g, const Json& root) : g_(g), root_(root) {}
+
+  // Call once, after compile(): throws for an anyOf the matcher cannot pick from.
+  void check_pending_any_of() const {
+    for (const auto& [n, at] : pending_any_of_) check_first_chars_disjoint(*n, at);
+  }
+
+  const SchemaNode* compile(const Json& s, const std::string& at) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) fail(at, "the schema false matches nothing");
+      return add(SchemaNode{});
+    }
+    if (!s.is_object()) fail(at, "a schema must be an object or a boolean");
+    for (const auto& [key, value] : s.items()) {
+      if (kAnnotations.count(key) || kHandled.count(key)) continue;
+      fail(at + "/" + key,
+           fmt::format("the keyword '{}' is not supported by guided decoding", key));
+    }
+    if (auto ref = s.find("$ref"); ref != s.end()) return compile_ref(*ref, at + "/$ref");
+    if (auto e = s.find("enum"); e != s.end()) {
+      if (!e->is_array() || e->empty()) fail(at + "/enum", "must be a non-empty list");
+      return literals(*e, at + "/enum");
+    }
+    if (auto c = s.find("const"); c != s.end()) return literals(Json::array({*c}), at + "/const");
+    for (const char* key : {"anyOf", "oneOf"})
+      if (auto alts = s.find(key); alts != s.end()) return any_of(*alts, at + "/" + key);
+    auto type = s.find("type");
+    if (type == s.end()) {
+      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+        return typed(s, "object", at);
+      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
+        return typed(s, "array", at);
+      return add(SchemaNode{});
+    }
+    if (type->is_string()) return typed(s, type->get<std::string>(), at);
+    if (!type->is_array() || type->empty())
+      fail(at + "/type", "must be a type name or a non-empty list of them");
+    SchemaNode alts;
+    alts.kind = Kind::kAnyOf;
+    for (const Json& t : *type) {
+      if (!t.is_string()) fail(at + "/type", "must list type names");
+      alts.alternatives.push_back(typed(s, t.get<std::string>(), at));
+    }
+    return check_any_of(add(std::move(alts)), at + "/type");
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& at, const std::string& what) {
+    throw InvalidArgument(fmt::format("schema at '{}': {}", at.empty() ? "/" : at, what));
+  }
+
+  SchemaNode* add(SchemaNode n) { return &g_.nodes_.emplace_back(std::move(n)); }
+
+  const SchemaNode* compile_ref(const Json& ref, const std::string& at) {
+    if (!ref.is_string()) fail(at, "must be a string");
+    const std::string r = ref.get<std::string>();
+    if (auto done = refs_.find(r); done != refs_.end()) return done->second;
+    const Json* target = nullptr;
+    for (std::string_view prefix : {"#/$defs/", "#/definitions/"}) {
+      if (!r.starts_with(prefix)) continue;
+      const std::string defs(prefix.substr(2, prefix.size() - 3)), name = r.substr(prefix.size());
+      if (root_.contains(defs) && root_[defs].is_object() && root_[defs].contains(name))
+        target = &root_[defs][name];
+    }
+    if (!target) fail(at, fmt::format("'{}' does not name an entry of $defs or definitions", r));
+    // Registered first: a definition that refers to itself gets this node back.
+    SchemaNode* node = add(SchemaNode{});
+    refs_[r] = node;
+    *node = *compile(*target, r.substr(1));
+    return node;
+  }
+
+  const SchemaNode* literals(const Json& values, const std::string& at) {
+    if (values.size() > size_t(kMaxLiterals))
+      fail(at, fmt::format("at most {} values are supported", kMaxLiterals));
+    SchemaNode n;
+    n.kind = Kind::kLiterals;
+    for (const Json& v : values) {
+      if (v.is_object() || v.is_array()) fail(at, "only strings, numbers, booleans and null");
+      n.literals.push_back(v.dump());
+    }
+    return add(std::move(n));
+  }
+
+  const SchemaNode* any_of(const Json& alts, const std::string& at) {
+    if (!alts.is_array() || alts.empty()) fail(at, "must be a non-empty list of schemas");
+    if (alts.size() == 1) return compile(alts[0], at + "/0");
+    SchemaNode n;
+    n.kind = Kind::kAnyOf;
+    for (size_t i = 0; i < alts.size(); ++i)
+      n.alternatives.push_back(compile(alts[i], at + "/" + std::to_string(i)));
+    return check_any_of(add(std::move(n)), at);
+  }
+
+  // The matcher picks an alternative by a value's first character: checked by
+  // check_pending_any_of once everything is compiled (a "$ref" being compiled has no kind yet).
+  const SchemaNode* check_any_of(const SchemaNode* n, const std::string& at) {
+    pending_any_of_.emplace_back(n, at);
+    return n;
+  }
+
+  static void check_first_chars_disjoint(const SchemaNode& n, const std::string& at) {
+    for (int c = 0; c < 256; ++c) {
+      int count = 0;
+      for (const SchemaNode* a : n.alternatives) count += value_can_begin(*a, uint8_t(c));
+      if (count > 1)
+        fail(at, fmt::format("alternatives that can begin with the same character ('{}') are "
+                             "not supported",
+                             char(c)));
+    }
+  }
+
+  const SchemaNode* typed(const Json& s, const std::string& type, const std::string& at) {
+    SchemaNode n;
+    if (type == "string") {
+      n.kind = Kind::kString;
+    } else if (type == "number") {
+      n.kind = Kind::kNumber;
+    } else if (type == "integer") {
+      n.kind = Kind::kInteger;
+    } else if (type == "boolean") {
+      n.kind = Kind::kBoolean;
+    } else if (type == "null") {
+      n.kind = Kind::kNull;
+    } else if (type == "object") {
+      return object(s, at);
+    } else if (type == "array") {
+      return array(s, at);
+    } else {
+      fail(at + "/type", fmt::format("unknown type '{}'", type));
+    }
+    return add(std::move(n));
+  }
+
+  const SchemaNode* object(const Json& s, const std::string& at) {
+    SchemaNode* n = add(SchemaNode{});
+    n->kind = Kind::kObject;
+    if (auto props = s.find("properties"); props != s.end()) {
+      if (!props->is_object()) fail(at + "/properties", "must be an object");
+      if (props->size() > size_t(kMaxProperties))
+        fail(at + "/properties",
+             fmt::format("at most {} properties are supported", kMaxProperties));
+      for (const auto& [name, sub] : props->items()) {
+        if (!plain_key(name))
+          fail(at + "/properties",
+               fmt::format("property names with quotes, backslashes or control characters are "
+                           "not supported ('{}')",
+                           name));
+        n->properties.push_back({name, compile(sub, at + "/properties/" + name), false});
+      }
+    }
+    if (auto add_props = s.find("additionalProperties"); add_props != s.end()) {
+      if (add_props->is_boolean())
+        n->additional_properties = add_props->get<bool>();
+      else if (add_props->is_object() && add_props->empty())
+        n->additional_properties = true;
+      else
+        fail(at + "/additionalProperties", "only true, false or {} are supported");
+    }
+    if (auto req = s.find("required"); req != s.end()) {
+      if (!req->is_array()) fail(at + "/required", "must be a list of property names");
+      for (const Json& name : *req) {
+        if (!name.is_string()) fail(at + "/required", "must be a list of property names");
+        bool found = false;
+        for (SchemaProperty& p : n->properties)
+          if (p.name == name.get<std::string>()) p.required = found = true;
+        if (!found)
+          fail(at + "/required", fmt::format("'{}' is required but not among the properties",
+                                             name.get<std::string>()));
+      }
+    }
+    return n;
+  }
+
+  const SchemaNode* array(const Json& s, const std::string& at) {
+    SchemaNode n;
+    n.kind = Kind::kArray;
+    if (auto items = s.find("items"); items != s.end()) n.items = compile(*items, at + "/items");
+    auto count = [&](const char* key, int64_t fallback) {
+      auto v = s.find(key);
+      if (v == s.end()) return fallback;
+      if (!v->is_number_integer() || v->get<int64_t>() < 0)
+        fail(at + "/" + key, "must be a non-negative integer");
+      return v->get<int64_t>();
+    };
+    n.min_items = count("minItems", 0);
+    n.max_items = count("maxItems", -1);
+    if (n.max_items >= 0 && n.max_items < n.min_items) fail(at + "/maxItems", "is below minItems");
+    return add(std::move(n));
+  }
+
+  JsonGrammar& g_;
+  const Json& root_;
+  std::map<std::string, const SchemaNode*> refs_;
+  std::vector<std::pair<const SchemaNode*, std::string>> pending_any_of_;
+};
+
+std::shared_ptr<const JsonGrammar> json_object_grammar() {
+  return JsonGrammar::any_object();
+}
+
+std::shared_ptr<const JsonGrammar> json_schema_grammar(const std::string& schema_json) {
+  const nlohmann::json schema = nlohmann::json::parse(schema_json, nullptr, false);
+  if (schema.is_discarded()) throw InvalidArgument("the JSON schema is not valid JSON");
+  return JsonGrammar::from_schema(schema);
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
+  auto g = std::make_shared<JsonGrammar>();
+  SchemaNode obj;
+  obj.kind = Kind::kObject;
+  obj.additional_properties = true;
+  g->root_ = &g->nodes_.emplace_back(std::move(obj));
+  return g;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::from_schema(const nlohmann::json& schema) {
+  auto g = std::make_shared<JsonGrammar>();
+  SchemaCompiler compiler(*g, schema);
+  g->root_ = compiler.compile(schema, "");
+  compiler.check_pending_any_of();
+  return g;
+}
+
+}  // namespace serval::runtime

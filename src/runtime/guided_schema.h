@@ -1,0 +1,78 @@
+// Guided decoding (vLLM's structured outputs): the JSON a request's output must be, compiled
+// from `response_format` json_object / json_schema (or vLLM's guided_json) into a graph of
+// nodes that guided_matcher.h walks byte by byte.
+//
+// Supported JSON Schema: "type" (one name, or a list of names), "properties", "required",
+// "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
+// true allows other keys with any value), "items", "minItems", "maxItems", "enum", "const",
+// "anyOf" / "oneOf" whose alternatives begin with different characters (Optional[X] is
+// anyOf [X, null]), "$ref" to "#/$defs/…" or "#/definitions/…" (recursion allowed).
+// Annotations (title, description, default, examples, $schema, $id, $comment) are ignored; any
+// other keyword (pattern, minLength, format, minimum, …) is refused rather than left unchecked.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace serval::runtime {
+
+struct SchemaNode;
+
+struct SchemaProperty {
+  std::string name;  // the key as it appears between the quotes (no escapes)
+  const SchemaNode* value = nullptr;
+  bool required = false;
+};
+
+struct SchemaNode {
+  enum class Kind {
+    kAny,
+    kObject,
+    kArray,
+    kString,
+    kNumber,
+    kInteger,
+    kBoolean,
+    kNull,
+    kLiterals,
+    kAnyOf
+  };
+  Kind kind = Kind::kAny;
+  // kObject
+  std::vector<SchemaProperty> properties;  // at most kMaxProperties
+  bool additional_properties = false;      // other keys allowed, with any value
+  // kArray
+  const SchemaNode* items = nullptr;  // null: any value
+  int64_t min_items = 0, max_items = -1;
+  // kLiterals (enum, const, true/false/null): the values' JSON texts, at most kMaxLiterals
+  std::vector<std::string> literals;
+  // kAnyOf: alternatives whose values begin with different characters (value_can_begin)
+  std::vector<const SchemaNode*> alternatives;
+};
+
+inline constexpr int kMaxProperties = 64;
+inline constexpr int kMaxLiterals = 64;
+
+// A compiled schema: the root and the nodes it points into (owned here, stable addresses).
+class JsonGrammar {
+ public:
+  const SchemaNode* root() const { return root_; }
+
+  // Any JSON object (response_format {"type": "json_object"}).
+  static std::shared_ptr<const JsonGrammar> any_object();
+  // Throws InvalidArgument naming the JSON pointer of the offending keyword.
+  static std::shared_ptr<const JsonGrammar> from_schema(const nlohmann::json& schema);
+
+ private:
+  friend class SchemaCompiler;
+  std::deque<SchemaNode> nodes_;
+  const SchemaNode* root_ = nullptr;
+};
+
+// Whether a value of `node` can begin with `c` (after whitespace).
+bool value_can_begin(const SchemaNode& node, unsigned char c);
+
+}  // namespace serval::runtime

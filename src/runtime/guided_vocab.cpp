@@ -1,0 +1,99 @@
+#include "runtime/guided_vocab.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "tokenizer/tokenizer.h"
+
+namespace serval::runtime {
+
+namespace {
+
+constexpr uint32_t kNoSpecial = std::numeric_limits<uint32_t>::max();
+
+// Bytes that change a string's state (or end it): everything else inside a string is content.
+bool string_special(unsigned char c) {
+  return c == '"' || c == '\\' || c < 0x20;
+}
+
+}  // namespace
+
+GuidedVocab::GuidedVocab(std::vector<std::string> texts, const std::vector<bool>& excluded)
+    : texts_(std::move(texts)) {
+  for (size_t id = 0; id < texts_.size(); ++id)
+    if (!texts_[id].empty() && !(id < excluded.size() && excluded[id]))
+      order_.push_back(int32_t(id));
+  std::sort(order_.begin(), order_.end(),
+            [this](int32_t a, int32_t b) { return texts_[size_t(a)] < texts_[size_t(b)]; });
+  first_special_.reserve(order_.size());
+  for (size_t i = 0; i < order_.size(); ++i) {
+    const std::string& t = sorted_text(i);
+    const auto it = std::find_if(
+        t.begin(), t.end(), [](char c) { return string_special(static_cast<unsigned char>(c)); });
+    first_special_.push_back(it == t.end() ? kNoSpecial : uint32_t(it - t.begin()));
+  }
+}
+
+GuidedVocab GuidedVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
+  const int n = tok.vocab_size();
+  std::vector<std::string> texts(static_cast<size_t>(n));
+  std::vector<bool> excluded(static_cast<size_t>(n), false);
+  for (int32_t id = 0; id < n; ++id) {
+    if (tok.id_to_token(id).empty() || tok.is_special(id)) {
+      excluded[size_t(id)] = true;
+      continue;
+    }
+    const int32_t ids[1] = {id};
+    texts[size_t(id)] = tok.decode(ids, /*skip_special_tokens=*/false);
+  }
+  return GuidedVocab(std::move(texts), excluded);
+}
+
+void GuidedVocab::allow_accepted(const JsonMatcher& m, std::vector<uint8_t>& allowed) const {
+  visit(0, order_.size(), 0, m, allowed);
+}
+
+// Tokens [begin, end) of order_ share their first `depth` bytes, which `m` has accepted.
+void GuidedVocab::visit(size_t begin, size_t end, size_t depth, const JsonMatcher& m,
+                        std::vector<uint8_t>& allowed) const {
+  while (begin < end && sorted_text(begin).size() == depth)  // shortest first: ends here
+    allowed[size_t(order_[begin++])] = 1;
+  if (begin == end) return;
+  if (m.in_plain_string()) return visit_plain_string(begin, end, depth, m, allowed);
+  while (begin < end) {
+    const unsigned char c = static_cast<unsigned char>(sorted_text(begin)[depth]);
+    // The run of tokens with byte c at `depth` (sorted: contiguous).
+    const auto first = order_.begin() + std::ptrdiff_t(begin);
+    const size_t group = size_t(std::partition_point(first, order_.begin() + std::ptrdiff_t(end),
+                                                     [&](int32_t id) {
+                                                       return static_cast<unsigned char>(
+                                                                  texts_[size_t(id)][depth]) <= c;
+                                                     }) -
+                                order_.begin());
+    JsonMatcher next = m;
+    if (next.feed(c)) visit(begin, group, depth + 1, next, allowed);
+    begin = group;
+  }
+}
+
+// Inside a string: bytes up to a token's first special byte leave `m` as it is.
+void GuidedVocab::visit_plain_string(size_t begin, size_t end, size_t depth, const JsonMatcher& m,
+                                     std::vector<uint8_t>& allowed) const {
+  for (size_t i = begin; i < end; ++i) {
+    const std::string& t = sorted_text(i);
+    size_t from = first_special_[i];
+    if (from != kNoSpecial && from < depth) {  // a special byte in the shared prefix: look past it
+      from = depth;
+      while (from < t.size() && !string_special(static_cast<unsigned char>(t[from]))) ++from;
+      if (from == t.size()) from = kNoSpecial;
+    }
+    if (from == kNoSpecial) {
+      allowed[size_t(order_[i])] = 1;
+      continue;
+    }
+    JsonMatcher next = m;
+    if (next.feed(std::string_view(t).substr(from))) allowed[size_t(order_[i])] = 1;
+  }
+}
+
+}  // namespace serval::runtime

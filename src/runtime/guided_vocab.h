@@ -1,0 +1,48 @@
+// The vocabulary seen by guided decoding: each token's bytes, sorted so that tokens sharing a
+// prefix are neighbours (an implicit trie), and the mask of tokens a JsonMatcher accepts next.
+//
+// The mask walks the trie depth first with a copy of the matcher per edge, pruning at the first
+// rejected byte, so outside strings only the few plausible branches are visited. Inside a string
+// the state does not change on ordinary bytes: a token is then allowed outright when it has no
+// '"', '\' or control byte, and only the others are fed from their first such byte.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/guided_matcher.h"
+
+namespace serval::tokenizer {
+class Tokenizer;
+}
+
+namespace serval::runtime {
+
+class GuidedVocab {
+ public:
+  // texts[id]: the bytes token `id` adds to the output; tokens with `excluded[id]` (special
+  // tokens) or no text are never allowed.
+  GuidedVocab(std::vector<std::string> texts, const std::vector<bool>& excluded);
+  // From a tokenizer: each token decoded alone, special tokens excluded.
+  static GuidedVocab from_tokenizer(const tokenizer::Tokenizer& tok);
+
+  int size() const { return int(texts_.size()); }
+  const std::string& text(int32_t id) const { return texts_[size_t(id)]; }
+
+  // allowed[id] = 1 for every token whose bytes the matcher accepts (other entries untouched;
+  // `allowed` must hold at least size() entries).
+  void allow_accepted(const JsonMatcher& m, std::vector<uint8_t>& allowed) const;
+
+ private:
+  void visit(size_t begin, size_t end, size_t depth, const JsonMatcher& m,
+             std::vector<uint8_t>& allowed) const;
+  void visit_plain_string(size_t begin, size_t end, size_t depth, const JsonMatcher& m,
+                          std::vector<uint8_t>& allowed) const;
+  const std::string& sorted_text(size_t i) const { return texts_[size_t(order_[i])]; }
+
+  std::vector<std::string> texts_;
+  std::vector<int32_t> order_;           // candidate ids sorted by their bytes
+  std::vector<uint32_t> first_special_;  // per order_ entry: first '"', '\' or control byte
+};
+
+}  // namespace serval::runtime

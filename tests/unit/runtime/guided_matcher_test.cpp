@@ -1,0 +1,182 @@
+// Guided decoding's JSON matcher: what it accepts under json_object and under schemas, checked
+// against nlohmann::json's parser (whatever the matcher accepts and may end parses, and is an
+// object for json_object), and the schema compiler's refusals.
+#include "runtime/guided_matcher.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "base/error.h"
+#include "runtime/engine.h"
+
+namespace serval::runtime {
+namespace {
+
+using nlohmann::json;
+
+// Whether `text` is accepted whole and may end there.
+bool accepts(const JsonGrammar& g, std::string_view text) {
+  JsonMatcher m(g);
+  return m.feed(text) && m.can_end();
+}
+
+std::shared_ptr<const JsonGrammar> schema(const char* text) {
+  return json_schema_grammar(text);
+}
+
+TEST(GuidedMatcher, JsonObjectAcceptsObjectsOnly) {
+  const auto g = json_object_grammar();
+  for (const char* ok :
+       {"{}", "{\"a\": 1}", "{\"a\":[1,-2.5e-3,0,\"x\",true,null,{\"b\":{}}]}",
+        "{\n  \"a\": \"\\u00e9\\n\",\n  \"b\": [ ]\n}", " {\"k\":false}", "{\"\": 1E+2}"})
+    EXPECT_TRUE(accepts(*g, ok)) << ok;
+  for (const char* bad :
+       {"[]", "1", "\"s\"", "{\"a\" 1}", "{\"a\": 01}", "{\"a\": tru}", "{\"a\": 1}x", "{\"a\":1,}",
+        "{\"a\": \"x\ny\"}", "{\"a\": \"\\q\"}", "{\"a\": \"\\u12G4\"}", "{\"a\": 1.}",
+        "{\"a\": -}", "{,}", "{\"a\": [1 2]}", "{\"a\": nul}"})
+    EXPECT_FALSE(accepts(*g, bad)) << bad;
+  JsonMatcher open(*g);
+  ASSERT_TRUE(open.feed("{\"a\": [1"));
+  EXPECT_FALSE(open.can_end());
+  EXPECT_FALSE(open.done());
+  JsonMatcher closed(*g);
+  ASSERT_TRUE(closed.feed("{}"));
+  EXPECT_TRUE(closed.done());
+  EXPECT_FALSE(closed.feed(' '));  // nothing, not even blanks, after the value
+}
+
+TEST(GuidedMatcher, WhitespaceRunsAndNumbersAreBounded) {
+  const auto g = json_object_grammar();
+  EXPECT_TRUE(accepts(*g, "{" + std::string(kMaxWhitespaceRun, ' ') + "}"));
+  EXPECT_FALSE(accepts(*g, "{" + std::string(kMaxWhitespaceRun + 1, ' ') + "}"));
+  EXPECT_TRUE(accepts(*g, "{\"n\": " + std::string(kMaxNumberChars, '7') + "}"));
+  EXPECT_FALSE(accepts(*g, "{\"n\": " + std::string(kMaxNumberChars + 1, '7') + "}"));
+}
+
+// A random JSON value (objects at the root when `object`), dumped compact or indented.
+json random_value(std::mt19937& rng, int depth, bool object) {
+  const int kind = object ? 0 : int(rng() % (depth > 3 ? 5u : 7u));
+  auto word = [&] {
+    static const char* words[] = {"a", "key", "x y", "é", "q\"uote", "back\\slash", "tab\t", ""};
+    return std::string(words[rng() % 8]);
+  };
+  switch (kind) {
+    case 0: {
+      json o = json::object();
+      for (unsigned i = rng() % 4; i > 0; --i) o[word()] = random_value(rng, depth + 1, false);
+      return o;
+    }
+    case 1:
+      return word();
+    case 2:
+      return int64_t(rng() % 2000) - 1000;
+    case 3:
+      return (double(rng() % 100000) - 50000) / 64.0;
+    case 4:
+      return rng() % 3 == 0 ? json(nullptr) : json(rng() % 2 == 0);
+    default: {
+      json a = json::array();
+      for (unsigned i = rng() % 4; i > 0; --i) a.push_back(random_value(rng, depth + 1, false));
+      return a;
+    }
+  }
+}
+
+// Every dump of random objects is accepted; every accepted mutation of one parses as an object.
+TEST(GuidedMatcher, AgreesWithAJsonParser) {
+  const auto g = json_object_grammar();
+  std::mt19937 rng(7);
+  int accepted_mutants = 0;
+  for (int trial = 0; trial < 500; ++trial) {
+    const json v = random_value(rng, 0, true);
+    const std::string text = v.dump(trial % 3 == 0 ? 2 : -1);
+    ASSERT_TRUE(accepts(*g, text)) << text;
+    std::string mutant = text;
+    const size_t at = rng() % mutant.size();
+    // ASCII bytes only: the matcher leaves UTF-8 to the detokenizer, the parser checks it.
+    if (static_cast<unsigned char>(mutant[at]) >= 0x80) continue;
+    // No exponent letters: a mutant like 1E1875 is JSON but out of the parser's double range.
+    static const char bytes[] = "{}[],:\" \\01-.+tfnul\n";
+    mutant[at] = bytes[rng() % (sizeof(bytes) - 1)];
+    if (!accepts(*g, mutant)) continue;
+    ++accepted_mutants;
+    const json parsed = json::parse(mutant, nullptr, false);
+    ASSERT_FALSE(parsed.is_discarded()) << mutant;
+    EXPECT_TRUE(parsed.is_object()) << mutant;
+  }
+  EXPECT_GT(accepted_mutants, 10);  // the check above had cases
+}
+
+TEST(GuidedMatcher, SchemaPropertiesRequiredAndTypes) {
+  const auto g = schema(R"({"type": "object", "properties": {
+      "name": {"type": "string"}, "age": {"type": "integer"}, "score": {"type": "number"},
+      "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+      "ok": {"type": "boolean"}, "nick": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+    "required": ["name", "age"]})");
+  EXPECT_TRUE(accepts(*g, R"({"name": "Ann", "age": 31})"));
+  EXPECT_TRUE(accepts(*g, R"({"age": -4, "name": "", "score": 1.5e3, "tags": ["a", "b"]})"));
+  EXPECT_TRUE(accepts(*g, R"({"name": "A", "age": 0, "ok": true, "nick": null})"));
+  EXPECT_TRUE(accepts(*g, R"({"name": "A", "age": 0, "nick": "Al"})"));
+  EXPECT_FALSE(accepts(*g, R"({"name": "Ann"})"));                       // age required
+  EXPECT_FALSE(accepts(*g, R"({"name": "Ann", "age": 3.5})"));           // integer
+  EXPECT_FALSE(accepts(*g, R"({"name": 1, "age": 3})"));                 // string
+  EXPECT_FALSE(accepts(*g, R"({"name": "A", "age": 3, "extra": 1})"));   // no additional keys
+  EXPECT_FALSE(accepts(*g, R"({"name": "A", "name": "B", "age": 3})"));  // each key once
+  EXPECT_FALSE(accepts(*g, R"({"name": "A", "age": 3, "tags": ["a", "b", "c"]})"));
+  EXPECT_FALSE(accepts(*g, R"({"name": "A", "age": 3, "ok": null})"));
+  EXPECT_FALSE(accepts(*g, R"({"nam": "A", "age": 3})"));
+}
+
+TEST(GuidedMatcher, SchemaEnumsConstRefsAndAdditional) {
+  const auto g = schema(R"({"$defs": {"Node": {"type": "object", "properties": {
+      "v": {"enum": ["red", "green", 1, 12, null]},
+      "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}}, "required": ["v"]}},
+    "$ref": "#/$defs/Node"})");
+  EXPECT_TRUE(accepts(*g, R"({"v": "red"})"));
+  EXPECT_TRUE(accepts(*g, R"({"v": 1, "next": {"v": 12, "next": {"v": null}}})"));
+  EXPECT_FALSE(accepts(*g, R"({"v": "blue"})"));
+  EXPECT_FALSE(accepts(*g, R"({"v": 2})"));
+  EXPECT_FALSE(accepts(*g, R"({"v": 123})"));
+  EXPECT_FALSE(accepts(*g, R"({"v": "red", "next": []})"));
+
+  const auto open = schema(R"({"type": "object", "properties": {"k": {"const": "c"}},
+      "additionalProperties": true, "required": ["k"]})");
+  EXPECT_TRUE(accepts(*open, R"({"k": "c", "other": [1, {"x": null}]})"));
+  EXPECT_TRUE(accepts(*open, R"({"o\"ther": 1, "k": "c"})"));
+  EXPECT_FALSE(accepts(*open, R"({"k": "d"})"));
+
+  const auto list = schema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1})");
+  EXPECT_TRUE(accepts(*list, "[1, 2]"));
+  EXPECT_FALSE(accepts(*list, "[]"));
+  const auto number = schema(R"({"type": "number"})");
+  JsonMatcher n(*number);
+  ASSERT_TRUE(n.feed("12"));
+  EXPECT_TRUE(n.can_end());  // a top-level number may end at any digit
+  EXPECT_FALSE(n.done());
+}
+
+TEST(GuidedMatcher, UnsupportedSchemasAreRefusedWithTheirPlace) {
+  auto refused = [](const char* text, const std::string& part) {
+    try {
+      json_schema_grammar(text);
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"type": "string", "pattern": "^a"})", "'/pattern'");
+  refused(R"({"properties": {"a": {"type": "string", "minLength": 2}}})",
+          "'/properties/a/minLength'");
+  refused(R"({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]})",
+          "same character ('{')");
+  refused(R"({"$ref": "#/$defs/Missing"})", "does not name");
+  refused(R"({"type": "object", "required": ["x"]})", "'x' is required");
+  refused(R"({"type": "date"})", "unknown type 'date'");
+  refused("[1", "not valid JSON");
+}
+
+}  // namespace
+}  // namespace serval::runtime
