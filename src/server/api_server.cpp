@@ -37,6 +37,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.max_logprobs = options_.max_logprobs;
   ctx_.auto_tool_choice = options_.auto_tool_choice;
   ctx_.reasoning_parser = options_.reasoning_parser;
+  ctx_.prompt_tokens_details = options_.prompt_tokens_details;
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {

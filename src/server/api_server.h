@@ -23,6 +23,7 @@ struct ApiOptions {
   int max_logprobs = 20;
   bool auto_tool_choice = false;  // tool calls parsed out of chat outputs (hermes format)
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // reasoning split out of chat
+  bool prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
 };
 
 class ApiServer {

@@ -33,6 +33,7 @@ struct Sequence {
   std::string delta;         // stream: emitted but not yet sent
   size_t decoded_bytes = 0;  // detokenized bytes including held-back text (text_offset)
   int num_tokens = 0;
+  int num_cached_tokens = 0;  // prompt tokens the engine served from the prefix cache
   Json logprobs;  // completions: {tokens, token_logprobs, top_logprobs, text_offset}; chat: [..]
   bool first_token_seen = false;
   double last_token_s = 0;
@@ -49,10 +50,13 @@ std::string random_id(const char* prefix) {
   return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
 }
 
-Json usage_json(int64_t prompt, int64_t completion) {
-  return Json{{"prompt_tokens", prompt},
-              {"completion_tokens", completion},
-              {"total_tokens", prompt + completion}};
+// `cached` (--enable-prompt-tokens-details): prompt tokens from the prefix cache, else nullopt.
+Json usage_json(int64_t prompt, int64_t completion, std::optional<int64_t> cached) {
+  Json usage = {{"prompt_tokens", prompt},
+                {"completion_tokens", completion},
+                {"total_tokens", prompt + completion}};
+  if (cached) usage["prompt_tokens_details"] = {{"cached_tokens", *cached}};
+  return usage;
 }
 
 // OpenAI's message.tool_calls (a stream's delta.tool_calls with `index`).
@@ -204,6 +208,7 @@ void GenerationJob::on_output(size_t seq, const runtime::RequestOutput& out) {
     return fail(500, "the engine failed: " + out.error);
   }
   if (!out.prompt_logprobs.empty()) s.prompt_logprobs = out.prompt_logprobs;
+  s.num_cached_tokens = std::max(s.num_cached_tokens, out.num_cached_tokens);
   if (req_.echo_logprobs && !s.echo_logprobs_added && !out.new_token_ids.empty()) {
     // The first update with tokens carries the prompt's logprobs: the echoed prompt's entries go
     // before the generated ones (streamed: in the first chunk, with the echoed text).
@@ -262,11 +267,19 @@ Json GenerationJob::envelope(const char* object) const {
   return Json{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_name_}};
 }
 
+// Each prompt counts once (its first sequence's cache hits; the others share its prompt).
 Json GenerationJob::usage() const {
-  int64_t prompt = 0, completion = 0;
+  int64_t prompt = 0, completion = 0, cached = 0;
   for (const auto& p : req_.prompts) prompt += static_cast<int64_t>(p.token_ids.size());
-  for (const auto& s : seqs_) completion += s->num_tokens;
-  return usage_json(prompt, completion);
+  for (const auto& s : seqs_) {
+    completion += s->num_tokens;
+    if (s->index % req_.n == 0) cached += s->num_cached_tokens;
+  }
+  return usage_json(prompt, completion, cached_if_reported(cached));
+}
+
+std::optional<int64_t> GenerationJob::cached_if_reported(int64_t cached) const {
+  return ctx_.prompt_tokens_details ? std::optional<int64_t>(cached) : std::nullopt;
 }
 
 // Tool parsing in a chat stream: content goes out up to where a <tool_call> may begin; when the
@@ -345,7 +358,7 @@ Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) 
 
 Json GenerationJob::sequence_usage(const Sequence& s) const {
   return usage_json(static_cast<int64_t>(req_.prompts[s.prompt_index].token_ids.size()),
-                    s.num_tokens);
+                    s.num_tokens, cached_if_reported(s.num_cached_tokens));
 }
 
 void GenerationJob::add_continuous_usage(Json& chunk, const Sequence& s) const {

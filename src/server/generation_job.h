@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::string token_text(int32_t id) const;
   TokenText token_texts() const;  // token_text as a function object
   Json usage() const;
+  std::optional<int64_t> cached_if_reported(int64_t cached) const;
   // A chat stream chunk's delta when the output is parsed (reasoning, tool calls); `content` is
   // the content part of the text so far.
   Json chat_stream_delta(Sequence& s) const;

@@ -57,6 +57,9 @@ struct ModelContext {
   int max_logprobs = 20;
   bool auto_tool_choice = false;  // serve --enable-auto-tool-choice --tool-call-parser hermes
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // serve --reasoning-parser
+  // serve --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens (prompt
+  // tokens served from the prefix cache)
+  bool prompt_tokens_details = false;
 };
 
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.

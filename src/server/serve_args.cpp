@@ -53,6 +53,7 @@ constexpr KnownFlag kKnown[] = {
     {"--enable-auto-tool-choice", false},
     {"--tool-call-parser", true},
     {"--reasoning-parser", true},
+    {"--enable-prompt-tokens-details", false},
     {"--device", true},
     {"--enforce-eager", false},
     {"--nvfp4-activations", false},
@@ -283,6 +284,8 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                "Parse tool calls out of chat outputs when a request has tools");
   app.add_option("--tool-call-parser", tool_call_parser,
                  "The tool call format of --enable-auto-tool-choice: hermes (Hermes, Qwen)");
+  app.add_flag("--enable-prompt-tokens-details", s.prompt_tokens_details,
+               "Report usage.prompt_tokens_details.cached_tokens (prefix-cache hits)");
   std::string reasoning_parser;
   app.add_option("--reasoning-parser", reasoning_parser,
                  "Split chat outputs into reasoning and content: deepseek_r1 or qwen3");

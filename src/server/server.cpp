@@ -18,6 +18,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   api.max_logprobs = options_.max_logprobs;
   api.auto_tool_choice = options_.auto_tool_choice;
   api.reasoning_parser = options_.reasoning_parser;
+  api.prompt_tokens_details = options_.prompt_tokens_details;
   api_ = std::make_unique<ApiServer>(engine, std::move(api));
   HttpServerOptions http;
   http.host = options_.host;

@@ -19,6 +19,7 @@ struct ServerOptions {
   int max_logprobs = 20;
   bool auto_tool_choice = false;  // --enable-auto-tool-choice with the hermes parser
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
+  bool prompt_tokens_details = false;                         // --enable-prompt-tokens-details
   size_t max_body_bytes = size_t{32} << 20;
   int read_timeout_s = 60;
 };

@@ -20,7 +20,8 @@ class ServerTest : public ::testing::Test {
  protected:
   void start(int delay_ms = 0, int queue_cap = 64, std::string api_key = "",
              bool auto_tool_choice = false, int max_model_len = 64,
-             ReasoningParser reasoning_parser = ReasoningParser::kNone) {
+             ReasoningParser reasoning_parser = ReasoningParser::kNone,
+             bool prompt_tokens_details = false) {
     engine_ = std::make_unique<FakeEngine>(delay_ms, queue_cap, max_model_len);
     ServerOptions o;
     o.host = "127.0.0.1";
@@ -29,6 +30,7 @@ class ServerTest : public ::testing::Test {
     o.max_logprobs = 5;
     o.auto_tool_choice = auto_tool_choice;
     o.reasoning_parser = reasoning_parser;
+    o.prompt_tokens_details = prompt_tokens_details;
     server_ = std::make_unique<Server>(*engine_, o);
     port_ = server_->start();
   }
@@ -387,6 +389,34 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "f"}}}};
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
+}
+
+// --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens from the engine's
+// updates, each prompt counted once whatever n is; absent without the flag.
+TEST_F(ServerTest, PromptTokensDetailsReportCachedTokens) {
+  const std::string prompt(70, 'a');  // 70 byte tokens: FakeEngine reports 32 cached
+  const json body = {
+      {"prompt", json::array({prompt, prompt.substr(0, 40)})}, {"max_tokens", 3}, {"n", 2}};
+  json usage = json::parse(post("/v1/completions", body).body)["usage"];
+  EXPECT_FALSE(usage.contains("prompt_tokens_details")) << usage.dump();
+
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", false, /*max_model_len=*/512, ReasoningParser::kNone,
+        /*prompt_tokens_details=*/true);
+  usage = json::parse(post("/v1/completions", body).body)["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 110);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"],
+            testing::fake_cached_tokens(70) + testing::fake_cached_tokens(40))
+      << usage.dump();
+  json stream_body = body;
+  stream_body["stream"] = true;
+  stream_body["stream_options"] = {{"include_usage", true}};
+  std::optional<json> last;
+  for (const std::string& ev : sse_events(post("/v1/completions", stream_body).body))
+    if (ev != "[DONE]") last = json::parse(ev);
+  ASSERT_TRUE(last && (*last)["usage"].is_object());
+  EXPECT_EQ((*last)["usage"]["prompt_tokens_details"]["cached_tokens"], 48);
 }
 
 // The chat output streamed: concatenated reasoning, content and tool calls of its deltas.

@@ -103,6 +103,12 @@ TEST(ServeArgs, ReasoningParser) {
 
 // vLLM's --quantization / -q: a known format name is kept for the load to check against the
 // checkpoint; others are refused at once.
+TEST(ServeArgs, PromptTokensDetailsFlag) {
+  EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.prompt_tokens_details);
+  EXPECT_TRUE(parse_serve_args({"/m", "--enable-prompt-tokens-details"}, nullptr)
+                  .server.prompt_tokens_details);
+}
+
 TEST(ServeArgs, TokenizerFlag) {
   EXPECT_EQ(parse_serve_args({"/m"}, nullptr).engine.tokenizer, "");
   EXPECT_EQ(parse_serve_args({"/m", "--tokenizer", "/t"}, nullptr).engine.tokenizer, "/t");

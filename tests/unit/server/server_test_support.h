@@ -57,6 +57,12 @@ inline std::unique_ptr<tokenizer::Tokenizer> make_byte_tokenizer() {
 // stop_token_ids, EOS (when the echoed token is kEosId), logprobs, prompt_logprobs (prompt token
 // i gets logprob -i/4 and rank i, alternatives 65, 66, ... at -1, -2, ...) and aborts; throws
 // QueueFull when `queue_cap` requests are active.
+// The prompt tokens FakeEngine reports as served from a prefix cache: a whole 16-token block
+// per 32 prompt tokens, so that usage reports have something to count.
+inline int fake_cached_tokens(size_t prompt_len) {
+  return int(prompt_len / 32) * 16;
+}
+
 class FakeEngine final : public runtime::Engine {
  public:
   explicit FakeEngine(int delay_ms = 0, int queue_cap = 64, int max_model_len = 64)
@@ -156,6 +162,7 @@ class FakeEngine final : public runtime::Engine {
         runtime::RequestOutput o;
         o.request_id = it->first;
         o.num_prompt_tokens = static_cast<int>(r.prompt.size());
+        o.num_cached_tokens = fake_cached_tokens(r.prompt.size());
         if (r.aborted) {
           o.finish = runtime::FinishReason::kAbort;
         } else {
