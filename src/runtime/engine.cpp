@@ -35,7 +35,7 @@ struct EngineRequest {
   SamplingParams params;
   std::shared_ptr<const OutputCallback> on_output;  // shared with queued updates
   SamplerState sampler;
-  std::optional<JsonMatcher> json;  // guided decoding: the output so far, matched
+  std::optional<GuidedOutput> json;  // guided decoding: the output so far, matched
   // prompt_logprobs >= 0: entry i for prompt token i + 1, delivered with the first token.
   std::vector<LogprobEntry> prompt_logprobs;
   bool prompt_logprobs_sent = false;
@@ -101,7 +101,7 @@ class EngineImpl final : public Engine {
       std::call_once(guided_vocab_once_, [this] {
         guided_vocab_ = std::make_unique<GuidedVocab>(GuidedVocab::from_tokenizer(*tokenizer_));
       });
-      r->json.emplace(*params.json_grammar);
+      r->json.emplace(*params.json_grammar, params.guided_after_think);
     }
     std::lock_guard lock(mu_);
     if (!alive_) throw Error("the engine is not running");
@@ -476,24 +476,35 @@ class EngineImpl final : public Engine {
         banned.insert(banned.end(), info_.eos_token_ids.begin(), info_.eos_token_ids.end());
     }
     std::vector<uint8_t> guided;
-    if (r.json) {
-      guided = guided_mask(r, p);
-      if (r.json->done()) banned.clear();  // the JSON is closed: only the end may follow
+    if (r.json && r.json->guiding()) {
+      guided = guided_mask(r.json->matcher(), p);
+      if (r.json->matcher().done()) banned.clear();  // the JSON is closed: only the end follows
     }
     std::span<const int32_t> prompt(r.req.token_ids.data(), size_t(r.req.num_prompt_tokens));
     SampleResult s = sample(logits, p, r.sampler, prompt, banned, guided);
-    if (r.json && s.token < guided_vocab_->size() && !r.json->feed(guided_vocab_->text(s.token)))
-      log::warn("request {}: guided decoding lost the JSON at token {}", r.req.id, s.token);
+    if (r.json) advance_guided(r, s.token);
     emit_token(r, s.token, std::move(s.logprobs));
+  }
+
+  // Feeds a sampled token's bytes to the request's guided output (not the end token's).
+  void advance_guided(EngineRequest& r, int32_t token) {
+    const SamplingParams& p = r.params;
+    const auto& eos = info_.eos_token_ids;
+    if (token >= guided_vocab_->size() || std::find(eos.begin(), eos.end(), token) != eos.end() ||
+        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
+            p.stop_token_ids.end())
+      return;
+    if (!r.json->feed(guided_vocab_->text(token)))
+      log::warn("request {}: token {} left the guided JSON", r.req.id, token);
   }
 
   // Guided decoding: the tokens that keep the output on its JSON, and the end (EOS, stop ids) once
   // the JSON may end there. When nothing fits, the end alone, so the request finishes.
-  std::vector<uint8_t> guided_mask(const EngineRequest& r, const SamplingParams& p) const {
+  std::vector<uint8_t> guided_mask(const JsonMatcher& m, const SamplingParams& p) const {
     std::vector<uint8_t> allowed(size_t(std::max(config_.vocab_size, guided_vocab_->size())), 0);
-    guided_vocab_->allow_accepted(*r.json, allowed);
+    guided_vocab_->allow_accepted(m, allowed);
     const bool stuck = std::find(allowed.begin(), allowed.end(), 1) == allowed.end();
-    if (r.json->can_end() || stuck) {
+    if (m.can_end() || stuck) {
       for (int32_t id : info_.eos_token_ids)
         if (id >= 0 && id < config_.vocab_size) allowed[size_t(id)] = 1;
       for (int32_t id : p.stop_token_ids)

@@ -44,6 +44,9 @@ struct SamplingParams {
   // Guided decoding: the output must be this JSON (then EOS); null: free text. Needs the model's
   // tokenizer (submit throws InvalidArgument without one).
   std::shared_ptr<const JsonGrammar> json_grammar;
+  // With json_grammar: the guidance starts after the output's first "</think>" (a reasoning
+  // model thinks freely first, as with vLLM's reasoning parsers).
+  bool guided_after_think = false;
 };
 
 // Guided decoding grammars (guided_schema.h): any JSON object, or a JSON Schema given as JSON

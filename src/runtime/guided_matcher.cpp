@@ -395,4 +395,21 @@ JsonMatcher::Step JsonMatcher::literals(Frame& f, unsigned char c) {
   return longer ? Step::kConsumed : Step::kConsumedPop;
 }
 
+bool GuidedOutput::feed(std::string_view text) {
+  if (!waiting_) return json_.feed(text);
+  constexpr std::string_view kThinkEnd = "</think>";
+  tail_ += text;
+  const size_t end = tail_.find(kThinkEnd);
+  if (end == std::string::npos) {
+    if (tail_.size() >= kThinkEnd.size()) tail_.erase(0, tail_.size() - (kThinkEnd.size() - 1));
+    return true;
+  }
+  waiting_ = false;
+  JsonMatcher started = json_;
+  const bool fits = started.feed(std::string_view(tail_).substr(end + kThinkEnd.size()));
+  if (fits) json_ = started;
+  tail_.clear();
+  return fits;
+}
+
 }  // namespace serval::runtime

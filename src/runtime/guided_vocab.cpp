@@ -39,10 +39,8 @@ GuidedVocab GuidedVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
   std::vector<std::string> texts(static_cast<size_t>(n));
   std::vector<bool> excluded(static_cast<size_t>(n), false);
   for (int32_t id = 0; id < n; ++id) {
-    if (tok.id_to_token(id).empty() || tok.is_special(id)) {
-      excluded[size_t(id)] = true;
-      continue;
-    }
+    if (tok.id_to_token(id).empty()) continue;
+    excluded[size_t(id)] = tok.is_special(id);
     const int32_t ids[1] = {id};
     texts[size_t(id)] = tok.decode(ids, /*skip_special_tokens=*/false);
   }

@@ -21,7 +21,7 @@ namespace serval::runtime {
 class GuidedVocab {
  public:
   // texts[id]: the bytes token `id` adds to the output; tokens with `excluded[id]` (special
-  // tokens) or no text are never allowed.
+  // tokens: their text is kept for text()) or no text are never allowed.
   GuidedVocab(std::vector<std::string> texts, const std::vector<bool>& excluded);
   // From a tokenizer: each token decoded alone, special tokens excluded.
   static GuidedVocab from_tokenizer(const tokenizer::Tokenizer& tok);

@@ -555,6 +555,8 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
     req.starts_in_reasoning = starts_in_reasoning(ctx.reasoning_parser, enable_thinking);
   }
   req.include_reasoning = get_bool(body, "include_reasoning").value_or(true);
+  // A thinking reply's JSON comes after its thoughts, as with vLLM's reasoning parsers.
+  req.sampling.guided_after_think = req.sampling.json_grammar && req.starts_in_reasoning;
   std::string text = render_chat(body, ctx, true);
   bool add_special = get_bool(body, "add_special_tokens").value_or(false);
   PromptInput p;

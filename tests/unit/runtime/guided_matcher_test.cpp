@@ -158,6 +158,30 @@ TEST(GuidedMatcher, SchemaEnumsConstRefsAndAdditional) {
   EXPECT_FALSE(n.done());
 }
 
+// guided_after_think: free text until the first "</think>" (split across tokens here), the JSON
+// from the bytes after it; bytes after the tag that do not fit are left before the JSON.
+TEST(GuidedOutput, StartsAfterTheThinkEnd) {
+  const auto g = json_object_grammar();
+  GuidedOutput out(*g, /*after_think=*/true);
+  EXPECT_FALSE(out.guiding());
+  EXPECT_TRUE(out.feed("<think>\nhmm </th"));
+  EXPECT_FALSE(out.guiding());
+  EXPECT_TRUE(out.feed("ink>\n\n{\"a"));
+  EXPECT_TRUE(out.guiding());
+  EXPECT_TRUE(out.feed("\": 1}"));
+  EXPECT_TRUE(out.matcher().done());
+
+  GuidedOutput stray(*g, true);
+  EXPECT_FALSE(stray.feed("x</think>oops"));
+  EXPECT_TRUE(stray.guiding());
+  JsonMatcher m = stray.matcher();
+  EXPECT_TRUE(m.feed("{}"));  // the JSON starts fresh
+
+  GuidedOutput at_once(*g, false);
+  EXPECT_TRUE(at_once.guiding());
+  EXPECT_FALSE(at_once.feed("<think>"));
+}
+
 TEST(GuidedMatcher, UnsupportedSchemasAreRefusedWithTheirPlace) {
   auto refused = [](const char* text, const std::string& part) {
     try {

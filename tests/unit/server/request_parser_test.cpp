@@ -217,6 +217,23 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
   }
 }
 
+// With a reasoning parser, a thinking reply's JSON is guided only after its "</think>"; with
+// thinking off, or without a parser, from the start.
+TEST_F(RequestParserTest, GuidedJsonAfterThinking) {
+  const Json body = {{"messages", Json::array({Json{{"role", "user"}, {"content", "hi"}}})},
+                     {"response_format", {{"type", "json_object"}}}};
+  EXPECT_FALSE(parse_chat_request(body, ctx_).sampling.guided_after_think);
+  ModelContext reasoning = ctx_;
+  reasoning.reasoning_parser = ReasoningParser::kQwen3;
+  EXPECT_TRUE(parse_chat_request(body, reasoning).sampling.guided_after_think);
+  Json off = body;
+  off["chat_template_kwargs"] = {{"enable_thinking", false}};
+  EXPECT_FALSE(parse_chat_request(off, reasoning).sampling.guided_after_think);
+  Json free_text = body;
+  free_text.erase("response_format");
+  EXPECT_FALSE(parse_chat_request(free_text, reasoning).sampling.guided_after_think);
+}
+
 // vLLM's truncate_prompt_tokens keeps the last k tokens (-1: the last max_model_len) of every
 // prompt, text or ids, completion or chat; the echoed text follows the tokens kept.
 TEST_F(RequestParserTest, TruncatePromptTokensKeepsTheLastTokens) {
