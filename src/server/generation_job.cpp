@@ -322,13 +322,19 @@ Json GenerationJob::chat_stream_delta(Sequence& s) const {
     }
     content = parts.content;
   }
-  if (req_.parse_tool_calls) {
+  if (!req_.forced_tool.empty()) {  // the arguments: one call when the sequence ends
+    if (s.finished) delta["tool_calls"] = tool_calls_json({forced_call(content)}, true);
+  } else if (req_.parse_tool_calls) {
     add_tool_stream_delta(delta, s, content);
   } else if (content.size() > s.content_sent) {
     delta["content"] = std::string(content.substr(s.content_sent));
     s.content_sent = content.size();
   }
   return delta;
+}
+
+ToolCall GenerationJob::forced_call(std::string_view arguments) const {
+  return ToolCall{req_.forced_tool, std::string(arguments)};
 }
 
 Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) const {
@@ -345,7 +351,10 @@ Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) 
     message["reasoning"] = reasoning;
     message["reasoning_content"] = reasoning;
   }
-  if (req_.parse_tool_calls) {
+  if (!req_.forced_tool.empty()) {  // as OpenAI: no content beside the forced call
+    message["content"] = nullptr;
+    message["tool_calls"] = tool_calls_json({forced_call(content)}, false);
+  } else if (req_.parse_tool_calls) {
     const ParsedToolCalls parsed = parse_hermes_tool_calls(content);
     if (!parsed.calls.empty()) {  // as vLLM: no content → null; finish "tool_calls"
       message["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
@@ -379,9 +388,10 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
   Json chunk;
   if (req_.kind == ApiKind::kChat) {
     chunk = envelope("chat.completion.chunk");
-    choice["delta"] = req_.parse_tool_calls || req_.split_reasoning ? chat_stream_delta(s)
-                      : s.delta.empty()                             ? Json::object()
-                                                                    : Json{{"content", s.delta}};
+    const bool parsed = req_.parse_tool_calls || req_.split_reasoning || !req_.forced_tool.empty();
+    choice["delta"] = parsed            ? chat_stream_delta(s)
+                      : s.delta.empty() ? Json::object()
+                                        : Json{{"content", s.delta}};
   } else {
     chunk = envelope("text_completion");
     choice["text"] = s.delta;

@@ -13,6 +13,7 @@
 #include "server/logprobs_json.h"
 #include "server/metrics.h"
 #include "server/request_parser.h"
+#include "server/tool_call_parser.h"
 
 namespace serval::server {
 
@@ -49,6 +50,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // the content part of the text so far.
   Json chat_stream_delta(Sequence& s) const;
   void add_tool_stream_delta(Json& delta, Sequence& s, std::string_view content) const;
+  // The call of a forced tool_choice with these arguments.
+  ToolCall forced_call(std::string_view arguments) const;
   // A finished chat choice's message.
   Json chat_message(const Sequence& s, std::string& finish_reason) const;
   // Usage so far of one sequence: its prompt and its tokens (continuous_usage_stats chunks).

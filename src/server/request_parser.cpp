@@ -399,33 +399,74 @@ void truncate_prompts(const Json& body, const ModelContext& ctx, GenerationReque
 // tool_choice (OpenAI): "none", or "auto" (the default with tools) which parses tool calls out of
 // the output when the server runs with --enable-auto-tool-choice; "required" and a named function
 // need guided decoding, which serval lacks: 400.
-bool parse_tool_choice(const Json& body, const ModelContext& ctx) {
+// The function `name` of `tools` (400 when there is none).
+const Json& find_tool(const Json& tools, const std::string& name) {
+  for (const Json& t : tools) {
+    const auto fn = t.is_object() ? t.find("function") : t.end();
+    if (fn != t.end() && fn->is_object() && fn->value("name", Json()) == name) return *fn;
+  }
+  throw bad_request("tool_choice",
+                    fmt::format("tool_choice names '{}', which is not in tools", name));
+}
+
+// tool_choice: "none", "auto" (the server's parser reads calls out of free text), or one function
+// the reply must call, by name or as "required" with a single tool: its arguments are then
+// generated under guided decoding with the function's parameter schema. "required" with several
+// tools is refused (the matcher cannot yet choose among object schemas).
+void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
   const Json* tools = field(body, "tools");
   if (tools && !tools->is_array()) throw bad_request("tools", "'tools' must be a list");
   const bool has_tools = tools && !tools->empty();
   const Json* choice = field(body, "tool_choice");
   std::string mode = has_tools ? "auto" : "none";
-  if (choice) {
+  std::string forced;
+  if (choice && choice->is_object()) {
+    const auto fn = choice->find("function");
+    if (choice->value("type", Json()) != "function" || fn == choice->end() || !fn->is_object() ||
+        !(*fn).value("name", Json()).is_string())
+      throw bad_request(
+          "tool_choice",
+          "a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    forced = (*fn)["name"].get<std::string>();
+  } else if (choice) {
     if (!choice->is_string())
-      throw bad_request("tool_choice",
-                        "a named tool_choice needs guided decoding, which serval "
-                        "does not have; use \"auto\" or \"none\"");
+      throw bad_request("tool_choice", "tool_choice must be a string or a named function");
     mode = choice->get<std::string>();
   }
-  if (mode == "none") return false;
-  if (mode == "required")
-    throw bad_request("tool_choice",
-                      "tool_choice \"required\" needs guided decoding, which "
-                      "serval does not have; use \"auto\" or \"none\"");
+  if (forced.empty() && mode == "none") return;
+  if (forced.empty() && mode == "required") {
+    if (!has_tools) throw bad_request("tool_choice", "tool_choice \"required\" needs tools");
+    if (tools->size() > 1)
+      throw bad_request("tool_choice",
+                        "tool_choice \"required\" is supported with one tool; name the function "
+                        "to call instead");
+    const Json& only = (*tools)[0];
+    if (!only.is_object() || !only.contains("function") || !only["function"].is_object() ||
+        !only["function"].value("name", Json()).is_string())
+      throw bad_request("tools", "each tool needs a function with a name");
+    forced = only["function"]["name"].get<std::string>();
+  }
+  if (!forced.empty()) {
+    if (!has_tools) throw bad_request("tool_choice", "a named tool_choice needs tools");
+    if (req.sampling.json_grammar)
+      throw bad_request("tool_choice", "a forced tool call and response_format cannot be combined");
+    const Json& fn = find_tool(*tools, forced);
+    const Json params = fn.contains("parameters") ? fn["parameters"] : Json{{"type", "object"}};
+    req.sampling.json_grammar = compile_schema(params, "tool_choice");
+    req.forced_tool = forced;
+    return;
+  }
   if (mode != "auto")
     throw bad_request("tool_choice",
-                      fmt::format("tool_choice must be \"none\" or \"auto\", got \"{}\"", mode));
+                      fmt::format("tool_choice must be \"none\", \"auto\", \"required\" or a "
+                                  "named function, got \"{}\"",
+                                  mode));
   if (!has_tools) throw bad_request("tool_choice", "tool_choice \"auto\" needs tools");
   if (!ctx.auto_tool_choice)
     throw bad_request("tool_choice",
                       "\"auto\" tool choice requires --enable-auto-tool-choice and "
                       "--tool-call-parser to be set");
-  return true;
+  req.parse_tool_calls = true;
 }
 
 }  // namespace
@@ -545,7 +586,7 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
   } else if (want_logprobs) {
     req.logprobs = 0;
   }
-  req.parse_tool_calls = parse_tool_choice(body, ctx);
+  parse_tool_choice(body, ctx, req);
   if (ctx.reasoning_parser != ReasoningParser::kNone) {
     std::optional<bool> enable_thinking;
     if (const Json* kw = field(body, "chat_template_kwargs"); kw && kw->is_object())

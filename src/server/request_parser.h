@@ -39,6 +39,9 @@ struct GenerationRequest {
   int prompt_logprobs = -1;
   bool echo_logprobs = false;
   bool parse_tool_calls = false;  // chat with tools, tool_choice auto, the server's parser on
+  // tool_choice names a function (or "required" with one tool): the output, generated under
+  // guided decoding with its parameter schema, is that call's arguments.
+  std::string forced_tool;
   // Chat with `serve --reasoning-parser`: the output split into reasoning and content
   // (reasoning_parser.h), the reply starting inside the reasoning block or not; the reasoning
   // sent unless the request's include_reasoning is false.

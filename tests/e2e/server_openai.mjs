@@ -1,6 +1,7 @@
 // `serval serve` through the official openai npm client (v6): completions and chat, streamed
 // and not, usage in streams, n > 1, stop strings, logprobs, echo with logprobs and
-// prompt_logprobs, max_tokens, seeds, guided JSON (response_format json_schema), /v1/models.
+// prompt_logprobs, max_tokens, seeds, guided JSON (response_format json_schema, a named
+// tool_choice), /v1/models.
 // Usage: node server_openai.mjs BASE_URL NODE_MODULES EXPECTED_MOE_BACKEND
 import assert from 'node:assert/strict';
 import { pathToFileURL } from 'node:url';
@@ -275,6 +276,31 @@ await check('chat: response_format json_schema gives JSON of the schema, streame
     client.chat.completions.create({ ...body, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: 'a+' } } } }),
     (e) => e.status === 400 && e.param === 'response_format',
   );
+});
+
+await check('chat: a named tool_choice calls the function with arguments of its schema', async () => {
+  const tools = [{
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] }, days: { type: 'integer' } }, required: ['city', 'days'] },
+    },
+  }];
+  const r = await client.chat.completions.create({
+    model,
+    messages: [{ role: 'user', content: 'Weather?' }],
+    max_tokens: maxModelLen - 64,
+    temperature: 0,
+    tools,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } },
+  });
+  const msg = r.choices[0].message;
+  assert.equal(msg.content, null);
+  assert.equal(msg.tool_calls.length, 1);
+  assert.equal(msg.tool_calls[0].function.name, 'get_weather');
+  const args = JSON.parse(msg.tool_calls[0].function.arguments);
+  assert.ok(['Paris', 'Oslo'].includes(args.city));
+  assert.ok(Number.isInteger(args.days));
 });
 
 await check('errors surface as openai.APIError with status and body', async () => {

@@ -326,6 +326,29 @@ TEST_F(ServerTest, PromptLogprobsAndEchoWithLogprobs) {
                "prompt_logprobs");
 }
 
+// The chat output streamed: concatenated reasoning, content and tool calls of its deltas.
+struct StreamedChat {
+  std::string reasoning, reasoning_content, content;
+  json tool_calls = json::array();
+  std::string finish_reason;
+};
+StreamedChat collect_chat_stream(const std::string& body) {
+  StreamedChat out;
+  for (const std::string& ev : sse_events(body)) {
+    if (ev == "[DONE]") break;
+    const json c = json::parse(ev)["choices"][0];
+    const json& d = c["delta"];
+    if (d.contains("reasoning")) out.reasoning += d["reasoning"].get<std::string>();
+    if (d.contains("reasoning_content"))
+      out.reasoning_content += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) out.content += d["content"].get<std::string>();
+    if (d.contains("tool_calls"))
+      for (const json& t : d["tool_calls"]) out.tool_calls.push_back(t);
+    if (c["finish_reason"].is_string()) out.finish_reason = c["finish_reason"];
+  }
+  return out;
+}
+
 // --enable-auto-tool-choice (hermes): <tool_call> blocks of a chat output become tool_calls, the
 // text before them the content, finish_reason "tool_calls"; streamed, the content stops short of
 // the first block and the calls come in one delta. The fake engine echoes the rendered prompt.
@@ -380,14 +403,41 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   EXPECT_EQ(calls[1]["function"]["name"], "f");
   EXPECT_EQ(finish, "tool_calls");
 
-  // tool_choice none: the text as it came; required and named functions are refused.
+  // tool_choice none: the text as it came.
   body["stream"] = false;
   body["tool_choice"] = "none";
   auto none = post("/v1/chat/completions", body);
   EXPECT_EQ(json::parse(none.body)["choices"][0]["message"]["content"], prompt);
-  body["tool_choice"] = "required";
+
+  // A forced call (by name, or "required" with one tool): the whole output is its arguments,
+  // one call, no content (FakeEngine echoes the prompt instead of guided JSON: the plumbing
+  // only; the engine's guided decoding has its own tests). Streamed: one tool_calls delta.
+  for (const json& forced : {json("required"),
+                             json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    body["tool_choice"] = forced;
+    body["stream"] = false;
+    const auto r = post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json msg = json::parse(r.body)["choices"][0]["message"];
+    EXPECT_TRUE(msg["content"].is_null()) << msg.dump();
+    ASSERT_EQ(msg["tool_calls"].size(), 1u);
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], prompt);
+    body["stream"] = true;
+    const StreamedChat st = collect_chat_stream(post("/v1/chat/completions", body).body);
+    EXPECT_EQ(st.content, "");
+    ASSERT_EQ(st.tool_calls.size(), 1u);
+    EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], prompt);
+  }
+  body["stream"] = false;
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "f"}}}};  // not in tools
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
-  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "f"}}}};
+  body["tool_choice"] = "required";
+  body["tools"].push_back(body["tools"][0]);
+  body["tools"][1]["function"]["name"] = "other";
+  expect_error(post("/v1/chat/completions", body), 400, "tool_choice");  // several tools
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  body["response_format"] = {{"type", "json_object"}};
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
 }
 
@@ -417,29 +467,6 @@ TEST_F(ServerTest, PromptTokensDetailsReportCachedTokens) {
     if (ev != "[DONE]") last = json::parse(ev);
   ASSERT_TRUE(last && (*last)["usage"].is_object());
   EXPECT_EQ((*last)["usage"]["prompt_tokens_details"]["cached_tokens"], 48);
-}
-
-// The chat output streamed: concatenated reasoning, content and tool calls of its deltas.
-struct StreamedChat {
-  std::string reasoning, reasoning_content, content;
-  json tool_calls = json::array();
-  std::string finish_reason;
-};
-StreamedChat collect_chat_stream(const std::string& body) {
-  StreamedChat out;
-  for (const std::string& ev : sse_events(body)) {
-    if (ev == "[DONE]") break;
-    const json c = json::parse(ev)["choices"][0];
-    const json& d = c["delta"];
-    if (d.contains("reasoning")) out.reasoning += d["reasoning"].get<std::string>();
-    if (d.contains("reasoning_content"))
-      out.reasoning_content += d["reasoning_content"].get<std::string>();
-    if (d.contains("content")) out.content += d["content"].get<std::string>();
-    if (d.contains("tool_calls"))
-      for (const json& t : d["tool_calls"]) out.tool_calls.push_back(t);
-    if (c["finish_reason"].is_string()) out.finish_reason = c["finish_reason"];
-  }
-  return out;
 }
 
 // --reasoning-parser qwen3: text before </think> is `reasoning` (and `reasoning_content`), the rest
