@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "base/error.h"
+#include "base/json_depth.h"
 #include "runtime/engine.h"
 
 namespace serval::runtime {
@@ -15,6 +16,9 @@ namespace {
 
 using Json = nlohmann::json;
 using Kind = SchemaNode::Kind;
+
+// Deeper schema texts are refused before parsing: the compiler recurses along the nesting.
+constexpr int kMaxSchemaDepth = 64;
 
 // Keywords that only describe: skipped wherever they appear.
 const std::set<std::string_view> kAnnotations = {
@@ -278,6 +282,9 @@ std::shared_ptr<const JsonGrammar> json_object_grammar() {
 }
 
 std::shared_ptr<const JsonGrammar> json_schema_grammar(const std::string& schema_json) {
+  if (json_nesting_depth(schema_json, kMaxSchemaDepth) > kMaxSchemaDepth)
+    throw InvalidArgument(
+        fmt::format("the JSON schema nests deeper than {} levels", kMaxSchemaDepth));
   const nlohmann::json schema = nlohmann::json::parse(schema_json, nullptr, false);
   if (schema.is_discarded()) throw InvalidArgument("the JSON schema is not valid JSON");
   return JsonGrammar::from_schema(schema);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/json_depth.h"
 #include "server/api_error.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -130,13 +131,13 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, const 
 // (OpenAI), vLLM's guided_json and structured_outputs {"json": ...} / {"json_object": true}. At
 // most one of them. Regex, choice and grammar constraints are refused rather than ignored, since
 // a client asking for them would otherwise get free text.
+// `schema`: an object, or its JSON text (vLLM's guided_json takes both).
 std::shared_ptr<const runtime::JsonGrammar> compile_schema(const Json& schema, const char* param) {
-  const Json parsed =
-      schema.is_string() ? Json::parse(schema.get<std::string>(), nullptr, false) : schema;
-  if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean()))
+  if (!schema.is_string() && !schema.is_object() && !schema.is_boolean())
     throw bad_request(param, "the JSON schema must be an object (or its JSON text)");
   try {
-    return runtime::json_schema_grammar(parsed.dump());
+    return runtime::json_schema_grammar(schema.is_string() ? schema.get<std::string>()
+                                                           : schema.dump());
   } catch (const InvalidArgument& e) {
     throw bad_request(param, e.what());
   }
@@ -323,25 +324,8 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
 
 Json parse_body(const std::string& body, int max_depth) {
   // Depth pre-scan so that a deeply nested body is refused before any tree is built.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth)
-        throw bad_request("", fmt::format("JSON body is nested deeper than {} levels", max_depth));
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (json_nesting_depth(body, max_depth) > max_depth)
+    throw bad_request("", fmt::format("JSON body is nested deeper than {} levels", max_depth));
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw bad_request("", "the request body is not valid JSON");
   if (!j.is_object()) throw bad_request("", "the request body must be a JSON object");
