@@ -11,6 +11,7 @@ using Kind = SchemaNode::Kind;
 // Where a schema leaves a value open: the shapes the matcher uses for it.
 struct AnyShapes {
   SchemaNode value, object, array, string, number, booleans, null, scalars;
+  SchemaNode name_key, parameters_key;  // a tool call's keys, quotes included
   AnyShapes() {
     object.kind = Kind::kObject;
     object.additional_properties = true;
@@ -21,6 +22,9 @@ struct AnyShapes {
     booleans.literals = {"true", "false"};
     null.literals = {"null"};
     scalars.literals = {"true", "false", "null"};
+    name_key.kind = parameters_key.kind = Kind::kLiterals;
+    name_key.literals = {"\"name\""};
+    parameters_key.literals = {"\"parameters\""};
   }
 };
 const AnyShapes& any_shapes() {
@@ -148,6 +152,8 @@ JsonMatcher::Step JsonMatcher::feed_top(unsigned char c) {
       return number(f, c);
     case Frame::Kind::kLiterals:
       return literals(f, c);
+    case Frame::Kind::kToolCall:
+      return tool_call(f, c);
   }
   return Step::kReject;
 }
@@ -186,6 +192,11 @@ JsonMatcher::Step JsonMatcher::value(Frame& f, unsigned char c) {
     case Kind::kArray:
       if (c != '[') return Step::kReject;
       next.kind = Frame::Kind::kArray;
+      f = next;
+      return Step::kConsumed;
+    case Kind::kToolCall:
+      if (c != '{') return Step::kReject;
+      next.kind = Frame::Kind::kToolCall;
       f = next;
       return Step::kConsumed;
     case Kind::kString:
@@ -389,10 +400,67 @@ JsonMatcher::Step JsonMatcher::literals(Frame& f, unsigned char c) {
     next |= bit(i);
     longer = longer || lits[i].size() > size_t(f.pos) + 1;
   }
-  if (next == 0) return literal_complete(*f.node, f.mask, f.pos) ? Step::kPopRefeed : Step::kReject;
+  if (next == 0) {
+    if (!literal_complete(*f.node, f.mask, f.pos)) return Step::kReject;
+    report_literal(f);
+    return Step::kPopRefeed;
+  }
   f.mask = next;
   ++f.pos;
-  return longer ? Step::kConsumed : Step::kConsumedPop;
+  if (longer) return Step::kConsumed;
+  report_literal(f);
+  return Step::kConsumedPop;
+}
+
+void JsonMatcher::report_literal(const Frame& f) {
+  if (depth_ < 2) return;
+  Frame& parent = frames_[size_t(depth_ - 2)];
+  if (parent.kind != Frame::Kind::kToolCall || f.node != parent.node->tool_names) return;
+  for (size_t i = 0; i < f.node->literals.size(); ++i)
+    if ((f.mask & bit(i)) && f.node->literals[i].size() == f.pos) parent.index = uint32_t(i);
+}
+
+// {"name": N, "parameters": P}, keys in that order. States: 0 after '{', 1 after "name",
+// 2 after N, 3 after ',', 4 after "parameters", 5 after P.
+JsonMatcher::Step JsonMatcher::tool_call(Frame& f, unsigned char c) {
+  if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
+  const AnyShapes& any = any_shapes();
+  auto push_literal = [&](const SchemaNode& node, uint8_t next_state, Step step) {
+    Frame lit;
+    lit.kind = Frame::Kind::kLiterals;
+    lit.node = &node;
+    lit.mask = low_bits(node.literals.size());
+    f.state = next_state;
+    return push(lit) ? step : Step::kReject;
+  };
+  switch (f.state) {
+    case 0:
+      return push_literal(any.name_key, 1, Step::kRefeed);
+    case 1: {
+      if (c != ':') return Step::kReject;
+      Frame v;
+      v.kind = Frame::Kind::kValue;
+      v.node = f.node->tool_names;
+      f.state = 2;
+      return push(v) ? Step::kConsumed : Step::kReject;
+    }
+    case 2:
+      if (c != ',') return Step::kReject;
+      f.state = 3;
+      return Step::kConsumed;
+    case 3:
+      return push_literal(any.parameters_key, 4, Step::kRefeed);
+    case 4: {
+      if (c != ':') return Step::kReject;
+      Frame v;
+      v.kind = Frame::Kind::kValue;
+      v.node = f.node->alternatives[f.index];
+      f.state = 5;
+      return push(v) ? Step::kConsumed : Step::kReject;
+    }
+    default:
+      return c == '}' ? Step::kConsumedPop : Step::kReject;
+  }
 }
 
 bool GuidedOutput::feed(std::string_view text) {

@@ -43,12 +43,22 @@ class JsonMatcher {
 
  private:
   struct Frame {
-    enum class Kind : uint8_t { kValue, kObject, kArray, kString, kKey, kNumber, kLiterals };
+    enum class Kind : uint8_t {
+      kValue,
+      kObject,
+      kArray,
+      kString,
+      kKey,
+      kNumber,
+      kLiterals,
+      kToolCall
+    };
     Kind kind = Kind::kValue;
     uint8_t state = 0;
-    uint16_t pos = 0;    // kKey / kLiterals: bytes matched; kNumber: length
-    uint32_t index = 0;  // kObject: property whose value comes next; kArray: items so far
-    uint64_t mask = 0;   // kObject: properties seen; kKey / kLiterals: candidates alive
+    uint16_t pos = 0;  // kKey / kLiterals: bytes matched; kNumber: length
+    // kObject: property whose value comes next; kArray: items so far; kToolCall: the tool named
+    uint32_t index = 0;
+    uint64_t mask = 0;  // kObject: properties seen; kKey / kLiterals: candidates alive
     const SchemaNode* node = nullptr;
   };
   // What a frame did with a byte: consumed it (and closed), handed it back after closing (a
@@ -63,6 +73,9 @@ class JsonMatcher {
   Step key(Frame& f, unsigned char c);
   Step number(Frame& f, unsigned char c);
   Step literals(Frame& f, unsigned char c);
+  Step tool_call(Frame& f, unsigned char c);
+  // A literal frame closing: a kToolCall parent learns which tool name it was.
+  void report_literal(const Frame& f);
   bool push(const Frame& f);
   bool whitespace_ok(unsigned char c);
   bool required_seen(const Frame& object) const;

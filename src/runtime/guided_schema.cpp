@@ -45,6 +45,7 @@ bool can_begin(const SchemaNode& node, unsigned char c, int depth) {
       return c == '{' || c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' ||
              is_number_start(c);
     case Kind::kObject:
+    case Kind::kToolCall:
       return c == '{';
     case Kind::kArray:
       return c == '[';
@@ -281,6 +282,21 @@ std::shared_ptr<const JsonGrammar> json_object_grammar() {
   return JsonGrammar::any_object();
 }
 
+std::shared_ptr<const JsonGrammar> tool_calls_grammar(
+    const std::vector<std::pair<std::string, std::string>>& tools, int max_calls) {
+  std::vector<std::pair<std::string, nlohmann::json>> parsed;
+  for (const auto& [name, schema_json] : tools) {
+    if (json_nesting_depth(schema_json, kMaxSchemaDepth) > kMaxSchemaDepth)
+      throw InvalidArgument(
+          fmt::format("the parameters of '{}' nest deeper than {} levels", name, kMaxSchemaDepth));
+    nlohmann::json schema = nlohmann::json::parse(schema_json, nullptr, false);
+    if (schema.is_discarded())
+      throw InvalidArgument(fmt::format("the parameters of '{}' are not valid JSON", name));
+    parsed.emplace_back(name, std::move(schema));
+  }
+  return JsonGrammar::tool_calls(parsed, max_calls);
+}
+
 std::shared_ptr<const JsonGrammar> json_schema_grammar(const std::string& schema_json) {
   if (json_nesting_depth(schema_json, kMaxSchemaDepth) > kMaxSchemaDepth)
     throw InvalidArgument(
@@ -296,6 +312,30 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
   obj.kind = Kind::kObject;
   obj.additional_properties = true;
   g->root_ = &g->nodes_.emplace_back(std::move(obj));
+  return g;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::tool_calls(
+    const std::vector<std::pair<std::string, nlohmann::json>>& tools, int max_calls) {
+  if (tools.empty() || tools.size() > size_t(kMaxLiterals))
+    throw InvalidArgument(fmt::format("between 1 and {} tools are supported", kMaxLiterals));
+  auto g = std::make_shared<JsonGrammar>();
+  SchemaNode names, call;
+  names.kind = Kind::kLiterals;
+  call.kind = Kind::kToolCall;
+  for (const auto& [name, parameters] : tools) {
+    SchemaCompiler compiler(*g, parameters);
+    names.literals.push_back(Json(name).dump());
+    call.alternatives.push_back(compiler.compile(parameters, "/" + name));
+    compiler.check_pending_any_of();
+  }
+  call.tool_names = &g->nodes_.emplace_back(std::move(names));
+  SchemaNode list;
+  list.kind = Kind::kArray;
+  list.min_items = 1;
+  list.max_items = max_calls;
+  list.items = &g->nodes_.emplace_back(std::move(call));
+  g->root_ = &g->nodes_.emplace_back(std::move(list));
   return g;
 }
 

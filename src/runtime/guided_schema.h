@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace serval::runtime {
@@ -38,7 +39,8 @@ struct SchemaNode {
     kBoolean,
     kNull,
     kLiterals,
-    kAnyOf
+    kAnyOf,
+    kToolCall,
   };
   Kind kind = Kind::kAny;
   // kObject
@@ -49,8 +51,12 @@ struct SchemaNode {
   int64_t min_items = 0, max_items = -1;
   // kLiterals (enum, const, true/false/null): the values' JSON texts, at most kMaxLiterals
   std::vector<std::string> literals;
-  // kAnyOf: alternatives whose values begin with different characters (value_can_begin)
+  // kAnyOf: alternatives whose values begin with different characters (value_can_begin).
+  // kToolCall: one function call {"name": N, "parameters": P} with the keys in that order, N one
+  // of `tool_names`' literals (the names as JSON strings) and P of the `alternatives` entry of the
+  // same index.
   std::vector<const SchemaNode*> alternatives;
+  const SchemaNode* tool_names = nullptr;
 };
 
 inline constexpr int kMaxProperties = 64;
@@ -63,6 +69,10 @@ class JsonGrammar {
 
   // Any JSON object (response_format {"type": "json_object"}).
   static std::shared_ptr<const JsonGrammar> any_object();
+  // A list of 1 to max_calls (-1: any number of) calls [{"name": ..., "parameters": {...}}, ...]
+  // of the given tools (name, parameters schema): tool_choice "required". Throws as from_schema.
+  static std::shared_ptr<const JsonGrammar> tool_calls(
+      const std::vector<std::pair<std::string, nlohmann::json>>& tools, int max_calls);
   // Throws InvalidArgument naming the JSON pointer of the offending keyword.
   static std::shared_ptr<const JsonGrammar> from_schema(const nlohmann::json& schema);
 

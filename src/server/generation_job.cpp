@@ -285,12 +285,19 @@ std::optional<int64_t> GenerationJob::cached_if_reported(int64_t cached) const {
 // Tool parsing in a chat stream: content goes out up to where a <tool_call> may begin; when the
 // sequence ends, the rest of the content, then every call in one delta (finish_reason
 // "tool_calls"), or, without calls, the held-back text as content.
+// The hermes parser's calls, only the first with parallel_tool_calls false.
+ParsedToolCalls GenerationJob::parse_auto_tool_calls(std::string_view content) const {
+  ParsedToolCalls parsed = parse_hermes_tool_calls(content);
+  if (req_.single_tool_call && parsed.calls.size() > 1) parsed.calls.resize(1);
+  return parsed;
+}
+
 void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
                                           std::string_view content) const {
   size_t upto = hermes_content_prefix(content);
   std::vector<ToolCall> calls;
   if (s.finished) {
-    ParsedToolCalls parsed = parse_hermes_tool_calls(content);
+    ParsedToolCalls parsed = parse_auto_tool_calls(content);
     calls = std::move(parsed.calls);
     upto = calls.empty() ? content.size() : parsed.content.size();
   }
@@ -324,6 +331,16 @@ Json GenerationJob::chat_stream_delta(Sequence& s) const {
   }
   if (!req_.forced_tool.empty()) {  // the arguments: one call when the sequence ends
     if (s.finished) delta["tool_calls"] = tool_calls_json({forced_call(content)}, true);
+  } else if (req_.tool_call_list) {  // the calls when the sequence ends (else the text)
+    if (s.finished) {
+      const std::vector<ToolCall> calls = parse_tool_call_list(content);
+      if (!calls.empty()) {
+        delta["tool_calls"] = tool_calls_json(calls, true);
+        s.finish_reason = "tool_calls";
+      } else if (!content.empty()) {
+        delta["content"] = std::string(content);
+      }
+    }
   } else if (req_.parse_tool_calls) {
     add_tool_stream_delta(delta, s, content);
   } else if (content.size() > s.content_sent) {
@@ -354,8 +371,15 @@ Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) 
   if (!req_.forced_tool.empty()) {  // as OpenAI: no content beside the forced call
     message["content"] = nullptr;
     message["tool_calls"] = tool_calls_json({forced_call(content)}, false);
+  } else if (req_.tool_call_list) {
+    const std::vector<ToolCall> calls = parse_tool_call_list(content);
+    if (!calls.empty()) {  // else (cut short) the text as it came
+      message["content"] = nullptr;
+      message["tool_calls"] = tool_calls_json(calls, false);
+      finish_reason = "tool_calls";
+    }
   } else if (req_.parse_tool_calls) {
-    const ParsedToolCalls parsed = parse_hermes_tool_calls(content);
+    const ParsedToolCalls parsed = parse_auto_tool_calls(content);
     if (!parsed.calls.empty()) {  // as vLLM: no content → null; finish "tool_calls"
       message["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
       message["tool_calls"] = tool_calls_json(parsed.calls, false);
@@ -388,7 +412,8 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
   Json chunk;
   if (req_.kind == ApiKind::kChat) {
     chunk = envelope("chat.completion.chunk");
-    const bool parsed = req_.parse_tool_calls || req_.split_reasoning || !req_.forced_tool.empty();
+    const bool parsed = req_.parse_tool_calls || req_.split_reasoning ||
+                        !req_.forced_tool.empty() || req_.tool_call_list;
     choice["delta"] = parsed            ? chat_stream_delta(s)
                       : s.delta.empty() ? Json::object()
                                         : Json{{"content", s.delta}};

@@ -50,6 +50,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // the content part of the text so far.
   Json chat_stream_delta(Sequence& s) const;
   void add_tool_stream_delta(Json& delta, Sequence& s, std::string_view content) const;
+  ParsedToolCalls parse_auto_tool_calls(std::string_view content) const;
   // The call of a forced tool_choice with these arguments.
   ToolCall forced_call(std::string_view arguments) const;
   // A finished chat choice's message.

@@ -393,15 +393,16 @@ const Json& find_tool(const Json& tools, const std::string& name) {
                     fmt::format("tool_choice names '{}', which is not in tools", name));
 }
 
-// tool_choice: "none", "auto" (the server's parser reads calls out of free text), or one function
-// the reply must call, by name or as "required" with a single tool: its arguments are then
-// generated under guided decoding with the function's parameter schema. "required" with several
-// tools is refused (the matcher cannot yet choose among object schemas).
+// tool_choice: "none", "auto" (the server's parser reads calls out of free text), a named function
+// the reply must call (its arguments generated under guided decoding with the function's
+// parameter schema), or "required": a guided list of calls [{"name", "parameters"}] of the tools.
 void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
   const Json* tools = field(body, "tools");
   if (tools && !tools->is_array()) throw bad_request("tools", "'tools' must be a list");
   const bool has_tools = tools && !tools->empty();
   const Json* choice = field(body, "tool_choice");
+  // OpenAI's parallel_tool_calls: false allows one call per reply.
+  req.single_tool_call = !get_bool(body, "parallel_tool_calls").value_or(true);
   std::string mode = has_tools ? "auto" : "none";
   std::string forced;
   if (choice && choice->is_object()) {
@@ -420,15 +421,26 @@ void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequ
   if (forced.empty() && mode == "none") return;
   if (forced.empty() && mode == "required") {
     if (!has_tools) throw bad_request("tool_choice", "tool_choice \"required\" needs tools");
-    if (tools->size() > 1)
+    if (req.sampling.json_grammar)
       throw bad_request("tool_choice",
-                        "tool_choice \"required\" is supported with one tool; name the function "
-                        "to call instead");
-    const Json& only = (*tools)[0];
-    if (!only.is_object() || !only.contains("function") || !only["function"].is_object() ||
-        !only["function"].value("name", Json()).is_string())
-      throw bad_request("tools", "each tool needs a function with a name");
-    forced = only["function"]["name"].get<std::string>();
+                        "tool_choice required and response_format cannot be combined");
+    std::vector<std::pair<std::string, std::string>> schemas;
+    for (const Json& t : *tools) {
+      const auto fn = t.is_object() ? t.find("function") : t.end();
+      if (fn == t.end() || !fn->is_object() || !fn->value("name", Json()).is_string())
+        throw bad_request("tools", "each tool needs a function with a name");
+      schemas.emplace_back((*fn)["name"].get<std::string>(), fn->contains("parameters")
+                                                                 ? (*fn)["parameters"].dump()
+                                                                 : Json{{"type", "object"}}.dump());
+    }
+    try {
+      req.sampling.json_grammar =
+          runtime::tool_calls_grammar(schemas, req.single_tool_call ? 1 : -1);
+    } catch (const InvalidArgument& e) {
+      throw bad_request("tools", e.what());
+    }
+    req.tool_call_list = true;
+    return;
   }
   if (!forced.empty()) {
     if (!has_tools) throw bad_request("tool_choice", "a named tool_choice needs tools");

@@ -42,6 +42,9 @@ struct GenerationRequest {
   // tool_choice names a function (or "required" with one tool): the output, generated under
   // guided decoding with its parameter schema, is that call's arguments.
   std::string forced_tool;
+  // tool_choice "required": the output, guided, is a JSON list of {"name", "parameters"} calls.
+  bool tool_call_list = false;
+  bool single_tool_call = false;  // parallel_tool_calls false: at most one call per reply
   // Chat with `serve --reasoning-parser`: the output split into reasoning and content
   // (reasoning_parser.h), the reply starting inside the reasoning block or not; the reasoning
   // sent unless the request's include_reasoning is false.

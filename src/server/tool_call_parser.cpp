@@ -54,6 +54,19 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
   return out;
 }
 
+std::vector<ToolCall> parse_tool_call_list(std::string_view text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array() || j.empty()) return {};
+  std::vector<ToolCall> calls;
+  for (const nlohmann::json& c : j) {
+    if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
+        !c.contains("parameters"))
+      return {};
+    calls.push_back({c["name"].get<std::string>(), c["parameters"].dump()});
+  }
+  return calls;
+}
+
 size_t hermes_content_prefix(std::string_view text) {
   const size_t open = text.find(kToolCallOpen);
   if (open != std::string_view::npos) return open;

@@ -28,4 +28,8 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text);
 // <tool_call>, and short of a tail that could begin one.
 size_t hermes_content_prefix(std::string_view text);
 
+// The calls of a guided tool_choice "required" output, [{"name": ..., "parameters": {...}}, ...]
+// (arguments: the parameters' JSON text); empty when the text is not such a list (cut short).
+std::vector<ToolCall> parse_tool_call_list(std::string_view text);
+
 }  // namespace serval::server

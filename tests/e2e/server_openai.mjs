@@ -303,6 +303,34 @@ await check('chat: a named tool_choice calls the function with arguments of its 
   assert.ok(Number.isInteger(args.days));
 });
 
+await check('chat: tool_choice required (parallel_tool_calls false) calls one tool with arguments of its schema', async () => {
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'] } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { utc: { type: 'boolean' } }, required: ['utc'] } } },
+  ];
+  const r = await client.chat.completions.create({
+    model,
+    messages: [{ role: 'user', content: 'Weather or time?' }],
+    max_tokens: maxModelLen - 64,
+    temperature: 0,
+    tools,
+    tool_choice: 'required',
+    parallel_tool_calls: false, // one call: the random fixture would otherwise rarely close the list
+  });
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, 'tool_calls');
+  assert.equal(c.message.content, null);
+  assert.equal(c.message.tool_calls.length, 1);
+  for (const call of c.message.tool_calls) {
+    const args = JSON.parse(call.function.arguments);
+    if (call.function.name === 'get_weather') assert.ok(['Paris', 'Oslo'].includes(args.city));
+    else {
+      assert.equal(call.function.name, 'get_time');
+      assert.equal(typeof args.utc, 'boolean');
+    }
+  }
+});
+
 await check('errors surface as openai.APIError with status and body', async () => {
   await assert.rejects(client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 1 }), (e) => {
     assert.equal(e.status, 404);

@@ -158,6 +158,32 @@ TEST(GuidedMatcher, SchemaEnumsConstRefsAndAdditional) {
   EXPECT_FALSE(n.done());
 }
 
+// tool_choice "required": a non-empty list of {"name", "parameters"} (keys in that order), the
+// parameters following the named tool's schema.
+TEST(GuidedMatcher, ToolCallLists) {
+  const auto g = tool_calls_grammar(
+      {{"get_weather", R"({"type": "object", "properties": {"city": {"type": "string"}},
+          "required": ["city"]})"},
+       {"now", "{}"}});
+  for (const char* ok :
+       {R"([{"name": "get_weather", "parameters": {"city": "Oslo"}}])",
+        R"([{"name":"now","parameters":{}}, {"name": "get_weather", "parameters": {"city": ""}}])",
+        "[\n  {\n    \"name\": \"now\",\n    \"parameters\": [1, 2]\n  }\n]"})
+    EXPECT_TRUE(accepts(*g, ok)) << ok;
+  for (const char* bad :
+       {"[]", R"([{"parameters": {}, "name": "now"}])", R"([{"name": "nope", "parameters": {}}])",
+        R"([{"name": "get_weather", "parameters": {"town": "x"}}])", R"([{"name": "now"}])",
+        R"({"name": "now", "parameters": {}})"})
+    EXPECT_FALSE(accepts(*g, bad)) << bad;
+  const auto one = tool_calls_grammar({{"now", "{}"}}, /*max_calls=*/1);
+  EXPECT_TRUE(accepts(*one, R"([{"name": "now", "parameters": 1}])"));
+  EXPECT_FALSE(
+      accepts(*one, R"([{"name": "now", "parameters": 1}, {"name": "now", "parameters": 2}])"));
+  EXPECT_THROW(tool_calls_grammar({{"f", R"({"type": "string", "pattern": "x"})"}}),
+               InvalidArgument);
+  EXPECT_THROW(tool_calls_grammar({}), InvalidArgument);
+}
+
 // guided_after_think: free text until the first "</think>" (split across tokens here), the JSON
 // from the bytes after it; bytes after the tag that do not fit are left before the JSON.
 TEST(GuidedOutput, StartsAfterTheThinkEnd) {

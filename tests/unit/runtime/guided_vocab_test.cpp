@@ -78,6 +78,13 @@ TEST(GuidedVocab, MaskEqualsBruteForceUnderASchema) {
   expect_masks_match(*g, R"({"age": 0, "name": ""})");
 }
 
+TEST(GuidedVocab, MaskEqualsBruteForceUnderToolCalls) {
+  const auto g = tool_calls_grammar({{"name", R"({"properties": {"a": {"type": "integer"}}})"},
+                                     {"age", "{}"}});
+  expect_masks_match(*g, R"([{"name": "age", "parameters": [true]}, {"name": "name",
+      "parameters": {"a": 12}}])");
+}
+
 // Qwen3's real vocabulary (151k tokens, from the npm test peers; skipped without them): the
 // mask equals brute force in states inside and outside strings, and costs milliseconds.
 TEST(GuidedVocab, RealVocabularyMasks) {

@@ -403,39 +403,50 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   EXPECT_EQ(calls[1]["function"]["name"], "f");
   EXPECT_EQ(finish, "tool_calls");
 
+  // parallel_tool_calls false: the first call only.
+  body["stream"] = false;
+  body["parallel_tool_calls"] = false;
+  const json first = json::parse(post("/v1/chat/completions", body).body)["choices"][0];
+  ASSERT_EQ(first["message"]["tool_calls"].size(), 1u) << first.dump();
+  EXPECT_EQ(first["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  body.erase("parallel_tool_calls");
+
   // tool_choice none: the text as it came.
   body["stream"] = false;
   body["tool_choice"] = "none";
   auto none = post("/v1/chat/completions", body);
   EXPECT_EQ(json::parse(none.body)["choices"][0]["message"]["content"], prompt);
 
-  // A forced call (by name, or "required" with one tool): the whole output is its arguments,
-  // one call, no content (FakeEngine echoes the prompt instead of guided JSON: the plumbing
-  // only; the engine's guided decoding has its own tests). Streamed: one tool_calls delta.
-  for (const json& forced : {json("required"),
-                             json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
-    body["tool_choice"] = forced;
-    body["stream"] = false;
-    const auto r = post("/v1/chat/completions", body);
-    ASSERT_EQ(r.status, 200) << r.body;
-    const json msg = json::parse(r.body)["choices"][0]["message"];
-    EXPECT_TRUE(msg["content"].is_null()) << msg.dump();
-    ASSERT_EQ(msg["tool_calls"].size(), 1u);
-    EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
-    EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], prompt);
-    body["stream"] = true;
-    const StreamedChat st = collect_chat_stream(post("/v1/chat/completions", body).body);
-    EXPECT_EQ(st.content, "");
-    ASSERT_EQ(st.tool_calls.size(), 1u);
-    EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], prompt);
-  }
+  // A named function: the whole output is its arguments, one call, no content (FakeEngine echoes
+  // the prompt instead of guided JSON: the plumbing only; the engine's guided decoding has its
+  // own tests). Streamed: one tool_calls delta.
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const auto named = post("/v1/chat/completions", body);
+  ASSERT_EQ(named.status, 200) << named.body;
+  const json call = json::parse(named.body)["choices"][0]["message"];
+  EXPECT_TRUE(call["content"].is_null()) << call.dump();
+  ASSERT_EQ(call["tool_calls"].size(), 1u);
+  EXPECT_EQ(call["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(call["tool_calls"][0]["function"]["arguments"], prompt);
+  body["stream"] = true;
+  StreamedChat st = collect_chat_stream(post("/v1/chat/completions", body).body);
+  EXPECT_EQ(st.content, "");
+  ASSERT_EQ(st.tool_calls.size(), 1u);
+  EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], prompt);
+
+  // "required": a guided list of calls; an output that is no such list (here the echo) comes
+  // back as text, streamed or not.
+  body["tool_choice"] = "required";
+  st = collect_chat_stream(post("/v1/chat/completions", body).body);
+  EXPECT_EQ(st.content, prompt);
+  EXPECT_TRUE(st.tool_calls.empty());
   body["stream"] = false;
+  const json text = json::parse(post("/v1/chat/completions", body).body)["choices"][0];
+  EXPECT_EQ(text["message"]["content"], prompt);
+  EXPECT_FALSE(text["message"].contains("tool_calls"));
+
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "f"}}}};  // not in tools
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
-  body["tool_choice"] = "required";
-  body["tools"].push_back(body["tools"][0]);
-  body["tools"][1]["function"]["name"] = "other";
-  expect_error(post("/v1/chat/completions", body), 400, "tool_choice");  // several tools
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
   body["response_format"] = {{"type", "json_object"}};
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");

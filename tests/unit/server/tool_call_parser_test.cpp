@@ -52,5 +52,19 @@ TEST(HermesToolCalls, StreamContentStopsBeforeAPossibleCall) {
   EXPECT_EQ(hermes_content_prefix(""), 0u);
 }
 
+// tool_choice "required" outputs: a JSON list of {"name", "parameters"}; anything else (a list
+// cut short, another shape) gives no calls.
+TEST(ToolCallList, ParsesGuidedLists) {
+  const std::vector<ToolCall> calls = parse_tool_call_list(
+      R"([{"name": "f", "parameters": {"a": [1, "x"]}}, {"name": "g", "parameters": {}}])");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].name, "f");
+  EXPECT_EQ(calls[0].arguments, R"({"a":[1,"x"]})");
+  EXPECT_EQ(calls[1].arguments, "{}");
+  for (const char* bad : {"", "[]", R"([{"name": "f", "parameters": {})", R"({"name": "f"})",
+                          R"([{"name": 1, "parameters": {}}])", R"([{"name": "f"}])"})
+    EXPECT_TRUE(parse_tool_call_list(bad).empty()) << bad;
+}
+
 }  // namespace
 }  // namespace serval::server
