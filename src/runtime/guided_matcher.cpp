@@ -66,8 +66,9 @@ bool literal_complete(const SchemaNode& node, uint64_t mask, uint16_t pos) {
 
 JsonMatcher::JsonMatcher(const JsonGrammar& grammar) {
   Frame root;
-  root.kind = Frame::Kind::kValue;
+  root.kind = grammar.raw_choice() ? Frame::Kind::kLiterals : Frame::Kind::kValue;
   root.node = grammar.root();
+  if (grammar.raw_choice()) root.mask = low_bits(root.node->literals.size());
   push(root);
 }
 

@@ -282,6 +282,10 @@ std::shared_ptr<const JsonGrammar> json_object_grammar() {
   return JsonGrammar::any_object();
 }
 
+std::shared_ptr<const JsonGrammar> choice_grammar(const std::vector<std::string>& choices) {
+  return JsonGrammar::choice(choices);
+}
+
 std::shared_ptr<const JsonGrammar> tool_calls_grammar(
     const std::vector<std::pair<std::string, std::string>>& tools, int max_calls) {
   std::vector<std::pair<std::string, nlohmann::json>> parsed;
@@ -336,6 +340,21 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::tool_calls(
   list.max_items = max_calls;
   list.items = &g->nodes_.emplace_back(std::move(call));
   g->root_ = &g->nodes_.emplace_back(std::move(list));
+  return g;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::choice(const std::vector<std::string>& choices) {
+  if (choices.empty() || choices.size() > size_t(kMaxLiterals))
+    throw InvalidArgument(fmt::format("between 1 and {} choices are supported", kMaxLiterals));
+  SchemaNode n;
+  n.kind = Kind::kLiterals;
+  for (const std::string& c : choices) {
+    if (c.empty()) throw InvalidArgument("a choice must not be empty");
+    n.literals.push_back(c);
+  }
+  auto g = std::make_shared<JsonGrammar>();
+  g->root_ = &g->nodes_.emplace_back(std::move(n));
+  g->raw_choice_ = true;
   return g;
 }
 

@@ -66,6 +66,8 @@ inline constexpr int kMaxLiterals = 64;
 class JsonGrammar {
  public:
   const SchemaNode* root() const { return root_; }
+  // The output is one of root()'s literals as raw text, not JSON (guided_choice).
+  bool raw_choice() const { return raw_choice_; }
 
   // Any JSON object (response_format {"type": "json_object"}).
   static std::shared_ptr<const JsonGrammar> any_object();
@@ -75,11 +77,14 @@ class JsonGrammar {
       const std::vector<std::pair<std::string, nlohmann::json>>& tools, int max_calls);
   // Throws InvalidArgument naming the JSON pointer of the offending keyword.
   static std::shared_ptr<const JsonGrammar> from_schema(const nlohmann::json& schema);
+  // Exactly one of `choices` (non-empty strings, at most kMaxLiterals), as they are.
+  static std::shared_ptr<const JsonGrammar> choice(const std::vector<std::string>& choices);
 
  private:
   friend class SchemaCompiler;
   std::deque<SchemaNode> nodes_;
   const SchemaNode* root_ = nullptr;
+  bool raw_choice_ = false;
 };
 
 // Whether a value of `node` can begin with `c` (after whitespace).

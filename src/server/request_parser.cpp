@@ -143,6 +143,21 @@ std::shared_ptr<const runtime::JsonGrammar> compile_schema(const Json& schema, c
   }
 }
 
+// vLLM's guided_choice: a list of strings, one of which is the whole output.
+std::shared_ptr<const runtime::JsonGrammar> choice_grammar(const Json& choices, const char* param) {
+  if (!choices.is_array()) throw bad_request(param, "the choices must be a list of strings");
+  std::vector<std::string> list;
+  for (const Json& c : choices) {
+    if (!c.is_string()) throw bad_request(param, "the choices must be a list of strings");
+    list.push_back(c.get<std::string>());
+  }
+  try {
+    return runtime::choice_grammar(list);
+  } catch (const InvalidArgument& e) {
+    throw bad_request(param, e.what());
+  }
+}
+
 std::shared_ptr<const runtime::JsonGrammar> parse_response_format(const Json& rf) {
   if (!rf.is_object())
     throw bad_request("response_format", "'response_format' must be an object with a 'type'");
@@ -165,10 +180,11 @@ std::shared_ptr<const runtime::JsonGrammar> parse_response_format(const Json& rf
 }
 
 std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& body) {
-  for (const char* unsupported : {"guided_regex", "guided_choice", "guided_grammar"})
+  for (const char* unsupported : {"guided_regex", "guided_grammar"})
     if (field(body, unsupported))
       throw bad_request(unsupported, fmt::format("'{}' is not supported: guided decoding here "
-                                                 "covers JSON (response_format, guided_json)",
+                                                 "covers JSON (response_format, guided_json) and "
+                                                 "guided_choice",
                                                  unsupported));
   std::shared_ptr<const runtime::JsonGrammar> grammar;
   int sources = 0;
@@ -180,6 +196,10 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
     grammar = compile_schema(*gj, "guided_json");
     ++sources;
   }
+  if (const Json* gc = field(body, "guided_choice")) {
+    grammar = choice_grammar(*gc, "guided_choice");
+    ++sources;
+  }
   if (const Json* so = field(body, "structured_outputs")) {
     if (!so->is_object())
       throw bad_request("structured_outputs", "'structured_outputs' must be an object");
@@ -187,20 +207,23 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
       if (value.is_null()) continue;
       if (key == "json") {
         grammar = compile_schema(value, "structured_outputs");
+      } else if (key == "choice") {
+        grammar = choice_grammar(value, "structured_outputs");
       } else if (key == "json_object" && value.is_boolean()) {
         if (!value.get<bool>()) continue;
         grammar = runtime::json_object_grammar();
       } else {
         throw bad_request(
             "structured_outputs",
-            fmt::format("structured_outputs.{} is not supported (json, json_object)", key));
+            fmt::format("structured_outputs.{} is not supported (json, json_object, choice)", key));
       }
       ++sources;
     }
   }
   if (sources > 1)
     throw bad_request("response_format",
-                      "give one of response_format, guided_json and structured_outputs");
+                      "give one of response_format, guided_json, guided_choice and "
+                      "structured_outputs");
   return grammar;
 }
 

@@ -109,6 +109,24 @@ TEST(GuidedDecoding, JsonObjectOutputsParseWhenTheyEnd) {
   engine->shutdown();
 }
 
+TEST(GuidedDecoding, ChoicesAreTheWholeOutput) {
+  auto engine = Engine::create(roomy_config());
+  const std::vector<std::string> choices = {"positive", "negative", "neutral"};
+  std::vector<SamplingParams> params(5);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].temperature = i == 0 ? 0.0f : 1.0f;
+    params[i].seed = i;
+    params[i].max_tokens = 50;
+    params[i].json_grammar = choice_grammar(choices);
+  }
+  for (const Finished& r : run(*engine, params)) {
+    const std::string text = engine->tokenizer()->decode(r.tokens, true);
+    EXPECT_EQ(r.finish, FinishReason::kStop) << text;
+    EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
+  }
+  engine->shutdown();
+}
+
 TEST(GuidedDecoding, NeedsATokenizer) {
   EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();
   serval::testing::WeightsOnlyFolder weights(cfg.model_dir);

@@ -184,6 +184,22 @@ TEST(GuidedMatcher, ToolCallLists) {
   EXPECT_THROW(tool_calls_grammar({}), InvalidArgument);
 }
 
+// guided_choice: exactly one of the strings, raw (no quotes, no blanks around).
+TEST(GuidedMatcher, Choices) {
+  const auto g = choice_grammar({"yes", "no", "yes please", "{x}"});
+  for (const char* ok : {"yes", "no", "yes please", "{x}"}) EXPECT_TRUE(accepts(*g, ok)) << ok;
+  for (const char* bad : {"", "ye", "maybe", " yes", "yes ", "\"yes\"", "yes pleas", "{x}}"})
+    EXPECT_FALSE(accepts(*g, bad)) << bad;
+  JsonMatcher m(*g);
+  ASSERT_TRUE(m.feed("yes"));
+  EXPECT_TRUE(m.can_end());  // or " please" may follow
+  EXPECT_FALSE(m.done());
+  EXPECT_TRUE(m.feed(" please"));
+  EXPECT_TRUE(m.done());
+  EXPECT_THROW(choice_grammar({}), InvalidArgument);
+  EXPECT_THROW(choice_grammar({"a", ""}), InvalidArgument);
+}
+
 // guided_after_think: free text until the first "</think>" (split across tokens here), the JSON
 // from the bytes after it; bytes after the tag that do not fit are left before the JSON.
 TEST(GuidedOutput, StartsAfterTheThinkEnd) {

@@ -168,8 +168,9 @@ TEST_F(RequestParserTest, IncludeStopStrInOutput) {
 
 // Text is accepted; structured output is refused with a 400 that says why, not ignored.
 // Guided decoding: response_format text / json_object / json_schema, vLLM's guided_json (an
-// object or its text) and structured_outputs set the grammar; malformed or unsupported ones, two
-// sources at once, and regex / choice / grammar constraints are 400s naming the field.
+// object or its text), guided_choice and structured_outputs set the grammar; malformed or
+// unsupported ones, two sources at once, and regex / grammar constraints are 400s naming the
+// field.
 TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
   const Json messages = Json::array({Json{{"role", "user"}, {"content", "hi"}}});
   auto chat = [&](Json extra) {
@@ -188,6 +189,9 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
       nullptr);
   EXPECT_NE(chat({{"guided_json", schema.dump()}}).sampling.json_grammar, nullptr);
   EXPECT_NE(chat({{"structured_outputs", {{"json", schema}}}}).sampling.json_grammar, nullptr);
+  EXPECT_NE(chat({{"guided_choice", Json::array({"yes", "no"})}}).sampling.json_grammar, nullptr);
+  EXPECT_NE(chat({{"structured_outputs", {{"choice", Json::array({"a"})}}}}).sampling.json_grammar,
+            nullptr);
   EXPECT_NE(parse_completion_request(
                 Json{{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, ctx_)
                 .sampling.json_grammar,
@@ -201,7 +205,11 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
       {{{"guided_json", {{"type", "string"}, {"pattern", "a+"}}}}, "guided_json"},
       {{{"guided_json", "{not json"}}, "guided_json"},
       {{{"guided_regex", "a+"}}, "guided_regex"},
-      {{{"guided_choice", Json::array({"a", "b"})}}, "guided_choice"},
+      {{{"guided_choice", "a"}}, "guided_choice"},
+      {{{"guided_choice", Json::array()}}, "guided_choice"},
+      {{{"guided_choice", Json::array({""})}}, "guided_choice"},
+      {{{"guided_choice", Json::array({1})}}, "guided_choice"},
+      {{{"guided_grammar", "root ::= x"}}, "guided_grammar"},
       {{{"structured_outputs", {{"regex", "a+"}}}}, "structured_outputs"},
       {{{"guided_json", schema}, {"response_format", {{"type", "json_object"}}}},
        "response_format"},
