@@ -184,40 +184,34 @@ JsonMatcher::Step JsonMatcher::value(Frame& f, unsigned char c) {
   if (n->kind == Kind::kNull) n = &any.null;
   Frame next;
   next.node = n;
-  switch (n->kind) {
-    case Kind::kObject:
-      if (c != '{') return Step::kReject;
-      next.kind = Frame::Kind::kObject;
-      f = next;
-      return Step::kConsumed;
-    case Kind::kArray:
-      if (c != '[') return Step::kReject;
-      next.kind = Frame::Kind::kArray;
-      f = next;
-      return Step::kConsumed;
-    case Kind::kToolCall:
-      if (c != '{') return Step::kReject;
-      next.kind = Frame::Kind::kToolCall;
-      f = next;
-      return Step::kConsumed;
-    case Kind::kString:
-      if (c != '"') return Step::kReject;
-      next.kind = Frame::Kind::kString;
-      f = next;
-      return Step::kConsumed;
-    case Kind::kNumber:
-    case Kind::kInteger:
-      next.kind = Frame::Kind::kNumber;
-      f = next;
-      return Step::kRefeed;
-    case Kind::kLiterals:
-      next.kind = Frame::Kind::kLiterals;
-      next.mask = low_bits(n->literals.size());
-      f = next;
-      return Step::kRefeed;
-    default:
-      return Step::kReject;
+  // Objects, arrays, tool calls and strings open with a byte of their own, which they consume;
+  // numbers and literals match from their first byte on.
+  struct Opening {
+    Kind kind;
+    unsigned char byte;
+    Frame::Kind frame;
+  };
+  static constexpr Opening kOpenings[] = {{Kind::kObject, '{', Frame::Kind::kObject},
+                                          {Kind::kArray, '[', Frame::Kind::kArray},
+                                          {Kind::kToolCall, '{', Frame::Kind::kToolCall},
+                                          {Kind::kString, '"', Frame::Kind::kString}};
+  for (const Opening& o : kOpenings) {
+    if (n->kind != o.kind) continue;
+    if (c != o.byte) return Step::kReject;
+    next.kind = o.frame;
+    f = next;
+    return Step::kConsumed;
   }
+  if (n->kind == Kind::kNumber || n->kind == Kind::kInteger) {
+    next.kind = Frame::Kind::kNumber;
+  } else if (n->kind == Kind::kLiterals) {
+    next.kind = Frame::Kind::kLiterals;
+    next.mask = low_bits(n->literals.size());
+  } else {
+    return Step::kReject;
+  }
+  f = next;
+  return Step::kRefeed;
 }
 
 bool JsonMatcher::required_seen(const Frame& object) const {
