@@ -64,62 +64,63 @@ bool literal_complete(const SchemaNode& node, uint64_t mask, uint16_t pos) {
 
 }  // namespace
 
-JsonMatcher::JsonMatcher(const JsonGrammar& grammar) {
-  Frame root;
+JsonStack::JsonStack(const JsonGrammar& grammar) {
+  Frame root = Frame::make();
   root.kind = grammar.raw_choice() ? Frame::Kind::kLiterals : Frame::Kind::kValue;
   root.node = grammar.root();
   if (grammar.raw_choice()) root.mask = low_bits(root.node->literals.size());
   push(root);
 }
 
-JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
+JsonStack& JsonStack::operator=(const JsonStack& other) {
   std::copy_n(other.frames_.begin(), other.depth_, frames_.begin());
   depth_ = other.depth_;
   whitespace_run_ = other.whitespace_run_;
   return *this;
 }
 
-bool JsonMatcher::push(const Frame& f) {
+bool JsonStack::operator==(const JsonStack& other) const {
+  return depth_ == other.depth_ && whitespace_run_ == other.whitespace_run_ &&
+         std::equal(frames_.begin(), frames_.begin() + depth_, other.frames_.begin());
+}
+
+bool JsonStack::push(const Frame& f) {
   if (depth_ == kMaxJsonDepth) return false;
   frames_[size_t(depth_++)] = f;
   return true;
 }
 
-bool JsonMatcher::whitespace_ok(unsigned char c) {
+bool JsonStack::whitespace_ok(unsigned char c) {
   if (!is_whitespace(c) || whitespace_run_ >= kMaxWhitespaceRun) return false;
   ++whitespace_run_;
   return true;
 }
 
-bool JsonMatcher::feed(std::string_view bytes) {
-  for (unsigned char c : bytes)
-    if (!feed(c)) return false;
-  return true;
-}
-
-bool JsonMatcher::feed(unsigned char c) {
+JsonStack::Fed JsonStack::feed(unsigned char c) {
   while (depth_ > 0) {
     switch (feed_top(c)) {
       case Step::kConsumed:
         if (!is_whitespace(c)) whitespace_run_ = 0;
-        return true;
+        return Fed::kTaken;
       case Step::kConsumedPop:
         --depth_;
         whitespace_run_ = 0;
-        return true;
+        return Fed::kTaken;
       case Step::kPopRefeed:
         --depth_;
         break;
       case Step::kRefeed:
         break;
+      case Step::kFork:
+        return Fed::kFork;
       case Step::kReject:
-        return false;
+        return Fed::kRejected;
     }
   }
-  return false;  // the value is closed
+  return Fed::kRejected;  // the value is closed
 }
 
-bool JsonMatcher::can_end() const {
+bool JsonStack::can_end() const {
   if (depth_ == 0) return true;
   if (depth_ > 1) return false;
   const Frame& f = frames_[0];
@@ -128,7 +129,7 @@ bool JsonMatcher::can_end() const {
   return false;
 }
 
-bool JsonMatcher::in_plain_string() const {
+bool JsonStack::in_plain_string() const {
   if (depth_ == 0) return false;
   const Frame& f = frames_[size_t(depth_ - 1)];
   if (f.kind == Frame::Kind::kString) return f.state == 0;
@@ -136,7 +137,70 @@ bool JsonMatcher::in_plain_string() const {
          f.node->additional_properties;
 }
 
-JsonMatcher::Step JsonMatcher::feed_top(unsigned char c) {
+JsonMatcher::JsonMatcher(const JsonGrammar& grammar) : count_(1) {
+  stacks_[0] = JsonStack(grammar);
+}
+
+JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
+  std::copy_n(other.stacks_.begin(), other.count_, stacks_.begin());
+  count_ = other.count_;
+  return *this;
+}
+
+// Feeds `c` to `stack` and keeps what comes of it in `out`: the stack, or at a fork one copy per
+// alternative that can begin with `c` (each fed in turn, so nested forks split further).
+void JsonMatcher::take(JsonStack& stack, unsigned char c,
+                       std::array<JsonStack, kMaxJsonBranches>& out, int& count) const {
+  switch (stack.feed(c)) {
+    case JsonStack::Fed::kRejected:
+      return;
+    case JsonStack::Fed::kTaken:
+      if (count < kMaxJsonBranches &&
+          std::find(out.begin(), out.begin() + count, stack) == out.begin() + count)
+        out[size_t(count++)] = stack;
+      return;
+    case JsonStack::Fed::kFork:
+      for (const SchemaNode* alt : stack.fork_node().alternatives) {
+        if (!value_can_begin(*alt, c)) continue;
+        JsonStack branch = stack;
+        branch.resolve_fork(alt);
+        take(branch, c, out, count);
+      }
+      return;
+  }
+}
+
+bool JsonMatcher::feed(unsigned char c) {
+  std::array<JsonStack, kMaxJsonBranches> next;
+  int count = 0;
+  for (int i = 0; i < count_; ++i) take(stacks_[size_t(i)], c, next, count);
+  std::copy_n(next.begin(), count, stacks_.begin());
+  count_ = count;
+  return count > 0;
+}
+
+bool JsonMatcher::feed(std::string_view bytes) {
+  for (unsigned char c : bytes)
+    if (!feed(c)) return false;
+  return true;
+}
+
+bool JsonMatcher::done() const {
+  return std::all_of(stacks_.begin(), stacks_.begin() + count_,
+                     [](const JsonStack& s) { return s.done(); });
+}
+
+bool JsonMatcher::can_end() const {
+  return std::any_of(stacks_.begin(), stacks_.begin() + count_,
+                     [](const JsonStack& s) { return s.can_end(); });
+}
+
+bool JsonMatcher::in_plain_string() const {
+  return count_ > 0 && std::all_of(stacks_.begin(), stacks_.begin() + count_,
+                                   [](const JsonStack& s) { return s.in_plain_string(); });
+}
+
+JsonStack::Step JsonStack::feed_top(unsigned char c) {
   Frame& f = frames_[size_t(depth_ - 1)];
   switch (f.kind) {
     case Frame::Kind::kValue:
@@ -161,14 +225,18 @@ JsonMatcher::Step JsonMatcher::feed_top(unsigned char c) {
 
 // A value about to begin: whitespace, or the first byte, which picks the frame that replaces
 // this one (an anyOf alternative by that byte).
-JsonMatcher::Step JsonMatcher::value(Frame& f, unsigned char c) {
+JsonStack::Step JsonStack::value(Frame& f, unsigned char c) {
   if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
   const SchemaNode* n = f.node;
   while (n->kind == Kind::kAnyOf) {
-    const auto alt = std::find_if(n->alternatives.begin(), n->alternatives.end(),
-                                  [c](const SchemaNode* a) { return value_can_begin(*a, c); });
-    if (alt == n->alternatives.end()) return Step::kReject;
-    n = *alt;
+    const auto fits = [c](const SchemaNode* a) { return value_can_begin(*a, c); };
+    const auto count = std::count_if(n->alternatives.begin(), n->alternatives.end(), fits);
+    if (count == 0) return Step::kReject;
+    if (count > 1) {  // JsonMatcher tries each
+      f.node = n;
+      return Step::kFork;
+    }
+    n = *std::find_if(n->alternatives.begin(), n->alternatives.end(), fits);
   }
   const AnyShapes& any = any_shapes();
   if (n->kind == Kind::kAny) {
@@ -182,7 +250,7 @@ JsonMatcher::Step JsonMatcher::value(Frame& f, unsigned char c) {
   }
   if (n->kind == Kind::kBoolean) n = &any.booleans;
   if (n->kind == Kind::kNull) n = &any.null;
-  Frame next;
+  Frame next = Frame::make();
   next.node = n;
   // Objects, arrays, tool calls and strings open with a byte of their own, which they consume;
   // numbers and literals match from their first byte on.
@@ -214,23 +282,23 @@ JsonMatcher::Step JsonMatcher::value(Frame& f, unsigned char c) {
   return Step::kRefeed;
 }
 
-bool JsonMatcher::required_seen(const Frame& object) const {
+bool JsonStack::required_seen(const Frame& object) const {
   const auto& props = object.node->properties;
   for (size_t i = 0; i < props.size(); ++i)
     if (props[i].required && !(object.mask & bit(i))) return false;
   return true;
 }
 
-bool JsonMatcher::more_keys_possible(const Frame& object) const {
+bool JsonStack::more_keys_possible(const Frame& object) const {
   return object.node->additional_properties ||
          object.mask != low_bits(object.node->properties.size());
 }
 
 // States: 0 after '{', 1 after a key, 2 after a value, 3 after ','.
-JsonMatcher::Step JsonMatcher::object(Frame& f, unsigned char c) {
+JsonStack::Step JsonStack::object(Frame& f, unsigned char c) {
   if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
   auto start_key = [&] {
-    Frame k;
+    Frame k = Frame::make();
     k.kind = Frame::Kind::kKey;
     k.node = f.node;
     k.mask = low_bits(f.node->properties.size()) & ~f.mask;
@@ -244,7 +312,7 @@ JsonMatcher::Step JsonMatcher::object(Frame& f, unsigned char c) {
       return Step::kReject;
     case 1: {
       if (c != ':') return Step::kReject;
-      Frame v;
+      Frame v = Frame::make();
       v.kind = Frame::Kind::kValue;
       v.node = f.index == kAdditionalKey ? &any_shapes().value : f.node->properties[f.index].value;
       f.state = 2;
@@ -263,7 +331,7 @@ JsonMatcher::Step JsonMatcher::object(Frame& f, unsigned char c) {
 }
 
 // States: 0 after '[', 1 after an item, 2 after ','. index counts the items begun.
-JsonMatcher::Step JsonMatcher::array(Frame& f, unsigned char c) {
+JsonStack::Step JsonStack::array(Frame& f, unsigned char c) {
   if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
   const SchemaNode& node = *f.node;
   const SchemaNode* items = node.items ? node.items : &any_shapes().value;
@@ -280,7 +348,7 @@ JsonMatcher::Step JsonMatcher::array(Frame& f, unsigned char c) {
   if (!value_can_begin(*items, c)) return Step::kReject;
   ++f.index;
   f.state = 1;
-  Frame v;
+  Frame v = Frame::make();
   v.kind = Frame::Kind::kValue;
   v.node = items;
   return push(v) ? Step::kRefeed : Step::kReject;
@@ -304,7 +372,7 @@ bool escape_step(uint8_t& state, unsigned char c) {
 }
 }  // namespace
 
-JsonMatcher::Step JsonMatcher::string(Frame& f, unsigned char c) {
+JsonStack::Step JsonStack::string(Frame& f, unsigned char c) {
   if (f.state != 0) return escape_step(f.state, c) ? Step::kConsumed : Step::kReject;
   if (c == '"') return Step::kConsumedPop;
   if (c == '\\') {
@@ -316,7 +384,7 @@ JsonMatcher::Step JsonMatcher::string(Frame& f, unsigned char c) {
 
 // An object key: the candidates still alive among the unseen properties; on the closing quote
 // the parent object learns which property (or an additional key) it was.
-JsonMatcher::Step JsonMatcher::key(Frame& f, unsigned char c) {
+JsonStack::Step JsonStack::key(Frame& f, unsigned char c) {
   const SchemaNode& obj = *f.node;
   const bool other = obj.additional_properties;
   if (f.state != 0) return escape_step(f.state, c) ? Step::kConsumed : Step::kReject;
@@ -351,7 +419,7 @@ JsonMatcher::Step JsonMatcher::key(Frame& f, unsigned char c) {
   return Step::kConsumed;
 }
 
-JsonMatcher::Step JsonMatcher::number(Frame& f, unsigned char c) {
+JsonStack::Step JsonStack::number(Frame& f, unsigned char c) {
   const bool integer = f.node->kind == Kind::kInteger;
   const bool digit = is_digit(c), exp = (c == 'e' || c == 'E') && !integer,
              dot = c == '.' && !integer;
@@ -385,7 +453,7 @@ JsonMatcher::Step JsonMatcher::number(Frame& f, unsigned char c) {
   }
 }
 
-JsonMatcher::Step JsonMatcher::literals(Frame& f, unsigned char c) {
+JsonStack::Step JsonStack::literals(Frame& f, unsigned char c) {
   const std::vector<std::string>& lits = f.node->literals;
   uint64_t next = 0;
   bool longer = false;
@@ -407,7 +475,7 @@ JsonMatcher::Step JsonMatcher::literals(Frame& f, unsigned char c) {
   return Step::kConsumedPop;
 }
 
-void JsonMatcher::report_literal(const Frame& f) {
+void JsonStack::report_literal(const Frame& f) {
   if (depth_ < 2) return;
   Frame& parent = frames_[size_t(depth_ - 2)];
   if (parent.kind != Frame::Kind::kToolCall || f.node != parent.node->tool_names) return;
@@ -417,11 +485,11 @@ void JsonMatcher::report_literal(const Frame& f) {
 
 // {"name": N, "parameters": P}, keys in that order. States: 0 after '{', 1 after "name",
 // 2 after N, 3 after ',', 4 after "parameters", 5 after P.
-JsonMatcher::Step JsonMatcher::tool_call(Frame& f, unsigned char c) {
+JsonStack::Step JsonStack::tool_call(Frame& f, unsigned char c) {
   if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
   const AnyShapes& any = any_shapes();
   auto push_literal = [&](const SchemaNode& node, uint8_t next_state, Step step) {
-    Frame lit;
+    Frame lit = Frame::make();
     lit.kind = Frame::Kind::kLiterals;
     lit.node = &node;
     lit.mask = low_bits(node.literals.size());
@@ -433,7 +501,7 @@ JsonMatcher::Step JsonMatcher::tool_call(Frame& f, unsigned char c) {
       return push_literal(any.name_key, 1, Step::kRefeed);
     case 1: {
       if (c != ':') return Step::kReject;
-      Frame v;
+      Frame v = Frame::make();
       v.kind = Frame::Kind::kValue;
       v.node = f.node->tool_names;
       f.state = 2;
@@ -447,7 +515,7 @@ JsonMatcher::Step JsonMatcher::tool_call(Frame& f, unsigned char c) {
       return push_literal(any.parameters_key, 4, Step::kRefeed);
     case 4: {
       if (c != ':') return Step::kReject;
-      Frame v;
+      Frame v = Frame::make();
       v.kind = Frame::Kind::kValue;
       v.node = f.node->alternatives[f.index];
       f.state = 5;

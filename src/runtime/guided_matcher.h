@@ -1,6 +1,5 @@
 // Byte-level matcher of one JSON value against a compiled schema (guided_schema.h): feeds the
-// output's bytes one at a time and says which may come next. A pushdown automaton with a fixed
-// frame array, so copying one (to try a token's bytes) costs a few hundred bytes, no allocation.
+// output's bytes one at a time and says which may come next.
 //
 // Whitespace between tokens is allowed up to kMaxWhitespaceRun bytes in a row (a pretty-printed
 // value fits; a model cannot spin on blanks forever). Numbers are at most kMaxNumberChars long.
@@ -21,24 +20,30 @@ inline constexpr int kMaxWhitespaceRun = 20;
 inline constexpr int kMaxNumberChars = 32;
 inline constexpr int kMaxJsonDepth = 32;
 
-class JsonMatcher {
+// One path through the schema: a pushdown automaton with a fixed frame array, so copying one
+// (to try a token's bytes) costs a few hundred bytes and no allocation. JsonMatcher runs several
+// when an anyOf's alternatives can begin alike.
+class JsonStack {
  public:
-  // `grammar` must outlive the matcher.
-  explicit JsonMatcher(const JsonGrammar& grammar);
-  JsonMatcher(const JsonMatcher& other) { *this = other; }
-  JsonMatcher& operator=(const JsonMatcher& other);
+  // `grammar` must outlive the stack.
+  explicit JsonStack(const JsonGrammar& grammar);
+  JsonStack() = default;
+  JsonStack(const JsonStack& other) { *this = other; }
+  JsonStack& operator=(const JsonStack& other);
+  bool operator==(const JsonStack& other) const;
 
-  // Consumes `c`; false (and the matcher left in an unspecified state) when the JSON cannot
-  // continue with it: copy the matcher first to try.
-  bool feed(unsigned char c);
-  bool feed(std::string_view bytes);
+  // What feed() did with a byte: took it, refused it, or stopped at an anyOf whose alternatives
+  // can both begin with it (the byte not taken; resolve_fork on copies, then feed each again).
+  enum class Fed { kTaken, kRejected, kFork };
+  Fed feed(unsigned char c);
+  // After kFork: the anyOf, and choosing `alternative` for it.
+  const SchemaNode& fork_node() const { return *frames_[size_t(depth_ - 1)].node; }
+  void resolve_fork(const SchemaNode* alternative) {
+    frames_[size_t(depth_ - 1)].node = alternative;
+  }
 
-  // The value is closed: nothing may follow.
   bool done() const { return depth_ == 0; }
-  // The text so far may end here (closed, or a top-level number or literal that is complete).
   bool can_end() const;
-  // Inside a string where every byte but '"', '\' and control characters leaves the state as it
-  // is (token masks skip over such bytes without copying).
   bool in_plain_string() const;
 
  private:
@@ -53,17 +58,21 @@ class JsonMatcher {
       kLiterals,
       kToolCall
     };
-    Kind kind = Kind::kValue;
-    uint8_t state = 0;
-    uint16_t pos = 0;  // kKey / kLiterals: bytes matched; kNumber: length
+    // No member initializers: the frame array stays uninitialized until pushed (cheap copies).
+    Kind kind;
+    uint8_t state;
+    uint16_t pos;  // kKey / kLiterals: bytes matched; kNumber: length
     // kObject: property whose value comes next; kArray: items so far; kToolCall: the tool named
-    uint32_t index = 0;
-    uint64_t mask = 0;  // kObject: properties seen; kKey / kLiterals: candidates alive
-    const SchemaNode* node = nullptr;
+    uint32_t index;
+    uint64_t mask;  // kObject: properties seen; kKey / kLiterals: candidates alive
+    const SchemaNode* node;
+    static Frame make() { return Frame{Kind::kValue, 0, 0, 0, 0, nullptr}; }
+    bool operator==(const Frame&) const = default;
   };
   // What a frame did with a byte: consumed it (and closed), handed it back after closing (a
-  // number ends at the byte after it), or passed it to a frame it pushed or became.
-  enum class Step { kConsumed, kConsumedPop, kPopRefeed, kRefeed, kReject };
+  // number ends at the byte after it), passed it to a frame it pushed or became, or stopped at
+  // an anyOf that forks.
+  enum class Step { kConsumed, kConsumedPop, kPopRefeed, kRefeed, kReject, kFork };
 
   Step feed_top(unsigned char c);
   Step value(Frame& f, unsigned char c);
@@ -84,6 +93,39 @@ class JsonMatcher {
   std::array<Frame, kMaxJsonDepth> frames_;
   int depth_ = 0;
   int whitespace_run_ = 0;
+};
+
+inline constexpr int kMaxJsonBranches = 4;
+
+// The output matched against a grammar: the JsonStacks of every way the bytes so far fit (one,
+// unless an anyOf's alternatives begin alike; at most kMaxJsonBranches, identical ones merged;
+// beyond that the later alternatives are dropped, which can only narrow the outputs allowed).
+class JsonMatcher {
+ public:
+  // `grammar` must outlive the matcher.
+  explicit JsonMatcher(const JsonGrammar& grammar);
+  JsonMatcher(const JsonMatcher& other) { *this = other; }
+  JsonMatcher& operator=(const JsonMatcher& other);
+
+  // Consumes `c`; false (and the matcher left in an unspecified state) when the JSON cannot
+  // continue with it: copy the matcher first to try.
+  bool feed(unsigned char c);
+  bool feed(std::string_view bytes);
+
+  // Every way is closed: nothing may follow.
+  bool done() const;
+  // The text so far may end here (closed, or a top-level number or literal that is complete).
+  bool can_end() const;
+  // Inside a string where every byte but '"', '\' and control characters leaves the state as it
+  // is (token masks skip over such bytes without copying).
+  bool in_plain_string() const;
+
+ private:
+  void take(JsonStack& stack, unsigned char c, std::array<JsonStack, kMaxJsonBranches>& out,
+            int& count) const;
+
+  std::array<JsonStack, kMaxJsonBranches> stacks_;
+  int count_ = 0;
 };
 
 // A request's guided output: the matcher, guiding at once, or (after_think) only after the

@@ -83,9 +83,9 @@ class SchemaCompiler {
  public:
   SchemaCompiler(JsonGrammar& g, const Json& root) : g_(g), root_(root) {}
 
-  // Call once, after compile(): throws for an anyOf the matcher cannot pick from.
+  // Call once, after compile(): throws for an anyOf that nests itself without a value between.
   void check_pending_any_of() const {
-    for (const auto& [n, at] : pending_any_of_) check_first_chars_disjoint(*n, at);
+    for (const auto& [n, at] : pending_any_of_) check_first_chars_resolve(*n, at);
   }
 
   const SchemaNode* compile(const Json& s, const std::string& at) {
@@ -175,21 +175,21 @@ class SchemaCompiler {
     return check_any_of(add(std::move(n)), at);
   }
 
-  // The matcher picks an alternative by a value's first character: checked by
-  // check_pending_any_of once everything is compiled (a "$ref" being compiled has no kind yet).
+  // Checked by check_pending_any_of once everything is compiled (a "$ref" being compiled has no
+  // kind yet).
   const SchemaNode* check_any_of(const SchemaNode* n, const std::string& at) {
     pending_any_of_.emplace_back(n, at);
     return n;
   }
 
-  static void check_first_chars_disjoint(const SchemaNode& n, const std::string& at) {
-    for (int c = 0; c < 256; ++c) {
-      int count = 0;
-      for (const SchemaNode* a : n.alternatives) count += value_can_begin(*a, uint8_t(c));
-      if (count > 1)
-        fail(at, fmt::format("alternatives that can begin with the same character ('{}') are "
-                             "not supported",
-                             char(c)));
+  // An anyOf that reaches itself without a value in between would loop the matcher: refused
+  // (value_can_begin throws on it).
+  static void check_first_chars_resolve(const SchemaNode& n, const std::string& at) {
+    try {
+      for (int c = 0; c < 256; ++c)
+        for (const SchemaNode* a : n.alternatives) value_can_begin(*a, uint8_t(c));
+    } catch (const InvalidArgument& e) {
+      fail(at, e.what());
     }
   }
 

@@ -5,8 +5,8 @@
 // Supported JSON Schema: "type" (one name, or a list of names), "properties", "required",
 // "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
 // true allows other keys with any value), "items", "minItems", "maxItems", "enum", "const",
-// "anyOf" / "oneOf" whose alternatives begin with different characters (Optional[X] is
-// anyOf [X, null]), "$ref" to "#/$defs/…" or "#/definitions/…" (recursion allowed).
+// "anyOf" / "oneOf" (oneOf as anyOf: a value fitting several alternatives is allowed), "$ref" to
+// "#/$defs/…" or "#/definitions/…" (recursion allowed).
 // Annotations (title, description, default, examples, $schema, $id, $comment) are ignored; any
 // other keyword (pattern, minLength, format, minimum, …) is refused rather than left unchecked.
 #pragma once
@@ -51,7 +51,7 @@ struct SchemaNode {
   int64_t min_items = 0, max_items = -1;
   // kLiterals (enum, const, true/false/null): the values' JSON texts, at most kMaxLiterals
   std::vector<std::string> literals;
-  // kAnyOf: alternatives whose values begin with different characters (value_can_begin).
+  // kAnyOf: the alternatives (the matcher follows each that fits, up to kMaxJsonBranches).
   // kToolCall: one function call {"name": N, "parameters": P} with the keys in that order, N one
   // of `tool_names`' literals (the names as JSON strings) and P of the `alternatives` entry of the
   // same index.

@@ -1,7 +1,7 @@
 // Fuzzing of guided decoding on what clients send: schemas mutated from real ones (wrong types,
-// huge numbers, unknown keywords, broken $refs, self-referencing anyOf). Compiling either works
-// or throws InvalidArgument; a compiled grammar then takes random byte streams and documents
-// without crashing, whatever it accepts parses as JSON, and a token mask over a fragment
+// huge numbers, unknown keywords, broken $refs, overlapping and self-referencing anyOf). Compiling
+// either works or throws InvalidArgument; a compiled grammar then takes random byte streams and
+// documents without crashing, whatever it accepts parses as JSON, and a token mask over a fragment
 // vocabulary equals feeding each token to a copy of the matcher.
 #include <gtest/gtest.h>
 
@@ -31,6 +31,9 @@ const std::vector<json> kSeeds = {
     json::parse(R"({"type": ["object", "null"], "additionalProperties": true,
         "properties": {"k": {"const": "c"}}})"),
     json::parse(R"({"type": "array", "items": {"type": "boolean"}, "minItems": 1})"),
+    json::parse(R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}},
+        {"type": "object", "additionalProperties": true}, {"type": "integer"},
+        {"type": "number"}, {"anyOf": [{"enum": [1, "a"]}, {"type": "string"}]}]})"),
 };
 
 const std::vector<std::string> kPieces = {

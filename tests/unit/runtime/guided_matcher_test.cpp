@@ -224,6 +224,37 @@ TEST(GuidedOutput, StartsAfterTheThinkEnd) {
   EXPECT_FALSE(at_once.feed("<think>"));
 }
 
+// anyOf alternatives that begin alike (Union[A, B] of objects, integer | number) are followed
+// side by side until the bytes tell them apart.
+TEST(GuidedMatcher, OverlappingAlternativesBranch) {
+  const auto pets = schema(R"({"anyOf": [
+      {"type": "object", "properties": {"cat": {"type": "boolean"}}, "required": ["cat"]},
+      {"type": "object", "properties": {"dog": {"type": "integer"}}, "required": ["dog"]},
+      {"type": "array", "items": {"type": "string"}}]})");
+  for (const char* ok : {R"({"cat": true})", R"({"dog": 3})", R"(["x"])"})
+    EXPECT_TRUE(accepts(*pets, ok)) << ok;
+  for (const char* bad : {R"({"cat": 1})", R"({"cat": true, "dog": 1})", "{}", R"({"dog": 1.5})"})
+    EXPECT_FALSE(accepts(*pets, bad)) << bad;
+  JsonMatcher m(*pets);
+  ASSERT_TRUE(m.feed("{\""));
+  EXPECT_TRUE(m.in_plain_string() == false);  // a key with candidates: not a plain string
+
+  const auto numbers = schema(R"({"anyOf": [{"type": "integer"}, {"type": "number"},
+      {"enum": [12, "x"]}]})");
+  for (const char* ok : {"1", "1.5", "12", "\"x\"", "-0.5e3"})
+    EXPECT_TRUE(accepts(*numbers, ok)) << ok;
+  EXPECT_FALSE(accepts(*numbers, "\"y\""));
+
+  // Nested: an anyOf inside an anyOf alternative, both splitting on '{'.
+  const auto nested = schema(R"({"anyOf": [{"anyOf": [
+      {"type": "object", "properties": {"a": {"type": "null"}}, "required": ["a"]},
+      {"type": "object", "properties": {"b": {"type": "null"}}, "required": ["b"]}]},
+      {"type": "object", "properties": {"c": {"type": "null"}}, "required": ["c"]}]})");
+  for (const char* ok : {R"({"a": null})", R"({"b": null})", R"({"c": null})"})
+    EXPECT_TRUE(accepts(*nested, ok)) << ok;
+  EXPECT_FALSE(accepts(*nested, R"({"d": null})"));
+}
+
 TEST(GuidedMatcher, UnsupportedSchemasAreRefusedWithTheirPlace) {
   auto refused = [](const char* text, const std::string& part) {
     try {
@@ -236,8 +267,9 @@ TEST(GuidedMatcher, UnsupportedSchemasAreRefusedWithTheirPlace) {
   refused(R"({"type": "string", "pattern": "^a"})", "'/pattern'");
   refused(R"({"properties": {"a": {"type": "string", "minLength": 2}}})",
           "'/properties/a/minLength'");
-  refused(R"({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]})",
-          "same character ('{')");
+  refused(R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}},
+              "$ref": "#/$defs/A"})",
+          "nests itself");
   refused(R"({"$ref": "#/$defs/Missing"})", "does not name");
   refused(R"({"type": "object", "required": ["x"]})", "'x' is required");
   refused(R"({"type": "date"})", "unknown type 'date'");

@@ -79,10 +79,18 @@ TEST(GuidedVocab, MaskEqualsBruteForceUnderASchema) {
 }
 
 TEST(GuidedVocab, MaskEqualsBruteForceUnderToolCalls) {
-  const auto g = tool_calls_grammar({{"name", R"({"properties": {"a": {"type": "integer"}}})"},
-                                     {"age", "{}"}});
+  const auto g = tool_calls_grammar(
+      {{"name", R"({"properties": {"a": {"type": "integer"}}})"}, {"age", "{}"}});
   expect_masks_match(*g, R"([{"name": "age", "parameters": [true]}, {"name": "name",
       "parameters": {"a": 12}}])");
+}
+
+TEST(GuidedVocab, MaskEqualsBruteForceWhileBranching) {
+  const auto g = json_schema_grammar(R"({"type": "array", "items": {"anyOf": [
+      {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+      {"type": "object", "properties": {"age": {"type": "integer"}}},
+      {"type": "integer"}, {"type": "number"}]}})");
+  expect_masks_match(*g, R"([{"name": "ab"}, {"age": 12}, 5, -0.5e+1, {}])");
 }
 
 // Qwen3's real vocabulary (151k tokens, from the npm test peers; skipped without them): the
