@@ -282,9 +282,6 @@ std::optional<int64_t> GenerationJob::cached_if_reported(int64_t cached) const {
   return ctx_.prompt_tokens_details ? std::optional<int64_t>(cached) : std::nullopt;
 }
 
-// Tool parsing in a chat stream: content goes out up to where a <tool_call> may begin; when the
-// sequence ends, the rest of the content, then every call in one delta (finish_reason
-// "tool_calls"), or, without calls, the held-back text as content.
 // The hermes parser's calls, only the first with parallel_tool_calls false.
 ParsedToolCalls GenerationJob::parse_auto_tool_calls(std::string_view content) const {
   ParsedToolCalls parsed = parse_hermes_tool_calls(content);
@@ -292,6 +289,9 @@ ParsedToolCalls GenerationJob::parse_auto_tool_calls(std::string_view content) c
   return parsed;
 }
 
+// Tool parsing in a chat stream: content goes out up to where a <tool_call> may begin; when the
+// sequence ends, the rest of the content, then every call in one delta (finish_reason
+// "tool_calls"), or, without calls, the held-back text as content.
 void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
                                           std::string_view content) const {
   size_t upto = hermes_content_prefix(content);
