@@ -89,6 +89,8 @@ constexpr IgnoredFlag kIgnored[] = {
     {"--disable-custom-all-reduce", false, "NCCL does every all-reduce"},
     {"--download-dir", true, "models are local folders"},
     {"--disable-frontend-multiprocessing", false, "the server is one process"},
+    {"--guided-decoding-backend", true, "serval has one guided decoding backend"},
+    {"--enable-reasoning", false, "reasoning is split whenever --reasoning-parser is given"},
 };
 
 constexpr const char* kCudagraphModes[] = {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",

@@ -86,6 +86,12 @@ TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
 // vLLM's --reasoning-parser: deepseek_r1 and qwen3 are known; another name lists the choices.
 TEST(ServeArgs, ReasoningParser) {
   EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.reasoning_parser, ReasoningParser::kNone);
+  // Older vLLM command lines: --enable-reasoning beside the parser, a guided decoding backend.
+  const ServeArgs old = parse_serve_args({"/m", "--enable-reasoning", "--reasoning-parser",
+                                          "deepseek_r1", "--guided-decoding-backend", "xgrammar"},
+                                         nullptr);
+  EXPECT_EQ(old.server.reasoning_parser, ReasoningParser::kDeepSeekR1);
+  EXPECT_EQ(old.ignored.size(), 2u);
   EXPECT_EQ(
       parse_serve_args({"/m", "--reasoning-parser", "qwen3"}, nullptr).server.reasoning_parser,
       ReasoningParser::kQwen3);
