@@ -55,6 +55,8 @@ std::shared_ptr<const JsonGrammar> json_object_grammar();
 std::shared_ptr<const JsonGrammar> json_schema_grammar(const std::string& schema_json);
 // guided_choice: the output is exactly one of `choices` (raw text, not JSON).
 std::shared_ptr<const JsonGrammar> choice_grammar(const std::vector<std::string>& choices);
+// guided_regex: the whole output matches `pattern` (the subset of guided_regex.h).
+std::shared_ptr<const JsonGrammar> regex_grammar(const std::string& pattern);
 // tool_choice "required": a JSON list of 1 to max_calls (-1: unbounded) calls
 // {"name": N, "parameters": P} of these tools (name, JSON text of its parameters schema).
 std::shared_ptr<const JsonGrammar> tool_calls_grammar(

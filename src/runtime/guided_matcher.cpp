@@ -66,9 +66,20 @@ bool literal_complete(const SchemaNode& node, uint64_t mask, uint16_t pos) {
 
 JsonStack::JsonStack(const JsonGrammar& grammar) {
   Frame root = Frame::make();
-  root.kind = grammar.raw_choice() ? Frame::Kind::kLiterals : Frame::Kind::kValue;
   root.node = grammar.root();
-  if (grammar.raw_choice()) root.mask = low_bits(root.node->literals.size());
+  switch (grammar.output()) {
+    case JsonGrammar::Output::kJson:
+      root.kind = Frame::Kind::kValue;
+      break;
+    case JsonGrammar::Output::kChoice:
+      root.kind = Frame::Kind::kLiterals;
+      root.mask = low_bits(root.node->literals.size());
+      break;
+    case JsonGrammar::Output::kRegex:
+      root.kind = Frame::Kind::kRegex;
+      root.mask = RegexAutomaton::kStart;
+      break;
+  }
   push(root);
 }
 
@@ -126,6 +137,7 @@ bool JsonStack::can_end() const {
   const Frame& f = frames_[0];
   if (f.kind == Frame::Kind::kNumber) return number_can_end(f.state);
   if (f.kind == Frame::Kind::kLiterals) return literal_complete(*f.node, f.mask, f.pos);
+  if (f.kind == Frame::Kind::kRegex) return f.node->regex->can_end(f.mask);
   return false;
 }
 
@@ -219,6 +231,8 @@ JsonStack::Step JsonStack::feed_top(unsigned char c) {
       return literals(f, c);
     case Frame::Kind::kToolCall:
       return tool_call(f, c);
+    case Frame::Kind::kRegex:
+      return regex(f, c);
   }
   return Step::kReject;
 }
@@ -541,6 +555,15 @@ bool GuidedOutput::feed(std::string_view text) {
   if (fits) json_ = started;
   tail_.clear();
   return fits;
+}
+
+// guided_regex: the automaton's state set; the frame closes when no byte can follow.
+JsonStack::Step JsonStack::regex(Frame& f, unsigned char c) {
+  const RegexAutomaton& a = *f.node->regex;
+  const uint64_t next = a.step(f.mask, c);
+  if (next == 0) return Step::kReject;
+  f.mask = next;
+  return a.can_continue(next) ? Step::kConsumed : Step::kConsumedPop;
 }
 
 }  // namespace serval::runtime

@@ -56,7 +56,8 @@ class JsonStack {
       kKey,
       kNumber,
       kLiterals,
-      kToolCall
+      kToolCall,
+      kRegex
     };
     // No member initializers: the frame array stays uninitialized until pushed (cheap copies).
     Kind kind;
@@ -64,7 +65,8 @@ class JsonStack {
     uint16_t pos;  // kKey / kLiterals: bytes matched; kNumber: length
     // kObject: property whose value comes next; kArray: items so far; kToolCall: the tool named
     uint32_t index;
-    uint64_t mask;  // kObject: properties seen; kKey / kLiterals: candidates alive
+    // kObject: properties seen; kKey / kLiterals: candidates alive; kRegex: automaton state
+    uint64_t mask;
     const SchemaNode* node;
     static Frame make() { return Frame{Kind::kValue, 0, 0, 0, 0, nullptr}; }
     bool operator==(const Frame&) const = default;
@@ -83,6 +85,7 @@ class JsonStack {
   Step number(Frame& f, unsigned char c);
   Step literals(Frame& f, unsigned char c);
   Step tool_call(Frame& f, unsigned char c);
+  Step regex(Frame& f, unsigned char c);
   // A literal frame closing: a kToolCall parent learns which tool name it was.
   void report_literal(const Frame& f);
   bool push(const Frame& f);

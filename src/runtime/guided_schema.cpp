@@ -62,6 +62,8 @@ bool can_begin(const SchemaNode& node, unsigned char c, int depth) {
       for (const std::string& l : node.literals)
         if (static_cast<unsigned char>(l[0]) == c) return true;
       return false;
+    case Kind::kRegex:
+      return false;
     case Kind::kAnyOf:
       if (depth > 16) throw InvalidArgument("anyOf nests itself without a value in between");
       for (const SchemaNode* a : node.alternatives)
@@ -286,6 +288,10 @@ std::shared_ptr<const JsonGrammar> choice_grammar(const std::vector<std::string>
   return JsonGrammar::choice(choices);
 }
 
+std::shared_ptr<const JsonGrammar> regex_grammar(const std::string& pattern) {
+  return JsonGrammar::regex(pattern);
+}
+
 std::shared_ptr<const JsonGrammar> tool_calls_grammar(
     const std::vector<std::pair<std::string, std::string>>& tools, int max_calls) {
   std::vector<std::pair<std::string, nlohmann::json>> parsed;
@@ -354,7 +360,18 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::choice(const std::vector<std::st
   }
   auto g = std::make_shared<JsonGrammar>();
   g->root_ = &g->nodes_.emplace_back(std::move(n));
-  g->raw_choice_ = true;
+  g->output_ = Output::kChoice;
+  return g;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::regex(std::string_view pattern) {
+  auto g = std::make_shared<JsonGrammar>();
+  g->regex_ = compile_regex(pattern);
+  SchemaNode n;
+  n.kind = Kind::kRegex;
+  n.regex = &g->regex_;
+  g->root_ = &g->nodes_.emplace_back(std::move(n));
+  g->output_ = Output::kRegex;
   return g;
 }
 

@@ -15,8 +15,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include "runtime/guided_regex.h"
 
 namespace serval::runtime {
 
@@ -41,6 +44,7 @@ struct SchemaNode {
     kLiterals,
     kAnyOf,
     kToolCall,
+    kRegex,  // the root of a guided_regex grammar
   };
   Kind kind = Kind::kAny;
   // kObject
@@ -57,6 +61,7 @@ struct SchemaNode {
   // same index.
   std::vector<const SchemaNode*> alternatives;
   const SchemaNode* tool_names = nullptr;
+  const RegexAutomaton* regex = nullptr;  // kRegex
 };
 
 inline constexpr int kMaxProperties = 64;
@@ -66,8 +71,10 @@ inline constexpr int kMaxLiterals = 64;
 class JsonGrammar {
  public:
   const SchemaNode* root() const { return root_; }
-  // The output is one of root()'s literals as raw text, not JSON (guided_choice).
-  bool raw_choice() const { return raw_choice_; }
+  // What the output is: JSON, one of root()'s literals as raw text (guided_choice), or text
+  // matching root()'s regex (guided_regex).
+  enum class Output { kJson, kChoice, kRegex };
+  Output output() const { return output_; }
 
   // Any JSON object (response_format {"type": "json_object"}).
   static std::shared_ptr<const JsonGrammar> any_object();
@@ -79,12 +86,15 @@ class JsonGrammar {
   static std::shared_ptr<const JsonGrammar> from_schema(const nlohmann::json& schema);
   // Exactly one of `choices` (non-empty strings, at most kMaxLiterals), as they are.
   static std::shared_ptr<const JsonGrammar> choice(const std::vector<std::string>& choices);
+  // Text matching `pattern` (guided_regex.h); throws InvalidArgument.
+  static std::shared_ptr<const JsonGrammar> regex(std::string_view pattern);
 
  private:
   friend class SchemaCompiler;
   std::deque<SchemaNode> nodes_;
   const SchemaNode* root_ = nullptr;
-  bool raw_choice_ = false;
+  Output output_ = Output::kJson;
+  RegexAutomaton regex_;  // Output::kRegex
 };
 
 // Whether a value of `node` can begin with `c` (after whitespace).

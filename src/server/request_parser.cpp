@@ -158,6 +158,16 @@ std::shared_ptr<const runtime::JsonGrammar> choice_grammar(const Json& choices, 
   }
 }
 
+// vLLM's guided_regex: the whole output matches the pattern.
+std::shared_ptr<const runtime::JsonGrammar> regex_grammar(const Json& pattern, const char* param) {
+  if (!pattern.is_string()) throw bad_request(param, "the regex must be a string");
+  try {
+    return runtime::regex_grammar(pattern.get<std::string>());
+  } catch (const InvalidArgument& e) {
+    throw bad_request(param, e.what());
+  }
+}
+
 std::shared_ptr<const runtime::JsonGrammar> parse_response_format(const Json& rf) {
   if (!rf.is_object())
     throw bad_request("response_format", "'response_format' must be an object with a 'type'");
@@ -180,12 +190,10 @@ std::shared_ptr<const runtime::JsonGrammar> parse_response_format(const Json& rf
 }
 
 std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& body) {
-  for (const char* unsupported : {"guided_regex", "guided_grammar"})
-    if (field(body, unsupported))
-      throw bad_request(unsupported, fmt::format("'{}' is not supported: guided decoding here "
-                                                 "covers JSON (response_format, guided_json) and "
-                                                 "guided_choice",
-                                                 unsupported));
+  if (field(body, "guided_grammar"))
+    throw bad_request("guided_grammar",
+                      "'guided_grammar' is not supported: guided decoding here covers JSON "
+                      "(response_format, guided_json), guided_choice and guided_regex");
   std::shared_ptr<const runtime::JsonGrammar> grammar;
   int sources = 0;
   if (const Json* rf = field(body, "response_format")) {
@@ -200,6 +208,10 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
     grammar = choice_grammar(*gc, "guided_choice");
     ++sources;
   }
+  if (const Json* gr = field(body, "guided_regex")) {
+    grammar = regex_grammar(*gr, "guided_regex");
+    ++sources;
+  }
   if (const Json* so = field(body, "structured_outputs")) {
     if (!so->is_object())
       throw bad_request("structured_outputs", "'structured_outputs' must be an object");
@@ -209,21 +221,24 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
         grammar = compile_schema(value, "structured_outputs");
       } else if (key == "choice") {
         grammar = choice_grammar(value, "structured_outputs");
+      } else if (key == "regex") {
+        grammar = regex_grammar(value, "structured_outputs");
       } else if (key == "json_object" && value.is_boolean()) {
         if (!value.get<bool>()) continue;
         grammar = runtime::json_object_grammar();
       } else {
         throw bad_request(
             "structured_outputs",
-            fmt::format("structured_outputs.{} is not supported (json, json_object, choice)", key));
+            fmt::format("structured_outputs.{} is not supported (json, json_object, choice, regex)",
+                        key));
       }
       ++sources;
     }
   }
   if (sources > 1)
     throw bad_request("response_format",
-                      "give one of response_format, guided_json, guided_choice and "
-                      "structured_outputs");
+                      "give one of response_format, guided_json, guided_choice, guided_regex "
+                      "and structured_outputs");
   return grammar;
 }
 

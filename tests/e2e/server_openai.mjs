@@ -1,7 +1,7 @@
 // `serval serve` through the official openai npm client (v6): completions and chat, streamed
 // and not, usage in streams, n > 1, stop strings, logprobs, echo with logprobs and
 // prompt_logprobs, max_tokens, seeds, guided decoding (response_format json_schema,
-// guided_choice, named and required tool_choice), /v1/models.
+// guided_choice, guided_regex, named and required tool_choice), /v1/models.
 // Usage: node server_openai.mjs BASE_URL NODE_MODULES EXPECTED_MOE_BACKEND
 import assert from 'node:assert/strict';
 import { pathToFileURL } from 'node:url';
@@ -278,13 +278,16 @@ await check('chat: response_format json_schema gives JSON of the schema, streame
   );
 });
 
-await check('completions and chat: guided_choice gives one of the choices', async () => {
+await check('completions and chat: guided_choice and guided_regex', async () => {
   const choices = ['positive', 'negative', 'neutral'];
   const c = await client.completions.create({ model, prompt: 'Sentiment:', max_tokens: 30, temperature: 1, seed: 5, guided_choice: choices });
   assert.ok(choices.includes(c.choices[0].text), c.choices[0].text);
   assert.equal(c.choices[0].finish_reason, 'stop');
   const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Sentiment?' }], max_tokens: 30, temperature: 0, structured_outputs: { choice: choices } });
   assert.ok(choices.includes(r.choices[0].message.content), r.choices[0].message.content);
+  const g = await client.completions.create({ model, prompt: 'Code:', max_tokens: 30, temperature: 1, seed: 6, guided_regex: '[A-Z]{2}-\\d{3}' });
+  assert.match(g.choices[0].text, /^[A-Z]{2}-\d{3}$/);
+  assert.equal(g.choices[0].finish_reason, 'stop');
 });
 
 await check('chat: a named tool_choice calls the function with arguments of its schema', async () => {

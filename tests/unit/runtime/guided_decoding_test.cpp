@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
 #include "base/error.h"
@@ -123,6 +124,25 @@ TEST(GuidedDecoding, ChoicesAreTheWholeOutput) {
     const std::string text = engine->tokenizer()->decode(r.tokens, true);
     EXPECT_EQ(r.finish, FinishReason::kStop) << text;
     EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
+  }
+  engine->shutdown();
+}
+
+TEST(GuidedDecoding, RegexOutputsMatch) {
+  auto engine = Engine::create(roomy_config());
+  const char* pattern = "\\d{3}-[a-z]{2}(x|yz)?";
+  std::vector<SamplingParams> params(4);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].temperature = i == 0 ? 0.0f : 1.0f;
+    params[i].seed = 40 + i;
+    params[i].max_tokens = 40;
+    params[i].json_grammar = regex_grammar(pattern);
+  }
+  const std::regex oracle(pattern);
+  for (const Finished& r : run(*engine, params)) {
+    const std::string text = engine->tokenizer()->decode(r.tokens, true);
+    EXPECT_EQ(r.finish, FinishReason::kStop) << text;
+    EXPECT_TRUE(std::regex_match(text, oracle)) << text;
   }
   engine->shutdown();
 }

@@ -190,6 +190,8 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
   EXPECT_NE(chat({{"guided_json", schema.dump()}}).sampling.json_grammar, nullptr);
   EXPECT_NE(chat({{"structured_outputs", {{"json", schema}}}}).sampling.json_grammar, nullptr);
   EXPECT_NE(chat({{"guided_choice", Json::array({"yes", "no"})}}).sampling.json_grammar, nullptr);
+  EXPECT_NE(chat({{"guided_regex", "\\d+"}}).sampling.json_grammar, nullptr);
+  EXPECT_NE(chat({{"structured_outputs", {{"regex", "[a-z]{2}"}}}}).sampling.json_grammar, nullptr);
   EXPECT_NE(chat({{"structured_outputs", {{"choice", Json::array({"a"})}}}}).sampling.json_grammar,
             nullptr);
   EXPECT_NE(parse_completion_request(
@@ -204,13 +206,14 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
       {{{"response_format", "text"}}, "response_format"},
       {{{"guided_json", {{"type", "string"}, {"pattern", "a+"}}}}, "guided_json"},
       {{{"guided_json", "{not json"}}, "guided_json"},
-      {{{"guided_regex", "a+"}}, "guided_regex"},
+      {{{"guided_regex", "a(b"}}, "guided_regex"},
+      {{{"guided_regex", 5}}, "guided_regex"},
       {{{"guided_choice", "a"}}, "guided_choice"},
       {{{"guided_choice", Json::array()}}, "guided_choice"},
       {{{"guided_choice", Json::array({""})}}, "guided_choice"},
       {{{"guided_choice", Json::array({1})}}, "guided_choice"},
       {{{"guided_grammar", "root ::= x"}}, "guided_grammar"},
-      {{{"structured_outputs", {{"regex", "a+"}}}}, "structured_outputs"},
+      {{{"structured_outputs", {{"grammar", "root ::= x"}}}}, "structured_outputs"},
       {{{"guided_json", schema}, {"response_format", {{"type", "json_object"}}}},
        "response_format"},
   };
