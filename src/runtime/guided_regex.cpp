@@ -214,6 +214,7 @@ class Parser {
   NodePtr atom() {
     const char c = p_[i_];
     if (c == '(') {
+      if (++depth_ > kMaxGroupDepth) fail("groups nested too deeply");
       ++i_;
       if (peek('?')) {
         ++i_;
@@ -230,6 +231,7 @@ class Parser {
       NodePtr inner = alternation();
       if (!peek(')')) fail("')' to close the group");
       ++i_;
+      --depth_;
       return inner;
     }
     if (c == '[') {
@@ -254,8 +256,10 @@ class Parser {
     return byte_class(range(static_cast<unsigned char>(c), static_cast<unsigned char>(c)));
   }
 
+  static constexpr int kMaxGroupDepth = 32;  // the parser recurses per group
   std::string_view p_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 // Glushkov's construction: every class occurrence is a position; nullable / first / last per

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,56 @@ TEST(GuidedFuzz, MutatedSchemasCompileOrRefuseAndMatchSafely) {
   }
   EXPECT_GT(compiled, 100);
   EXPECT_GT(refused, 10);
+}
+
+// Regex patterns stitched from syntax pieces compile or are refused (InvalidArgument), and what
+// a compiled one accepts is what std::regex_match accepts (where both read the pattern alike).
+TEST(GuidedFuzz, RandomRegexesCompileOrRefuse) {
+  const std::vector<std::string> pieces = {
+      "a", "b",  "(", ")",   "(?:", "|",  "*", "+", "?", "{2}", "{1,3}", "{2,}", "[",
+      "]", "[^", "-", "\\d", "\\w", "\\", ".", "^", "$", "{",   "}",     "\\.",  "ab"};
+  std::mt19937 rng(testing::fuzz_seed(11));
+  int compiled = 0;
+  for (int i = 0; i < testing::fuzz_iterations(3000); ++i) {
+    std::string pattern;
+    for (int n = 1 + int(rng() % 8); n > 0; --n) pattern += pieces[rng() % pieces.size()];
+    std::shared_ptr<const JsonGrammar> g;
+    try {
+      g = regex_grammar(pattern);
+    } catch (const InvalidArgument&) {
+      continue;
+    }
+    ++compiled;
+    // A ']' first in a class is literal in Python (serval's reading, as vLLM's patterns are
+    // Python's); ECMAScript reads "[]" and "[^]" otherwise.
+    if (pattern.find("[]") != std::string::npos || pattern.find("[^]") != std::string::npos)
+      continue;
+    // std::regex backtracks: a repeated group or a repeat of a repeat can take it exponential
+    // time on a short text.
+    bool nested_repeat = false;
+    for (size_t k = 1; k < pattern.size(); ++k) {
+      const char prev = pattern[k - 1], c = pattern[k];
+      const bool repeat = c == '*' || c == '+' || c == '{' || (c == '?' && prev == ')');
+      nested_repeat |= repeat && std::string_view(")*+?}").find(prev) != std::string_view::npos;
+    }
+    if (nested_repeat) continue;
+    std::regex oracle;
+    try {
+      oracle = std::regex(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      continue;  // syntax std::regex reads differently
+    }
+    for (int t = 0; t < 8; ++t) {
+      std::string text;
+      for (int n = int(rng() % 6); n > 0; --n) text += "ab.1_"[rng() % 5];
+      JsonMatcher m(*g);
+      EXPECT_EQ(m.feed(text) && m.can_end(), std::regex_match(text, oracle))
+          << pattern << " on '" << text << "'";
+    }
+  }
+  EXPECT_GT(compiled, 100);
+  std::string deep(100000, '(');
+  EXPECT_THROW(regex_grammar(deep + "a" + std::string(100000, ')')), InvalidArgument);
 }
 
 // Schema texts nested past any reasonable depth are refused, not recursed into.
