@@ -144,7 +144,7 @@ bool JsonStack::can_end() const {
 bool JsonStack::in_plain_string() const {
   if (depth_ == 0) return false;
   const Frame& f = frames_[size_t(depth_ - 1)];
-  if (f.kind == Frame::Kind::kString) return f.state == 0;
+  if (f.kind == Frame::Kind::kString) return f.state == 0 && f.node->regex == nullptr;
   return f.kind == Frame::Kind::kKey && f.state == 0 && f.mask == 0 &&
          f.node->additional_properties;
 }
@@ -281,6 +281,7 @@ JsonStack::Step JsonStack::value(Frame& f, unsigned char c) {
     if (n->kind != o.kind) continue;
     if (c != o.byte) return Step::kReject;
     next.kind = o.frame;
+    if (n->regex) next.mask = RegexAutomaton::kStart;  // a string's pattern
     f = next;
     return Step::kConsumed;
   }
@@ -387,6 +388,14 @@ bool escape_step(uint8_t& state, unsigned char c) {
 }  // namespace
 
 JsonStack::Step JsonStack::string(Frame& f, unsigned char c) {
+  if (const RegexAutomaton* re = f.node->regex) {  // a pattern: its state in mask, no escapes
+    if (c == '"') return re->can_end(f.mask) ? Step::kConsumedPop : Step::kReject;
+    if (c == '\\' || c < 0x20) return Step::kReject;
+    const uint64_t next = re->step(f.mask, c);
+    if (next == 0) return Step::kReject;
+    f.mask = next;
+    return Step::kConsumed;
+  }
   if (f.state != 0) return escape_step(f.state, c) ? Step::kConsumed : Step::kReject;
   if (c == '"') return Step::kConsumedPop;
   if (c == '\\') {

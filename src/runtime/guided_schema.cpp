@@ -25,9 +25,10 @@ const std::set<std::string_view> kAnnotations = {
     "title",      "description", "default",   "examples", "$schema",     "$id",   "$comment",
     "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "strict"};
 const std::set<std::string_view> kHandled = {
-    "type",  "properties", "required", "additionalProperties",
-    "items", "minItems",   "maxItems", "enum",
-    "const", "anyOf",      "oneOf",    "$ref"};
+    "type",   "properties", "required", "additionalProperties",
+    "items",  "minItems",   "maxItems", "enum",
+    "const",  "anyOf",      "oneOf",    "$ref",
+    "pattern"};
 
 bool plain_key(std::string_view name) {
   for (unsigned char c : name)
@@ -115,6 +116,7 @@ class SchemaCompiler {
         return typed(s, "object", at);
       if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
         return typed(s, "array", at);
+      if (s.contains("pattern")) return typed(s, "string", at);
       return add(SchemaNode{});
     }
     if (type->is_string()) return typed(s, type->get<std::string>(), at);
@@ -199,6 +201,7 @@ class SchemaCompiler {
     SchemaNode n;
     if (type == "string") {
       n.kind = Kind::kString;
+      if (auto p = s.find("pattern"); p != s.end()) n.regex = string_pattern(*p, at + "/pattern");
     } else if (type == "number") {
       n.kind = Kind::kNumber;
     } else if (type == "integer") {
@@ -215,6 +218,21 @@ class SchemaCompiler {
       fail(at + "/type", fmt::format("unknown type '{}'", type));
     }
     return add(std::move(n));
+  }
+
+  // JSON Schema's pattern is a search: unless anchored, anything may come before and after.
+  const RegexAutomaton* string_pattern(const Json& p, const std::string& at) {
+    if (!p.is_string()) fail(at, "must be a string");
+    std::string pattern = p.get<std::string>();
+    const bool starts = pattern.starts_with('^'), ends = pattern.ends_with('$');
+    if (starts) pattern.erase(0, 1);
+    if (ends) pattern.pop_back();
+    pattern = (starts ? "" : ".*") + ("(?:" + pattern + ")") + (ends ? "" : ".*");
+    try {
+      return &g_.regexes_.emplace_back(compile_regex(pattern));
+    } catch (const InvalidArgument& e) {
+      fail(at, e.what());
+    }
   }
 
   const SchemaNode* object(const Json& s, const std::string& at) {
@@ -366,10 +384,9 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::choice(const std::vector<std::st
 
 std::shared_ptr<const JsonGrammar> JsonGrammar::regex(std::string_view pattern) {
   auto g = std::make_shared<JsonGrammar>();
-  g->regex_ = compile_regex(pattern);
   SchemaNode n;
   n.kind = Kind::kRegex;
-  n.regex = &g->regex_;
+  n.regex = &g->regexes_.emplace_back(compile_regex(pattern));
   g->root_ = &g->nodes_.emplace_back(std::move(n));
   g->output_ = Output::kRegex;
   return g;

@@ -6,7 +6,9 @@
 // "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
 // true allows other keys with any value), "items", "minItems", "maxItems", "enum", "const",
 // "anyOf" / "oneOf" (oneOf as anyOf: a value fitting several alternatives is allowed), "$ref" to
-// "#/$defs/…" or "#/definitions/…" (recursion allowed).
+// "#/$defs/…" or "#/definitions/…" (recursion allowed), and "pattern" on strings (searched in
+// the value as JSON Schema says, unless anchored by ^ / $; guided_regex.h's syntax; the value is
+// then written without escapes).
 // Annotations (title, description, default, examples, $schema, $id, $comment) are ignored; any
 // other keyword (pattern, minLength, format, minimum, …) is refused rather than left unchecked.
 #pragma once
@@ -61,7 +63,8 @@ struct SchemaNode {
   // same index.
   std::vector<const SchemaNode*> alternatives;
   const SchemaNode* tool_names = nullptr;
-  const RegexAutomaton* regex = nullptr;  // kRegex
+  // kRegex: the output's; kString: its "pattern" (a string value without escapes matching it)
+  const RegexAutomaton* regex = nullptr;
 };
 
 inline constexpr int kMaxProperties = 64;
@@ -94,7 +97,7 @@ class JsonGrammar {
   std::deque<SchemaNode> nodes_;
   const SchemaNode* root_ = nullptr;
   Output output_ = Output::kJson;
-  RegexAutomaton regex_;  // Output::kRegex
+  std::deque<RegexAutomaton> regexes_;  // Output::kRegex's, and strings' "pattern"s
 };
 
 // Whether a value of `node` can begin with `c` (after whitespace).

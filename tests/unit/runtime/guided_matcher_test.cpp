@@ -179,9 +179,23 @@ TEST(GuidedMatcher, ToolCallLists) {
   EXPECT_TRUE(accepts(*one, R"([{"name": "now", "parameters": 1}])"));
   EXPECT_FALSE(
       accepts(*one, R"([{"name": "now", "parameters": 1}, {"name": "now", "parameters": 2}])"));
-  EXPECT_THROW(tool_calls_grammar({{"f", R"({"type": "string", "pattern": "x"})"}}),
+  EXPECT_THROW(tool_calls_grammar({{"f", R"({"type": "string", "format": "email"})"}}),
                InvalidArgument);
   EXPECT_THROW(tool_calls_grammar({}), InvalidArgument);
+}
+
+// "pattern" on strings: searched in the value unless anchored, the value written without escapes.
+TEST(GuidedMatcher, StringPatterns) {
+  const auto g = schema(R"({"type": "object", "properties": {
+      "zip": {"type": "string", "pattern": "^\\d{5}$"}, "tag": {"pattern": "ab"}},
+      "required": ["zip"]})");
+  for (const char* ok : {R"({"zip": "12345"})", R"({"zip": "00000", "tag": "xaby"})",
+                         R"({"zip": "12345", "tag": "ab"})"})
+    EXPECT_TRUE(accepts(*g, ok)) << ok;
+  for (const char* bad :
+       {R"({"zip": "1234"})", R"({"zip": "123456"})", R"({"zip": "12a45"})",
+        R"({"zip": "12345", "tag": "a b"})", R"({"zip": "12345", "tag": "a\u0062"})"})
+    EXPECT_FALSE(accepts(*g, bad)) << bad;
 }
 
 // guided_choice: exactly one of the strings, raw (no quotes, no blanks around).
@@ -264,7 +278,8 @@ TEST(GuidedMatcher, UnsupportedSchemasAreRefusedWithTheirPlace) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
-  refused(R"({"type": "string", "pattern": "^a"})", "'/pattern'");
+  refused(R"({"type": "string", "format": "email"})", "'/format'");
+  refused(R"({"type": "string", "pattern": "a("})", "'/pattern'");
   refused(R"({"properties": {"a": {"type": "string", "minLength": 2}}})",
           "'/properties/a/minLength'");
   refused(R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}},

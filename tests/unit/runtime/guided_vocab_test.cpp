@@ -85,6 +85,12 @@ TEST(GuidedVocab, MaskEqualsBruteForceUnderToolCalls) {
       "parameters": {"a": 12}}])");
 }
 
+TEST(GuidedVocab, MaskEqualsBruteForceInPatternStrings) {
+  const auto g = json_schema_grammar(R"({"type": "object", "properties": {
+      "name": {"type": "string", "pattern": "^a+b?$"}, "age": {"type": "string", "pattern": "1"}}})");
+  expect_masks_match(*g, R"({"name": "aab", "age": "x12"})");
+}
+
 TEST(GuidedVocab, MaskEqualsBruteForceWhileBranching) {
   const auto g = json_schema_grammar(R"({"type": "array", "items": {"anyOf": [
       {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
