@@ -1,6 +1,7 @@
-// Guided decoding (vLLM's structured outputs): the JSON a request's output must be, compiled
-// from `response_format` json_object / json_schema (or vLLM's guided_json) into a graph of
-// nodes that guided_matcher.h walks byte by byte.
+// Guided decoding (vLLM's structured outputs): what a request's output must be, compiled into a
+// graph of nodes that guided_matcher.h walks byte by byte. Mostly JSON (response_format
+// json_object / json_schema, guided_json, a forced tool call's arguments); a JsonGrammar can also
+// hold a raw choice among strings (guided_choice) or a regex (guided_regex).
 //
 // Supported JSON Schema: "type" (one name, or a list of names), "properties", "required",
 // "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
