@@ -488,14 +488,18 @@ class EngineImpl final : public Engine {
 
   // Feeds a sampled token's bytes to the request's guided output (not the end token's).
   void advance_guided(EngineRequest& r, int32_t token) {
-    const SamplingParams& p = r.params;
-    const auto& eos = info_.eos_token_ids;
-    if (token >= guided_vocab_->size() || std::find(eos.begin(), eos.end(), token) != eos.end() ||
-        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
-            p.stop_token_ids.end())
-      return;
+    if (token >= guided_vocab_->size() || is_eos(token) || is_stop_id(r.params, token)) return;
     if (!r.json->feed(guided_vocab_->text(token)))
       log::warn("request {}: token {} left the guided JSON", r.req.id, token);
+  }
+
+  bool is_eos(int32_t token) const {
+    const auto& eos = info_.eos_token_ids;
+    return std::find(eos.begin(), eos.end(), token) != eos.end();
+  }
+  static bool is_stop_id(const SamplingParams& p, int32_t token) {
+    return std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
+           p.stop_token_ids.end();
   }
 
   // Guided decoding: the tokens that keep the output on its JSON, and the end (EOS, stop ids) once
@@ -533,12 +537,7 @@ class EngineImpl final : public Engine {
     }
     o.num_prompt_tokens = r.req.num_prompt_tokens;
     o.num_cached_tokens = std::max(0, r.req.num_cached_tokens);
-    const bool is_eos =
-        !p.ignore_eos && std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), token) !=
-                             info_.eos_token_ids.end();
-    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
-                            p.stop_token_ids.end();
-    if (is_eos || is_stop_id) {
+    if ((!p.ignore_eos && is_eos(token)) || is_stop_id(p, token)) {
       o.finish = FinishReason::kStop;
       o.stop_token_id = token;
     } else if (r.req.num_output_tokens() - r.req.num_pending_tokens >= p.max_tokens) {

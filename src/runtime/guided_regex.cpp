@@ -30,6 +30,13 @@ NodePtr make(Node::Kind kind, std::vector<NodePtr> children = {}) {
   return n;
 }
 
+// The byte of a one-byte set.
+unsigned char single_byte(const ByteSet& s) {
+  for (int c = 0; c < 256; ++c)
+    if (s.test(size_t(c))) return static_cast<unsigned char>(c);
+  return 0;
+}
+
 ByteSet range(unsigned char lo, unsigned char hi) {
   ByteSet s;
   for (int c = lo; c <= hi; ++c) s.set(size_t(c));
@@ -186,8 +193,7 @@ class Parser {
           set |= item;
           continue;
         }
-        for (int c = 0; c < 256; ++c)
-          if (item.test(size_t(c))) lo = static_cast<unsigned char>(c);
+        lo = single_byte(item);
       } else {
         ++i_;
       }
@@ -197,8 +203,7 @@ class Parser {
         if (hi == '\\') {
           const ByteSet e = escape();
           if (e.count() != 1) fail("a class as the end of a range");
-          for (int c = 0; c < 256; ++c)
-            if (e.test(size_t(c))) hi = static_cast<unsigned char>(c);
+          hi = single_byte(e);
         }
         if (hi < lo) fail("a range whose end is below its start");
         set |= range(lo, hi);
@@ -324,11 +329,15 @@ class Builder {
 
 }  // namespace
 
-uint64_t RegexAutomaton::step(uint64_t state, unsigned char c) const {
-  uint64_t reach = (state & kStart) ? first : 0;
+uint64_t RegexAutomaton::reach(uint64_t state) const {
+  uint64_t next = (state & kStart) ? first : 0;
   for (size_t p = 0; p < follow.size(); ++p)
-    if (state & (uint64_t{1} << p)) reach |= follow[p];
-  return reach & byte_positions[c];
+    if (state & (uint64_t{1} << p)) next |= follow[p];
+  return next;
+}
+
+uint64_t RegexAutomaton::step(uint64_t state, unsigned char c) const {
+  return reach(state) & byte_positions[c];
 }
 
 bool RegexAutomaton::can_end(uint64_t state) const {
@@ -336,10 +345,7 @@ bool RegexAutomaton::can_end(uint64_t state) const {
 }
 
 bool RegexAutomaton::can_continue(uint64_t state) const {
-  uint64_t reach = (state & kStart) ? first : 0;
-  for (size_t p = 0; p < follow.size(); ++p)
-    if (state & (uint64_t{1} << p)) reach |= follow[p];
-  return reach != 0;
+  return reach(state) != 0;
 }
 
 RegexAutomaton compile_regex(std::string_view pattern) {

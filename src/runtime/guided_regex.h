@@ -29,6 +29,9 @@ struct RegexAutomaton {
   uint64_t step(uint64_t state, unsigned char c) const;
   bool can_end(uint64_t state) const;
   bool can_continue(uint64_t state) const;
+
+ private:
+  uint64_t reach(uint64_t state) const;  // the positions a next byte may take
 };
 
 // Throws InvalidArgument naming the offset and what is wrong or not supported.

@@ -310,28 +310,25 @@ std::shared_ptr<const JsonGrammar> regex_grammar(const std::string& pattern) {
   return JsonGrammar::regex(pattern);
 }
 
+// A schema's JSON text, parsed once its nesting is known to be shallow enough to compile.
+nlohmann::json parse_schema_text(const std::string& text, const std::string& what) {
+  if (json_nesting_depth(text, kMaxSchemaDepth) > kMaxSchemaDepth)
+    throw InvalidArgument(fmt::format("{} nests deeper than {} levels", what, kMaxSchemaDepth));
+  nlohmann::json schema = nlohmann::json::parse(text, nullptr, false);
+  if (schema.is_discarded()) throw InvalidArgument(what + " is not valid JSON");
+  return schema;
+}
+
 std::shared_ptr<const JsonGrammar> tool_calls_grammar(
     const std::vector<std::pair<std::string, std::string>>& tools, int max_calls) {
   std::vector<std::pair<std::string, nlohmann::json>> parsed;
-  for (const auto& [name, schema_json] : tools) {
-    if (json_nesting_depth(schema_json, kMaxSchemaDepth) > kMaxSchemaDepth)
-      throw InvalidArgument(
-          fmt::format("the parameters of '{}' nest deeper than {} levels", name, kMaxSchemaDepth));
-    nlohmann::json schema = nlohmann::json::parse(schema_json, nullptr, false);
-    if (schema.is_discarded())
-      throw InvalidArgument(fmt::format("the parameters of '{}' are not valid JSON", name));
-    parsed.emplace_back(name, std::move(schema));
-  }
+  for (const auto& [name, schema_json] : tools)
+    parsed.emplace_back(name, parse_schema_text(schema_json, "the parameters of '" + name + "'"));
   return JsonGrammar::tool_calls(parsed, max_calls);
 }
 
 std::shared_ptr<const JsonGrammar> json_schema_grammar(const std::string& schema_json) {
-  if (json_nesting_depth(schema_json, kMaxSchemaDepth) > kMaxSchemaDepth)
-    throw InvalidArgument(
-        fmt::format("the JSON schema nests deeper than {} levels", kMaxSchemaDepth));
-  const nlohmann::json schema = nlohmann::json::parse(schema_json, nullptr, false);
-  if (schema.is_discarded()) throw InvalidArgument("the JSON schema is not valid JSON");
-  return JsonGrammar::from_schema(schema);
+  return JsonGrammar::from_schema(parse_schema_text(schema_json, "the JSON schema"));
 }
 
 std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {

@@ -131,16 +131,24 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, const 
 // (OpenAI), vLLM's guided_json and structured_outputs {"json": ...} / {"json_object": true}. At
 // most one of them. Regex, choice and grammar constraints are refused rather than ignored, since
 // a client asking for them would otherwise get free text.
+// A guided decoding grammar from `make`, its InvalidArgument a 400 naming `param`.
+template <class Make>
+std::shared_ptr<const runtime::JsonGrammar> grammar_or_400(const char* param, Make make) {
+  try {
+    return make();
+  } catch (const InvalidArgument& e) {
+    throw bad_request(param, e.what());
+  }
+}
+
 // `schema`: an object, or its JSON text (vLLM's guided_json takes both).
 std::shared_ptr<const runtime::JsonGrammar> compile_schema(const Json& schema, const char* param) {
   if (!schema.is_string() && !schema.is_object() && !schema.is_boolean())
     throw bad_request(param, "the JSON schema must be an object (or its JSON text)");
-  try {
+  return grammar_or_400(param, [&] {
     return runtime::json_schema_grammar(schema.is_string() ? schema.get<std::string>()
                                                            : schema.dump());
-  } catch (const InvalidArgument& e) {
-    throw bad_request(param, e.what());
-  }
+  });
 }
 
 // vLLM's guided_choice: a list of strings, one of which is the whole output.
@@ -151,21 +159,13 @@ std::shared_ptr<const runtime::JsonGrammar> choice_grammar(const Json& choices, 
     if (!c.is_string()) throw bad_request(param, "the choices must be a list of strings");
     list.push_back(c.get<std::string>());
   }
-  try {
-    return runtime::choice_grammar(list);
-  } catch (const InvalidArgument& e) {
-    throw bad_request(param, e.what());
-  }
+  return grammar_or_400(param, [&] { return runtime::choice_grammar(list); });
 }
 
 // vLLM's guided_regex: the whole output matches the pattern.
 std::shared_ptr<const runtime::JsonGrammar> regex_grammar(const Json& pattern, const char* param) {
   if (!pattern.is_string()) throw bad_request(param, "the regex must be a string");
-  try {
-    return runtime::regex_grammar(pattern.get<std::string>());
-  } catch (const InvalidArgument& e) {
-    throw bad_request(param, e.what());
-  }
+  return grammar_or_400(param, [&] { return runtime::regex_grammar(pattern.get<std::string>()); });
 }
 
 std::shared_ptr<const runtime::JsonGrammar> parse_response_format(const Json& rf) {
@@ -418,22 +418,48 @@ void truncate_prompts(const Json& body, const ModelContext& ctx, GenerationReque
   }
 }
 
-// tool_choice (OpenAI): "none", or "auto" (the default with tools) which parses tool calls out of
-// the output when the server runs with --enable-auto-tool-choice; "required" and a named function
-// need guided decoding, which serval lacks: 400.
-// The function `name` of `tools` (400 when there is none).
-const Json& find_tool(const Json& tools, const std::string& name) {
-  for (const Json& t : tools) {
-    const auto fn = t.is_object() ? t.find("function") : t.end();
-    if (fn != t.end() && fn->is_object() && fn->value("name", Json()) == name) return *fn;
+// A tool's function (an object with a string "name"), or null.
+const Json* tool_function(const Json& tool) {
+  const auto fn = tool.is_object() ? tool.find("function") : tool.end();
+  if (fn == tool.end() || !fn->is_object() || !fn->value("name", Json()).is_string())
+    return nullptr;
+  return &*fn;
+}
+
+// A function's parameter schema (any object when it declares none), as JSON text.
+std::string tool_parameters(const Json& fn) {
+  return fn.contains("parameters") ? fn["parameters"].dump() : Json{{"type", "object"}}.dump();
+}
+
+// The tool calls a forced tool_choice generates under guided decoding: a named function's
+// arguments (forced_tool), or for "required" a list of calls [{"name", "parameters"}] of the tools.
+void force_tool_calls(const Json& tools, const std::string& forced, GenerationRequest& req) {
+  if (tools.empty()) throw bad_request("tool_choice", "a forced tool call needs tools");
+  if (req.sampling.json_grammar)
+    throw bad_request("tool_choice", "a forced tool call and response_format cannot be combined");
+  if (!forced.empty()) {
+    for (const Json& t : tools)
+      if (const Json* fn = tool_function(t); fn && (*fn)["name"] == forced) {
+        req.sampling.json_grammar = compile_schema(tool_parameters(*fn), "tool_choice");
+        req.forced_tool = forced;
+        return;
+      }
+    throw bad_request("tool_choice",
+                      fmt::format("tool_choice names '{}', which is not in tools", forced));
   }
-  throw bad_request("tool_choice",
-                    fmt::format("tool_choice names '{}', which is not in tools", name));
+  std::vector<std::pair<std::string, std::string>> schemas;
+  for (const Json& t : tools) {
+    const Json* fn = tool_function(t);
+    if (!fn) throw bad_request("tools", "each tool needs a function with a name");
+    schemas.emplace_back((*fn)["name"].get<std::string>(), tool_parameters(*fn));
+  }
+  req.sampling.json_grammar = grammar_or_400(
+      "tools", [&] { return runtime::tool_calls_grammar(schemas, req.single_tool_call ? 1 : -1); });
+  req.tool_call_list = true;
 }
 
 // tool_choice: "none", "auto" (the server's parser reads calls out of free text), a named function
-// the reply must call (its arguments generated under guided decoding with the function's
-// parameter schema), or "required": a guided list of calls [{"name", "parameters"}] of the tools.
+// or "required" (force_tool_calls).
 void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
   const Json* tools = field(body, "tools");
   if (tools && !tools->is_array()) throw bad_request("tools", "'tools' must be a list");
@@ -456,40 +482,9 @@ void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequ
       throw bad_request("tool_choice", "tool_choice must be a string or a named function");
     mode = choice->get<std::string>();
   }
-  if (forced.empty() && mode == "none") return;
-  if (forced.empty() && mode == "required") {
-    if (!has_tools) throw bad_request("tool_choice", "tool_choice \"required\" needs tools");
-    if (req.sampling.json_grammar)
-      throw bad_request("tool_choice",
-                        "tool_choice required and response_format cannot be combined");
-    std::vector<std::pair<std::string, std::string>> schemas;
-    for (const Json& t : *tools) {
-      const auto fn = t.is_object() ? t.find("function") : t.end();
-      if (fn == t.end() || !fn->is_object() || !fn->value("name", Json()).is_string())
-        throw bad_request("tools", "each tool needs a function with a name");
-      schemas.emplace_back((*fn)["name"].get<std::string>(), fn->contains("parameters")
-                                                                 ? (*fn)["parameters"].dump()
-                                                                 : Json{{"type", "object"}}.dump());
-    }
-    try {
-      req.sampling.json_grammar =
-          runtime::tool_calls_grammar(schemas, req.single_tool_call ? 1 : -1);
-    } catch (const InvalidArgument& e) {
-      throw bad_request("tools", e.what());
-    }
-    req.tool_call_list = true;
-    return;
-  }
-  if (!forced.empty()) {
-    if (!has_tools) throw bad_request("tool_choice", "a named tool_choice needs tools");
-    if (req.sampling.json_grammar)
-      throw bad_request("tool_choice", "a forced tool call and response_format cannot be combined");
-    const Json& fn = find_tool(*tools, forced);
-    const Json params = fn.contains("parameters") ? fn["parameters"] : Json{{"type", "object"}};
-    req.sampling.json_grammar = compile_schema(params, "tool_choice");
-    req.forced_tool = forced;
-    return;
-  }
+  if (!forced.empty() || mode == "required")
+    return force_tool_calls(tools ? *tools : Json::array(), forced, req);
+  if (mode == "none") return;
   if (mode != "auto")
     throw bad_request("tool_choice",
                       fmt::format("tool_choice must be \"none\", \"auto\", \"required\" or a "
