@@ -18,7 +18,7 @@
 #include "base/log.h"
 #include "runtime/data_parallel_engine.h"
 #include "runtime/engine_loader.h"
-#include "runtime/guided_matcher.h"
+#include "runtime/guided_output.h"
 #include "runtime/guided_vocab.h"
 #include "runtime/output_queue.h"
 #include "runtime/sampler.h"
@@ -504,7 +504,7 @@ class EngineImpl final : public Engine {
 
   // Guided decoding: the tokens that keep the output on its JSON, and the end (EOS, stop ids) once
   // the JSON may end there. When nothing fits, the end alone, so the request finishes.
-  std::vector<uint8_t> guided_mask(const JsonMatcher& m, const SamplingParams& p) const {
+  std::vector<uint8_t> guided_mask(const OutputMatcher& m, const SamplingParams& p) const {
     std::vector<uint8_t> allowed(size_t(std::max(config_.vocab_size, guided_vocab_->size())), 0);
     guided_vocab_->allow_accepted(m, allowed);
     const bool stuck = std::find(allowed.begin(), allowed.end(), 1) == allowed.end();

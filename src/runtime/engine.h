@@ -57,6 +57,8 @@ std::shared_ptr<const JsonGrammar> json_schema_grammar(const std::string& schema
 std::shared_ptr<const JsonGrammar> choice_grammar(const std::vector<std::string>& choices);
 // guided_regex: the whole output matches `pattern` (the subset of guided_regex.h).
 std::shared_ptr<const JsonGrammar> regex_grammar(const std::string& pattern);
+// guided_grammar: the output is a sentence of the GBNF grammar `text` (guided_gbnf.h).
+std::shared_ptr<const JsonGrammar> gbnf_grammar(const std::string& text);
 // tool_choice "required": a JSON list of 1 to max_calls (-1: unbounded) calls
 // {"name": N, "parameters": P} of these tools (name, JSON text of its parameters schema).
 std::shared_ptr<const JsonGrammar> tool_calls_grammar(

@@ -1,6 +1,7 @@
 #include "runtime/guided_matcher.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace serval::runtime {
 
@@ -79,6 +80,8 @@ JsonStack::JsonStack(const JsonGrammar& grammar) {
       root.kind = Frame::Kind::kRegex;
       root.mask = RegexAutomaton::kStart;
       break;
+    case JsonGrammar::Output::kGrammar:
+      throw std::logic_error("a GBNF grammar is matched by GbnfMatcher, not JsonStack");
   }
   push(root);
 }
@@ -547,23 +550,6 @@ JsonStack::Step JsonStack::tool_call(Frame& f, unsigned char c) {
     default:
       return c == '}' ? Step::kConsumedPop : Step::kReject;
   }
-}
-
-bool GuidedOutput::feed(std::string_view text) {
-  if (!waiting_) return json_.feed(text);
-  constexpr std::string_view kThinkEnd = "</think>";
-  tail_ += text;
-  const size_t end = tail_.find(kThinkEnd);
-  if (end == std::string::npos) {
-    if (tail_.size() >= kThinkEnd.size()) tail_.erase(0, tail_.size() - (kThinkEnd.size() - 1));
-    return true;
-  }
-  waiting_ = false;
-  JsonMatcher started = json_;
-  const bool fits = started.feed(std::string_view(tail_).substr(end + kThinkEnd.size()));
-  if (fits) json_ = started;
-  tail_.clear();
-  return fits;
 }
 
 // guided_regex: the automaton's state set; the frame closes when no byte can follow.

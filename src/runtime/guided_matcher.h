@@ -131,23 +131,4 @@ class JsonMatcher {
   int count_ = 0;
 };
 
-// A request's guided output: the matcher, guiding at once, or (after_think) only after the
-// output's first "</think>", whose following bytes are the JSON's first.
-class GuidedOutput {
- public:
-  GuidedOutput(const JsonGrammar& grammar, bool after_think)
-      : json_(grammar), waiting_(after_think) {}
-  // Whether the next token is masked by matcher().
-  bool guiding() const { return !waiting_; }
-  const JsonMatcher& matcher() const { return json_; }
-  // Consumes a sampled token's text. False when guided bytes do not fit (a masked token always
-  // does; the bytes after "</think>" may not, and are then left before the JSON).
-  bool feed(std::string_view text);
-
- private:
-  JsonMatcher json_;
-  bool waiting_;
-  std::string tail_;  // the output's last bytes while waiting (a tag split across tokens)
-};
-
 }  // namespace serval::runtime

@@ -310,6 +310,10 @@ std::shared_ptr<const JsonGrammar> regex_grammar(const std::string& pattern) {
   return JsonGrammar::regex(pattern);
 }
 
+std::shared_ptr<const JsonGrammar> gbnf_grammar(const std::string& text) {
+  return JsonGrammar::grammar(text);
+}
+
 // A schema's JSON text, parsed once its nesting is known to be shallow enough to compile.
 nlohmann::json parse_schema_text(const std::string& text, const std::string& what) {
   if (json_nesting_depth(text, kMaxSchemaDepth) > kMaxSchemaDepth)
@@ -386,6 +390,13 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::regex(std::string_view pattern) 
   n.regex = &g->regexes_.emplace_back(compile_regex(pattern));
   g->root_ = &g->nodes_.emplace_back(std::move(n));
   g->output_ = Output::kRegex;
+  return g;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::grammar(std::string_view text) {
+  auto g = std::make_shared<JsonGrammar>();
+  g->gbnf_ = compile_gbnf(text);
+  g->output_ = Output::kGrammar;
   return g;
 }
 

@@ -1,7 +1,8 @@
 // Guided decoding (vLLM's structured outputs): what a request's output must be, compiled into a
 // graph of nodes that guided_matcher.h walks byte by byte. Mostly JSON (response_format
 // json_object / json_schema, guided_json, a forced tool call's arguments); a JsonGrammar can also
-// hold a raw choice among strings (guided_choice) or a regex (guided_regex).
+// hold a raw choice among strings (guided_choice), a regex (guided_regex) or a GBNF grammar
+// (guided_grammar, guided_gbnf.h).
 //
 // Supported JSON Schema: "type" (one name, or a list of names), "properties", "required",
 // "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
@@ -22,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/guided_gbnf.h"
 #include "runtime/guided_regex.h"
 
 namespace serval::runtime {
@@ -75,10 +77,12 @@ inline constexpr int kMaxLiterals = 64;
 class JsonGrammar {
  public:
   const SchemaNode* root() const { return root_; }
-  // What the output is: JSON, one of root()'s literals as raw text (guided_choice), or text
-  // matching root()'s regex (guided_regex).
-  enum class Output { kJson, kChoice, kRegex };
+  // What the output is: JSON, one of root()'s literals as raw text (guided_choice), text
+  // matching root()'s regex (guided_regex), or a sentence of gbnf() (guided_grammar; root() is
+  // then null).
+  enum class Output { kJson, kChoice, kRegex, kGrammar };
   Output output() const { return output_; }
+  const GbnfGrammar& gbnf() const { return gbnf_; }
 
   // Any JSON object (response_format {"type": "json_object"}).
   static std::shared_ptr<const JsonGrammar> any_object();
@@ -92,6 +96,8 @@ class JsonGrammar {
   static std::shared_ptr<const JsonGrammar> choice(const std::vector<std::string>& choices);
   // Text matching `pattern` (guided_regex.h); throws InvalidArgument.
   static std::shared_ptr<const JsonGrammar> regex(std::string_view pattern);
+  // A sentence of the GBNF grammar `text` (guided_gbnf.h); throws InvalidArgument.
+  static std::shared_ptr<const JsonGrammar> grammar(std::string_view text);
 
  private:
   friend class SchemaCompiler;
@@ -99,6 +105,7 @@ class JsonGrammar {
   const SchemaNode* root_ = nullptr;
   Output output_ = Output::kJson;
   std::deque<RegexAutomaton> regexes_;  // Output::kRegex's, and strings' "pattern"s
+  GbnfGrammar gbnf_;                    // Output::kGrammar's
 };
 
 // Whether a value of `node` can begin with `c` (after whitespace).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "tokenizer/tokenizer.h"
 
@@ -47,17 +48,24 @@ GuidedVocab GuidedVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
   return GuidedVocab(std::move(texts), excluded);
 }
 
-void GuidedVocab::allow_accepted(const JsonMatcher& m, std::vector<uint8_t>& allowed) const {
+template <class Matcher>
+void GuidedVocab::allow_accepted(const Matcher& m, std::vector<uint8_t>& allowed) const {
   visit(0, order_.size(), 0, m, allowed);
 }
 
+void GuidedVocab::allow_accepted(const OutputMatcher& m, std::vector<uint8_t>& allowed) const {
+  m.visit([&](const auto& matcher) { allow_accepted(matcher, allowed); });
+}
+
 // Tokens [begin, end) of order_ share their first `depth` bytes, which `m` has accepted.
-void GuidedVocab::visit(size_t begin, size_t end, size_t depth, const JsonMatcher& m,
+template <class Matcher>
+void GuidedVocab::visit(size_t begin, size_t end, size_t depth, const Matcher& m,
                         std::vector<uint8_t>& allowed) const {
   while (begin < end && sorted_text(begin).size() == depth)  // shortest first: ends here
     allowed[size_t(order_[begin++])] = 1;
   if (begin == end) return;
-  if (m.in_plain_string()) return visit_plain_string(begin, end, depth, m, allowed);
+  if constexpr (std::is_same_v<Matcher, JsonMatcher>)
+    if (m.in_plain_string()) return visit_plain_string(begin, end, depth, m, allowed);
   while (begin < end) {
     const unsigned char c = static_cast<unsigned char>(sorted_text(begin)[depth]);
     // The run of tokens with byte c at `depth` (sorted: contiguous).
@@ -68,7 +76,7 @@ void GuidedVocab::visit(size_t begin, size_t end, size_t depth, const JsonMatche
                                                                   texts_[size_t(id)][depth]) <= c;
                                                      }) -
                                 order_.begin());
-    JsonMatcher next = m;
+    Matcher next = m;
     if (next.feed(c)) visit(begin, group, depth + 1, next, allowed);
     begin = group;
   }
@@ -93,5 +101,8 @@ void GuidedVocab::visit_plain_string(size_t begin, size_t end, size_t depth, con
     if (next.feed(std::string_view(t).substr(from))) allowed[size_t(order_[i])] = 1;
   }
 }
+
+template void GuidedVocab::allow_accepted(const JsonMatcher&, std::vector<uint8_t>&) const;
+template void GuidedVocab::allow_accepted(const GbnfMatcher&, std::vector<uint8_t>&) const;
 
 }  // namespace serval::runtime

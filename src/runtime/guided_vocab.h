@@ -1,5 +1,6 @@
 // The vocabulary seen by guided decoding: each token's bytes, sorted so that tokens sharing a
-// prefix are neighbours (an implicit trie), and the mask of tokens a JsonMatcher accepts next.
+// prefix are neighbours (an implicit trie), and the mask of tokens a matcher (JsonMatcher,
+// GbnfMatcher) accepts next.
 //
 // The mask walks the trie depth first with a copy of the matcher per edge, pruning at the first
 // rejected byte, so outside strings only the few plausible branches are visited. Inside a string
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/guided_matcher.h"
+#include "runtime/guided_output.h"
 
 namespace serval::tokenizer {
 class Tokenizer;
@@ -30,11 +31,14 @@ class GuidedVocab {
   const std::string& text(int32_t id) const { return texts_[size_t(id)]; }
 
   // allowed[id] = 1 for every token whose bytes the matcher accepts (other entries untouched;
-  // `allowed` must hold at least size() entries).
-  void allow_accepted(const JsonMatcher& m, std::vector<uint8_t>& allowed) const;
+  // `allowed` must hold at least size() entries). Matcher: JsonMatcher or GbnfMatcher.
+  template <class Matcher>
+  void allow_accepted(const Matcher& m, std::vector<uint8_t>& allowed) const;
+  void allow_accepted(const OutputMatcher& m, std::vector<uint8_t>& allowed) const;
 
  private:
-  void visit(size_t begin, size_t end, size_t depth, const JsonMatcher& m,
+  template <class Matcher>
+  void visit(size_t begin, size_t end, size_t depth, const Matcher& m,
              std::vector<uint8_t>& allowed) const;
   void visit_plain_string(size_t begin, size_t end, size_t depth, const JsonMatcher& m,
                           std::vector<uint8_t>& allowed) const;

@@ -127,10 +127,10 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, const 
   return out;
 }
 
-// Guided decoding (vLLM's structured outputs) for JSON: response_format json_object / json_schema
-// (OpenAI), vLLM's guided_json and structured_outputs {"json": ...} / {"json_object": true}. At
-// most one of them. Regex, choice and grammar constraints are refused rather than ignored, since
-// a client asking for them would otherwise get free text.
+// Guided decoding (vLLM's structured outputs): response_format json_object / json_schema
+// (OpenAI), vLLM's guided_json, guided_choice, guided_regex, guided_grammar and
+// structured_outputs {json, json_object, choice, regex, grammar}. At most one of them.
+
 // A guided decoding grammar from `make`, its InvalidArgument a 400 naming `param`.
 template <class Make>
 std::shared_ptr<const runtime::JsonGrammar> grammar_or_400(const char* param, Make make) {
@@ -189,11 +189,13 @@ std::shared_ptr<const runtime::JsonGrammar> parse_response_format(const Json& rf
   return compile_schema((*js)["schema"], "response_format");
 }
 
+// vLLM's guided_grammar: a GBNF grammar (guided_gbnf.h) the whole output is a sentence of.
+std::shared_ptr<const runtime::JsonGrammar> gbnf_grammar(const Json& text, const char* param) {
+  if (!text.is_string()) throw bad_request(param, "the grammar must be a string (GBNF)");
+  return grammar_or_400(param, [&] { return runtime::gbnf_grammar(text.get<std::string>()); });
+}
+
 std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& body) {
-  if (field(body, "guided_grammar"))
-    throw bad_request("guided_grammar",
-                      "'guided_grammar' is not supported: guided decoding here covers JSON "
-                      "(response_format, guided_json), guided_choice and guided_regex");
   std::shared_ptr<const runtime::JsonGrammar> grammar;
   int sources = 0;
   if (const Json* rf = field(body, "response_format")) {
@@ -212,6 +214,10 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
     grammar = regex_grammar(*gr, "guided_regex");
     ++sources;
   }
+  if (const Json* gg = field(body, "guided_grammar")) {
+    grammar = gbnf_grammar(*gg, "guided_grammar");
+    ++sources;
+  }
   if (const Json* so = field(body, "structured_outputs")) {
     if (!so->is_object())
       throw bad_request("structured_outputs", "'structured_outputs' must be an object");
@@ -223,13 +229,16 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
         grammar = choice_grammar(value, "structured_outputs");
       } else if (key == "regex") {
         grammar = regex_grammar(value, "structured_outputs");
+      } else if (key == "grammar") {
+        grammar = gbnf_grammar(value, "structured_outputs");
       } else if (key == "json_object" && value.is_boolean()) {
         if (!value.get<bool>()) continue;
         grammar = runtime::json_object_grammar();
       } else {
         throw bad_request(
             "structured_outputs",
-            fmt::format("structured_outputs.{} is not supported (json, json_object, choice, regex)",
+            fmt::format("structured_outputs.{} is not supported (json, json_object, choice, regex, "
+                        "grammar)",
                         key));
       }
       ++sources;
@@ -237,8 +246,8 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
   }
   if (sources > 1)
     throw bad_request("response_format",
-                      "give one of response_format, guided_json, guided_choice, guided_regex "
-                      "and structured_outputs");
+                      "give one of response_format, guided_json, guided_choice, guided_regex, "
+                      "guided_grammar and structured_outputs");
   return grammar;
 }
 

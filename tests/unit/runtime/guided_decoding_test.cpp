@@ -147,6 +147,28 @@ TEST(GuidedDecoding, RegexOutputsMatch) {
   engine->shutdown();
 }
 
+// guided_grammar: every output is a sentence of the grammar (checked by an std::regex of the
+// same language) and ends there.
+TEST(GuidedDecoding, GrammarOutputsAreSentences) {
+  auto engine = Engine::create(roomy_config());
+  const char* grammar = R"g(root ::= item ("," item){0,2} "."
+item ::= [a-z]{1,4} | "(" [0-9]+ ")")g";
+  const std::regex oracle("([a-z]{1,4}|\\([0-9]+\\))(,([a-z]{1,4}|\\([0-9]+\\))){0,2}\\.");
+  std::vector<SamplingParams> params(4);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].temperature = i == 0 ? 0.0f : 1.0f;
+    params[i].seed = 70 + i;
+    params[i].max_tokens = 60;
+    params[i].json_grammar = gbnf_grammar(grammar);
+  }
+  for (const Finished& r : run(*engine, params)) {
+    const std::string text = engine->tokenizer()->decode(r.tokens, true);
+    EXPECT_EQ(r.finish, FinishReason::kStop) << text;
+    EXPECT_TRUE(std::regex_match(text, oracle)) << text;
+  }
+  engine->shutdown();
+}
+
 TEST(GuidedDecoding, NeedsATokenizer) {
   EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();
   serval::testing::WeightsOnlyFolder weights(cfg.model_dir);

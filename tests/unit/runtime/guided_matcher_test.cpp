@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
+#include "runtime/guided_output.h"
 
 namespace serval::runtime {
 namespace {
@@ -230,7 +231,7 @@ TEST(GuidedOutput, StartsAfterTheThinkEnd) {
   GuidedOutput stray(*g, true);
   EXPECT_FALSE(stray.feed("x</think>oops"));
   EXPECT_TRUE(stray.guiding());
-  JsonMatcher m = stray.matcher();
+  OutputMatcher m = stray.matcher();
   EXPECT_TRUE(m.feed("{}"));  // the JSON starts fresh
 
   GuidedOutput at_once(*g, false);

@@ -166,11 +166,10 @@ TEST_F(RequestParserTest, IncludeStopStrInOutput) {
       "include_stop_str_in_output");
 }
 
-// Text is accepted; structured output is refused with a 400 that says why, not ignored.
 // Guided decoding: response_format text / json_object / json_schema, vLLM's guided_json (an
-// object or its text), guided_choice and structured_outputs set the grammar; malformed or
-// unsupported ones, two sources at once, and regex / grammar constraints are 400s naming the
-// field.
+// object or its text), guided_choice, guided_regex, guided_grammar and structured_outputs set
+// the grammar; malformed or
+// unsupported ones and two sources at once are 400s naming the field.
 TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
   const Json messages = Json::array({Json{{"role", "user"}, {"content", "hi"}}});
   auto chat = [&](Json extra) {
@@ -194,6 +193,10 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
   EXPECT_NE(chat({{"structured_outputs", {{"regex", "[a-z]{2}"}}}}).sampling.json_grammar, nullptr);
   EXPECT_NE(chat({{"structured_outputs", {{"choice", Json::array({"a"})}}}}).sampling.json_grammar,
             nullptr);
+  EXPECT_NE(chat({{"guided_grammar", "root ::= \"a\" | [0-9]+"}}).sampling.json_grammar, nullptr);
+  EXPECT_NE(chat({{"structured_outputs", {{"grammar", "root ::= x\nx ::= \"b\""}}}})
+                .sampling.json_grammar,
+            nullptr);
   EXPECT_NE(parse_completion_request(
                 Json{{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, ctx_)
                 .sampling.json_grammar,
@@ -213,7 +216,11 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
       {{{"guided_choice", Json::array({""})}}, "guided_choice"},
       {{{"guided_choice", Json::array({1})}}, "guided_choice"},
       {{{"guided_grammar", "root ::= x"}}, "guided_grammar"},
+      {{{"guided_grammar", "expr ::= expr \"+\" | \"1\"\nroot ::= expr"}}, "guided_grammar"},
+      {{{"guided_grammar", 3}}, "guided_grammar"},
       {{{"structured_outputs", {{"grammar", "root ::= x"}}}}, "structured_outputs"},
+      {{{"structured_outputs", {{"structural_tag", "x"}}}}, "structured_outputs"},
+      {{{"guided_grammar", "root ::= \"a\""}, {"guided_regex", "a"}}, "response_format"},
       {{{"guided_json", schema}, {"response_format", {{"type", "json_object"}}}},
        "response_format"},
   };

@@ -1,0 +1,33 @@
+#include "runtime/guided_output.h"
+
+namespace serval::runtime {
+
+namespace {
+
+std::variant<JsonMatcher, GbnfMatcher> matcher_for(const JsonGrammar& grammar) {
+  if (grammar.output() == JsonGrammar::Output::kGrammar) return GbnfMatcher(grammar.gbnf());
+  return JsonMatcher(grammar);
+}
+
+}  // namespace
+
+OutputMatcher::OutputMatcher(const JsonGrammar& grammar) : matcher_(matcher_for(grammar)) {}
+
+bool GuidedOutput::feed(std::string_view text) {
+  if (!waiting_) return matcher_.feed(text);
+  constexpr std::string_view kThinkEnd = "</think>";
+  tail_ += text;
+  const size_t end = tail_.find(kThinkEnd);
+  if (end == std::string::npos) {
+    if (tail_.size() >= kThinkEnd.size()) tail_.erase(0, tail_.size() - (kThinkEnd.size() - 1));
+    return true;
+  }
+  waiting_ = false;
+  OutputMatcher started = matcher_;
+  const bool fits = started.feed(std::string_view(tail_).substr(end + kThinkEnd.size()));
+  if (fits) matcher_ = started;
+  tail_.clear();
+  return fits;
+}
+
+}  // namespace serval::runtime

@@ -1,0 +1,58 @@
+// A request's guided output: the matcher its grammar calls for (JSON, choice and regex through
+// JsonMatcher, GBNF through GbnfMatcher), guiding at once or only after the output's first
+// "</think>".
+#pragma once
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "runtime/guided_gbnf_matcher.h"
+#include "runtime/guided_matcher.h"
+
+namespace serval::runtime {
+
+class OutputMatcher {
+ public:
+  // `grammar` must outlive the matcher.
+  explicit OutputMatcher(const JsonGrammar& grammar);
+
+  // As JsonMatcher / GbnfMatcher: false (state unspecified) when the bytes do not fit.
+  bool feed(std::string_view bytes) {
+    return std::visit([&](auto& m) { return m.feed(bytes); }, matcher_);
+  }
+  bool done() const {
+    return std::visit([](const auto& m) { return m.done(); }, matcher_);
+  }
+  bool can_end() const {
+    return std::visit([](const auto& m) { return m.can_end(); }, matcher_);
+  }
+  // Calls f with the JsonMatcher or GbnfMatcher inside.
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), matcher_);
+  }
+
+ private:
+  std::variant<JsonMatcher, GbnfMatcher> matcher_;
+};
+
+// The matcher, guiding at once, or (after_think) only after the output's first "</think>",
+// whose following bytes are the guided output's first.
+class GuidedOutput {
+ public:
+  GuidedOutput(const JsonGrammar& grammar, bool after_think)
+      : matcher_(grammar), waiting_(after_think) {}
+  // Whether the next token is masked by matcher().
+  bool guiding() const { return !waiting_; }
+  const OutputMatcher& matcher() const { return matcher_; }
+  // Consumes a sampled token's text. False when guided bytes do not fit (a masked token always
+  // does; the bytes after "</think>" may not, and are then left before the guided output).
+  bool feed(std::string_view text);
+
+ private:
+  OutputMatcher matcher_;
+  bool waiting_;
+  std::string tail_;  // the output's last bytes while waiting (a tag split across tokens)
+};
+
+}  // namespace serval::runtime
