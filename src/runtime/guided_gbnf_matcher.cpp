@@ -102,10 +102,13 @@ bool GbnfMatcher::feed(unsigned char c) {
     ++taken_;
     if (missing_ == 0) return feed_code_point(partial_);
   }
-  // The characters this prefix can still become: the missing bits all 0 through all 1 (the
-  // second-byte ranges above keep every one of them a valid scalar value).
-  const uint32_t lo = partial_ << (6 * missing_);
-  const uint32_t hi = lo | ((1u << (6 * missing_)) - 1);
+  // The characters this prefix can still become: the missing bits all 0 through all 1, within
+  // the scalar values of its length (the second-byte ranges above make that exact from the
+  // second byte on; a lone lead byte needs the bounds).
+  static constexpr uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+  const uint32_t lo = std::max(partial_ << (6 * missing_), kMinOfLength[taken_ + missing_]);
+  const uint32_t hi =
+      std::min(lo | ((1u << (6 * missing_)) - 1), lead_ == 0xED ? 0xD7FFu : kMaxCodePoint);
   return some_class_meets(lo, hi);
 }
 

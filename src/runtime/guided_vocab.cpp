@@ -42,8 +42,7 @@ GuidedVocab GuidedVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
   for (int32_t id = 0; id < n; ++id) {
     if (tok.id_to_token(id).empty()) continue;
     excluded[size_t(id)] = tok.is_special(id);
-    const int32_t ids[1] = {id};
-    texts[size_t(id)] = tok.decode(ids, /*skip_special_tokens=*/false);
+    texts[size_t(id)] = tok.token_bytes(id);
   }
   return GuidedVocab(std::move(texts), excluded);
 }

@@ -24,7 +24,7 @@ class GuidedVocab {
   // texts[id]: the bytes token `id` adds to the output; tokens with `excluded[id]` (special
   // tokens: their text is kept for text()) or no text are never allowed.
   GuidedVocab(std::vector<std::string> texts, const std::vector<bool>& excluded);
-  // From a tokenizer: each token decoded alone, special tokens excluded.
+  // From a tokenizer: each token's bytes (Tokenizer::token_bytes), special tokens excluded.
   static GuidedVocab from_tokenizer(const tokenizer::Tokenizer& tok);
 
   int size() const { return int(texts_.size()); }

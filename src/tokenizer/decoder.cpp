@@ -23,9 +23,11 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
 
 // Maps each token's characters back to bytes; a token with a character
 // outside the byte table (an added token) contributes its own UTF-8 bytes.
+// Invalid UTF-8 becomes U+FFFD, unless raw_bytes.
 class ByteLevel final : public Decoder {
  public:
-  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                        bool raw_bytes) const override {
     std::string bytes;
     for (const auto& t : tokens) {
       const size_t mark = bytes.size();
@@ -39,7 +41,7 @@ class ByteLevel final : public Decoder {
       }
       if (!mapped) bytes.resize(mark), bytes.append(t);
     }
-    return {utf8::decode_lossy(bytes)};
+    return {raw_bytes ? bytes : utf8::decode_lossy(bytes)};
   }
 };
 
@@ -47,7 +49,8 @@ class Metaspace final : public Decoder {
  public:
   Metaspace(std::string replacement, bool strip_first)
       : replacement_(std::move(replacement)), strip_first_(strip_first) {}
-  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                        bool /*raw_bytes*/) const override {
     for (size_t i = 0; i < tokens.size(); ++i)
       replace_all(tokens[i], replacement_, i == 0 && strip_first_ ? "" : " ");
     return tokens;
@@ -59,15 +62,16 @@ class Metaspace final : public Decoder {
 };
 
 // Runs of <0xNN> tokens become their UTF-8 text, or one U+FFFD per byte when
-// the run is not valid UTF-8 (what HF tokenizers does).
+// the run is not valid UTF-8 (what HF tokenizers does; with raw_bytes, the bytes).
 class ByteFallback final : public Decoder {
  public:
-  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                        bool raw_bytes) const override {
     std::vector<std::string> out;
     std::string run;
     auto flush = [&] {
       if (run.empty()) return;
-      if (utf8::find_invalid(run) == utf8::kValid) {
+      if (raw_bytes || utf8::find_invalid(run) == utf8::kValid) {
         out.push_back(run);
       } else {
         for (size_t i = 0; i < run.size(); ++i) out.emplace_back("\xEF\xBF\xBD");
@@ -97,7 +101,8 @@ class ByteFallback final : public Decoder {
 
 class Fuse final : public Decoder {
  public:
-  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                        bool /*raw_bytes*/) const override {
     std::string all;
     for (const auto& t : tokens) all += t;
     return {all};
@@ -109,7 +114,8 @@ class Strip final : public Decoder {
  public:
   Strip(std::string content, int start, int stop)
       : content_(std::move(content)), start_(start), stop_(stop) {}
-  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                        bool /*raw_bytes*/) const override {
     for (auto& t : tokens) {
       size_t b = 0, e = t.size();
       for (int i = 0; i < start_ && t.compare(b, content_.size(), content_) == 0 && b < e; ++i)
@@ -137,7 +143,8 @@ class Replace final : public Decoder {
     else
       regex_ = std::make_unique<Regex>(p.at("Regex").get<std::string>(), "Replace decoder");
   }
-  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                        bool /*raw_bytes*/) const override {
     for (auto& t : tokens) {
       if (!regex_) {
         replace_all(t, literal_, content_);
@@ -162,7 +169,8 @@ class Replace final : public Decoder {
 class BpeSuffix final : public Decoder {
  public:
   explicit BpeSuffix(std::string suffix) : suffix_(std::move(suffix)) {}
-  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                        bool /*raw_bytes*/) const override {
     for (size_t i = 0; i < tokens.size(); ++i)
       replace_all(tokens[i], suffix_, i + 1 == tokens.size() ? "" : " ");
     return tokens;
@@ -175,8 +183,9 @@ class BpeSuffix final : public Decoder {
 class Sequence final : public Decoder {
  public:
   explicit Sequence(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
-  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
-    for (const auto& p : parts_) tokens = p->decode_chain(std::move(tokens));
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                        bool raw_bytes) const override {
+    for (const auto& p : parts_) tokens = p->decode_chain(std::move(tokens), raw_bytes);
     return tokens;
   }
 

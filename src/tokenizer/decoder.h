@@ -13,7 +13,10 @@ namespace serval::tokenizer {
 class Decoder {
  public:
   virtual ~Decoder() = default;
-  virtual std::vector<std::string> decode_chain(std::vector<std::string> tokens) const = 0;
+  // raw_bytes: byte tokens (ByteLevel, ByteFallback) give their bytes even where they are not
+  // valid UTF-8, instead of U+FFFD (what one token adds to the output, byte for byte).
+  virtual std::vector<std::string> decode_chain(std::vector<std::string> tokens,
+                                                bool raw_bytes) const = 0;
 };
 
 // Null JSON gives nullptr. Throws LoadError on unsupported types.

@@ -204,13 +204,29 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
                       id, i, vocab_size()));
     tokens.push_back(*t);
   }
+  std::string text = join_decoded(std::move(tokens), /*raw_bytes=*/false);
+  return clean_up_spaces ? clean_up_tokenization(std::move(text)) : text;
+}
+
+std::string Tokenizer::token_bytes(int32_t id) const {
+  if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end())
+    return impl_->added[it->second].content;
+  const std::string* t = impl_->model->id_to_token(id);
+  if (!t)
+    throw InvalidArgument(
+        fmt::format("token id {} is outside the vocabulary (size {})", id, vocab_size()));
+  return join_decoded({*t}, /*raw_bytes=*/true);
+}
+
+std::string Tokenizer::join_decoded(std::vector<std::string> tokens, bool raw_bytes) const {
   std::string text;
   if (impl_->decoder) {
-    for (const auto& piece : impl_->decoder->decode_chain(std::move(tokens))) text += piece;
+    for (const auto& piece : impl_->decoder->decode_chain(std::move(tokens), raw_bytes))
+      text += piece;
   } else {
     for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + tokens[i];
   }
-  return clean_up_spaces ? clean_up_tokenization(std::move(text)) : text;
+  return text;
 }
 
 int Tokenizer::vocab_size() const {

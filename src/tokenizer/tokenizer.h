@@ -30,6 +30,11 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true,
                      bool clean_up_spaces = false) const;
 
+  // The bytes token `id` adds to the output when decoded alone: as decode({id}, false), except
+  // that byte tokens keep their bytes where they are not valid UTF-8 alone (one byte of a
+  // multi-byte character), where decode() renders U+FFFD. Guided decoding matches these.
+  std::string token_bytes(int32_t id) const;
+
   int vocab_size() const;  // including added tokens (max id + 1)
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // raw vocab string; empty if unknown
@@ -50,6 +55,8 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  // The decoder's text of these token strings (space-joined without a decoder).
+  std::string join_decoded(std::vector<std::string> tokens, bool raw_bytes) const;
   std::unique_ptr<Impl> impl_;
 };
 

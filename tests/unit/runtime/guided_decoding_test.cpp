@@ -164,7 +164,9 @@ item ::= [a-z]{1,4} | "(" [0-9]+ ")")g";
   for (const Finished& r : run(*engine, params)) {
     const std::string text = engine->tokenizer()->decode(r.tokens, true);
     EXPECT_EQ(r.finish, FinishReason::kStop) << text;
-    EXPECT_TRUE(std::regex_match(text, oracle)) << text;
+    std::string ids;
+    for (int32_t t : r.tokens) ids += std::to_string(t) + " ";
+    EXPECT_TRUE(std::regex_match(text, oracle)) << text << " ids " << ids;
   }
   engine->shutdown();
 }

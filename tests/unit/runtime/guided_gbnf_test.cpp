@@ -272,6 +272,22 @@ TEST(GuidedGbnf, MatchesCodePointsThroughUtf8Bytes) {
   EXPECT_TRUE(lead.done());
   GbnfMatcher wrong_lead(greek);
   EXPECT_FALSE(wrong_lead.feed("\xe2"));  // no character in U+2000..U+2FFF is Greek here
+  // A lead byte alone stands for characters of its length only: none of them is ASCII.
+  const GbnfGrammar ascii = compile_gbnf(R"(root ::= [a-z] [,.])");
+  for (const char* lead : {"\xc2", "\xe0", "\xf0", "\xf4"}) {
+    GbnfMatcher a(ascii);
+    EXPECT_TRUE(a.feed("x"));
+    EXPECT_FALSE(a.feed(lead)) << lead;
+  }
+  // ED leads U+D000..U+D7FF only (the rest are surrogates).
+  const GbnfGrammar high = compile_gbnf(R"(root ::= [\uD7FF-\uE000])");
+  GbnfMatcher ed(high);
+  EXPECT_TRUE(ed.feed("\xed\x9f"));
+  EXPECT_TRUE(ed.feed("\xbf"));
+  EXPECT_TRUE(ed.done());
+  const GbnfGrammar above = compile_gbnf(R"(root ::= [\uE000-\uEFFF])");
+  GbnfMatcher none(above);
+  EXPECT_FALSE(none.feed("\xed"));
 }
 
 TEST(GuidedGbnf, DoneOnlyWhenNothingMayFollow) {

