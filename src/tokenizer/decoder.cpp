@@ -23,11 +23,11 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
 
 // Maps each token's characters back to bytes; a token with a character
 // outside the byte table (an added token) contributes its own UTF-8 bytes.
-// Invalid UTF-8 becomes U+FFFD, unless raw_bytes.
+// Invalid UTF-8 becomes U+FFFD, unless decoding a piece.
 class ByteLevel final : public Decoder {
  public:
   std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                        bool raw_bytes) const override {
+                                        bool piece) const override {
     std::string bytes;
     for (const auto& t : tokens) {
       const size_t mark = bytes.size();
@@ -41,7 +41,7 @@ class ByteLevel final : public Decoder {
       }
       if (!mapped) bytes.resize(mark), bytes.append(t);
     }
-    return {raw_bytes ? bytes : utf8::decode_lossy(bytes)};
+    return {piece ? bytes : utf8::decode_lossy(bytes)};
   }
 };
 
@@ -50,9 +50,9 @@ class Metaspace final : public Decoder {
   Metaspace(std::string replacement, bool strip_first)
       : replacement_(std::move(replacement)), strip_first_(strip_first) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                        bool /*raw_bytes*/) const override {
+                                        bool piece) const override {
     for (size_t i = 0; i < tokens.size(); ++i)
-      replace_all(tokens[i], replacement_, i == 0 && strip_first_ ? "" : " ");
+      replace_all(tokens[i], replacement_, i == 0 && strip_first_ && !piece ? "" : " ");
     return tokens;
   }
 
@@ -62,16 +62,16 @@ class Metaspace final : public Decoder {
 };
 
 // Runs of <0xNN> tokens become their UTF-8 text, or one U+FFFD per byte when
-// the run is not valid UTF-8 (what HF tokenizers does; with raw_bytes, the bytes).
+// the run is not valid UTF-8 (what HF tokenizers does; for a piece, the bytes).
 class ByteFallback final : public Decoder {
  public:
   std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                        bool raw_bytes) const override {
+                                        bool piece) const override {
     std::vector<std::string> out;
     std::string run;
     auto flush = [&] {
       if (run.empty()) return;
-      if (raw_bytes || utf8::find_invalid(run) == utf8::kValid) {
+      if (piece || utf8::find_invalid(run) == utf8::kValid) {
         out.push_back(run);
       } else {
         for (size_t i = 0; i < run.size(); ++i) out.emplace_back("\xEF\xBF\xBD");
@@ -102,20 +102,21 @@ class ByteFallback final : public Decoder {
 class Fuse final : public Decoder {
  public:
   std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                        bool /*raw_bytes*/) const override {
+                                        bool /*piece*/) const override {
     std::string all;
     for (const auto& t : tokens) all += t;
     return {all};
   }
 };
 
-// Removes up to `start` leading and `stop` trailing copies of one character.
+// Removes up to `start` leading and `stop` trailing copies of one character (not from a piece).
 class Strip final : public Decoder {
  public:
   Strip(std::string content, int start, int stop)
       : content_(std::move(content)), start_(start), stop_(stop) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                        bool /*raw_bytes*/) const override {
+                                        bool piece) const override {
+    if (piece) return tokens;  // a piece of a longer output: its ends are not the output's
     for (auto& t : tokens) {
       size_t b = 0, e = t.size();
       for (int i = 0; i < start_ && t.compare(b, content_.size(), content_) == 0 && b < e; ++i)
@@ -144,7 +145,7 @@ class Replace final : public Decoder {
       regex_ = std::make_unique<Regex>(p.at("Regex").get<std::string>(), "Replace decoder");
   }
   std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                        bool /*raw_bytes*/) const override {
+                                        bool /*piece*/) const override {
     for (auto& t : tokens) {
       if (!regex_) {
         replace_all(t, literal_, content_);
@@ -170,7 +171,7 @@ class BpeSuffix final : public Decoder {
  public:
   explicit BpeSuffix(std::string suffix) : suffix_(std::move(suffix)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                        bool /*raw_bytes*/) const override {
+                                        bool /*piece*/) const override {
     for (size_t i = 0; i < tokens.size(); ++i)
       replace_all(tokens[i], suffix_, i + 1 == tokens.size() ? "" : " ");
     return tokens;
@@ -184,8 +185,8 @@ class Sequence final : public Decoder {
  public:
   explicit Sequence(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                        bool raw_bytes) const override {
-    for (const auto& p : parts_) tokens = p->decode_chain(std::move(tokens), raw_bytes);
+                                        bool piece) const override {
+    for (const auto& p : parts_) tokens = p->decode_chain(std::move(tokens), piece);
     return tokens;
   }
 

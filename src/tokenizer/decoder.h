@@ -13,10 +13,12 @@ namespace serval::tokenizer {
 class Decoder {
  public:
   virtual ~Decoder() = default;
-  // raw_bytes: byte tokens (ByteLevel, ByteFallback) give their bytes even where they are not
-  // valid UTF-8, instead of U+FFFD (what one token adds to the output, byte for byte).
+  // piece: the tokens are a piece from the middle of a longer output, decoded to what they add
+  // to it byte for byte: byte tokens (ByteLevel, ByteFallback) keep their bytes even where they
+  // are not valid UTF-8 alone (instead of U+FFFD), and the output's first-space strips
+  // (Metaspace's prepended space, Strip) are not applied.
   virtual std::vector<std::string> decode_chain(std::vector<std::string> tokens,
-                                                bool raw_bytes) const = 0;
+                                                bool piece) const = 0;
 };
 
 // Null JSON gives nullptr. Throws LoadError on unsupported types.

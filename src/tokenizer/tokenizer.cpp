@@ -204,7 +204,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
                       id, i, vocab_size()));
     tokens.push_back(*t);
   }
-  std::string text = join_decoded(std::move(tokens), /*raw_bytes=*/false);
+  std::string text = join_decoded(std::move(tokens), /*piece=*/false);
   return clean_up_spaces ? clean_up_tokenization(std::move(text)) : text;
 }
 
@@ -215,14 +215,13 @@ std::string Tokenizer::token_bytes(int32_t id) const {
   if (!t)
     throw InvalidArgument(
         fmt::format("token id {} is outside the vocabulary (size {})", id, vocab_size()));
-  return join_decoded({*t}, /*raw_bytes=*/true);
+  return join_decoded({*t}, /*piece=*/true);
 }
 
-std::string Tokenizer::join_decoded(std::vector<std::string> tokens, bool raw_bytes) const {
+std::string Tokenizer::join_decoded(std::vector<std::string> tokens, bool piece) const {
   std::string text;
   if (impl_->decoder) {
-    for (const auto& piece : impl_->decoder->decode_chain(std::move(tokens), raw_bytes))
-      text += piece;
+    for (const auto& piece : impl_->decoder->decode_chain(std::move(tokens), piece)) text += piece;
   } else {
     for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + tokens[i];
   }

@@ -30,9 +30,10 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true,
                      bool clean_up_spaces = false) const;
 
-  // The bytes token `id` adds to the output when decoded alone: as decode({id}, false), except
-  // that byte tokens keep their bytes where they are not valid UTF-8 alone (one byte of a
-  // multi-byte character), where decode() renders U+FFFD. Guided decoding matches these.
+  // The bytes token `id` adds in the middle of an output: as decode({id}, false), except that
+  // byte tokens keep their bytes where they are not valid UTF-8 alone (one byte of a multi-byte
+  // character; decode() renders U+FFFD) and a leading space (SentencePiece's '▁') is kept.
+  // Guided decoding matches these.
   std::string token_bytes(int32_t id) const;
 
   int vocab_size() const;  // including added tokens (max id + 1)
@@ -55,8 +56,9 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::unique_ptr<Impl> impl);
-  // The decoder's text of these token strings (space-joined without a decoder).
-  std::string join_decoded(std::vector<std::string> tokens, bool raw_bytes) const;
+  // The decoder's text of these token strings (space-joined without a decoder); `piece` as in
+  // Decoder::decode_chain.
+  std::string join_decoded(std::vector<std::string> tokens, bool piece) const;
   std::unique_ptr<Impl> impl_;
 };
 

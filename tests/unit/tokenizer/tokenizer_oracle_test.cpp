@@ -141,6 +141,28 @@ TEST_P(Oracle, IncrementalEqualsOneShot) {
   EXPECT_EQ(bad, 0);
 }
 
+// Guided decoding's view of tokens: each token's bytes, concatenated, are the text wherever it
+// round-trips (SentencePiece vocabularies keep the space their encoding prepends), byte for
+// byte, including characters split across byte tokens.
+TEST_P(Oracle, TokenBytesConcatenateToTheText) {
+  int checked = 0, bad = 0;
+  for (size_t i = 0; i < corpus().size(); ++i) {
+    const auto& s = corpus()[i];
+    if (c_->rows[i].decoded_skip != s) continue;
+    const std::vector<int32_t> ids = tok().encode(s, false);
+    if (tok().decode(ids, true) != s) continue;
+    std::string joined;
+    for (int32_t id : ids) joined += tok().token_bytes(id);
+    const std::string want = GetParam() == "llama2" && !ids.empty() ? " " + s : s;
+    ++checked;
+    if (joined != want && ++bad <= kMaxReports)
+      ADD_FAILURE() << "line " << i << ": " << nlohmann::json(s).dump() << " ids " << ids_str(ids)
+                    << " joined " << nlohmann::json(joined).dump();
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(checked, static_cast<int>(corpus().size()) / 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabs, Oracle, ::testing::Values("qwen3", "llama3_1", "llama2", "gpt2"));
 
 }  // namespace
