@@ -8,11 +8,20 @@
 // Characters are code points: the bytes of a multi-byte UTF-8 character are taken while some
 // open class still holds a character they can complete (invalid UTF-8 is refused).
 //
+// Each distinct set of stacks (with the UTF-8 character in progress) is a state, numbered once
+// and shared by a matcher and its copies with the transitions found so far, so that copying a
+// matcher and feeding it a byte seen before from the same state are a few loads: token masks
+// walk the vocabulary through states that recur (a loop over a class returns to its state).
+//
+// A state also keeps the token mask computed for it (GuidedVocab), for the most recent
+// kMaxGbnfMasks states: a state the output comes back to (the next word of a list) costs no walk.
+//
 // Limits: at most kMaxGbnfStacks ways at once (an ambiguous grammar beyond that keeps the first
 // ones, which can only narrow the outputs allowed) and kMaxGbnfDepth positions per stack
 // (deeper nesting is refused).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -22,15 +31,21 @@ namespace serval::runtime {
 
 inline constexpr size_t kMaxGbnfStacks = 64;
 inline constexpr size_t kMaxGbnfDepth = 256;
+// States kept before trim() starts afresh from the current one.
+inline constexpr size_t kMaxGbnfStates = 1 << 14;
+inline constexpr size_t kMaxGbnfMasks = 32;
+
+class GbnfStates;
 
 class GbnfMatcher {
  public:
-  // `grammar` must outlive the matcher.
+  // `grammar` must outlive the matcher and its copies. Copies share the state table: use them
+  // on one thread.
   explicit GbnfMatcher(const GbnfGrammar& grammar);
 
-  // Consumes byte `c`; false (and the matcher left in an unspecified state) when no sentence
-  // continues with it: copy the matcher first to try.
+  // Consumes byte `c`; false (the matcher unchanged) when no sentence continues with it.
   bool feed(unsigned char c);
+  // False when some byte does not fit (the matcher then in an unspecified state).
   bool feed(std::string_view bytes);
 
   // The sentence is complete and nothing may follow.
@@ -38,23 +53,20 @@ class GbnfMatcher {
   // The text so far is a sentence of the grammar.
   bool can_end() const;
 
- private:
-  using Stack = std::vector<uint32_t>;
-  bool feed_code_point(uint32_t cp);
-  // Whether some stack's class holds a code point in lo..hi.
-  bool some_class_meets(uint32_t lo, uint32_t hi) const;
-  // Adds the stacks `stack` expands into (every top a class, or empty) to `out`.
-  void expand(Stack stack, std::vector<Stack>& out) const;
-  void push_position(Stack& stack, uint32_t position) const;
+  // Forgets the states found so far when there are more than kMaxGbnfStates, keeping this
+  // matcher's; does nothing while a copy shares them.
+  void trim();
+  size_t num_states() const;
 
-  const GbnfGrammar* grammar_;
-  std::vector<Stack> stacks_;  // sorted, distinct
-  // A UTF-8 character in progress: its bits so far, the bytes still to come, its first byte
-  // and how many of its bytes were taken.
-  uint32_t partial_ = 0;
-  uint8_t missing_ = 0;
-  uint8_t lead_ = 0;
-  uint8_t taken_ = 0;
+  // The token mask remembered for the current state (a bit per token id: bit id % 64 of word
+  // id / 64), or null. remember_mask stores one (shared by the copies: the const is the
+  // matcher's position, which it leaves alone).
+  const std::vector<uint64_t>* remembered_mask() const;
+  void remember_mask(std::vector<uint64_t> bits) const;
+
+ private:
+  std::shared_ptr<GbnfStates> states_;
+  int32_t state_ = 0;
 };
 
 }  // namespace serval::runtime

@@ -13,8 +13,16 @@ std::variant<JsonMatcher, GbnfMatcher> matcher_for(const JsonGrammar& grammar) {
 
 OutputMatcher::OutputMatcher(const JsonGrammar& grammar) : matcher_(matcher_for(grammar)) {}
 
+void OutputMatcher::trim() {
+  if (auto* gbnf = std::get_if<GbnfMatcher>(&matcher_)) gbnf->trim();
+}
+
 bool GuidedOutput::feed(std::string_view text) {
-  if (!waiting_) return matcher_.feed(text);
+  if (!waiting_) {
+    const bool fits = matcher_.feed(text);
+    matcher_.trim();  // no copy is alive between tokens
+    return fits;
+  }
   constexpr std::string_view kThinkEnd = "</think>";
   tail_ += text;
   const size_t end = tail_.find(kThinkEnd);

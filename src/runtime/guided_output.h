@@ -26,6 +26,8 @@ class OutputMatcher {
   bool can_end() const {
     return std::visit([](const auto& m) { return m.can_end(); }, matcher_);
   }
+  // GbnfMatcher::trim (JSON matchers keep no tables).
+  void trim();
   // Calls f with the JsonMatcher or GbnfMatcher inside.
   template <class F>
   decltype(auto) visit(F&& f) const {

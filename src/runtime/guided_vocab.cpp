@@ -1,6 +1,7 @@
 #include "runtime/guided_vocab.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <type_traits>
 
@@ -47,9 +48,27 @@ GuidedVocab GuidedVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
   return GuidedVocab(std::move(texts), excluded);
 }
 
-template <class Matcher>
-void GuidedVocab::allow_accepted(const Matcher& m, std::vector<uint8_t>& allowed) const {
+void GuidedVocab::allow_accepted(const JsonMatcher& m, std::vector<uint8_t>& allowed) const {
   visit(0, order_.size(), 0, m, allowed);
+}
+
+void GuidedVocab::allow_accepted(const GbnfMatcher& m, std::vector<uint8_t>& allowed) const {
+  const size_t words = (texts_.size() + 63) / 64;
+  if (const std::vector<uint64_t>* bits = m.remembered_mask()) {
+    for (size_t w = 0; w < words; ++w)
+      for (uint64_t b = (*bits)[w]; b != 0; b &= b - 1)
+        allowed[w * 64 + size_t(std::countr_zero(b))] = 1;
+    return;
+  }
+  std::vector<uint8_t> walked(texts_.size(), 0);
+  visit(0, order_.size(), 0, m, walked);
+  std::vector<uint64_t> bits(words, 0);
+  for (size_t id = 0; id < walked.size(); ++id)
+    if (walked[id]) {
+      bits[id / 64] |= uint64_t{1} << (id % 64);
+      allowed[id] = 1;
+    }
+  m.remember_mask(std::move(bits));
 }
 
 void GuidedVocab::allow_accepted(const OutputMatcher& m, std::vector<uint8_t>& allowed) const {
@@ -100,8 +119,5 @@ void GuidedVocab::visit_plain_string(size_t begin, size_t end, size_t depth, con
     if (next.feed(std::string_view(t).substr(from))) allowed[size_t(order_[i])] = 1;
   }
 }
-
-template void GuidedVocab::allow_accepted(const JsonMatcher&, std::vector<uint8_t>&) const;
-template void GuidedVocab::allow_accepted(const GbnfMatcher&, std::vector<uint8_t>&) const;
 
 }  // namespace serval::runtime

@@ -31,9 +31,10 @@ class GuidedVocab {
   const std::string& text(int32_t id) const { return texts_[size_t(id)]; }
 
   // allowed[id] = 1 for every token whose bytes the matcher accepts (other entries untouched;
-  // `allowed` must hold at least size() entries). Matcher: JsonMatcher or GbnfMatcher.
-  template <class Matcher>
-  void allow_accepted(const Matcher& m, std::vector<uint8_t>& allowed) const;
+  // `allowed` must hold at least size() entries). A GBNF state's mask is walked once and
+  // remembered with the state (GbnfMatcher::remembered_mask).
+  void allow_accepted(const JsonMatcher& m, std::vector<uint8_t>& allowed) const;
+  void allow_accepted(const GbnfMatcher& m, std::vector<uint8_t>& allowed) const;
   void allow_accepted(const OutputMatcher& m, std::vector<uint8_t>& allowed) const;
 
  private:

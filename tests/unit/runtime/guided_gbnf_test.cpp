@@ -331,6 +331,51 @@ name ::= [A-Z] [a-z]* | "\u00e9l\u00e8ve")");
   }
 }
 
+// Masks remembered per state stay equal to brute force when states recur, and after the oldest
+// are forgotten (kMaxGbnfMasks); trim() starts a fresh state table only when no copy shares it,
+// and the matcher goes on as before.
+TEST(GuidedGbnf, RememberedMasksAndTrim) {
+  const GbnfGrammar g = compile_gbnf(R"(root ::= [a-c]{0,100} "." | "x" root)");
+  const std::vector<std::string> vocab = {"a", "b", "ab", "c.", ".", "x", "xa", "d"};
+  const GuidedVocab v(vocab, {});
+  auto check = [&](const GbnfMatcher& m, const std::string& where) {
+    std::vector<uint8_t> walked(vocab.size(), 0);
+    v.allow_accepted(m, walked);
+    for (size_t id = 0; id < vocab.size(); ++id) {
+      GbnfMatcher copy = m;
+      const bool fits = copy.feed(vocab[id]);
+      EXPECT_EQ(bool(walked[id]), fits) << vocab[id] << " at " << where;
+    }
+  };
+  const GbnfMatcher start(g);
+  GbnfMatcher m = start;
+  check(start, "start");
+  for (size_t i = 0; i < kMaxGbnfMasks + 8; ++i) {
+    check(m, std::to_string(i) + " letters");
+    ASSERT_TRUE(m.feed("b"));
+  }
+  check(start, "start, its mask forgotten");
+  check(start, "start again");
+  ASSERT_TRUE(m.feed("c."));
+  EXPECT_TRUE(m.done());
+
+  const GbnfGrammar many = compile_gbnf("root ::= word{0,1000}\nword ::= [a-z]{20} \" \"");
+  GbnfMatcher long_run(many);
+  const std::string word = std::string(20, 'q') + " ";
+  while (long_run.num_states() <= kMaxGbnfStates) ASSERT_TRUE(long_run.feed(word));
+  {
+    const GbnfMatcher copy = long_run;
+    long_run.trim();
+    EXPECT_GT(long_run.num_states(), kMaxGbnfStates);  // shared: kept
+  }
+  long_run.trim();
+  EXPECT_EQ(long_run.num_states(), 1u);
+  EXPECT_TRUE(long_run.can_end());
+  EXPECT_FALSE(GbnfMatcher(long_run).feed("q "));
+  EXPECT_TRUE(long_run.feed(word));
+  EXPECT_TRUE(long_run.can_end());
+}
+
 // Each malformed grammar is refused with its line and column and what is wrong.
 TEST(GuidedGbnf, RefusesMalformedGrammarsSayingWhere) {
   const std::vector<std::pair<const char*, const char*>> cases = {
