@@ -1,7 +1,7 @@
 // `serval serve` through the official openai npm client (v6): completions and chat, streamed
 // and not, usage in streams, n > 1, stop strings, logprobs, echo with logprobs and
 // prompt_logprobs, max_tokens, seeds, guided decoding (response_format json_schema,
-// guided_choice, guided_regex, named and required tool_choice), /v1/models.
+// guided_choice, guided_regex, guided_grammar, named and required tool_choice), /v1/models.
 // Usage: node server_openai.mjs BASE_URL NODE_MODULES EXPECTED_MOE_BACKEND
 import assert from 'node:assert/strict';
 import { pathToFileURL } from 'node:url';
@@ -288,6 +288,20 @@ await check('completions and chat: guided_choice and guided_regex', async () => 
   const g = await client.completions.create({ model, prompt: 'Code:', max_tokens: 30, temperature: 1, seed: 6, guided_regex: '[A-Z]{2}-\\d{3}' });
   assert.match(g.choices[0].text, /^[A-Z]{2}-\d{3}$/);
   assert.equal(g.choices[0].finish_reason, 'stop');
+});
+
+await check('completions and chat: guided_grammar (GBNF)', async () => {
+  const grammar = 'root ::= item ("," item){0,2} "."\nitem ::= [a-z]{1,4} | "(" [0-9]+ ")"';
+  const want = /^([a-z]{1,4}|\([0-9]+\))(,([a-z]{1,4}|\([0-9]+\))){0,2}\.$/;
+  const c = await client.completions.create({ model, prompt: 'List:', max_tokens: 40, temperature: 1, seed: 8, guided_grammar: grammar });
+  assert.match(c.choices[0].text, want);
+  assert.equal(c.choices[0].finish_reason, 'stop');
+  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'List?' }], max_tokens: 40, temperature: 0, structured_outputs: { grammar } });
+  assert.match(r.choices[0].message.content, want);
+  await assert.rejects(
+    client.completions.create({ model, prompt: 'x', max_tokens: 4, guided_grammar: 'root ::= expr\nexpr ::= expr "+" "1" | "1"' }),
+    (e) => e.status === 400 && e.param === 'guided_grammar' && /left-recursive/.test(e.message),
+  );
 });
 
 await check('chat: a named tool_choice calls the function with arguments of its schema', async () => {
