@@ -6,29 +6,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/guided_utf8.h"
+
 namespace serval::runtime {
 
 namespace {
 
 using Kind = GbnfGrammar::Element::Kind;
 using Stack = std::vector<uint32_t>;
-
-// The continuation bytes that may follow `lead` as the second byte of a UTF-8 character (no
-// overlong forms, no surrogates, nothing above U+10FFFF); later bytes take 0x80..0xBF.
-std::pair<unsigned char, unsigned char> second_byte_range(unsigned char lead) {
-  switch (lead) {
-    case 0xE0:
-      return {0xA0, 0xBF};
-    case 0xED:
-      return {0x80, 0x9F};
-    case 0xF0:
-      return {0x90, 0xBF};
-    case 0xF4:
-      return {0x80, 0x8F};
-    default:
-      return {0x80, 0xBF};
-  }
-}
 
 // What a state is: the open stacks (sorted, distinct) and the UTF-8 character in progress (its
 // bits so far, the bytes still to come, its first byte and how many of its bytes were taken).
@@ -154,14 +139,15 @@ class GbnfStates {
   // Byte c applied to `config`; false when no stack continues with it.
   bool advance(Configuration& config, unsigned char c) const {
     if (config.missing == 0) {
-      if (c < 0x80) return feed_code_point(config, c);
-      if (c < 0xC2 || c > 0xF4) return false;  // continuation, overlong lead, past U+10FFFF
-      config.missing = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
+      const int more = utf8_continuations(c);
+      if (more == 0) return feed_code_point(config, c);
+      if (more < 0) return false;
+      config.missing = uint8_t(more);
       config.partial = c & (0x3Fu >> config.missing);
       config.lead = c;
       config.taken = 1;
     } else {
-      const auto [lo, hi] = config.taken == 1 ? second_byte_range(config.lead)
+      const auto [lo, hi] = config.taken == 1 ? utf8_second_byte_range(config.lead)
                                               : std::pair<unsigned char, unsigned char>{0x80, 0xBF};
       if (c < lo || c > hi) return false;
       config.partial = (config.partial << 6) | (c & 0x3Fu);

@@ -1,7 +1,10 @@
 #include "runtime/guided_matcher.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
+
+#include "runtime/guided_utf8.h"
 
 namespace serval::runtime {
 
@@ -55,6 +58,22 @@ uint64_t low_bits(size_t n) {
 // digits, 6 after 'e', 7 after the exponent's sign, 8 exponent digits. 2, 3, 5 and 8 may end.
 bool number_can_end(uint8_t state) {
   return state == 2 || state == 3 || state == 5 || state == 8;
+}
+
+// Whether some integer of the sign whose digits begin with those of `magnitude` (`digits` of
+// them; a leading 0 ends the digits) lies in lo..hi, written in at most kMaxNumberChars.
+bool integer_prefix_fits(uint64_t magnitude, int digits, bool negative, int64_t lo, int64_t hi) {
+  using Wide = __int128;
+  if (magnitude == 0) return lo <= 0 && 0 <= hi;  // "0" / "-0": nothing may follow
+  Wide first = magnitude, span = 1;
+  for (int length = digits + int(negative); length <= kMaxNumberChars; ++length) {
+    const Wide a = negative ? -(first + span - 1) : first, b = negative ? -first : first + span - 1;
+    if (a <= hi && b >= lo) return true;
+    if (first > Wide(std::numeric_limits<int64_t>::max())) return false;
+    first *= 10;
+    span *= 10;
+  }
+  return false;
 }
 
 bool literal_complete(const SchemaNode& node, uint64_t mask, uint16_t pos) {
@@ -138,7 +157,7 @@ bool JsonStack::can_end() const {
   if (depth_ == 0) return true;
   if (depth_ > 1) return false;
   const Frame& f = frames_[0];
-  if (f.kind == Frame::Kind::kNumber) return number_can_end(f.state);
+  if (f.kind == Frame::Kind::kNumber) return number_complete(f);
   if (f.kind == Frame::Kind::kLiterals) return literal_complete(*f.node, f.mask, f.pos);
   if (f.kind == Frame::Kind::kRegex) return f.node->regex->can_end(f.mask);
   return false;
@@ -147,7 +166,8 @@ bool JsonStack::can_end() const {
 bool JsonStack::in_plain_string() const {
   if (depth_ == 0) return false;
   const Frame& f = frames_[size_t(depth_ - 1)];
-  if (f.kind == Frame::Kind::kString) return f.state == 0 && f.node->regex == nullptr;
+  if (f.kind == Frame::Kind::kString)
+    return f.state == 0 && f.pos == 0 && f.node->regex == nullptr && !f.node->has_length_limits();
   return f.kind == Frame::Kind::kKey && f.state == 0 && f.mask == 0 &&
          f.node->additional_properties;
 }
@@ -388,24 +408,52 @@ bool escape_step(uint8_t& state, unsigned char c) {
   state = state == 5 ? 0 : state + 1;
   return true;
 }
+
+// UTF-8 inside a string: pos holds the continuation bytes still due and, while the second is
+// due, the lead byte (<< 8), whose second-byte range may be narrower.
+bool utf8_step(uint16_t& pos, unsigned char c) {
+  const int due = pos & 0xFF;
+  if (due == 0) {
+    const int more = utf8_continuations(c);
+    if (more < 0) return false;
+    pos = more == 0 ? 0 : uint16_t(c << 8 | more);
+    return true;
+  }
+  const auto [lo, hi] = utf8_second_byte_range(static_cast<unsigned char>(pos >> 8));
+  if (c < lo || c > hi) return false;
+  pos = uint16_t(due - 1);
+  return true;
+}
 }  // namespace
 
+// A string value: well-formed UTF-8 (pos: the character in progress), escapes checked (state).
+// index counts its characters for minLength / maxLength, each at its first byte (an escape at
+// its backslash).
 JsonStack::Step JsonStack::string(Frame& f, unsigned char c) {
-  if (const RegexAutomaton* re = f.node->regex) {  // a pattern: its state in mask, no escapes
-    if (c == '"') return re->can_end(f.mask) ? Step::kConsumedPop : Step::kReject;
-    if (c == '\\' || c < 0x20) return Step::kReject;
-    const uint64_t next = re->step(f.mask, c);
-    if (next == 0) return Step::kReject;
-    f.mask = next;
+  const SchemaNode& n = *f.node;
+  const RegexAutomaton* re = n.regex;  // a pattern: its state in mask, no escapes
+  auto take = [&]() {
+    if (re) {
+      const uint64_t next = re->step(f.mask, c);
+      if (next == 0) return Step::kReject;
+      f.mask = next;
+    }
     return Step::kConsumed;
-  }
+  };
+  if (f.pos != 0) return utf8_step(f.pos, c) ? take() : Step::kReject;
   if (f.state != 0) return escape_step(f.state, c) ? Step::kConsumed : Step::kReject;
-  if (c == '"') return Step::kConsumedPop;
+  if (c == '"') {
+    const bool complete = int64_t(f.index) >= n.min_length && (!re || re->can_end(f.mask));
+    return complete ? Step::kConsumedPop : Step::kReject;
+  }
+  if (c < 0x20 || (c == '\\' && re) || !utf8_step(f.pos, c)) return Step::kReject;
+  ++f.index;
+  if (n.max_length >= 0 && int64_t(f.index) > n.max_length) return Step::kReject;
   if (c == '\\') {
     f.state = 1;
     return Step::kConsumed;
   }
-  return c < 0x20 ? Step::kReject : Step::kConsumed;
+  return take();
 }
 
 // An object key: the candidates still alive among the unseen properties; on the closing quote
@@ -445,17 +493,46 @@ JsonStack::Step JsonStack::key(Frame& f, unsigned char c) {
   return Step::kConsumed;
 }
 
+bool JsonStack::number_complete(const Frame& f) {
+  if (!number_can_end(f.state)) return false;
+  if (!f.node->bounded) return true;
+  const __int128 value = f.index == 1 ? -__int128(f.mask) : __int128(f.mask);
+  return f.node->minimum <= value && value <= f.node->maximum;
+}
+
+bool JsonStack::integer_digit_fits(Frame& f, uint64_t digit) {
+  constexpr uint64_t kMaxBefore = uint64_t(std::numeric_limits<int64_t>::max()) / 10;
+  if (f.mask > kMaxBefore) return false;  // past every 64-bit bound
+  const uint64_t magnitude = f.mask * 10 + digit;
+  const int digits = int(f.pos) - int(f.index) + 1;
+  if (!integer_prefix_fits(magnitude, digits, f.index == 1, f.node->minimum, f.node->maximum))
+    return false;
+  f.mask = magnitude;
+  return true;
+}
+
+// A number. For a bounded integer, mask holds the magnitude so far and index 1 a minus sign, and
+// every prefix must still have a completion within the bounds.
 JsonStack::Step JsonStack::number(Frame& f, unsigned char c) {
-  const bool integer = f.node->kind == Kind::kInteger;
+  const SchemaNode& n = *f.node;
+  const bool integer = n.kind == Kind::kInteger;
   const bool digit = is_digit(c), exp = (c == 'e' || c == 'E') && !integer,
              dot = c == '.' && !integer;
   auto to = [&](uint8_t state) {
     if (f.pos >= kMaxNumberChars) return Step::kReject;
+    if (n.bounded) {
+      if (c == '-') {
+        if (n.minimum > 0) return Step::kReject;  // -0 is the least a minus can begin
+        f.index = 1;
+      } else if (!integer_digit_fits(f, uint64_t(c - '0'))) {
+        return Step::kReject;
+      }
+    }
     f.state = state;
     ++f.pos;
     return Step::kConsumed;
   };
-  const Step end = number_can_end(f.state) ? Step::kPopRefeed : Step::kReject;
+  const Step end = number_complete(f) ? Step::kPopRefeed : Step::kReject;
   switch (f.state) {
     case 0:
       if (c == '-') return to(1);

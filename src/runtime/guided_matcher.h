@@ -3,7 +3,8 @@
 //
 // Whitespace between tokens is allowed up to kMaxWhitespaceRun bytes in a row (a pretty-printed
 // value fits; a model cannot spin on blanks forever). Numbers are at most kMaxNumberChars long.
-// Strings take any bytes but '"', '\' (escapes are checked) and control characters; object keys
+// String values are well-formed UTF-8 without '"', '\' (escapes are checked) or control
+// characters (keys beyond the schema's names are not checked for UTF-8); object keys
 // must be the schema's property names (each at most once), or any string where additional
 // properties are allowed.
 #pragma once
@@ -63,9 +64,11 @@ class JsonStack {
     Kind kind;
     uint8_t state;
     uint16_t pos;  // kKey / kLiterals: bytes matched; kNumber: length
-    // kObject: property whose value comes next; kArray: items so far; kToolCall: the tool named
+    // kObject: property whose value comes next; kArray: items so far; kToolCall: the tool named;
+    // kString: characters so far; kNumber: 1 after a minus sign (bounded integers)
     uint32_t index;
-    // kObject: properties seen; kKey / kLiterals: candidates alive; kRegex: automaton state
+    // kObject: properties seen; kKey / kLiterals: candidates alive; kRegex and kString with a
+    // pattern: automaton state; kNumber: the magnitude so far (bounded integers)
     uint64_t mask;
     const SchemaNode* node;
     static Frame make() { return Frame{Kind::kValue, 0, 0, 0, 0, nullptr}; }
@@ -83,6 +86,11 @@ class JsonStack {
   Step string(Frame& f, unsigned char c);
   Step key(Frame& f, unsigned char c);
   Step number(Frame& f, unsigned char c);
+  // A number frame that may end here (within its bounds, for a bounded integer).
+  static bool number_complete(const Frame& f);
+  // A bounded integer's next digit: false when no value within the bounds begins so (else the
+  // magnitude is updated).
+  static bool integer_digit_fits(Frame& f, uint64_t digit);
   Step literals(Frame& f, unsigned char c);
   Step tool_call(Frame& f, unsigned char c);
   Step regex(Frame& f, unsigned char c);
@@ -119,8 +127,8 @@ class JsonMatcher {
   bool done() const;
   // The text so far may end here (closed, or a top-level number or literal that is complete).
   bool can_end() const;
-  // Inside a string where every byte but '"', '\' and control characters leaves the state as it
-  // is (token masks skip over such bytes without copying).
+  // Inside a string where every whole character but '"', '\' and control characters leaves the
+  // state as it is (token masks skip over such characters without copying).
   bool in_plain_string() const;
 
  private:

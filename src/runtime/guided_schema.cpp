@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -24,11 +26,36 @@ constexpr int kMaxSchemaDepth = 64;
 const std::set<std::string_view> kAnnotations = {
     "title",      "description", "default",   "examples", "$schema",     "$id",   "$comment",
     "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "strict"};
-const std::set<std::string_view> kHandled = {
-    "type",   "properties", "required", "additionalProperties",
-    "items",  "minItems",   "maxItems", "enum",
-    "const",  "anyOf",      "oneOf",    "$ref",
-    "pattern"};
+const std::set<std::string_view> kHandled = {"type",
+                                             "properties",
+                                             "required",
+                                             "additionalProperties",
+                                             "items",
+                                             "minItems",
+                                             "maxItems",
+                                             "enum",
+                                             "const",
+                                             "anyOf",
+                                             "oneOf",
+                                             "$ref",
+                                             "pattern",
+                                             "format",
+                                             "minLength",
+                                             "maxLength",
+                                             "minimum",
+                                             "maximum",
+                                             "exclusiveMinimum",
+                                             "exclusiveMaximum"};
+
+// String formats written as patterns (anchored). JSON Schema's format is an assertion only when
+// a validator opts in; these give the shape (digit counts, separators), not calendar validity.
+const std::map<std::string_view, std::string_view> kFormatPatterns = {
+    {"date", R"(^\d{4}-\d{2}-\d{2}$)"},
+    {"time", R"(^\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})?$)"},
+    {"date-time", R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,3})?(Z|[+-]\d{2}:\d{2})$)"},
+    {"uuid", R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)"},
+    {"ipv4", R"(^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$)"},
+};
 
 bool plain_key(std::string_view name) {
   for (unsigned char c : name)
@@ -116,7 +143,10 @@ class SchemaCompiler {
         return typed(s, "object", at);
       if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
         return typed(s, "array", at);
-      if (s.contains("pattern")) return typed(s, "string", at);
+      for (const char* key : {"pattern", "format", "minLength", "maxLength"})
+        if (s.contains(key)) return typed(s, "string", at);
+      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+        if (s.contains(key)) return typed(s, "number", at);
       return add(SchemaNode{});
     }
     if (type->is_string()) return typed(s, type->get<std::string>(), at);
@@ -201,11 +231,15 @@ class SchemaCompiler {
     SchemaNode n;
     if (type == "string") {
       n.kind = Kind::kString;
-      if (auto p = s.find("pattern"); p != s.end()) n.regex = string_pattern(*p, at + "/pattern");
+      string_constraints(s, at, n);
     } else if (type == "number") {
       n.kind = Kind::kNumber;
+      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+        if (s.contains(key))
+          fail(at + "/" + key, "bounds are supported on integers only, not on numbers");
     } else if (type == "integer") {
       n.kind = Kind::kInteger;
+      integer_bounds(s, at, n);
     } else if (type == "boolean") {
       n.kind = Kind::kBoolean;
     } else if (type == "null") {
@@ -218,6 +252,61 @@ class SchemaCompiler {
       fail(at + "/type", fmt::format("unknown type '{}'", type));
     }
     return add(std::move(n));
+  }
+
+  void string_constraints(const Json& s, const std::string& at, SchemaNode& n) {
+    const auto pattern = s.find("pattern"), format = s.find("format");
+    if (pattern != s.end() && format != s.end())
+      fail(at + "/format", "a string with both a pattern and a format is not supported");
+    if (pattern != s.end()) n.regex = string_pattern(*pattern, at + "/pattern");
+    if (format != s.end()) {
+      const auto known = format->is_string() ? kFormatPatterns.find(format->get<std::string>())
+                                             : kFormatPatterns.end();
+      if (known == kFormatPatterns.end())
+        fail(at + "/format",
+             fmt::format("format {} is not supported (date, time, date-time, uuid, ipv4)",
+                         format->dump()));
+      n.regex = string_pattern(Json(std::string(known->second)), at + "/format");
+    }
+    auto length = [&](const char* key, int64_t fallback) {
+      const auto v = s.find(key);
+      if (v == s.end()) return fallback;
+      if (!v->is_number_integer() || v->get<int64_t>() < 0)
+        fail(at + "/" + key, "must be a non-negative integer");
+      return v->get<int64_t>();
+    };
+    n.min_length = length("minLength", 0);
+    n.max_length = length("maxLength", -1);
+    if (n.max_length >= 0 && n.max_length < n.min_length)
+      fail(at + "/maxLength", "is below minLength");
+  }
+
+  // minimum / maximum (inclusive) and exclusiveMinimum / exclusiveMaximum (numbers, as in draft
+  // 6 on; draft 4's booleans are refused), tightened to one integer range.
+  void integer_bounds(const Json& s, const std::string& at, SchemaNode& n) {
+    n.minimum = std::numeric_limits<int64_t>::min();
+    n.maximum = std::numeric_limits<int64_t>::max();
+    auto bound = [&](const char* key, bool lower, bool exclusive) {
+      const auto v = s.find(key);
+      if (v == s.end()) return;
+      if (!v->is_number()) fail(at + "/" + key, "must be a number");
+      const double d = v->get<double>();
+      if (!(std::fabs(d) < 9.2e18)) fail(at + "/" + key, "is beyond the 64-bit integers");
+      // The nearest integers inside the bound.
+      const double inside = lower ? (exclusive ? std::floor(d) + 1 : std::ceil(d))
+                                  : (exclusive ? std::ceil(d) - 1 : std::floor(d));
+      const auto i = static_cast<int64_t>(inside);
+      if (lower)
+        n.minimum = std::max(n.minimum, i);
+      else
+        n.maximum = std::min(n.maximum, i);
+      n.bounded = true;
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    if (n.minimum > n.maximum) fail(at, "no integer lies within the bounds");
   }
 
   // JSON Schema's pattern is a search: unless anchored, anything may come before and after.

@@ -8,11 +8,14 @@
 // "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
 // true allows other keys with any value), "items", "minItems", "maxItems", "enum", "const",
 // "anyOf" / "oneOf" (oneOf as anyOf: a value fitting several alternatives is allowed), "$ref" to
-// "#/$defs/…" or "#/definitions/…" (recursion allowed), and "pattern" on strings (searched in
-// the value as JSON Schema says, unless anchored by ^ / $; guided_regex.h's syntax; the value is
-// then written without escapes).
+// "#/$defs/…" or "#/definitions/…" (recursion allowed); on strings "pattern" (searched in the
+// value as JSON Schema says, unless anchored by ^ / $; guided_regex.h's syntax; the value is
+// then written without escapes), "format" date, time, date-time, uuid and ipv4 (as patterns),
+// "minLength" and "maxLength"; on integers "minimum", "maximum", "exclusiveMinimum" and
+// "exclusiveMaximum" (within 64 bits).
 // Annotations (title, description, default, examples, $schema, $id, $comment) are ignored; any
-// other keyword (pattern, minLength, format, minimum, …) is refused rather than left unchecked.
+// other keyword (other formats, bounds on non-integer numbers, …) is refused rather than left
+// unchecked.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -66,8 +69,16 @@ struct SchemaNode {
   // same index.
   std::vector<const SchemaNode*> alternatives;
   const SchemaNode* tool_names = nullptr;
-  // kRegex: the output's; kString: its "pattern" (a string value without escapes matching it)
+  // kRegex: the output's; kString: its "pattern" or "format" (a string value without escapes
+  // matching it)
   const RegexAutomaton* regex = nullptr;
+  // kString: minLength / maxLength in characters (an escape counts as one character, so a
+  // surrogate pair \uXXXX\uXXXX as two); -1: no maximum
+  int64_t min_length = 0, max_length = -1;
+  // kInteger: minimum / maximum (exclusive bounds moved inward), when bounded
+  bool bounded = false;
+  int64_t minimum = 0, maximum = 0;
+  bool has_length_limits() const { return min_length > 0 || max_length >= 0; }
 };
 
 inline constexpr int kMaxProperties = 64;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "runtime/guided_utf8.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serval::runtime {
@@ -13,9 +14,19 @@ namespace {
 
 constexpr uint32_t kNoSpecial = std::numeric_limits<uint32_t>::max();
 
-// Bytes that change a string's state (or end it): everything else inside a string is content.
-bool string_special(unsigned char c) {
-  return c == '"' || c == '\\' || c < 0x20;
+// Bytes that change a string's state (or end it) on their own.
+bool string_special(char c) {
+  return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+}
+
+// Where a string's state may change in `t` from `from` on: a '"', '\', control byte, or a
+// character that is not complete, well-formed UTF-8 within `t`. kNoSpecial: nowhere; the bytes
+// before it are whole characters of content, which leave a plain string's state as it is.
+uint32_t first_special_from(std::string_view t, size_t from) {
+  const size_t incomplete = utf8_first_incomplete(t, from);
+  size_t i = from;
+  while (i < incomplete && !string_special(t[i])) ++i;
+  return i == t.size() ? kNoSpecial : uint32_t(i);
 }
 
 }  // namespace
@@ -28,12 +39,8 @@ GuidedVocab::GuidedVocab(std::vector<std::string> texts, const std::vector<bool>
   std::sort(order_.begin(), order_.end(),
             [this](int32_t a, int32_t b) { return texts_[size_t(a)] < texts_[size_t(b)]; });
   first_special_.reserve(order_.size());
-  for (size_t i = 0; i < order_.size(); ++i) {
-    const std::string& t = sorted_text(i);
-    const auto it = std::find_if(
-        t.begin(), t.end(), [](char c) { return string_special(static_cast<unsigned char>(c)); });
-    first_special_.push_back(it == t.end() ? kNoSpecial : uint32_t(it - t.begin()));
-  }
+  for (size_t i = 0; i < order_.size(); ++i)
+    first_special_.push_back(first_special_from(sorted_text(i), 0));
 }
 
 GuidedVocab GuidedVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
@@ -106,11 +113,8 @@ void GuidedVocab::visit_plain_string(size_t begin, size_t end, size_t depth, con
   for (size_t i = begin; i < end; ++i) {
     const std::string& t = sorted_text(i);
     size_t from = first_special_[i];
-    if (from != kNoSpecial && from < depth) {  // a special byte in the shared prefix: look past it
-      from = depth;
-      while (from < t.size() && !string_special(static_cast<unsigned char>(t[from]))) ++from;
-      if (from == t.size()) from = kNoSpecial;
-    }
+    // A special byte in the shared prefix, which `m` has taken: look past it.
+    if (from != kNoSpecial && from < depth) from = first_special_from(t, depth);
     if (from == kNoSpecial) {
       allowed[size_t(order_[i])] = 1;
       continue;

@@ -4,8 +4,9 @@
 //
 // The mask walks the trie depth first with a copy of the matcher per edge, pruning at the first
 // rejected byte, so outside strings only the few plausible branches are visited. Inside a string
-// the state does not change on ordinary bytes: a token is then allowed outright when it has no
-// '"', '\' or control byte, and only the others are fed from their first such byte.
+// (without a pattern or length limits) whole characters leave the state as it is: a token is
+// then allowed outright when it is well-formed UTF-8 without '"', '\' or control bytes, and the
+// others are fed from their first such byte or incomplete character.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -46,8 +47,9 @@ class GuidedVocab {
   const std::string& sorted_text(size_t i) const { return texts_[size_t(order_[i])]; }
 
   std::vector<std::string> texts_;
-  std::vector<int32_t> order_;           // candidate ids sorted by their bytes
-  std::vector<uint32_t> first_special_;  // per order_ entry: first '"', '\' or control byte
+  std::vector<int32_t> order_;  // candidate ids sorted by their bytes
+  // per order_ entry: its first '"', '\', control byte or incomplete UTF-8 character
+  std::vector<uint32_t> first_special_;
 };
 
 }  // namespace serval::runtime

@@ -3,8 +3,10 @@
 // object for json_object), and the schema compiler's refusals.
 #include "runtime/guided_matcher.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -199,6 +201,143 @@ TEST(GuidedMatcher, StringPatterns) {
     EXPECT_FALSE(accepts(*g, bad)) << bad;
 }
 
+// Characters of a JSON string value as JSON Schema counts them (code points; an escape is one).
+size_t code_points(const std::string& utf8) {
+  size_t n = 0;
+  for (unsigned char c : utf8) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// minLength / maxLength: every string of up to six pieces (ASCII, a two-byte character, escapes)
+// is accepted exactly when nlohmann's parse of it has the length.
+TEST(GuidedMatcher, StringLengths) {
+  for (const auto& [min, max] : std::vector<std::pair<int, int>>{{2, 3}, {0, 1}, {4, -1}, {1, 1}}) {
+    const std::string text =
+        max < 0
+            ? fmt::format(R"({{"type": "string", "minLength": {}}})", min)
+            : fmt::format(R"({{"type": "string", "minLength": {}, "maxLength": {}}})", min, max);
+    const auto g = schema(text.c_str());
+    const std::vector<std::string> pieces = {"a", "\xc3\xa9", "\\n", "\\u00e9", " "};
+    std::vector<std::string> layer = {""};
+    for (int len = 0; len <= 6; ++len) {
+      std::vector<std::string> next;
+      for (const std::string& body : layer) {
+        const std::string doc = "\"" + body + "\"";
+        const size_t n = code_points(nlohmann::json::parse(doc).get<std::string>());
+        const bool want = n >= size_t(min) && (max < 0 || n <= size_t(max));
+        ASSERT_EQ(accepts(*g, doc), want) << text << " on " << doc;
+        if (len < 6)
+          for (const std::string& p : pieces) next.push_back(body + p);
+      }
+      layer = std::move(next);
+    }
+  }
+  EXPECT_THROW(schema(R"({"type": "string", "minLength": 3, "maxLength": 2})"), InvalidArgument);
+  EXPECT_THROW(schema(R"({"type": "string", "maxLength": -1})"), InvalidArgument);
+}
+
+// String values are well-formed UTF-8, as nlohmann's parser wants them, also under a pattern.
+TEST(GuidedMatcher, StringsAreWellFormedUtf8) {
+  const auto any = json_object_grammar();
+  const auto patterned = schema(R"({"type": "object", "properties": {"s": {"pattern": "^.+$"}}})");
+  for (const std::string body : {"\xc3\xa9", "\xf0\x9f\x98\x80", "\xe2\x82\xac", "\x80", "\xc3",
+                                 "\xc3\x28", "\xed\xa0\x80", "\xc0\xaf", "\xe0\x80\xaf",
+                                 "\xf4\x90\x80\x80", "\xf8\x88\x80\x80", "a\xff", "\xef\xbf\xbd"}) {
+    const std::string doc = "{\"s\": \"" + body + "\"}";
+    const bool valid = nlohmann::json::accept(doc);
+    EXPECT_EQ(accepts(*any, doc), valid) << doc;
+    EXPECT_EQ(accepts(*patterned, doc), valid) << doc;
+  }
+}
+
+// Integer bounds: every text of up to five characters over "-0123456789" is accepted exactly
+// when it is a JSON integer within the bounds, and taken as a prefix exactly when some integer
+// within the bounds begins with it.
+TEST(GuidedMatcher, IntegerBounds) {
+  struct Case {
+    const char* bounds;
+    int64_t lo, hi;
+  };
+  const std::vector<Case> cases = {
+      {R"("minimum": -15, "maximum": 7)", -15, 7},
+      {R"("minimum": 10, "maximum": 15)", 10, 15},
+      {R"("minimum": 0, "maximum": 0)", 0, 0},
+      {R"("exclusiveMinimum": -4, "exclusiveMaximum": 0)", -3, -1},
+      {R"("minimum": 100.5, "maximum": 250)", 101, 250},
+      {R"("exclusiveMinimum": 2.5, "maximum": 1e3)", 3, 1000},
+  };
+  for (const Case& c : cases) {
+    const std::string text = std::string(R"({"type": "integer", )") + c.bounds + "}";
+    const auto g = schema(text.c_str());
+    std::vector<std::string> in_range;
+    for (int64_t v = c.lo; v <= c.hi; ++v) in_range.push_back(std::to_string(v));
+    if (c.lo <= 0 && 0 <= c.hi) in_range.push_back("-0");
+    std::vector<std::string> layer = {""};
+    for (int len = 0; len <= 5; ++len) {
+      std::vector<std::string> next;
+      for (const std::string& s : layer) {
+        const bool viable = std::any_of(in_range.begin(), in_range.end(),
+                                        [&](const std::string& v) { return v.starts_with(s); });
+        const bool whole = std::find(in_range.begin(), in_range.end(), s) != in_range.end();
+        JsonMatcher m(*g);
+        ASSERT_EQ(m.feed(s), viable) << c.bounds << " on '" << s << "'";
+        if (viable) {
+          ASSERT_EQ(m.can_end(), whole) << c.bounds << " on '" << s << "'";
+        }
+        if (len < 5)
+          for (char ch : std::string("-0123456789")) next.push_back(s + ch);
+      }
+      layer = std::move(next);
+    }
+  }
+  const auto wide = schema(R"({"type": "integer", "minimum": -9000000000000000000,
+      "maximum": 9000000000000000000})");
+  EXPECT_TRUE(accepts(*wide, "-9000000000000000000"));
+  EXPECT_TRUE(accepts(*wide, "8999999999999999999"));
+  EXPECT_FALSE(accepts(*wide, "9000000000000000001"));
+  EXPECT_FALSE(accepts(*wide, "-90000000000000000000"));
+  // In an object: the closing brace waits for a value within the bounds.
+  const auto obj = schema(
+      R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 5}}, "required": ["n"]})");
+  EXPECT_TRUE(accepts(*obj, R"({"n": 5})"));
+  EXPECT_FALSE(accepts(*obj, R"({"n": 4})"));
+  EXPECT_FALSE(accepts(*obj, R"({"n": -1})"));
+  for (const char* bad :
+       {R"({"type": "integer", "minimum": 1e19})",
+        R"({"type": "integer", "minimum": 3, "maximum": 2})",
+        R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3})",
+        R"({"type": "integer", "minimum": "1"})", R"({"type": "number", "minimum": 0})"})
+    EXPECT_THROW(schema(bad), InvalidArgument) << bad;
+}
+
+// Formats as patterns: shapes accepted and refused; unknown formats and a pattern with a format
+// are refused.
+TEST(GuidedMatcher, StringFormats) {
+  struct Case {
+    const char* format;
+    std::vector<const char*> ok, bad;
+  };
+  const std::vector<Case> cases = {
+      {"date", {"2026-12-07"}, {"2026-12-7", "20261207", "2026-12-07T"}},
+      {"time", {"10:20:30", "10:20:30.5Z", "23:59:59+01:00"}, {"10:20", "10:20:30.", "1:20:30"}},
+      {"date-time",
+       {"2026-12-07T10:20:30Z", "2026-12-07T10:20:30.123-05:30"},
+       {"2026-12-07 10:20:30Z", "2026-12-07T10:20:30"}},
+      {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000"}},
+      {"ipv4", {"192.168.0.1", "255.255.255.255", "0.0.0.0"}, {"256.1.1.1", "1.2.3", "01.2.3.4"}},
+  };
+  for (const Case& c : cases) {
+    const auto g = schema(fmt::format(R"({{"type": "string", "format": "{}"}})", c.format).c_str());
+    for (const char* v : c.ok) EXPECT_TRUE(accepts(*g, fmt::format("\"{}\"", v))) << v;
+    for (const char* v : c.bad) EXPECT_FALSE(accepts(*g, fmt::format("\"{}\"", v))) << v;
+  }
+  EXPECT_THROW(schema(R"({"type": "string", "format": "email"})"), InvalidArgument);
+  EXPECT_THROW(schema(R"({"type": "string", "format": "date", "pattern": "1"})"), InvalidArgument);
+  // Without a type, length and format keywords mean a string.
+  EXPECT_TRUE(accepts(*schema(R"({"maxLength": 2})"), "\"ab\""));
+  EXPECT_FALSE(accepts(*schema(R"({"maxLength": 2})"), "12"));
+}
+
 // guided_choice: exactly one of the strings, raw (no quotes, no blanks around).
 TEST(GuidedMatcher, Choices) {
   const auto g = choice_grammar({"yes", "no", "yes please", "{x}"});
@@ -281,8 +420,9 @@ TEST(GuidedMatcher, UnsupportedSchemasAreRefusedWithTheirPlace) {
   };
   refused(R"({"type": "string", "format": "email"})", "'/format'");
   refused(R"({"type": "string", "pattern": "a("})", "'/pattern'");
-  refused(R"({"properties": {"a": {"type": "string", "minLength": 2}}})",
-          "'/properties/a/minLength'");
+  refused(R"({"properties": {"a": {"type": "number", "maximum": 2}}})", "'/properties/a/maximum'");
+  refused(R"({"properties": {"a": {"type": "string", "minContains": 2}}})",
+          "'/properties/a/minContains'");
   refused(R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}},
               "$ref": "#/$defs/A"})",
           "nests itself");

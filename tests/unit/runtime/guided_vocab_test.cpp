@@ -92,6 +92,14 @@ TEST(GuidedVocab, MaskEqualsBruteForceInPatternStrings) {
   expect_masks_match(*g, R"({"name": "aab", "age": "x12"})");
 }
 
+TEST(GuidedVocab, MaskEqualsBruteForceUnderLengthsAndBounds) {
+  const auto g = json_schema_grammar(R"({"type": "object", "properties": {
+      "name": {"type": "string", "minLength": 2, "maxLength": 4},
+      "age": {"type": "integer", "minimum": -5, "exclusiveMaximum": 13}}})");
+  expect_masks_match(*g, R"({"name": "a\nÃ©", "age": 12})");
+  expect_masks_match(*g, R"({"age": -0, "name": "abcd"})");
+}
+
 TEST(GuidedVocab, MaskEqualsBruteForceWhileBranching) {
   const auto g = json_schema_grammar(R"({"type": "array", "items": {"anyOf": [
       {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
