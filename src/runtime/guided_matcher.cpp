@@ -1,6 +1,8 @@
 #include "runtime/guided_matcher.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -74,6 +76,30 @@ bool integer_prefix_fits(uint64_t magnitude, int digits, bool negative, int64_t 
     span *= 10;
   }
   return false;
+}
+
+// Whether the bounds of `n` (a number) meet the values of magnitude a..b (b excluded unless
+// include_end), of the sign.
+bool number_range_meets(const SchemaNode& n, double a, double b, bool negative, bool include_end) {
+  // The values: lo..hi, each end open or not.
+  double lo = a, hi = b;
+  bool lo_open = false, hi_open = !include_end;
+  if (negative) {
+    lo = -b;
+    hi = -a;
+    lo_open = !include_end;
+    hi_open = false;
+  }
+  // Intersected with the bounds.
+  if (n.number_min > lo || (n.number_min == lo && n.min_open)) {
+    lo = n.number_min;
+    lo_open = n.min_open;
+  }
+  if (n.number_max < hi || (n.number_max == hi && n.max_open)) {
+    hi = n.number_max;
+    hi_open = n.max_open;
+  }
+  return lo < hi || (lo == hi && !lo_open && !hi_open);
 }
 
 bool literal_complete(const SchemaNode& node, uint64_t mask, uint16_t pos) {
@@ -494,40 +520,78 @@ JsonStack::Step JsonStack::key(Frame& f, unsigned char c) {
 }
 
 bool JsonStack::number_complete(const Frame& f) {
+  const SchemaNode& n = *f.node;
   if (!number_can_end(f.state)) return false;
-  if (!f.node->bounded) return true;
-  const __int128 value = f.index == 1 ? -__int128(f.mask) : __int128(f.mask);
-  return f.node->minimum <= value && value <= f.node->maximum;
+  if (!n.bounded) return true;
+  const bool negative = f.index & 1;
+  if (n.kind == Kind::kInteger) {
+    const __int128 value = negative ? -__int128(f.mask) : __int128(f.mask);
+    return n.minimum <= value && value <= n.maximum;
+  }
+  const double magnitude = std::bit_cast<double>(f.mask);
+  return number_range_meets(n, magnitude, magnitude, negative, /*include_end=*/true);
 }
 
 bool JsonStack::integer_digit_fits(Frame& f, uint64_t digit) {
   constexpr uint64_t kMaxBefore = uint64_t(std::numeric_limits<int64_t>::max()) / 10;
   if (f.mask > kMaxBefore) return false;  // past every 64-bit bound
   const uint64_t magnitude = f.mask * 10 + digit;
-  const int digits = int(f.pos) - int(f.index) + 1;
-  if (!integer_prefix_fits(magnitude, digits, f.index == 1, f.node->minimum, f.node->maximum))
+  const bool negative = f.index & 1;
+  const int digits = int(f.pos) - int(negative) + 1;
+  if (!integer_prefix_fits(magnitude, digits, negative, f.node->minimum, f.node->maximum))
     return false;
   f.mask = magnitude;
   return true;
 }
 
-// A number. For a bounded integer, mask holds the magnitude so far and index 1 a minus sign, and
-// every prefix must still have a completion within the bounds.
+// A bounded non-integer number's next digit or '.' (going to `state`). Its completions' values
+// span [a, b) in magnitude: before the dot [v·10^j, (v+1)·10^j) for each count j of digits still
+// to come ([0, 1) after a leading 0), after it [w, w + 10^-k) with k fraction digits.
+bool JsonStack::number_digit_fits(Frame& f, unsigned char c, uint8_t state) {
+  const SchemaNode& n = *f.node;
+  const bool negative = f.index & 1;
+  double magnitude = std::bit_cast<double>(f.mask);
+  if (c == '.') return number_range_meets(n, magnitude, magnitude + 1, negative, false);
+  const int digit = c - '0';
+  if (state == 5) {
+    const uint32_t fraction = (f.index >> 8) + 1;
+    const double unit = std::pow(10.0, -double(fraction));
+    magnitude += digit * unit;
+    f.index = (f.index & 1) | fraction << 8;
+    f.mask = std::bit_cast<uint64_t>(magnitude);
+    return number_range_meets(n, magnitude, magnitude + unit, negative, false);
+  }
+  magnitude = magnitude * 10 + digit;
+  f.mask = std::bit_cast<uint64_t>(magnitude);
+  if (state == 2) return number_range_meets(n, 0, 1, negative, false);
+  double a = magnitude, b = magnitude + 1;
+  for (int length = int(f.pos) + 1; length <= kMaxNumberChars; ++length, a *= 10, b *= 10)
+    if (number_range_meets(n, a, b, negative, false)) return true;
+  return false;
+}
+
+// A number. A bounded one is written without an exponent, and every prefix must still have a
+// completion within the bounds: a bounded integer's mask holds its magnitude (exact, 64-bit), a
+// bounded number's the magnitude as a double (index >> 8: its fraction digits); index bit 0: a
+// minus sign.
 JsonStack::Step JsonStack::number(Frame& f, unsigned char c) {
   const SchemaNode& n = *f.node;
   const bool integer = n.kind == Kind::kInteger;
   const bool digit = is_digit(c), exp = (c == 'e' || c == 'E') && !integer,
              dot = c == '.' && !integer;
+  auto fits = [&](uint8_t state) {
+    if (c == '-') {
+      f.index |= 1;  // -0 and below
+      return integer
+                 ? n.minimum <= 0
+                 : number_range_meets(n, 0, std::numeric_limits<double>::infinity(), true, false);
+    }
+    if (state >= 6) return false;
+    return integer ? integer_digit_fits(f, uint64_t(c - '0')) : number_digit_fits(f, c, state);
+  };
   auto to = [&](uint8_t state) {
     if (f.pos >= kMaxNumberChars) return Step::kReject;
-    if (n.bounded) {
-      if (c == '-') {
-        if (n.minimum > 0) return Step::kReject;  // -0 is the least a minus can begin
-        f.index = 1;
-      } else if (!integer_digit_fits(f, uint64_t(c - '0'))) {
-        return Step::kReject;
-      }
-    }
+    if (n.bounded && !fits(state)) return Step::kReject;
     f.state = state;
     ++f.pos;
     return Step::kConsumed;

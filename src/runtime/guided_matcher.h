@@ -65,10 +65,11 @@ class JsonStack {
     uint8_t state;
     uint16_t pos;  // kKey / kLiterals: bytes matched; kNumber: length
     // kObject: property whose value comes next; kArray: items so far; kToolCall: the tool named;
-    // kString: characters so far; kNumber: 1 after a minus sign (bounded integers)
+    // kString: characters so far; kNumber (bounded): bit 0 a minus sign, >> 8 fraction digits
     uint32_t index;
     // kObject: properties seen; kKey / kLiterals: candidates alive; kRegex and kString with a
-    // pattern: automaton state; kNumber: the magnitude so far (bounded integers)
+    // pattern: automaton state; kNumber (bounded): the magnitude so far (a double's bits for
+    // non-integers)
     uint64_t mask;
     const SchemaNode* node;
     static Frame make() { return Frame{Kind::kValue, 0, 0, 0, 0, nullptr}; }
@@ -88,9 +89,10 @@ class JsonStack {
   Step number(Frame& f, unsigned char c);
   // A number frame that may end here (within its bounds, for a bounded integer).
   static bool number_complete(const Frame& f);
-  // A bounded integer's next digit: false when no value within the bounds begins so (else the
-  // magnitude is updated).
+  // A bounded integer's next digit / a bounded number's next digit or '.': false when no value
+  // within the bounds begins so (else the magnitude is updated).
   static bool integer_digit_fits(Frame& f, uint64_t digit);
+  static bool number_digit_fits(Frame& f, unsigned char c, uint8_t state);
   Step literals(Frame& f, unsigned char c);
   Step tool_call(Frame& f, unsigned char c);
   Step regex(Frame& f, unsigned char c);

@@ -234,9 +234,7 @@ class SchemaCompiler {
       string_constraints(s, at, n);
     } else if (type == "number") {
       n.kind = Kind::kNumber;
-      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-        if (s.contains(key))
-          fail(at + "/" + key, "bounds are supported on integers only, not on numbers");
+      number_bounds(s, at, n);
     } else if (type == "integer") {
       n.kind = Kind::kInteger;
       integer_bounds(s, at, n);
@@ -307,6 +305,32 @@ class SchemaCompiler {
     bound("maximum", false, false);
     bound("exclusiveMaximum", false, true);
     if (n.minimum > n.maximum) fail(at, "no integer lies within the bounds");
+  }
+
+  // The same keywords on a number: kept as doubles, each end open for an exclusive bound.
+  void number_bounds(const Json& s, const std::string& at, SchemaNode& n) {
+    n.number_min = -std::numeric_limits<double>::infinity();
+    n.number_max = std::numeric_limits<double>::infinity();
+    auto bound = [&](const char* key, bool lower, bool exclusive) {
+      const auto v = s.find(key);
+      if (v == s.end()) return;
+      if (!v->is_number()) fail(at + "/" + key, "must be a number");
+      const double d = v->get<double>();
+      double& end = lower ? n.number_min : n.number_max;
+      bool& open = lower ? n.min_open : n.max_open;
+      const bool tighter = lower ? d > end : d < end;
+      if (tighter || (d == end && exclusive)) {
+        end = d;
+        open = exclusive;
+      }
+      n.bounded = true;
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    if (n.number_min > n.number_max || (n.number_min == n.number_max && (n.min_open || n.max_open)))
+      fail(at, "no number lies within the bounds");
   }
 
   // JSON Schema's pattern is a search: unless anchored, anything may come before and after.

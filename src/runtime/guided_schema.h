@@ -11,11 +11,10 @@
 // "#/$defs/…" or "#/definitions/…" (recursion allowed); on strings "pattern" (searched in the
 // value as JSON Schema says, unless anchored by ^ / $; guided_regex.h's syntax; the value is
 // then written without escapes), "format" date, time, date-time, uuid and ipv4 (as patterns),
-// "minLength" and "maxLength"; on integers "minimum", "maximum", "exclusiveMinimum" and
-// "exclusiveMaximum" (within 64 bits).
+// "minLength" and "maxLength"; on integers and numbers "minimum", "maximum", "exclusiveMinimum"
+// and "exclusiveMaximum" (integers within 64 bits; bounded values have no exponent).
 // Annotations (title, description, default, examples, $schema, $id, $comment) are ignored; any
-// other keyword (other formats, bounds on non-integer numbers, …) is refused rather than left
-// unchecked.
+// other keyword (other formats, multipleOf, …) is refused rather than left unchecked.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -75,9 +74,14 @@ struct SchemaNode {
   // kString: minLength / maxLength in characters (an escape counts as one character, so a
   // surrogate pair \uXXXX\uXXXX as two); -1: no maximum
   int64_t min_length = 0, max_length = -1;
-  // kInteger: minimum / maximum (exclusive bounds moved inward), when bounded
+  // kInteger / kNumber with bounds: written without an exponent, and within them
   bool bounded = false;
+  // kInteger: minimum / maximum (exclusive bounds moved inward)
   int64_t minimum = 0, maximum = 0;
+  // kNumber: minimum / maximum (±infinity when absent), open for the exclusive keywords; the
+  // value compared as a double, as JSON Schema validators do
+  double number_min = 0, number_max = 0;
+  bool min_open = false, max_open = false;
   bool has_length_limits() const { return min_length > 0 || max_length >= 0; }
 };
 

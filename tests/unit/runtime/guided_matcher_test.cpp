@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -302,12 +305,79 @@ TEST(GuidedMatcher, IntegerBounds) {
   EXPECT_TRUE(accepts(*obj, R"({"n": 5})"));
   EXPECT_FALSE(accepts(*obj, R"({"n": 4})"));
   EXPECT_FALSE(accepts(*obj, R"({"n": -1})"));
-  for (const char* bad :
-       {R"({"type": "integer", "minimum": 1e19})",
-        R"({"type": "integer", "minimum": 3, "maximum": 2})",
-        R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3})",
-        R"({"type": "integer", "minimum": "1"})", R"({"type": "number", "minimum": 0})"})
+  for (const char* bad : {R"({"type": "integer", "minimum": 1e19})",
+                          R"({"type": "integer", "minimum": 3, "maximum": 2})",
+                          R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3})",
+                          R"({"type": "integer", "minimum": "1"})"})
     EXPECT_THROW(schema(bad), InvalidArgument) << bad;
+}
+
+// Number bounds: every text of up to five characters over "-0123456789." is accepted exactly
+// when it is a JSON number within the bounds (compared as a double), and every prefix taken can
+// still be completed to one (a search of four more characters finds it).
+TEST(GuidedMatcher, NumberBounds) {
+  struct Case {
+    const char* bounds;
+    double lo, hi;
+    bool lo_open, hi_open;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Case> cases = {
+      {R"("minimum": -2.5, "maximum": 10)", -2.5, 10, false, false},
+      {R"("exclusiveMinimum": 0.1, "maximum": 0.25)", 0.1, 0.25, true, false},
+      {R"("minimum": 1, "maximum": 1)", 1, 1, false, false},
+      {R"("exclusiveMinimum": -1, "exclusiveMaximum": 0)", -1, 0, true, true},
+      {R"("minimum": 5)", 5, inf, false, false},
+      {R"("maximum": -0.5)", -inf, -0.5, false, false},
+      {R"("minimum": 0, "exclusiveMaximum": 1, "maximum": 3)", 0, 1, false, true},
+  };
+  const std::string alphabet = "-0123456789.";
+  for (const Case& c : cases) {
+    const std::string text = std::string(R"({"type": "number", )") + c.bounds + "}";
+    const auto g = schema(text.c_str());
+    auto oracle = [&](const std::string& t) {
+      if (t.empty() || !nlohmann::json::accept(t)) return false;
+      const double v = std::strtod(t.c_str(), nullptr);
+      return (c.lo_open ? v > c.lo : v >= c.lo) && (c.hi_open ? v < c.hi : v <= c.hi);
+    };
+    // Some completion of `m` within `more` characters that the matcher may end with.
+    std::function<bool(const JsonMatcher&, const std::string&, int)> completes =
+        [&](const JsonMatcher& m, const std::string& t, int more) {
+          if (m.can_end()) return oracle(t);
+          if (more == 0) return false;
+          for (char ch : alphabet) {
+            JsonMatcher next = m;
+            if (next.feed(static_cast<unsigned char>(ch)) && completes(next, t + ch, more - 1))
+              return true;
+          }
+          return false;
+        };
+    std::vector<std::string> layer = {""};
+    for (int len = 0; len <= 5; ++len) {
+      std::vector<std::string> next;
+      for (const std::string& s : layer) {
+        JsonMatcher m(*g);
+        const bool taken = m.feed(s);
+        if (taken) {
+          ASSERT_EQ(m.can_end(), oracle(s)) << c.bounds << " on '" << s << "'";
+          if (len <= 4) {
+            ASSERT_TRUE(completes(m, s, 4)) << c.bounds << ": '" << s << "' leads nowhere";
+          }
+        } else {
+          ASSERT_FALSE(oracle(s)) << c.bounds << " refused '" << s << "'";
+        }
+        if (len < 5 && taken)
+          for (char ch : alphabet) next.push_back(s + ch);
+      }
+      layer = std::move(next);
+    }
+    EXPECT_FALSE(accepts(*g, "1e0")) << "no exponent under bounds";
+  }
+  for (const char* bad : {R"({"type": "number", "minimum": 2, "maximum": 1})",
+                          R"({"type": "number", "minimum": 1, "exclusiveMaximum": 1})",
+                          R"({"type": "number", "maximum": "1"})"})
+    EXPECT_THROW(schema(bad), InvalidArgument) << bad;
+  EXPECT_TRUE(accepts(*schema(R"({"type": "number"})"), "1e5"));  // unbounded: as before
 }
 
 // Formats as patterns: shapes accepted and refused; unknown formats and a pattern with a format
@@ -420,7 +490,8 @@ TEST(GuidedMatcher, UnsupportedSchemasAreRefusedWithTheirPlace) {
   };
   refused(R"({"type": "string", "format": "email"})", "'/format'");
   refused(R"({"type": "string", "pattern": "a("})", "'/pattern'");
-  refused(R"({"properties": {"a": {"type": "number", "maximum": 2}}})", "'/properties/a/maximum'");
+  refused(R"({"properties": {"a": {"type": "number", "multipleOf": 2}}})",
+          "'/properties/a/multipleOf'");
   refused(R"({"properties": {"a": {"type": "string", "minContains": 2}}})",
           "'/properties/a/minContains'");
   refused(R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}},
