@@ -97,7 +97,7 @@ TEST(GuidedVocab, MaskEqualsBruteForceUnderLengthsAndBounds) {
       "name": {"type": "string", "minLength": 2, "maxLength": 4},
       "age": {"type": "integer", "minimum": -5, "exclusiveMaximum": 13},
       "score": {"type": "number", "minimum": 0, "maximum": 1}}})");
-  expect_masks_match(*g, R"({"name": "a\nÃ©", "age": 12, "score": 0.5})");
+  expect_masks_match(*g, R"({"name": "a\né", "age": 12, "score": 0.5})");
   expect_masks_match(*g, R"({"age": -0, "name": "abcd"})");
 }
 
