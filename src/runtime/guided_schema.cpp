@@ -252,6 +252,15 @@ class SchemaCompiler {
     return add(std::move(n));
   }
 
+  // A non-negative integer keyword of `s` (minLength, maxItems, …), or `fallback` when absent.
+  static int64_t count(const Json& s, const char* key, const std::string& at, int64_t fallback) {
+    const auto v = s.find(key);
+    if (v == s.end()) return fallback;
+    if (!v->is_number_integer() || v->get<int64_t>() < 0)
+      fail(at + "/" + key, "must be a non-negative integer");
+    return v->get<int64_t>();
+  }
+
   void string_constraints(const Json& s, const std::string& at, SchemaNode& n) {
     const auto pattern = s.find("pattern"), format = s.find("format");
     if (pattern != s.end() && format != s.end())
@@ -266,31 +275,39 @@ class SchemaCompiler {
                          format->dump()));
       n.regex = string_pattern(Json(std::string(known->second)), at + "/format");
     }
-    auto length = [&](const char* key, int64_t fallback) {
-      const auto v = s.find(key);
-      if (v == s.end()) return fallback;
-      if (!v->is_number_integer() || v->get<int64_t>() < 0)
-        fail(at + "/" + key, "must be a non-negative integer");
-      return v->get<int64_t>();
-    };
-    n.min_length = length("minLength", 0);
-    n.max_length = length("maxLength", -1);
+    n.min_length = count(s, "minLength", at, 0);
+    n.max_length = count(s, "maxLength", at, -1);
     if (n.max_length >= 0 && n.max_length < n.min_length)
       fail(at + "/maxLength", "is below minLength");
   }
 
-  // minimum / maximum (inclusive) and exclusiveMinimum / exclusiveMaximum (numbers, as in draft
-  // 6 on; draft 4's booleans are refused), tightened to one integer range.
-  void integer_bounds(const Json& s, const std::string& at, SchemaNode& n) {
+  // Calls take(value, lower, exclusive, key) for each of minimum / maximum (inclusive) and
+  // exclusiveMinimum / exclusiveMaximum present (numbers, as from draft 6 on; draft 4's booleans
+  // are refused).
+  template <class Take>
+  static void each_bound(const Json& s, const std::string& at, Take take) {
+    static constexpr struct {
+      const char* key;
+      bool lower, exclusive;
+    } kBounds[] = {{"minimum", true, false},
+                   {"exclusiveMinimum", true, true},
+                   {"maximum", false, false},
+                   {"exclusiveMaximum", false, true}};
+    for (const auto& b : kBounds) {
+      const auto v = s.find(b.key);
+      if (v == s.end()) continue;
+      if (!v->is_number()) fail(at + "/" + b.key, "must be a number");
+      take(v->template get<double>(), b.lower, b.exclusive, b.key);
+    }
+  }
+
+  // An integer's bounds, tightened to one 64-bit range.
+  static void integer_bounds(const Json& s, const std::string& at, SchemaNode& n) {
     n.minimum = std::numeric_limits<int64_t>::min();
     n.maximum = std::numeric_limits<int64_t>::max();
-    auto bound = [&](const char* key, bool lower, bool exclusive) {
-      const auto v = s.find(key);
-      if (v == s.end()) return;
-      if (!v->is_number()) fail(at + "/" + key, "must be a number");
-      const double d = v->get<double>();
+    each_bound(s, at, [&](double d, bool lower, bool exclusive, const char* key) {
       if (!(std::fabs(d) < 9.2e18)) fail(at + "/" + key, "is beyond the 64-bit integers");
-      // The nearest integers inside the bound.
+      // The nearest integer inside the bound.
       const double inside = lower ? (exclusive ? std::floor(d) + 1 : std::ceil(d))
                                   : (exclusive ? std::ceil(d) - 1 : std::floor(d));
       const auto i = static_cast<int64_t>(inside);
@@ -299,36 +316,23 @@ class SchemaCompiler {
       else
         n.maximum = std::min(n.maximum, i);
       n.bounded = true;
-    };
-    bound("minimum", true, false);
-    bound("exclusiveMinimum", true, true);
-    bound("maximum", false, false);
-    bound("exclusiveMaximum", false, true);
+    });
     if (n.minimum > n.maximum) fail(at, "no integer lies within the bounds");
   }
 
-  // The same keywords on a number: kept as doubles, each end open for an exclusive bound.
-  void number_bounds(const Json& s, const std::string& at, SchemaNode& n) {
+  // A number's bounds, kept as doubles, each end open for an exclusive bound.
+  static void number_bounds(const Json& s, const std::string& at, SchemaNode& n) {
     n.number_min = -std::numeric_limits<double>::infinity();
     n.number_max = std::numeric_limits<double>::infinity();
-    auto bound = [&](const char* key, bool lower, bool exclusive) {
-      const auto v = s.find(key);
-      if (v == s.end()) return;
-      if (!v->is_number()) fail(at + "/" + key, "must be a number");
-      const double d = v->get<double>();
+    each_bound(s, at, [&](double d, bool lower, bool exclusive, const char*) {
       double& end = lower ? n.number_min : n.number_max;
       bool& open = lower ? n.min_open : n.max_open;
-      const bool tighter = lower ? d > end : d < end;
-      if (tighter || (d == end && exclusive)) {
+      if ((lower ? d > end : d < end) || (d == end && exclusive)) {
         end = d;
         open = exclusive;
       }
       n.bounded = true;
-    };
-    bound("minimum", true, false);
-    bound("exclusiveMinimum", true, true);
-    bound("maximum", false, false);
-    bound("exclusiveMaximum", false, true);
+    });
     if (n.number_min > n.number_max || (n.number_min == n.number_max && (n.min_open || n.max_open)))
       fail(at, "no number lies within the bounds");
   }
@@ -392,15 +396,8 @@ class SchemaCompiler {
     SchemaNode n;
     n.kind = Kind::kArray;
     if (auto items = s.find("items"); items != s.end()) n.items = compile(*items, at + "/items");
-    auto count = [&](const char* key, int64_t fallback) {
-      auto v = s.find(key);
-      if (v == s.end()) return fallback;
-      if (!v->is_number_integer() || v->get<int64_t>() < 0)
-        fail(at + "/" + key, "must be a non-negative integer");
-      return v->get<int64_t>();
-    };
-    n.min_items = count("minItems", 0);
-    n.max_items = count("maxItems", -1);
+    n.min_items = count(s, "minItems", at, 0);
+    n.max_items = count(s, "maxItems", at, -1);
     if (n.max_items >= 0 && n.max_items < n.min_items) fail(at + "/maxItems", "is below minItems");
     return add(std::move(n));
   }

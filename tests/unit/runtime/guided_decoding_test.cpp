@@ -73,7 +73,8 @@ TEST(GuidedDecoding, OutputsFollowTheSchemaAndEnd) {
   const auto& eos = engine->info().eos_token_ids;
   for (const Finished& r : results) {
     ASSERT_EQ(r.finish, FinishReason::kStop)
-        << r.tokens.size() << " tokens: " << nlohmann::json(engine->tokenizer()->decode(r.tokens, true)).dump();
+        << r.tokens.size()
+        << " tokens: " << nlohmann::json(engine->tokenizer()->decode(r.tokens, true)).dump();
     ASSERT_TRUE(r.stop_token.has_value());
     EXPECT_NE(std::find(eos.begin(), eos.end(), *r.stop_token), eos.end());
     const std::string text = engine->tokenizer()->decode(r.tokens, true);
@@ -133,17 +134,18 @@ TEST(GuidedDecoding, ChoicesAreTheWholeOutput) {
   engine->shutdown();
 }
 
-TEST(GuidedDecoding, RegexOutputsMatch) {
+// Four requests under `grammar`: one greedy, three sampled from seed0 on; each must stop (EOS)
+// with a text the oracle matches.
+void expect_outputs_match(const std::shared_ptr<const JsonGrammar>& grammar,
+                          const std::regex& oracle, uint64_t seed0, int max_tokens) {
   auto engine = Engine::create(roomy_config());
-  const char* pattern = "\\d{3}-[a-z]{2}(x|yz)?";
   std::vector<SamplingParams> params(4);
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].temperature = i == 0 ? 0.0f : 1.0f;
-    params[i].seed = 40 + i;
-    params[i].max_tokens = 40;
-    params[i].json_grammar = regex_grammar(pattern);
+    params[i].seed = seed0 + i;
+    params[i].max_tokens = max_tokens;
+    params[i].json_grammar = grammar;
   }
-  const std::regex oracle(pattern);
   for (const Finished& r : run(*engine, params)) {
     const std::string text = engine->tokenizer()->decode(r.tokens, true);
     EXPECT_EQ(r.finish, FinishReason::kStop) << text;
@@ -152,28 +154,18 @@ TEST(GuidedDecoding, RegexOutputsMatch) {
   engine->shutdown();
 }
 
+TEST(GuidedDecoding, RegexOutputsMatch) {
+  const char* pattern = "\\d{3}-[a-z]{2}(x|yz)?";
+  expect_outputs_match(regex_grammar(pattern), std::regex(pattern), 40, 40);
+}
+
 // guided_grammar: every output is a sentence of the grammar (checked by an std::regex of the
 // same language) and ends there.
 TEST(GuidedDecoding, GrammarOutputsAreSentences) {
-  auto engine = Engine::create(roomy_config());
   const char* grammar = R"g(root ::= item ("," item){0,2} "."
 item ::= [a-z]{1,4} | "(" [0-9]+ ")")g";
   const std::regex oracle("([a-z]{1,4}|\\([0-9]+\\))(,([a-z]{1,4}|\\([0-9]+\\))){0,2}\\.");
-  std::vector<SamplingParams> params(4);
-  for (size_t i = 0; i < params.size(); ++i) {
-    params[i].temperature = i == 0 ? 0.0f : 1.0f;
-    params[i].seed = 70 + i;
-    params[i].max_tokens = 60;
-    params[i].json_grammar = gbnf_grammar(grammar);
-  }
-  for (const Finished& r : run(*engine, params)) {
-    const std::string text = engine->tokenizer()->decode(r.tokens, true);
-    EXPECT_EQ(r.finish, FinishReason::kStop) << text;
-    std::string ids;
-    for (int32_t t : r.tokens) ids += std::to_string(t) + " ";
-    EXPECT_TRUE(std::regex_match(text, oracle)) << text << " ids " << ids;
-  }
-  engine->shutdown();
+  expect_outputs_match(gbnf_grammar(grammar), oracle, 70, 60);
 }
 
 TEST(GuidedDecoding, NeedsATokenizer) {

@@ -17,9 +17,12 @@
 #include "base/error.h"
 #include "runtime/engine.h"
 #include "runtime/guided_output.h"
+#include "support/each_string.h"
 
 namespace serval::runtime {
 namespace {
+
+using serval::testing::each_string;
 
 using nlohmann::json;
 
@@ -275,23 +278,16 @@ TEST(GuidedMatcher, IntegerBounds) {
     std::vector<std::string> in_range;
     for (int64_t v = c.lo; v <= c.hi; ++v) in_range.push_back(std::to_string(v));
     if (c.lo <= 0 && 0 <= c.hi) in_range.push_back("-0");
-    std::vector<std::string> layer = {""};
-    for (int len = 0; len <= 5; ++len) {
-      std::vector<std::string> next;
-      for (const std::string& s : layer) {
-        const bool viable = std::any_of(in_range.begin(), in_range.end(),
-                                        [&](const std::string& v) { return v.starts_with(s); });
-        const bool whole = std::find(in_range.begin(), in_range.end(), s) != in_range.end();
-        JsonMatcher m(*g);
-        ASSERT_EQ(m.feed(s), viable) << c.bounds << " on '" << s << "'";
-        if (viable) {
-          ASSERT_EQ(m.can_end(), whole) << c.bounds << " on '" << s << "'";
-        }
-        if (len < 5)
-          for (char ch : std::string("-0123456789")) next.push_back(s + ch);
+    each_string("-0123456789", 5, [&](const std::string& s) {
+      const bool viable = std::any_of(in_range.begin(), in_range.end(),
+                                      [&](const std::string& v) { return v.starts_with(s); });
+      const bool whole = std::find(in_range.begin(), in_range.end(), s) != in_range.end();
+      JsonMatcher m(*g);
+      ASSERT_EQ(m.feed(s), viable) << c.bounds << " on '" << s << "'";
+      if (viable) {
+        ASSERT_EQ(m.can_end(), whole) << c.bounds << " on '" << s << "'";
       }
-      layer = std::move(next);
-    }
+    });
   }
   const auto wide = schema(R"({"type": "integer", "minimum": -9000000000000000000,
       "maximum": 9000000000000000000})");

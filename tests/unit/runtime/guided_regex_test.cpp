@@ -13,28 +13,16 @@
 #include "runtime/engine.h"
 #include "runtime/guided_matcher.h"
 #include "runtime/guided_vocab.h"
+#include "support/each_string.h"
 
 namespace serval::runtime {
 namespace {
 
+using serval::testing::each_string;
+
 bool accepts(const JsonGrammar& g, std::string_view text) {
   JsonMatcher m(g);
   return m.feed(text) && m.can_end();
-}
-
-// Every string of length <= max_len over `alphabet`, in order.
-void each_string(const std::string& alphabet, size_t max_len,
-                 const std::function<void(const std::string&)>& fn) {
-  std::vector<std::string> layer = {""};
-  for (size_t len = 0; len <= max_len; ++len) {
-    std::vector<std::string> next;
-    for (const std::string& s : layer) {
-      fn(s);
-      if (len < max_len)
-        for (char c : alphabet) next.push_back(s + c);
-    }
-    layer = std::move(next);
-  }
 }
 
 TEST(GuidedRegex, AgreesWithStdRegex) {
