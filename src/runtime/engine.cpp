@@ -477,7 +477,7 @@ class EngineImpl final : public Engine {
     }
     std::vector<uint8_t> guided;
     if (r.json && r.json->guiding()) {
-      guided = guided_mask(r.json->matcher(), p);
+      guided = guided_mask(*r.json, p);
       if (r.json->matcher().done()) banned.clear();  // the JSON is closed: only the end follows
     }
     std::span<const int32_t> prompt(r.req.token_ids.data(), size_t(r.req.num_prompt_tokens));
@@ -504,9 +504,10 @@ class EngineImpl final : public Engine {
 
   // Guided decoding: the tokens that keep the output on its JSON, and the end (EOS, stop ids) once
   // the JSON may end there. When nothing fits, the end alone, so the request finishes.
-  std::vector<uint8_t> guided_mask(const OutputMatcher& m, const SamplingParams& p) const {
+  std::vector<uint8_t> guided_mask(GuidedOutput& out, const SamplingParams& p) const {
+    const OutputMatcher& m = out.matcher();
     std::vector<uint8_t> allowed(size_t(std::max(config_.vocab_size, guided_vocab_->size())), 0);
-    guided_vocab_->allow_accepted(m, allowed);
+    out.allow_next(*guided_vocab_, allowed);
     const bool stuck = std::find(allowed.begin(), allowed.end(), 1) == allowed.end();
     if (m.can_end() || stuck) {
       for (int32_t id : info_.eos_token_ids)

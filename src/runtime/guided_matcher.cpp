@@ -231,6 +231,11 @@ void JsonMatcher::take(JsonStack& stack, unsigned char c,
   }
 }
 
+bool JsonMatcher::operator==(const JsonMatcher& other) const {
+  return count_ == other.count_ &&
+         std::equal(stacks_.begin(), stacks_.begin() + count_, other.stacks_.begin());
+}
+
 bool JsonMatcher::feed(unsigned char c) {
   std::array<JsonStack, kMaxJsonBranches> next;
   int count = 0;

@@ -119,6 +119,8 @@ class JsonMatcher {
   explicit JsonMatcher(const JsonGrammar& grammar);
   JsonMatcher(const JsonMatcher& other) { *this = other; }
   JsonMatcher& operator=(const JsonMatcher& other);
+  // The same ways through the same grammar (the same bytes may follow).
+  bool operator==(const JsonMatcher& other) const;
 
   // Consumes `c`; false (and the matcher left in an unspecified state) when the JSON cannot
   // continue with it: copy the matcher first to try.

@@ -1,5 +1,7 @@
 #include "runtime/guided_output.h"
 
+#include "runtime/guided_vocab.h"
+
 namespace serval::runtime {
 
 namespace {
@@ -36,6 +38,18 @@ bool GuidedOutput::feed(std::string_view text) {
   if (fits) matcher_ = started;
   tail_.clear();
   return fits;
+}
+
+void GuidedOutput::allow_next(const GuidedVocab& vocab, std::vector<uint8_t>& allowed) {
+  const auto* json = matcher_.json();
+  if (!json) return vocab.allow_accepted(matcher_, allowed);
+  for (const RememberedMask& r : json_masks_)
+    if (r.state == *json) return vocab.unpack(r.bits, allowed);
+  std::vector<uint8_t> walked(allowed.size(), 0);
+  vocab.allow_accepted(*json, walked);
+  if (json_masks_.size() == kRememberedJsonMasks) json_masks_.erase(json_masks_.begin());
+  json_masks_.push_back({*json, vocab.pack(walked)});
+  vocab.unpack(json_masks_.back().bits, allowed);
 }
 
 }  // namespace serval::runtime

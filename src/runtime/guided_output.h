@@ -5,11 +5,14 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "runtime/guided_gbnf_matcher.h"
 #include "runtime/guided_matcher.h"
 
 namespace serval::runtime {
+
+class GuidedVocab;
 
 class OutputMatcher {
  public:
@@ -28,6 +31,8 @@ class OutputMatcher {
   }
   // GbnfMatcher::trim (JSON matchers keep no tables).
   void trim();
+  // The JsonMatcher inside, or null.
+  const JsonMatcher* json() const { return std::get_if<JsonMatcher>(&matcher_); }
   // Calls f with the JsonMatcher or GbnfMatcher inside.
   template <class F>
   decltype(auto) visit(F&& f) const {
@@ -51,10 +56,23 @@ class GuidedOutput {
   // does; the bytes after "</think>" may not, and are then left before the guided output).
   bool feed(std::string_view text);
 
+  // allowed[id] = 1 for every token the output may take next (GuidedVocab::allow_accepted),
+  // reusing the mask of an earlier step that left the matcher in the same state: the last
+  // kRememberedJsonMasks JSON states here (inside a string the state recurs token after token),
+  // GBNF states in their own table.
+  void allow_next(const GuidedVocab& vocab, std::vector<uint8_t>& allowed);
+
  private:
+  struct RememberedMask {
+    JsonMatcher state;
+    std::vector<uint64_t> bits;  // GuidedVocab::pack
+  };
+  static constexpr size_t kRememberedJsonMasks = 8;
+
   OutputMatcher matcher_;
   bool waiting_;
   std::string tail_;  // the output's last bytes while waiting (a tag split across tokens)
+  std::vector<RememberedMask> json_masks_;  // oldest first
 };
 
 }  // namespace serval::runtime

@@ -60,22 +60,24 @@ void GuidedVocab::allow_accepted(const JsonMatcher& m, std::vector<uint8_t>& all
 }
 
 void GuidedVocab::allow_accepted(const GbnfMatcher& m, std::vector<uint8_t>& allowed) const {
-  const size_t words = (texts_.size() + 63) / 64;
-  if (const std::vector<uint64_t>* bits = m.remembered_mask()) {
-    for (size_t w = 0; w < words; ++w)
-      for (uint64_t b = (*bits)[w]; b != 0; b &= b - 1)
-        allowed[w * 64 + size_t(std::countr_zero(b))] = 1;
-    return;
-  }
+  if (const std::vector<uint64_t>* bits = m.remembered_mask()) return unpack(*bits, allowed);
   std::vector<uint8_t> walked(texts_.size(), 0);
   visit(0, order_.size(), 0, m, walked);
-  std::vector<uint64_t> bits(words, 0);
-  for (size_t id = 0; id < walked.size(); ++id)
-    if (walked[id]) {
-      bits[id / 64] |= uint64_t{1} << (id % 64);
-      allowed[id] = 1;
-    }
-  m.remember_mask(std::move(bits));
+  m.remember_mask(pack(walked));
+  unpack(*m.remembered_mask(), allowed);
+}
+
+std::vector<uint64_t> GuidedVocab::pack(const std::vector<uint8_t>& allowed) const {
+  std::vector<uint64_t> bits((texts_.size() + 63) / 64, 0);
+  for (size_t id = 0; id < texts_.size(); ++id)
+    if (allowed[id]) bits[id / 64] |= uint64_t{1} << (id % 64);
+  return bits;
+}
+
+void GuidedVocab::unpack(const std::vector<uint64_t>& bits, std::vector<uint8_t>& allowed) const {
+  for (size_t w = 0; w < bits.size(); ++w)
+    for (uint64_t b = bits[w]; b != 0; b &= b - 1)
+      allowed[w * 64 + size_t(std::countr_zero(b))] = 1;
 }
 
 void GuidedVocab::allow_accepted(const OutputMatcher& m, std::vector<uint8_t>& allowed) const {

@@ -38,6 +38,10 @@ class GuidedVocab {
   void allow_accepted(const GbnfMatcher& m, std::vector<uint8_t>& allowed) const;
   void allow_accepted(const OutputMatcher& m, std::vector<uint8_t>& allowed) const;
 
+  // A mask as bits (bit id % 64 of word id / 64), and back: allowed[id] = 1 for each bit set.
+  std::vector<uint64_t> pack(const std::vector<uint8_t>& allowed) const;
+  void unpack(const std::vector<uint64_t>& bits, std::vector<uint8_t>& allowed) const;
+
  private:
   template <class Matcher>
   void visit(size_t begin, size_t end, size_t depth, const Matcher& m,

@@ -101,6 +101,29 @@ TEST(GuidedVocab, MaskEqualsBruteForceUnderLengthsAndBounds) {
   expect_masks_match(*g, R"({"age": -0, "name": "abcd"})");
 }
 
+// GuidedOutput::allow_next reuses the masks of recurring states (inside strings, between
+// items): still equal to brute force at every byte, past the last remembered states too.
+TEST(GuidedVocab, RememberedMasksEqualBruteForce) {
+  const GuidedVocab vocab(fragment_vocab(), {});
+  const auto json = json_schema_grammar(R"({"type": "array", "items": {"type": "string"}})");
+  const GbnfGrammar words = compile_gbnf(R"(root ::= ("a" | "ab" | "name")+ "}")");
+  const std::string doc = R"(["aaaa", "ab ab ab", "name", "a\u00e9", "", "red red", "tags", "12"])";
+  GuidedOutput out(*json, false);
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    std::vector<uint8_t> walked(size_t(vocab.size()), 0);
+    out.allow_next(vocab, walked);
+    ASSERT_EQ(walked, brute_force(vocab, *out.matcher().json())) << doc.substr(0, i);
+    if (i < doc.size()) ASSERT_TRUE(out.feed(doc.substr(i, 1))) << doc;
+  }
+  GbnfMatcher m(words);
+  for (const char c : std::string("aabnameab}")) {
+    std::vector<uint8_t> walked(size_t(vocab.size()), 0);
+    vocab.allow_accepted(m, walked);
+    ASSERT_EQ(walked, brute_force(vocab, m));
+    ASSERT_TRUE(m.feed(static_cast<unsigned char>(c)));
+  }
+}
+
 TEST(GuidedVocab, MaskEqualsBruteForceWhileBranching) {
   const auto g = json_schema_grammar(R"({"type": "array", "items": {"anyOf": [
       {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
