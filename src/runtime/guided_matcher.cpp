@@ -458,8 +458,8 @@ bool utf8_step(uint16_t& pos, unsigned char c) {
 }  // namespace
 
 // A string value: well-formed UTF-8 (pos: the character in progress), escapes checked (state).
-// index counts its characters for minLength / maxLength, each at its first byte (an escape at
-// its backslash).
+// With minLength / maxLength, index counts its characters, each at its first byte (an escape at
+// its backslash); without, it stays 0, so the state recurs from character to character.
 JsonStack::Step JsonStack::string(Frame& f, unsigned char c) {
   const SchemaNode& n = *f.node;
   const RegexAutomaton* re = n.regex;  // a pattern: its state in mask, no escapes
@@ -478,8 +478,10 @@ JsonStack::Step JsonStack::string(Frame& f, unsigned char c) {
     return complete ? Step::kConsumedPop : Step::kReject;
   }
   if (c < 0x20 || (c == '\\' && re) || !utf8_step(f.pos, c)) return Step::kReject;
-  ++f.index;
-  if (n.max_length >= 0 && int64_t(f.index) > n.max_length) return Step::kReject;
+  if (n.has_length_limits()) {
+    ++f.index;
+    if (n.max_length >= 0 && int64_t(f.index) > n.max_length) return Step::kReject;
+  }
   if (c == '\\') {
     f.state = 1;
     return Step::kConsumed;

@@ -115,6 +115,10 @@ TEST(GuidedVocab, RememberedMasksEqualBruteForce) {
     ASSERT_EQ(walked, brute_force(vocab, *out.matcher().json())) << doc.substr(0, i);
     if (i < doc.size()) ASSERT_TRUE(out.feed(doc.substr(i, 1))) << doc;
   }
+  // Inside a string without length limits the state recurs: "aaaa" leaves it as "a" did.
+  JsonMatcher one(*json), four(*json);
+  ASSERT_TRUE(one.feed(R"(["a)") && four.feed(R"(["aaaa)"));
+  EXPECT_TRUE(one == four);
   GbnfMatcher m(words);
   for (const char c : std::string("aabnameab}")) {
     std::vector<uint8_t> walked(size_t(vocab.size()), 0);
