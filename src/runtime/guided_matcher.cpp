@@ -403,7 +403,9 @@ JsonStack::Step JsonStack::object(Frame& f, unsigned char c) {
 JsonStack::Step JsonStack::array(Frame& f, unsigned char c) {
   if (is_whitespace(c)) return whitespace_ok(c) ? Step::kConsumed : Step::kReject;
   const SchemaNode& node = *f.node;
-  const SchemaNode* items = node.items ? node.items : &any_shapes().value;
+  const SchemaNode* items = f.index < node.prefix_items.size() ? node.prefix_items[f.index]
+                            : node.items                       ? node.items
+                                                               : &any_shapes().value;
   if (f.state == 0 && c == ']') return node.min_items == 0 ? Step::kConsumedPop : Step::kReject;
   if (f.state == 1) {
     if (c == ',' && (node.max_items < 0 || f.index < node.max_items)) {

@@ -38,6 +38,8 @@ const std::set<std::string_view> kHandled = {"type",
                                              "anyOf",
                                              "oneOf",
                                              "$ref",
+                                             "allOf",
+                                             "prefixItems",
                                              "pattern",
                                              "format",
                                              "minLength",
@@ -129,6 +131,7 @@ class SchemaCompiler {
       fail(at + "/" + key,
            fmt::format("the keyword '{}' is not supported by guided decoding", key));
     }
+    if (auto all = s.find("allOf"); all != s.end()) return all_of(s, *all, at);
     if (auto ref = s.find("$ref"); ref != s.end()) return compile_ref(*ref, at + "/$ref");
     if (auto e = s.find("enum"); e != s.end()) {
       if (!e->is_array() || e->empty()) fail(at + "/enum", "must be a non-empty list");
@@ -141,8 +144,8 @@ class SchemaCompiler {
     if (type == s.end()) {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
         return typed(s, "object", at);
-      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
-        return typed(s, "array", at);
+      for (const char* key : {"items", "prefixItems", "minItems", "maxItems"})
+        if (s.contains(key)) return typed(s, "array", at);
       for (const char* key : {"pattern", "format", "minLength", "maxLength"})
         if (s.contains(key)) return typed(s, "string", at);
       for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
@@ -183,7 +186,14 @@ class SchemaCompiler {
     // Registered first: a definition that refers to itself gets this node back.
     SchemaNode* node = add(SchemaNode{});
     refs_[r] = node;
-    *node = *compile(*target, r.substr(1));
+    unfinished_.insert(node);
+    const SchemaNode* body = compile(*target, r.substr(1));
+    // A body that is itself an unfinished definition: references (and allOf wrappers) in a
+    // cycle with no value between them, which describe nothing.
+    if (unfinished_.count(body))
+      fail(at, fmt::format("'{}' leads back to itself through references alone", r));
+    *node = *body;
+    unfinished_.erase(node);
     return node;
   }
 
@@ -352,6 +362,17 @@ class SchemaCompiler {
     }
   }
 
+  // allOf of one schema (as Pydantic wraps a described $ref) is that schema; beside it only
+  // annotations. An intersection of several is refused.
+  const SchemaNode* all_of(const Json& s, const Json& all, const std::string& at) {
+    if (!all.is_array() || all.size() != 1)
+      fail(at + "/allOf", "only an allOf of one schema is supported");
+    for (const auto& [key, value] : s.items())
+      if (key != "allOf" && !kAnnotations.count(key))
+        fail(at + "/" + key, fmt::format("'{}' beside allOf is not supported", key));
+    return compile(all[0], at + "/allOf/0");
+  }
+
   const SchemaNode* object(const Json& s, const std::string& at) {
     SchemaNode* n = add(SchemaNode{});
     n->kind = Kind::kObject;
@@ -395,9 +416,21 @@ class SchemaCompiler {
   const SchemaNode* array(const Json& s, const std::string& at) {
     SchemaNode n;
     n.kind = Kind::kArray;
-    if (auto items = s.find("items"); items != s.end()) n.items = compile(*items, at + "/items");
     n.min_items = count(s, "minItems", at, 0);
     n.max_items = count(s, "maxItems", at, -1);
+    if (auto prefix = s.find("prefixItems"); prefix != s.end()) {
+      if (!prefix->is_array()) fail(at + "/prefixItems", "must be a list of schemas");
+      for (size_t i = 0; i < prefix->size(); ++i)
+        n.prefix_items.push_back(compile((*prefix)[i], fmt::format("{}/prefixItems/{}", at, i)));
+    }
+    if (auto items = s.find("items"); items != s.end()) {
+      if (items->is_boolean() && !items->get<bool>()) {  // nothing past prefixItems
+        const auto most = int64_t(n.prefix_items.size());
+        n.max_items = n.max_items < 0 ? most : std::min(n.max_items, most);
+      } else {
+        n.items = compile(*items, at + "/items");
+      }
+    }
     if (n.max_items >= 0 && n.max_items < n.min_items) fail(at + "/maxItems", "is below minItems");
     return add(std::move(n));
   }
@@ -405,6 +438,7 @@ class SchemaCompiler {
   JsonGrammar& g_;
   const Json& root_;
   std::map<std::string, const SchemaNode*> refs_;
+  std::set<const SchemaNode*> unfinished_;  // definitions whose bodies are being compiled
   std::vector<std::pair<const SchemaNode*, std::string>> pending_any_of_;
 };
 

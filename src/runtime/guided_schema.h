@@ -5,6 +5,7 @@
 // (guided_grammar, guided_gbnf.h).
 //
 // Supported JSON Schema: "type" (one name, or a list of names), "properties", "required",
+// "prefixItems" (tuples; "items": false ends them), "allOf" of one schema,
 // "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
 // true allows other keys with any value), "items", "minItems", "maxItems", "enum", "const",
 // "anyOf" / "oneOf" (oneOf as anyOf: a value fitting several alternatives is allowed), "$ref" to
@@ -57,8 +58,9 @@ struct SchemaNode {
   // kObject
   std::vector<SchemaProperty> properties;  // at most kMaxProperties
   bool additional_properties = false;      // other keys allowed, with any value
-  // kArray
-  const SchemaNode* items = nullptr;  // null: any value
+  // kArray: prefix_items[i] for item i while there are such, then items (null: any value)
+  std::vector<const SchemaNode*> prefix_items;
+  const SchemaNode* items = nullptr;
   int64_t min_items = 0, max_items = -1;
   // kLiterals (enum, const, true/false/null): the values' JSON texts, at most kMaxLiterals
   std::vector<std::string> literals;

@@ -376,6 +376,38 @@ TEST(GuidedMatcher, NumberBounds) {
   EXPECT_TRUE(accepts(*schema(R"({"type": "number"})"), "1e5"));  // unbounded: as before
 }
 
+// Tuples (Pydantic's Tuple[int, str]): prefixItems in order, then items (or none after
+// "items": false); allOf of one schema is that schema; reference cycles without a value are
+// refused.
+TEST(GuidedMatcher, TuplesAllOfAndReferenceCycles) {
+  const auto pair = schema(R"({"type": "array", "prefixItems": [{"type": "integer"},
+      {"type": "string"}], "items": false, "minItems": 2})");
+  for (const char* ok : {R"([1, "a"])", R"([ -3 ,"" ])"}) EXPECT_TRUE(accepts(*pair, ok)) << ok;
+  for (const char* bad : {R"([1])", R"(["a", 1])", R"([1, "a", 2])", R"([])"})
+    EXPECT_FALSE(accepts(*pair, bad)) << bad;
+  const auto head = schema(R"({"prefixItems": [{"const": "x"}], "items": {"type": "null"}})");
+  for (const char* ok : {R"([])", R"(["x"])", R"(["x", null, null])"})
+    EXPECT_TRUE(accepts(*head, ok)) << ok;
+  for (const char* bad : {R"([null])", R"(["x", "x"])"}) EXPECT_FALSE(accepts(*head, bad)) << bad;
+
+  const auto wrapped = schema(R"({"$defs": {"Pet": {"type": "object", "properties":
+      {"name": {"type": "string"}}, "required": ["name"]}}, "type": "object", "properties":
+      {"pet": {"allOf": [{"$ref": "#/$defs/Pet"}], "description": "the pet"}}, "required": ["pet"]})");
+  EXPECT_TRUE(accepts(*wrapped, R"({"pet": {"name": "Rex"}})"));
+  EXPECT_FALSE(accepts(*wrapped, R"({"pet": {}})"));
+  for (const char* bad :
+       {R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})",
+        R"({"allOf": [{"type": "string"}], "maxLength": 3})",
+        R"({"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"allOf": [{"$ref": "#/$defs/A"}]}},
+            "$ref": "#/$defs/A"})",
+        R"({"$defs": {"A": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"})"})
+    EXPECT_THROW(schema(bad), InvalidArgument) << bad;
+  // A recursive definition through a value is fine.
+  const auto tree = schema(R"({"$defs": {"T": {"type": "array", "items": {"$ref": "#/$defs/T"}}},
+      "$ref": "#/$defs/T"})");
+  EXPECT_TRUE(accepts(*tree, "[[], [[]]]"));
+}
+
 // Formats as patterns: shapes accepted and refused; unknown formats and a pattern with a format
 // are refused.
 TEST(GuidedMatcher, StringFormats) {
