@@ -205,6 +205,10 @@ GbnfMatcher::GbnfMatcher(const GbnfGrammar& grammar) {
   states_ = std::make_shared<GbnfStates>(grammar, std::move(start));
 }
 
+int32_t GbnfMatcher::step(int32_t from, unsigned char c) const {
+  return states_->step(from, c);
+}
+
 bool GbnfMatcher::feed(unsigned char c) {
   const int32_t next = states_->step(state_, c);
   if (next == GbnfStates::kRejected) return false;

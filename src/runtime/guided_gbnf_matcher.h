@@ -53,6 +53,11 @@ class GbnfMatcher {
   // The text so far is a sentence of the grammar.
   bool can_end() const;
 
+  // The current state's number, and the state after byte c from state `from` (-1: rejected;
+  // both numbers of this matcher's table): token masks walk states without copying matchers.
+  int32_t state() const { return state_; }
+  int32_t step(int32_t from, unsigned char c) const;
+
   // Forgets the states found so far when there are more than kMaxGbnfStates, keeping this
   // matcher's; does nothing while a copy shares them.
   void trim();

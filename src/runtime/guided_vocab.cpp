@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
-#include <type_traits>
 
 #include "runtime/guided_utf8.h"
 #include "tokenizer/tokenizer.h"
@@ -41,6 +40,30 @@ GuidedVocab::GuidedVocab(std::vector<std::string> texts, const std::vector<bool>
   first_special_.reserve(order_.size());
   for (size_t i = 0; i < order_.size(); ++i)
     first_special_.push_back(first_special_from(sorted_text(i), 0));
+  build_trie();
+}
+
+void GuidedVocab::build_trie() {
+  trie_.push_back(TrieNode{0, 0, uint32_t(order_.size()), 0, 0, 0});
+  std::vector<std::pair<uint32_t, size_t>> pending = {{0, 0}};  // (node, its depth)
+  while (!pending.empty()) {
+    const auto [index, depth] = pending.back();
+    pending.pop_back();
+    uint32_t i = trie_[index].begin;
+    const uint32_t end = trie_[index].end;
+    while (i < end && sorted_text(i).size() == depth) ++i;  // shortest first: these end here
+    trie_[index].ends = i;
+    trie_[index].first_child = uint32_t(trie_.size());
+    while (i < end) {  // one child per run of the same byte at `depth` (sorted: contiguous)
+      const char c = sorted_text(i)[depth];
+      uint32_t j = i + 1;
+      while (j < end && sorted_text(j)[depth] == c) ++j;
+      pending.emplace_back(uint32_t(trie_.size()), depth + 1);
+      trie_.push_back(TrieNode{i, i, j, 0, 0, static_cast<uint8_t>(c)});
+      ++trie_[index].num_children;
+      i = j;
+    }
+  }
 }
 
 GuidedVocab GuidedVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
@@ -56,13 +79,13 @@ GuidedVocab GuidedVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
 }
 
 void GuidedVocab::allow_accepted(const JsonMatcher& m, std::vector<uint8_t>& allowed) const {
-  visit(0, order_.size(), 0, m, allowed);
+  visit(0, 0, m, allowed);
 }
 
 void GuidedVocab::allow_accepted(const GbnfMatcher& m, std::vector<uint8_t>& allowed) const {
   if (const std::vector<uint64_t>* bits = m.remembered_mask()) return unpack(*bits, allowed);
   std::vector<uint8_t> walked(texts_.size(), 0);
-  visit(0, order_.size(), 0, m, walked);
+  visit_states(0, m, m.state(), walked);
   m.remember_mask(pack(walked));
   unpack(*m.remembered_mask(), allowed);
 }
@@ -84,29 +107,26 @@ void GuidedVocab::allow_accepted(const OutputMatcher& m, std::vector<uint8_t>& a
   m.visit([&](const auto& matcher) { allow_accepted(matcher, allowed); });
 }
 
-// Tokens [begin, end) of order_ share their first `depth` bytes, which `m` has accepted.
-template <class Matcher>
-void GuidedVocab::visit(size_t begin, size_t end, size_t depth, const Matcher& m,
+// The tokens under trie node `node` share their first `depth` bytes, which `m` has accepted.
+void GuidedVocab::visit(uint32_t node, size_t depth, const JsonMatcher& m,
                         std::vector<uint8_t>& allowed) const {
-  while (begin < end && sorted_text(begin).size() == depth)  // shortest first: ends here
-    allowed[size_t(order_[begin++])] = 1;
-  if (begin == end) return;
-  if constexpr (std::is_same_v<Matcher, JsonMatcher>)
-    if (m.in_plain_string()) return visit_plain_string(begin, end, depth, m, allowed);
-  while (begin < end) {
-    const unsigned char c = static_cast<unsigned char>(sorted_text(begin)[depth]);
-    // The run of tokens with byte c at `depth` (sorted: contiguous).
-    const auto first = order_.begin() + std::ptrdiff_t(begin);
-    const size_t group = size_t(std::partition_point(first, order_.begin() + std::ptrdiff_t(end),
-                                                     [&](int32_t id) {
-                                                       return static_cast<unsigned char>(
-                                                                  texts_[size_t(id)][depth]) <= c;
-                                                     }) -
-                                order_.begin());
-    Matcher next = m;
-    if (next.feed(c)) visit(begin, group, depth + 1, next, allowed);
-    begin = group;
+  const TrieNode& n = trie_[node];
+  for (uint32_t i = n.begin; i < n.ends; ++i) allowed[size_t(order_[i])] = 1;
+  if (n.ends == n.end) return;
+  if (m.in_plain_string()) return visit_plain_string(n.ends, n.end, depth, m, allowed);
+  for (uint32_t child = n.first_child; child < n.first_child + n.num_children; ++child) {
+    JsonMatcher next = m;
+    if (next.feed(trie_[child].byte)) visit(child, depth + 1, next, allowed);
   }
+}
+
+void GuidedVocab::visit_states(uint32_t node, const GbnfMatcher& m, int32_t state,
+                               std::vector<uint8_t>& allowed) const {
+  const TrieNode& n = trie_[node];
+  for (uint32_t i = n.begin; i < n.ends; ++i) allowed[size_t(order_[i])] = 1;
+  for (uint32_t child = n.first_child; child < n.first_child + n.num_children; ++child)
+    if (const int32_t next = m.step(state, trie_[child].byte); next >= 0)
+      visit_states(child, m, next, allowed);
 }
 
 // Inside a string: bytes up to a token's first special byte leave `m` as it is.
