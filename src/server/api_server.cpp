@@ -2,6 +2,11 @@
 #include "server/api_server.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -19,10 +24,13 @@ struct Route {
   const char* path;
   const char* method;
 };
+// /ping is vLLM's health check for SageMaker-style hosts (GET or POST).
 constexpr Route kRoutes[] = {
-    {"/health", "GET"},    {"/version", "GET"},         {"/v1/models", "GET"},
-    {"/metrics", "GET"},   {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-    {"/tokenize", "POST"}, {"/detokenize", "POST"},
+    {"/health", "GET"},          {"/ping", "GET"},
+    {"/ping", "POST"},           {"/version", "GET"},
+    {"/v1/models", "GET"},       {"/metrics", "GET"},
+    {"/tokenize", "POST"},       {"/detokenize", "POST"},
+    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
 };
 
 }  // namespace
@@ -53,19 +61,19 @@ void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {
 }
 
 void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
-  const Route* route = nullptr;
+  std::vector<std::string_view> methods;  // those the path takes
   for (const auto& r : kRoutes)
-    if (req.path == r.path) route = &r;
-  if (!route) throw ApiError(404, fmt::format("route {} not found", req.path));
-  if (req.method != route->method)
+    if (req.path == r.path) methods.push_back(r.method);
+  if (methods.empty()) throw ApiError(404, fmt::format("route {} not found", req.path));
+  if (std::find(methods.begin(), methods.end(), req.method) == methods.end())
     throw ApiError(405, fmt::format("method {} is not allowed on {}; use {}", req.method, req.path,
-                                    route->method));
+                                    fmt::join(methods, " or ")));
   if (!options_.api_key.empty() && req.path.starts_with("/v1/") &&
       req.authorization != "Bearer " + options_.api_key)
     throw ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')");
 
   const std::string& p = req.path;
-  if (p == "/health") {
+  if (p == "/health" || p == "/ping") {
     if (engine_.healthy()) return res->send(200, kJson, "{}");
     throw ApiError(503, "the engine is not healthy");
   }

@@ -62,8 +62,11 @@ class ServerTest : public ::testing::Test {
 
 TEST_F(ServerTest, HealthVersionModels) {
   EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(http(port_, "GET", "/ping").status, 200);
+  EXPECT_EQ(http(port_, "POST", "/ping").status, 200);
   engine_->set_healthy(false);
   EXPECT_EQ(http(port_, "GET", "/health").status, 503);
+  EXPECT_EQ(http(port_, "POST", "/ping").status, 503);
   engine_->set_healthy(true);
   auto v = http(port_, "GET", "/version");
   EXPECT_EQ(json::parse(v.body)["version"], "0.1.0");
@@ -624,6 +627,9 @@ TEST_F(ServerTest, RoutingErrorsAndUnknownModel) {
   expect_error(http(port_, "GET", "/nope"), 404, "");
   expect_error(http(port_, "GET", "/v1/completions"), 405, "");
   expect_error(http(port_, "POST", "/health"), 405, "");
+  const auto wrong = http(port_, "DELETE", "/ping");
+  expect_error(wrong, 405, "");
+  EXPECT_NE(wrong.body.find("GET or POST"), std::string::npos) << wrong.body;
   expect_error(post("/v1/completions", {{"model", "gpt-4"}, {"prompt", "a"}}), 404, "model");
 }
 
