@@ -244,10 +244,13 @@ class GbnfParser {
       return {chars({{0, kMaxCodePoint}})};
     }
     if (c == '(') {
+      if (++nesting_ > kMaxGbnfNesting)
+        fail(at, fmt::format("groups nest deeper than {} levels", kMaxGbnfNesting));
       ++pos_;
       Alternatives inner = parse_alternatives(/*nested=*/true);
       if (peek() != ')') fail(at, "unclosed '('");
       ++pos_;
+      --nesting_;
       if (inner.size() == 1) return inner[0];
       return {helper(std::move(inner))};
     }
@@ -428,7 +431,8 @@ class GbnfParser {
   }
 
   // A rule that can reach itself through rules at the left edge of its alternatives (past
-  // elements that can match nothing) would make the top-down matcher expand forever.
+  // elements that can match nothing) would make the top-down matcher expand forever, and a long
+  // chain of such rules would recurse as deep.
   void check_no_left_recursion() const {
     const size_t n = drafts_.size();
     std::vector<bool> nullable(n, false);
@@ -457,7 +461,10 @@ class GbnfParser {
         }
     enum : uint8_t { kUnseen, kOpen, kDone };
     std::vector<uint8_t> mark(n, kUnseen);
-    // Iterative depth-first search; a rule met while open closes a cycle.
+    // Depth-first search, iterative; a rule met while open closes a cycle. Closing a rule gives
+    // the longest chain of rules it expands into before any character (the matcher recurses
+    // that deep).
+    std::vector<size_t> chain(n, 1);
     for (size_t start = 0; start < n; ++start) {
       if (mark[start] != kUnseen) continue;
       std::vector<std::pair<uint32_t, size_t>> path{{uint32_t(start), 0}};
@@ -465,6 +472,11 @@ class GbnfParser {
       while (!path.empty()) {
         auto& [rule, next] = path.back();
         if (next == left[rule].size()) {
+          for (uint32_t to : left[rule]) chain[rule] = std::max(chain[rule], chain[to] + 1);
+          if (chain[rule] > kMaxGbnfChain)
+            fail(drafts_[rule].defined_at,
+                 fmt::format("rule '{}' expands more than {} rules deep before any character",
+                             drafts_[rule].parent, kMaxGbnfChain));
           mark[rule] = kDone;
           path.pop_back();
           continue;
@@ -486,6 +498,7 @@ class GbnfParser {
 
   std::string_view text_;
   size_t pos_ = 0;
+  int nesting_ = 0;      // open groups
   std::string current_;  // the rule being parsed, and where it begins
   size_t current_at_ = 0;
   std::vector<RuleDraft> drafts_;

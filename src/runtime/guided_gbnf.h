@@ -13,7 +13,8 @@
 // character allowed as far as some character of the class can still complete it).
 //
 // Refused, with the line and column: syntax errors, an undefined rule (or no `root`), a rule
-// defined twice, and left recursion (a rule reaching itself before any character, as in
+// defined twice, groups nested over kMaxGbnfNesting deep, a chain of over kMaxGbnfChain rules
+// before any character, and left recursion (a rule reaching itself before any character, as in
 // `expr ::= expr "+" term`, or a repetition of something that can be empty) — the matcher
 // expands rules top-down and would not terminate on those.
 #pragma once
@@ -49,6 +50,8 @@ struct GbnfGrammar {
 
 inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 inline constexpr int kMaxGbnfRepeat = 1000;          // the largest m or n of {m,n}
+inline constexpr int kMaxGbnfNesting = 64;           // groups inside groups
+inline constexpr size_t kMaxGbnfChain = 256;         // rules expanded before a character
 inline constexpr size_t kMaxGbnfElements = 1 << 20;  // after repetitions are written out
 
 // Throws InvalidArgument naming the line and column and what is wrong.

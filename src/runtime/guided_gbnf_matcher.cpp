@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,10 +43,19 @@ void push_position(const GbnfGrammar& g, Stack& stack, uint32_t position) {
   if (g.elements[position].kind != Kind::kEnd) stack.push_back(position);
 }
 
-// Adds the stacks `stack` expands into (every top a class, or empty) to `out`.
-void expand(const GbnfGrammar& g, Stack stack, std::vector<Stack>& out) {
+// The stacks one step of the matcher expands into, and every stack met on the way: a stack met
+// twice (through alternatives that match nothing alike, `x ::= "" | ""`) expands once, so the
+// work stays polynomial; past kMaxGbnfExpansions stacks the rest is dropped.
+struct Expansion {
+  std::vector<Stack> out;  // every top a class, or empty
+  std::set<Stack> seen;
+};
+
+// Adds the stacks `stack` expands into to `e.out`.
+void expand(const GbnfGrammar& g, Stack stack, Expansion& e) {
+  if (e.seen.size() >= kMaxGbnfExpansions || !e.seen.insert(stack).second) return;
   if (stack.empty() || g.elements[stack.back()].kind == Kind::kChars) {
-    out.push_back(std::move(stack));
+    e.out.push_back(std::move(stack));
     return;
   }
   // A rule on top: it is replaced by what follows it, then each alternative's first element.
@@ -58,7 +68,7 @@ void expand(const GbnfGrammar& g, Stack stack, std::vector<Stack>& out) {
   for (size_t i = 0; i < alternatives.size(); ++i) {
     Stack next = i + 1 == alternatives.size() ? std::move(stack) : stack;
     push_position(g, next, alternatives[i]);
-    expand(g, std::move(next), out);
+    expand(g, std::move(next), e);
   }
 }
 
@@ -173,7 +183,7 @@ class GbnfStates {
   }
 
   bool feed_code_point(Configuration& config, uint32_t cp) const {
-    std::vector<Stack> next;
+    Expansion next;
     for (const Stack& stack : config.stacks) {
       if (stack.empty()) continue;
       const uint32_t top = stack.back();
@@ -182,8 +192,8 @@ class GbnfStates {
       push_position(grammar_, advanced, top + 1);
       expand(grammar_, std::move(advanced), next);
     }
-    if (next.empty()) return false;
-    config.stacks = distinct(std::move(next));
+    if (next.out.empty()) return false;
+    config.stacks = distinct(std::move(next.out));
     return true;
   }
 
@@ -195,13 +205,14 @@ class GbnfStates {
 };
 
 GbnfMatcher::GbnfMatcher(const GbnfGrammar& grammar) {
-  Configuration start;
-  for (uint32_t first : grammar.rules[grammar.root]) {
+  Expansion first;
+  for (uint32_t alternative : grammar.rules[grammar.root]) {
     Stack stack;
-    push_position(grammar, stack, first);
-    expand(grammar, std::move(stack), start.stacks);
+    push_position(grammar, stack, alternative);
+    expand(grammar, std::move(stack), first);
   }
-  start.stacks = distinct(std::move(start.stacks));
+  Configuration start;
+  start.stacks = distinct(std::move(first.out));
   states_ = std::make_shared<GbnfStates>(grammar, std::move(start));
 }
 

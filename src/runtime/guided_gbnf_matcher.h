@@ -17,8 +17,8 @@
 // kMaxGbnfMasks states: a state the output comes back to (the next word of a list) costs no walk.
 //
 // Limits: at most kMaxGbnfStacks ways at once (an ambiguous grammar beyond that keeps the first
-// ones, which can only narrow the outputs allowed) and kMaxGbnfDepth positions per stack
-// (deeper nesting is refused).
+// ones, which can only narrow the outputs allowed), kMaxGbnfDepth positions per stack (deeper
+// nesting is refused) and kMaxGbnfExpansions stacks met per character.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,6 +31,8 @@ namespace serval::runtime {
 
 inline constexpr size_t kMaxGbnfStacks = 64;
 inline constexpr size_t kMaxGbnfDepth = 256;
+// Stacks met while expanding rules for one character (beyond: dropped, narrowing).
+inline constexpr size_t kMaxGbnfExpansions = 4096;
 // States kept before trim() starts afresh from the current one.
 inline constexpr size_t kMaxGbnfStates = 1 << 14;
 inline constexpr size_t kMaxGbnfMasks = 32;

@@ -6,8 +6,10 @@
 // or are refused, never crash or hang.
 #include "runtime/guided_gbnf.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -396,6 +398,31 @@ TEST(GuidedGbnf, RefusesMalformedGrammarsSayingWhere) {
           << text << " → " << e.what();
     }
   }
+}
+
+// Grammars built to be expensive are refused or stay cheap: groups nested thousands deep, a
+// chain of thousands of rules before any character (the matcher would recurse that deep), and
+// alternatives that match nothing alike (each doubling the ways to the same stack).
+TEST(GuidedGbnf, AdversarialGrammarsAreRefusedOrStayCheap) {
+  const std::string deep = "root ::= " + std::string(5000, '(') + "\"a\"" + std::string(5000, ')');
+  EXPECT_THROW(compile_gbnf(deep), InvalidArgument);
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 5000; ++i) chain += fmt::format("r{} ::= r{}\n", i, i + 1);
+  chain += "r5000 ::= \"a\"";
+  try {
+    compile_gbnf(chain);
+    ADD_FAILURE() << "a 5000-rule chain compiled";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("rules deep before any character"), std::string::npos)
+        << e.what();
+  }
+  std::string doubling = "root ::=";
+  for (int i = 0; i < 200; ++i) doubling += " x";
+  doubling += " \"a\"\nx ::= \"\" | \"\"";
+  const auto t0 = std::chrono::steady_clock::now();
+  const GbnfGrammar g = compile_gbnf(doubling);
+  EXPECT_TRUE(accepts(g, "a"));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
 }
 
 TEST(GuidedGbnf, MutatedGrammarsCompileOrRefuseAndMatchSafely) {
