@@ -101,7 +101,7 @@ class EngineImpl final : public Engine {
       std::call_once(guided_vocab_once_, [this] {
         guided_vocab_ = std::make_unique<GuidedVocab>(GuidedVocab::from_tokenizer(*tokenizer_));
       });
-      r->json.emplace(*params.json_grammar, params.guided_after_think);
+      r->json.emplace(*params.json_grammar, params.guided_after_think, params.guided_compact_json);
     }
     std::lock_guard lock(mu_);
     if (!alive_) throw Error("the engine is not running");

@@ -47,6 +47,8 @@ struct SamplingParams {
   // With json_grammar: the guidance starts after the output's first "</think>" (a reasoning
   // model thinks freely first, as with vLLM's reasoning parsers).
   bool guided_after_think = false;
+  // With json_grammar: no blanks between JSON tokens (vLLM's disable_any_whitespace).
+  bool guided_compact_json = false;
 };
 
 // Guided decoding grammars (guided_schema.h): any JSON object, or a JSON Schema given as JSON

@@ -110,7 +110,8 @@ bool literal_complete(const SchemaNode& node, uint64_t mask, uint16_t pos) {
 
 }  // namespace
 
-JsonStack::JsonStack(const JsonGrammar& grammar) {
+JsonStack::JsonStack(const JsonGrammar& grammar, int max_whitespace_run)
+    : max_whitespace_run_(max_whitespace_run) {
   Frame root = Frame::make();
   root.node = grammar.root();
   switch (grammar.output()) {
@@ -135,11 +136,13 @@ JsonStack& JsonStack::operator=(const JsonStack& other) {
   std::copy_n(other.frames_.begin(), other.depth_, frames_.begin());
   depth_ = other.depth_;
   whitespace_run_ = other.whitespace_run_;
+  max_whitespace_run_ = other.max_whitespace_run_;
   return *this;
 }
 
 bool JsonStack::operator==(const JsonStack& other) const {
   return depth_ == other.depth_ && whitespace_run_ == other.whitespace_run_ &&
+         max_whitespace_run_ == other.max_whitespace_run_ &&
          std::equal(frames_.begin(), frames_.begin() + depth_, other.frames_.begin());
 }
 
@@ -150,7 +153,7 @@ bool JsonStack::push(const Frame& f) {
 }
 
 bool JsonStack::whitespace_ok(unsigned char c) {
-  if (!is_whitespace(c) || whitespace_run_ >= kMaxWhitespaceRun) return false;
+  if (!is_whitespace(c) || whitespace_run_ >= max_whitespace_run_) return false;
   ++whitespace_run_;
   return true;
 }
@@ -198,8 +201,8 @@ bool JsonStack::in_plain_string() const {
          f.node->additional_properties;
 }
 
-JsonMatcher::JsonMatcher(const JsonGrammar& grammar) : count_(1) {
-  stacks_[0] = JsonStack(grammar);
+JsonMatcher::JsonMatcher(const JsonGrammar& grammar, bool compact) : count_(1) {
+  stacks_[0] = JsonStack(grammar, compact ? 0 : kMaxWhitespaceRun);
 }
 
 JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {

@@ -27,7 +27,8 @@ inline constexpr int kMaxJsonDepth = 32;
 class JsonStack {
  public:
   // `grammar` must outlive the stack.
-  explicit JsonStack(const JsonGrammar& grammar);
+  // `max_whitespace_run`: blanks allowed in a row between tokens (0: compact JSON).
+  JsonStack(const JsonGrammar& grammar, int max_whitespace_run);
   JsonStack() = default;
   JsonStack(const JsonStack& other) { *this = other; }
   JsonStack& operator=(const JsonStack& other);
@@ -106,6 +107,7 @@ class JsonStack {
   std::array<Frame, kMaxJsonDepth> frames_;
   int depth_ = 0;
   int whitespace_run_ = 0;
+  int max_whitespace_run_ = kMaxWhitespaceRun;
 };
 
 inline constexpr int kMaxJsonBranches = 4;
@@ -116,7 +118,9 @@ inline constexpr int kMaxJsonBranches = 4;
 class JsonMatcher {
  public:
   // `grammar` must outlive the matcher.
-  explicit JsonMatcher(const JsonGrammar& grammar);
+  // `grammar` must outlive the matcher. compact: no blanks between JSON tokens (vLLM's
+  // disable_any_whitespace); else up to kMaxWhitespaceRun in a row.
+  explicit JsonMatcher(const JsonGrammar& grammar, bool compact = false);
   JsonMatcher(const JsonMatcher& other) { *this = other; }
   JsonMatcher& operator=(const JsonMatcher& other);
   // The same ways through the same grammar (the same bytes may follow).

@@ -6,14 +6,15 @@ namespace serval::runtime {
 
 namespace {
 
-std::variant<JsonMatcher, GbnfMatcher> matcher_for(const JsonGrammar& grammar) {
+std::variant<JsonMatcher, GbnfMatcher> matcher_for(const JsonGrammar& grammar, bool compact) {
   if (grammar.output() == JsonGrammar::Output::kGrammar) return GbnfMatcher(grammar.gbnf());
-  return JsonMatcher(grammar);
+  return JsonMatcher(grammar, compact);
 }
 
 }  // namespace
 
-OutputMatcher::OutputMatcher(const JsonGrammar& grammar) : matcher_(matcher_for(grammar)) {}
+OutputMatcher::OutputMatcher(const JsonGrammar& grammar, bool compact)
+    : matcher_(matcher_for(grammar, compact)) {}
 
 void OutputMatcher::trim() {
   if (auto* gbnf = std::get_if<GbnfMatcher>(&matcher_)) gbnf->trim();

@@ -16,8 +16,8 @@ class GuidedVocab;
 
 class OutputMatcher {
  public:
-  // `grammar` must outlive the matcher.
-  explicit OutputMatcher(const JsonGrammar& grammar);
+  // `grammar` must outlive the matcher; compact as for JsonMatcher.
+  explicit OutputMatcher(const JsonGrammar& grammar, bool compact = false);
 
   // As JsonMatcher / GbnfMatcher: false (state unspecified) when the bytes do not fit.
   bool feed(std::string_view bytes) {
@@ -44,11 +44,11 @@ class OutputMatcher {
 };
 
 // The matcher, guiding at once, or (after_think) only after the output's first "</think>",
-// whose following bytes are the guided output's first.
+// whose following bytes are the guided output's first; compact: JSON without blanks.
 class GuidedOutput {
  public:
-  GuidedOutput(const JsonGrammar& grammar, bool after_think)
-      : matcher_(grammar), waiting_(after_think) {}
+  GuidedOutput(const JsonGrammar& grammar, bool after_think, bool compact = false)
+      : matcher_(grammar, compact), waiting_(after_think) {}
   // Whether the next token is masked by matcher().
   bool guiding() const { return !waiting_; }
   const OutputMatcher& matcher() const { return matcher_; }

@@ -195,7 +195,26 @@ std::shared_ptr<const runtime::JsonGrammar> gbnf_grammar(const Json& text, const
   return grammar_or_400(param, [&] { return runtime::gbnf_grammar(text.get<std::string>()); });
 }
 
-std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& body) {
+// structured_outputs' options beside the constraint: disable_any_whitespace (compact JSON),
+// disable_fallback (serval has no other backend to fall back to) and
+// disable_additional_properties (true is serval's reading of a schema anyway).
+bool is_structured_outputs_option(const std::string& key, const Json& value,
+                                  runtime::SamplingParams& s) {
+  if (key != "disable_any_whitespace" && key != "disable_fallback" &&
+      key != "disable_additional_properties")
+    return false;
+  if (!value.is_boolean())
+    throw bad_request("structured_outputs", "structured_outputs." + key + " must be a boolean");
+  if (key == "disable_any_whitespace") s.guided_compact_json = value.get<bool>();
+  if (key == "disable_additional_properties" && !value.get<bool>())
+    throw bad_request("structured_outputs",
+                      "disable_additional_properties false is not supported: schemas without "
+                      "additionalProperties allow no other keys here");
+  return true;
+}
+
+// Sets s.json_grammar (and its options) from the request's guided decoding fields.
+void parse_guided_decoding(const Json& body, runtime::SamplingParams& s) {
   std::shared_ptr<const runtime::JsonGrammar> grammar;
   int sources = 0;
   if (const Json* rf = field(body, "response_format")) {
@@ -222,7 +241,7 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
     if (!so->is_object())
       throw bad_request("structured_outputs", "'structured_outputs' must be an object");
     for (const auto& [key, value] : so->items()) {
-      if (value.is_null()) continue;
+      if (value.is_null() || is_structured_outputs_option(key, value, s)) continue;
       if (key == "json") {
         grammar = compile_schema(value, "structured_outputs");
       } else if (key == "choice") {
@@ -238,7 +257,8 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
         throw bad_request(
             "structured_outputs",
             fmt::format("structured_outputs.{} is not supported (json, json_object, choice, regex, "
-                        "grammar)",
+                        "grammar; disable_any_whitespace, disable_fallback, "
+                        "disable_additional_properties)",
                         key));
       }
       ++sources;
@@ -248,7 +268,7 @@ std::shared_ptr<const runtime::JsonGrammar> parse_guided_decoding(const Json& bo
     throw bad_request("response_format",
                       "give one of response_format, guided_json, guided_choice, guided_regex, "
                       "guided_grammar and structured_outputs");
-  return grammar;
+  s.json_grammar = std::move(grammar);
 }
 
 // Generation modes serval does not have, refused rather than ignored: beam search, best_of
@@ -345,7 +365,7 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
       throw bad_request("allowed_token_ids", "'allowed_token_ids' must be a non-empty list");
     s.allowed_token_ids = token_list(*ids, ctx, "allowed_token_ids");
   }
-  s.json_grammar = parse_guided_decoding(body);
+  parse_guided_decoding(body, s);
   check_unsupported_modes(body, req.n);
   if (auto v = get_bool(body, "skip_special_tokens")) req.skip_special_tokens = *v;
   if (auto v = get_bool(body, "return_tokens_as_token_ids")) req.return_tokens_as_token_ids = *v;

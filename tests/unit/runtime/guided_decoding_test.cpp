@@ -91,6 +91,37 @@ TEST(GuidedDecoding, OutputsFollowTheSchemaAndEnd) {
   engine->shutdown();
 }
 
+// disable_any_whitespace: outputs are JSON of the schema without a blank outside strings.
+TEST(GuidedDecoding, CompactJsonOutputsHaveNoBlanks) {
+  auto engine = Engine::create(roomy_config());
+  std::vector<SamplingParams> params(3);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].temperature = i == 0 ? 0.0f : 1.0f;
+    params[i].seed = 90 + i;
+    params[i].max_tokens = 200;
+    params[i].json_grammar = json_schema_grammar(R"({"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 3},
+        "n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["tags", "n"]})");
+    params[i].guided_compact_json = true;
+  }
+  for (const Finished& r : run(*engine, params)) {
+    const std::string text = engine->tokenizer()->decode(r.tokens, true);
+    EXPECT_EQ(r.finish, FinishReason::kStop) << text;
+    EXPECT_FALSE(nlohmann::json::parse(text, nullptr, false).is_discarded()) << text;
+    bool in_string = false, escaped = false;
+    for (char c : text) {
+      if (in_string) {
+        in_string = escaped || c != '"';
+        escaped = !escaped && c == '\\';
+      } else {
+        EXPECT_FALSE(c == ' ' || c == '\n' || c == '\t' || c == '\r') << text;
+        in_string = c == '"';
+      }
+    }
+  }
+  engine->shutdown();
+}
+
 // json_object: any object; the request stops with EOS at the closing brace or at max_tokens,
 // and whatever came out is a prefix the matcher allowed (here: parses when it stopped).
 TEST(GuidedDecoding, JsonObjectOutputsParseWhenTheyEnd) {

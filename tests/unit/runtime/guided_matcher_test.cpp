@@ -207,6 +207,20 @@ TEST(GuidedMatcher, StringPatterns) {
     EXPECT_FALSE(accepts(*g, bad)) << bad;
 }
 
+// Compact JSON (disable_any_whitespace): no blanks between tokens, inside strings as usual.
+TEST(GuidedMatcher, CompactJsonHasNoBlanks) {
+  const auto g = schema(R"({"type": "object", "properties": {"a": {"type": "array"},
+      "b": {"type": "string"}}})");
+  auto compact_accepts = [&](std::string_view text) {
+    JsonMatcher m(*g, /*compact=*/true);
+    return m.feed(text) && m.can_end();
+  };
+  EXPECT_TRUE(compact_accepts(R"({"a":[1,{"x":null}],"b":"s p a c e s"})"));
+  for (const char* bad : {R"({ "a":[]})", R"({"a": []})", R"({"a":[1, 2]})", "{\"a\":[]\n}"})
+    EXPECT_FALSE(compact_accepts(bad)) << bad;
+  EXPECT_TRUE(accepts(*g, R"({ "a": [1, 2] })"));  // blanks allowed otherwise
+}
+
 // Characters of a JSON string value as JSON Schema counts them (code points; an escape is one).
 size_t code_points(const std::string& utf8) {
   size_t n = 0;

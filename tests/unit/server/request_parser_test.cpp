@@ -194,6 +194,15 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
   EXPECT_NE(chat({{"structured_outputs", {{"choice", Json::array({"a"})}}}}).sampling.json_grammar,
             nullptr);
   EXPECT_NE(chat({{"guided_grammar", "root ::= \"a\" | [0-9]+"}}).sampling.json_grammar, nullptr);
+  EXPECT_FALSE(chat({{"guided_json", schema}}).sampling.guided_compact_json);
+  const auto compact = chat({{"structured_outputs",
+                              {{"json", schema},
+                               {"disable_any_whitespace", true},
+                               {"disable_fallback", true},
+                               {"disable_additional_properties", true}}}})
+                           .sampling;
+  EXPECT_NE(compact.json_grammar, nullptr);
+  EXPECT_TRUE(compact.guided_compact_json);
   EXPECT_NE(chat({{"structured_outputs", {{"grammar", "root ::= x\nx ::= \"b\""}}}})
                 .sampling.json_grammar,
             nullptr);
@@ -220,6 +229,12 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
       {{{"guided_grammar", 3}}, "guided_grammar"},
       {{{"structured_outputs", {{"grammar", "root ::= x"}}}}, "structured_outputs"},
       {{{"structured_outputs", {{"structural_tag", "x"}}}}, "structured_outputs"},
+      {{{"structured_outputs", {{"json", schema}, {"whitespace_pattern", " "}}}},
+       "structured_outputs"},
+      {{{"structured_outputs", {{"json", schema}, {"disable_any_whitespace", "yes"}}}},
+       "structured_outputs"},
+      {{{"structured_outputs", {{"json", schema}, {"disable_additional_properties", false}}}},
+       "structured_outputs"},
       {{{"guided_grammar", "root ::= \"a\""}, {"guided_regex", "a"}}, "response_format"},
       {{{"guided_json", schema}, {"response_format", {{"type", "json_object"}}}},
        "response_format"},
