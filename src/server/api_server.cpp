@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "server/api_error.h"
 #include "server/generation_job.h"
+#include "server/responses_api.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serval::server {
@@ -31,6 +32,7 @@ constexpr Route kRoutes[] = {
     {"/v1/models", "GET"},       {"/metrics", "GET"},
     {"/tokenize", "POST"},       {"/detokenize", "POST"},
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/v1/responses", "POST"},
 };
 
 }  // namespace
@@ -86,6 +88,7 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& 
   if (p == "/detokenize") return res->send(200, kJson, detokenize(req.body));
   if (p == "/v1/completions") return generate(req, res, ApiKind::kCompletion);
   if (p == "/v1/chat/completions") return generate(req, res, ApiKind::kChat);
+  if (p == "/v1/responses") return generate(req, res, ApiKind::kResponses);
   throw ApiError(404, fmt::format("route {} not found", p));
 }
 
@@ -103,8 +106,9 @@ void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder
                          ApiKind kind) {
   Json body = parse_body(req.body);
   check_model(body);
-  GenerationRequest gen = kind == ApiKind::kChat ? parse_chat_request(body, ctx_)
-                                                 : parse_completion_request(body, ctx_);
+  GenerationRequest gen = kind == ApiKind::kChat        ? parse_chat_request(body, ctx_)
+                          : kind == ApiKind::kResponses ? parse_responses_request(body, ctx_)
+                                                        : parse_completion_request(body, ctx_);
   uint64_t key;
   {
     std::lock_guard lock(mu_);

@@ -86,8 +86,13 @@ GenerationJob::GenerationJob(runtime::Engine& engine, const ModelContext& ctx,
       metrics_(metrics),
       arrival_s_(arrival_s),
       on_done_(std::move(on_done)),
-      id_(random_id(req_.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-")),
-      created_(unix_time_seconds()) {}
+      id_(random_id(req_.kind == ApiKind::kChat        ? "chatcmpl-"
+                    : req_.kind == ApiKind::kResponses ? "resp_"
+                                                       : "cmpl-")),
+      created_(unix_time_seconds()) {
+  if (req_.kind == ApiKind::kResponses)
+    responses_ = std::make_unique<ResponsesWriter>(id_, model_name_, created_, req_.responses_echo);
+}
 
 GenerationJob::~GenerationJob() = default;
 
@@ -144,6 +149,7 @@ void GenerationJob::start() {
   });
   if (!req_.stream) return;
   res_->start_stream("text/event-stream");
+  if (responses_) return res_->write_chunk(responses_->start_events());
   for (auto& s : seqs_) {
     if (req_.kind == ApiKind::kChat) {
       Json chunk = envelope("chat.completion.chunk");
@@ -402,6 +408,7 @@ void GenerationJob::add_continuous_usage(Json& chunk, const Sequence& s) const {
 // back (a partial UTF-8 character or a possible stop-string prefix): clients count tokens and
 // inter-token latency by chunks.
 void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
+  if (responses_) return send_responses_events(s);
   bool has_logprobs =
       req_.logprobs >= 0 &&
       (req_.kind == ApiKind::kChat ? !s.logprobs.empty() : !s.logprobs["tokens"].empty());
@@ -431,11 +438,41 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
     s.logprobs = req_.kind == ApiKind::kChat ? Json::array() : empty_completion_logprobs();
 }
 
+void GenerationJob::send_responses_events(Sequence& s) {
+  std::string reasoning, content = s.delta;
+  if (req_.split_reasoning) {
+    const Json delta = chat_stream_delta(s);
+    reasoning = delta.value("reasoning", "");
+    content = delta.value("content", "");
+  }
+  if (const std::string events = responses_->delta_events(reasoning, content); !events.empty())
+    res_->write_chunk(events);
+  s.delta.clear();
+}
+
+void GenerationJob::complete_response() {
+  Sequence& s = *seqs_.front();
+  if (req_.stream) {
+    res_->write_chunk(responses_->finish_events(s.finish_reason, usage()));
+    return res_->end_stream();
+  }
+  std::string finish_reason = s.finish_reason;
+  const Json message = chat_message(s, finish_reason);
+  const Json reasoning = message.value("reasoning", Json(nullptr));
+  const Json content = message["content"];
+  const Json body = responses_->response(reasoning.is_string() ? reasoning.get<std::string>() : "",
+                                         content.is_string() ? content.get<std::string>() : "",
+                                         finish_reason, usage());
+  res_->send(200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
 void GenerationJob::complete() {
   if (done_) return;
   done_ = true;
   metrics_.observe_e2e(now_seconds() - arrival_s_);
-  if (req_.stream) {
+  if (responses_) {
+    complete_response();
+  } else if (req_.stream) {
     if (req_.include_usage) {
       Json chunk =
           envelope(req_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
@@ -480,8 +517,12 @@ void GenerationJob::fail(int status, const std::string& message) {
   done_ = true;
   abort_all();
   if (req_.stream) {
-    res_->write_chunk("data: " + error_json(status, message) + "\n\n");
-    res_->write_chunk("data: [DONE]\n\n");
+    if (responses_) {
+      res_->write_chunk(responses_->error_event(status, message));
+    } else {
+      res_->write_chunk("data: " + error_json(status, message) + "\n\n");
+      res_->write_chunk("data: [DONE]\n\n");
+    }
     res_->end_stream();
   } else {
     res_->send(status, "application/json", error_json(status, message));

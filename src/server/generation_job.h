@@ -1,5 +1,6 @@
-// One /v1/completions or /v1/chat/completions request in flight: its engine sequences,
-// incremental detokenization, stop strings, logprobs, and the (streamed) OpenAI response.
+// One /v1/completions, /v1/chat/completions or /v1/responses request in flight: its engine
+// sequences, incremental detokenization, stop strings, logprobs, and the (streamed) OpenAI
+// response.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,6 +14,7 @@
 #include "server/logprobs_json.h"
 #include "server/metrics.h"
 #include "server/request_parser.h"
+#include "server/responses_api.h"
 #include "server/tool_call_parser.h"
 
 namespace serval::server {
@@ -60,6 +62,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // Adds the sequence's usage to a stream chunk when the request asked for it in every chunk.
   void add_continuous_usage(Json& chunk, const Sequence& s) const;
   Json envelope(const char* object) const;
+  // /v1/responses: a stream chunk's events, and the finished response or its last events.
+  void send_responses_events(Sequence& s);
+  void complete_response();
 
   runtime::Engine& engine_;
   ModelContext ctx_;
@@ -73,7 +78,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   int64_t created_;
   std::vector<std::unique_ptr<Sequence>> seqs_;
   int num_unfinished_ = 0;
-  bool done_ = false;  // the response has been completed (or failed)
+  bool done_ = false;                           // the response has been completed (or failed)
+  std::unique_ptr<ResponsesWriter> responses_;  // kResponses only
 };
 
 }  // namespace serval::server

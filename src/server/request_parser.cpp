@@ -668,13 +668,15 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
 }
 
 int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_model_len) {
-  const char* param = req.kind == ApiKind::kChat ? "max_completion_tokens" : "max_tokens";
+  const char* param = req.kind == ApiKind::kChat        ? "max_completion_tokens"
+                      : req.kind == ApiKind::kResponses ? "max_output_tokens"
+                                                        : "max_tokens";
   if (prompt_len >= max_model_len)
     throw bad_request("prompt", fmt::format("This model's maximum context length is {} tokens, "
                                             "but the prompt has {} tokens",
                                             max_model_len, prompt_len));
   const int64_t max_tokens =
-      req.max_tokens.value_or(req.kind == ApiKind::kChat ? max_model_len - prompt_len : 16);
+      req.max_tokens.value_or(req.kind == ApiKind::kCompletion ? 16 : max_model_len - prompt_len);
   // Compared as the room left (prompt + max_tokens overflows int64 for a max_tokens near 2^63);
   // the total in the message is exact in uint64 (both terms are in [0, 2^63)).
   if (max_tokens > max_model_len - prompt_len)

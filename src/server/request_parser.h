@@ -13,7 +13,7 @@ namespace serval::server {
 
 using Json = nlohmann::ordered_json;
 
-enum class ApiKind { kCompletion, kChat };
+enum class ApiKind { kCompletion, kChat, kResponses };  // kResponses: a chat request underneath
 
 struct PromptInput {
   std::vector<int32_t> token_ids;
@@ -53,6 +53,7 @@ struct GenerationRequest {
   bool include_reasoning = true;
   bool skip_special_tokens = true;
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:<id>" (vLLM)
+  Json responses_echo;  // kResponses: the request's settings the response repeats
 };
 
 // What parsing needs to know about the served model.

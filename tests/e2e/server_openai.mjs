@@ -1,7 +1,8 @@
 // `serval serve` through the official openai npm client (v6): completions and chat, streamed
 // and not, usage in streams, n > 1, stop strings, logprobs, echo with logprobs and
 // prompt_logprobs, max_tokens, seeds, guided decoding (response_format json_schema,
-// guided_choice, guided_regex, guided_grammar, named and required tool_choice), /v1/models.
+// guided_choice, guided_regex, guided_grammar, named and required tool_choice), /v1/responses,
+// /v1/models.
 // Usage: node server_openai.mjs BASE_URL NODE_MODULES EXPECTED_MOE_BACKEND
 import assert from 'node:assert/strict';
 import { pathToFileURL } from 'node:url';
@@ -355,6 +356,34 @@ await check('chat: tool_choice required (parallel_tool_calls false) calls one to
       assert.equal(typeof args.utc, 'boolean');
     }
   }
+});
+
+await check('responses: create, stream (the SDK assembles the events), text.format json_schema', async () => {
+  const body = { model, input: 'Say something.', instructions: 'Be brief.', max_output_tokens: 12, temperature: 0 };
+  const r = await client.responses.create(body);
+  assert.equal(r.object, 'response');
+  assert.ok(['completed', 'incomplete'].includes(r.status), r.status);
+  assert.equal(typeof r.output_text, 'string');
+  assert.ok(r.usage.output_tokens > 0 && r.usage.output_tokens <= 12);
+  const stream = client.responses.stream(body);
+  let deltas = '';
+  for await (const event of stream) if (event.type === 'response.output_text.delta') deltas += event.delta;
+  const final = await stream.finalResponse();  // (the SDK sets no output_text on it)
+  const finalText = final.output.filter((o) => o.type === 'message')
+    .flatMap((o) => o.content).filter((c) => c.type === 'output_text').map((c) => c.text).join('');
+  assert.equal(finalText, r.output_text, 'greedy: streamed equals non-streamed');
+  assert.equal(deltas, r.output_text);
+  const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 5 } }, required: ['n'], additionalProperties: false };
+  const j = await client.responses.create({
+    model, input: 'A number?', max_output_tokens: maxModelLen - 64, temperature: 0,
+    text: { format: { type: 'json_schema', name: 'pick', schema, strict: true } },
+  });
+  const parsed = JSON.parse(j.output_text);
+  assert.ok(Number.isInteger(parsed.n) && parsed.n >= 1 && parsed.n <= 5, j.output_text);
+  await assert.rejects(
+    client.responses.create({ model, input: 'x', previous_response_id: 'resp_1' }),
+    (e) => e.status === 400 && e.param === 'previous_response_id',
+  );
 });
 
 await check('errors surface as openai.APIError with status and body', async () => {

@@ -487,6 +487,108 @@ TEST_F(ServerTest, PromptTokensDetailsReportCachedTokens) {
 // `content`, streamed or not; enable_thinking false makes it all content; include_reasoning false
 // drops the reasoning; tool calls are parsed out of the content part only. The fake engine echoes
 // the rendered prompt "<user>" + message + "\n<assistant>".
+// The texts and event types of a streamed /v1/responses reply; sequence numbers are checked
+// to count up from 0.
+struct StreamedResponse {
+  std::vector<std::string> types;
+  std::string reasoning, text;
+  json final_response;
+};
+StreamedResponse collect_response_stream(const std::string& body) {
+  StreamedResponse out;
+  int64_t expected = 0;
+  for (const std::string& data : sse_events(body)) {
+    const json e = json::parse(data);
+    EXPECT_EQ(e["sequence_number"], expected++) << data;
+    const std::string type = e["type"];
+    out.types.push_back(type);
+    if (type == "response.output_text.delta") out.text += e["delta"].get<std::string>();
+    if (type == "response.reasoning_text.delta") out.reasoning += e["delta"].get<std::string>();
+    if (type == "response.completed" || type == "response.incomplete")
+      out.final_response = e["response"];
+  }
+  return out;
+}
+
+// /v1/responses: the response object (instructions as a system message, max_output_tokens, the
+// request's settings repeated, usage in the Responses form), its stream of events in OpenAI's
+// order with the same text, and 400s for what serval does not do.
+TEST_F(ServerTest, ResponsesApi) {
+  const json body = {{"input", "hello"}, {"instructions", "sys"}, {"max_output_tokens", 6},
+                     {"metadata", {{"k", "v"}}}};
+  const auto r = post("/v1/responses", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_TRUE(j["id"].get<std::string>().starts_with("resp_"));
+  EXPECT_EQ(j["status"], "incomplete");  // 6 tokens of an echoing engine
+  EXPECT_EQ(j["incomplete_details"]["reason"], "max_output_tokens");
+  EXPECT_EQ(j["instructions"], "sys");
+  EXPECT_EQ(j["metadata"]["k"], "v");
+  ASSERT_EQ(j["output"].size(), 1u);
+  const json& item = j["output"][0];
+  EXPECT_EQ(item["type"], "message");
+  EXPECT_EQ(item["role"], "assistant");
+  const std::string text = item["content"][0]["text"];
+  EXPECT_EQ(item["content"][0]["type"], "output_text");
+  EXPECT_EQ(text, "<syste");  // FakeEngine repeats the rendered prompt, a byte per token
+  EXPECT_EQ(j["usage"]["output_tokens"], 6);
+  EXPECT_EQ(j["usage"]["total_tokens"],
+            j["usage"]["input_tokens"].get<int>() + j["usage"]["output_tokens"].get<int>());
+
+  json streamed = body;
+  streamed["stream"] = true;
+  const StreamedResponse s = collect_response_stream(post("/v1/responses", streamed).body);
+  const std::vector<std::string> opening = {"response.created", "response.in_progress",
+                                            "response.output_item.added",
+                                            "response.content_part.added"};
+  const std::vector<std::string> closing = {
+      "response.output_text.done", "response.content_part.done", "response.output_item.done",
+      "response.incomplete"};
+  ASSERT_GT(s.types.size(), opening.size() + closing.size());
+  EXPECT_TRUE(std::equal(opening.begin(), opening.end(), s.types.begin()));
+  EXPECT_TRUE(std::equal(closing.begin(), closing.end(), s.types.end() - 4));
+  for (size_t i = opening.size(); i < s.types.size() - closing.size(); ++i)
+    EXPECT_EQ(s.types[i], "response.output_text.delta");
+  EXPECT_EQ(s.text, text);
+  EXPECT_EQ(s.final_response["output"][0]["content"][0]["text"], text);
+
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"}}}}}, "tools"},
+      {{{"input", "x"}, {"previous_response_id", "resp_1"}}, "previous_response_id"},
+      {{{"instructions", "x"}}, "input"},
+      {{{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}, "input"},
+      {{{"input", {{{"type", "function_call_output"}}}}}, "input"},
+      {{{"input", "x"}, {"text", {{"format", {{"type", "xml"}}}}}}, "text"},
+      {{{"input", "x"}, {"max_output_tokens", 0}}, "max_output_tokens"},
+  };
+  for (const auto& [b, param] : bad) expect_error(post("/v1/responses", b), 400, param);
+}
+
+// With a reasoning parser: a reasoning item before the message, streamed before it too.
+TEST_F(ServerTest, ResponsesApiReasoning) {
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", false, /*max_model_len=*/512, ReasoningParser::kQwen3);
+  const json body = {{"input", "plan</think>Sure."}, {"max_output_tokens", 40}};
+  const json j = json::parse(post("/v1/responses", body).body);
+  ASSERT_EQ(j["output"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["output"][0]["type"], "reasoning");
+  const std::string reasoning = j["output"][0]["content"][0]["text"];
+  const std::string text = j["output"][1]["content"][0]["text"];
+  EXPECT_EQ(reasoning, "<user>plan");
+  EXPECT_TRUE(text.starts_with("Sure.")) << text;
+  json streamed = body;
+  streamed["stream"] = true;
+  const StreamedResponse s = collect_response_stream(post("/v1/responses", streamed).body);
+  EXPECT_EQ(s.reasoning, reasoning);
+  EXPECT_EQ(s.text, text);
+  json streamed_items = s.final_response["output"], items = j["output"];
+  for (json* list : {&streamed_items, &items})
+    for (json& it : *list) it.erase("id");
+  EXPECT_EQ(streamed_items, items) << "the same items, ids aside";
+}
+
 TEST_F(ServerTest, ReasoningParserSplitsChatOutputs) {
   server_->shutdown(1.0);
   engine_->shutdown();

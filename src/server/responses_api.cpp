@@ -1,0 +1,312 @@
+#include "server/responses_api.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "server/api_error.h"
+
+namespace serval::server {
+
+namespace {
+
+// A message's content: text, or a list of text parts.
+Json message_content(const Json& content, const std::string& at) {
+  if (content.is_string()) return content;
+  if (!content.is_array()) throw bad_request("input", at + ".content must be text or a list");
+  std::string text;
+  for (const Json& part : content) {
+    const std::string type = part.is_object() ? part.value("type", "") : "";
+    if (type != "input_text" && type != "output_text" && type != "text")
+      throw bad_request("input", fmt::format("{}: content parts of type '{}' are not supported "
+                                             "(input_text, output_text)",
+                                             at, type));
+    if (!part.contains("text") || !part["text"].is_string())
+      throw bad_request("input", at + ": a text part needs a string 'text'");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// `input` as chat messages.
+Json input_messages(const Json& input) {
+  if (input.is_string()) return Json::array({Json{{"role", "user"}, {"content", input}}});
+  if (!input.is_array() || input.empty())
+    throw bad_request("input", "'input' must be text or a non-empty list of messages");
+  Json messages = Json::array();
+  for (size_t i = 0; i < input.size(); ++i) {
+    const Json& item = input[i];
+    const std::string at = fmt::format("input[{}]", i);
+    if (!item.is_object()) throw bad_request("input", at + " must be an object");
+    const std::string type = item.value("type", "message");
+    if (type != "message")
+      throw bad_request(
+          "input", fmt::format("{}: items of type '{}' are not supported (message)", at, type));
+    const std::string role =
+        item.contains("role") && item["role"].is_string() ? item["role"].get<std::string>() : "";
+    if (role != "user" && role != "system" && role != "developer" && role != "assistant")
+      throw bad_request("input", at + ".role must be user, system, developer or assistant");
+    if (!item.contains("content")) throw bad_request("input", at + " needs 'content'");
+    messages.push_back({{"role", role == "developer" ? "system" : role},
+                        {"content", message_content(item["content"], at)}});
+  }
+  return messages;
+}
+
+// text.format → the chat request's response_format (null: plain text).
+Json response_format(const Json& body) {
+  const auto text = body.find("text");
+  if (text == body.end() || text->is_null()) return nullptr;
+  if (!text->is_object()) throw bad_request("text", "'text' must be an object");
+  const auto format = text->find("format");
+  if (format == text->end() || format->is_null()) return nullptr;
+  if (!format->is_object() || !format->contains("type") || !(*format)["type"].is_string())
+    throw bad_request("text", "text.format needs a 'type'");
+  const std::string type = (*format)["type"].get<std::string>();
+  if (type == "text") return nullptr;
+  if (type == "json_object") return Json{{"type", "json_object"}};
+  if (type != "json_schema")
+    throw bad_request("text", fmt::format("text.format type '{}' is not supported (text, "
+                                          "json_object, json_schema)",
+                                          type));
+  if (!format->contains("schema"))
+    throw bad_request("text", "a json_schema text.format needs 'schema'");
+  return Json{{"type", "json_schema"},
+              {"json_schema",
+               {{"name", format->value("name", "response")}, {"schema", (*format)["schema"]}}}};
+}
+
+std::string random_hex_id(const char* prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
+}
+
+// Chat usage → the Responses API's.
+Json responses_usage(const Json& usage) {
+  const int64_t input = usage.value("prompt_tokens", int64_t{0});
+  const int64_t output = usage.value("completion_tokens", int64_t{0});
+  int64_t cached = 0;
+  if (auto d = usage.find("prompt_tokens_details"); d != usage.end() && d->is_object())
+    cached = d->value("cached_tokens", int64_t{0});
+  return {{"input_tokens", input},
+          {"input_tokens_details", {{"cached_tokens", cached}}},
+          {"output_tokens", output},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", input + output}};
+}
+
+}  // namespace
+
+GenerationRequest parse_responses_request(const Json& body, const ModelContext& ctx) {
+  if (const auto tools = body.find("tools");
+      tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty()))
+    throw bad_request("tools", "tools are not supported on /v1/responses");
+  if (const auto prev = body.find("previous_response_id"); prev != body.end() && !prev->is_null())
+    throw bad_request("previous_response_id",
+                      "previous_response_id is not supported: serval stores no responses");
+  if (get_bool(body, "background").value_or(false))
+    throw bad_request("background", "background responses are not supported");
+  if (!body.contains("input")) throw bad_request("input", "'input' is required");
+  Json chat = {{"messages", input_messages(body["input"])}};
+  if (const auto instructions = body.find("instructions");
+      instructions != body.end() && !instructions->is_null()) {
+    if (!instructions->is_string())
+      throw bad_request("instructions", "'instructions' must be a string");
+    chat["messages"].insert(chat["messages"].begin(),
+                            Json{{"role", "system"}, {"content", *instructions}});
+  }
+  if (const Json format = response_format(body); !format.is_null())
+    chat["response_format"] = format;
+  if (const auto max = get_int(body, "max_output_tokens")) {
+    if (*max < 1)
+      throw bad_request("max_output_tokens",
+                        fmt::format("max_output_tokens must be at least 1, got {}", *max));
+    chat["max_tokens"] = *max;
+  }
+  for (const char* key :
+       {"stream", "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty",
+        "presence_penalty", "frequency_penalty", "chat_template_kwargs", "include_reasoning"})
+    if (const auto v = body.find(key); v != body.end()) chat[key] = *v;
+  GenerationRequest req = parse_chat_request(chat, ctx);
+  req.kind = ApiKind::kResponses;
+  req.responses_echo = {
+      {"instructions", body.value("instructions", Json(nullptr))},
+      {"max_output_tokens", body.value("max_output_tokens", Json(nullptr))},
+      {"metadata", body.value("metadata", Json::object())},
+      {"parallel_tool_calls", true},
+      {"previous_response_id", nullptr},
+      {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
+      {"store", false},
+      {"temperature", body.value("temperature", Json(1.0))},
+      {"text",
+       {{"format",
+         body.contains("text") && body["text"].is_object() && body["text"].contains("format")
+             ? body["text"]["format"]
+             : Json{{"type", "text"}}}}},
+      {"tool_choice", "auto"},
+      {"tools", Json::array()},
+      {"top_p", body.value("top_p", Json(1.0))},
+      {"truncation", "disabled"},
+      {"user", body.value("user", Json(nullptr))},
+  };
+  return req;
+}
+
+ResponsesWriter::ResponsesWriter(std::string id, std::string model, int64_t created,
+                                 Json request_echo)
+    : id_(std::move(id)),
+      model_(std::move(model)),
+      reasoning_id_(random_hex_id("rs_")),
+      message_id_(random_hex_id("msg_")),
+      created_(created),
+      request_echo_(std::move(request_echo)) {}
+
+Json ResponsesWriter::envelope(const char* status) const {
+  Json r = {{"id", id_},        {"object", "response"},    {"created_at", created_},
+            {"status", status}, {"error", nullptr},        {"incomplete_details", nullptr},
+            {"model", model_},  {"output", Json::array()}, {"usage", nullptr}};
+  for (const auto& [key, value] : request_echo_.items()) r[key] = value;
+  return r;
+}
+
+Json ResponsesWriter::reasoning_item(const std::string& text, const char* status) const {
+  return {{"id", reasoning_id_},
+          {"type", "reasoning"},
+          {"summary", Json::array()},
+          {"content", Json::array({Json{{"type", "reasoning_text"}, {"text", text}}})},
+          {"status", status}};
+}
+
+Json ResponsesWriter::message_item(const std::string& text, const char* status) const {
+  Json content = Json::array();
+  if (std::string_view(status) != "in_progress")
+    content.push_back({{"type", "output_text"},
+                       {"text", text},
+                       {"annotations", Json::array()},
+                       {"logprobs", Json::array()}});
+  return {{"id", message_id_},
+          {"type", "message"},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", std::move(content)}};
+}
+
+Json ResponsesWriter::response(const std::string& reasoning, const std::string& content,
+                               const std::string& finish_reason, const Json& usage) const {
+  const bool cut = finish_reason == "length";
+  Json r = envelope(cut ? "incomplete" : "completed");
+  if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  if (!reasoning.empty()) r["output"].push_back(reasoning_item(reasoning, "completed"));
+  r["output"].push_back(message_item(content, cut ? "incomplete" : "completed"));
+  r["usage"] = responses_usage(usage);
+  return r;
+}
+
+std::string ResponsesWriter::event(const char* type, Json body) {
+  Json e = {{"type", type}, {"sequence_number", sequence_++}};
+  for (auto& [key, value] : body.items()) e[key] = std::move(value);
+  return fmt::format("event: {}\ndata: {}\n\n", type,
+                     e.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+std::string ResponsesWriter::start_events() {
+  std::string out = event("response.created", {{"response", envelope("in_progress")}});
+  return out + event("response.in_progress", {{"response", envelope("in_progress")}});
+}
+
+std::string ResponsesWriter::open_reasoning() {
+  open_ = Item::kReasoning;
+  const int index = next_output_index_++;
+  return event("response.output_item.added",
+               {{"output_index", index}, {"item", reasoning_item("", "in_progress")}});
+}
+
+std::string ResponsesWriter::open_message() {
+  open_ = Item::kMessage;
+  const int index = next_output_index_++;
+  std::string out = event("response.output_item.added",
+                          {{"output_index", index}, {"item", message_item("", "in_progress")}});
+  return out + event("response.content_part.added", {{"item_id", message_id_},
+                                                     {"output_index", index},
+                                                     {"content_index", 0},
+                                                     {"part",
+                                                      {{"type", "output_text"},
+                                                       {"text", ""},
+                                                       {"annotations", Json::array()},
+                                                       {"logprobs", Json::array()}}}});
+}
+
+std::string ResponsesWriter::close_open_item() {
+  const int index = next_output_index_ - 1;
+  std::string out;
+  if (open_ == Item::kReasoning) {
+    out += event("response.reasoning_text.done", {{"item_id", reasoning_id_},
+                                                  {"output_index", index},
+                                                  {"content_index", 0},
+                                                  {"text", reasoning_text_}});
+    out += event("response.output_item.done",
+                 {{"output_index", index}, {"item", reasoning_item(reasoning_text_, "completed")}});
+  } else if (open_ == Item::kMessage) {
+    const Json part = {{"type", "output_text"},
+                       {"text", message_text_},
+                       {"annotations", Json::array()},
+                       {"logprobs", Json::array()}};
+    out += event("response.output_text.done", {{"item_id", message_id_},
+                                               {"output_index", index},
+                                               {"content_index", 0},
+                                               {"text", message_text_},
+                                               {"logprobs", Json::array()}});
+    out += event(
+        "response.content_part.done",
+        {{"item_id", message_id_}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+    out += event("response.output_item.done",
+                 {{"output_index", index}, {"item", message_item(message_text_, "completed")}});
+  }
+  open_ = Item::kNone;
+  return out;
+}
+
+std::string ResponsesWriter::delta_events(std::string_view reasoning, std::string_view content) {
+  std::string out;
+  if (!reasoning.empty() && open_ != Item::kMessage) {  // reasoning comes before the message
+    if (open_ != Item::kReasoning) out += open_reasoning();
+    reasoning_text_ += reasoning;
+    out += event("response.reasoning_text.delta", {{"item_id", reasoning_id_},
+                                                   {"output_index", next_output_index_ - 1},
+                                                   {"content_index", 0},
+                                                   {"delta", reasoning}});
+  }
+  if (!content.empty()) {
+    if (open_ != Item::kMessage) {
+      out += close_open_item();
+      out += open_message();
+    }
+    message_text_ += content;
+    out += event("response.output_text.delta", {{"item_id", message_id_},
+                                                {"output_index", next_output_index_ - 1},
+                                                {"content_index", 0},
+                                                {"delta", content},
+                                                {"logprobs", Json::array()}});
+  }
+  return out;
+}
+
+std::string ResponsesWriter::finish_events(const std::string& finish_reason, const Json& usage) {
+  std::string out;
+  if (open_ != Item::kMessage) {  // a message item always, even when empty
+    out += close_open_item();
+    out += open_message();
+  }
+  out += close_open_item();
+  // The object as the stream built it: its texts are what the deltas carried.
+  const Json r = response(reasoning_text_, message_text_, finish_reason, usage);
+  return out + event(finish_reason == "length" ? "response.incomplete" : "response.completed",
+                     {{"response", r}});
+}
+
+std::string ResponsesWriter::error_event(int status, const std::string& message) {
+  return event("error",
+               {{"code", std::to_string(status)}, {"message", message}, {"param", nullptr}});
+}
+
+}  // namespace serval::server

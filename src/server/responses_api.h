@@ -1,0 +1,62 @@
+// OpenAI's Responses API (POST /v1/responses) over the chat machinery: the request becomes a
+// chat request, and the reply (one sequence: the Responses API has no n) a response object or,
+// streamed, its server-sent events.
+//
+// Supported: `input` as text or a list of messages (roles user, system, developer, assistant;
+// content as text or input_text / output_text parts), `instructions`, `max_output_tokens`,
+// `temperature`, `top_p`, `text.format` (text, json_object, json_schema: guided decoding), and
+// vLLM's sampling extras (top_k, min_p, seed, penalties, chat_template_kwargs). Output: a
+// message item with one output_text part, after a reasoning item when `serve
+// --reasoning-parser` splits one off. Refused with a 400: tools, previous_response_id (nothing
+// is stored), background, and input items other than messages.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "server/request_parser.h"
+
+namespace serval::server {
+
+GenerationRequest parse_responses_request(const Json& body, const ModelContext& ctx);
+
+// One response's object and stream events. Events carry increasing sequence numbers; text
+// arrives through deltas, the reasoning item (if any) before the message item.
+class ResponsesWriter {
+ public:
+  ResponsesWriter(std::string id, std::string model, int64_t created, Json request_echo);
+
+  // The whole response: `reasoning` empty when there is none; finish_reason "length" makes it
+  // incomplete (max_output_tokens). usage: the chat form (prompt_tokens, completion_tokens, …).
+  Json response(const std::string& reasoning, const std::string& content,
+                const std::string& finish_reason, const Json& usage) const;
+
+  // Events, each "event: <type>\ndata: <json>\n\n".
+  std::string start_events();  // response.created, response.in_progress
+  // New reasoning and content text (either may be empty).
+  std::string delta_events(std::string_view reasoning, std::string_view content);
+  // The open items closed (a message item always), then response.completed (or
+  // response.incomplete) with the texts the deltas carried.
+  std::string finish_events(const std::string& finish_reason, const Json& usage);
+  std::string error_event(int status, const std::string& message);
+
+ private:
+  enum class Item { kNone, kReasoning, kMessage };
+  Json envelope(const char* status) const;
+  Json reasoning_item(const std::string& text, const char* status) const;
+  Json message_item(const std::string& text, const char* status) const;
+  std::string event(const char* type, Json body);
+  std::string open_reasoning();
+  std::string open_message();
+  std::string close_open_item();
+
+  std::string id_, model_, reasoning_id_, message_id_;
+  int64_t created_;
+  Json request_echo_;  // the request's settings, repeated in the response
+  int64_t sequence_ = 0;
+  Item open_ = Item::kNone;
+  int next_output_index_ = 0;
+  std::string reasoning_text_, message_text_;  // streamed so far
+};
+
+}  // namespace serval::server
