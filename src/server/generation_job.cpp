@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 
 #include <optional>
-#include <random>
 #include <utility>
 
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/api_error.h"
 #include "server/logprobs_json.h"
+#include "server/random_id.h"
 #include "server/reasoning_parser.h"
 #include "server/stop_matcher.h"
 #include "server/tool_call_parser.h"
@@ -44,11 +44,6 @@ struct Sequence {
 };
 
 namespace {
-
-std::string random_id(const char* prefix) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
-}
 
 // `cached` (--enable-prompt-tokens-details): prompt tokens from the prefix cache, else nullopt.
 Json usage_json(int64_t prompt, int64_t completion, std::optional<int64_t> cached) {

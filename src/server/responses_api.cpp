@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <random>
-
 #include "server/api_error.h"
+#include "server/random_id.h"
 
 namespace serval::server {
 
@@ -74,11 +73,6 @@ Json response_format(const Json& body) {
   return Json{{"type", "json_schema"},
               {"json_schema",
                {{"name", format->value("name", "response")}, {"schema", (*format)["schema"]}}}};
-}
-
-std::string random_hex_id(const char* prefix) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
 }
 
 // Chat usage → the Responses API's.
@@ -156,8 +150,8 @@ ResponsesWriter::ResponsesWriter(std::string id, std::string model, int64_t crea
                                  Json request_echo)
     : id_(std::move(id)),
       model_(std::move(model)),
-      reasoning_id_(random_hex_id("rs_")),
-      message_id_(random_hex_id("msg_")),
+      reasoning_id_(random_id("rs_")),
+      message_id_(random_id("msg_")),
       created_(created),
       request_echo_(std::move(request_echo)) {}
 
