@@ -435,7 +435,9 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
 
 void GenerationJob::send_responses_events(Sequence& s) {
   std::string reasoning, content = s.delta;
-  if (req_.split_reasoning) {
+  // Parsed output: reasoning split off, tool calls held back (their items come at the end).
+  if (req_.split_reasoning || req_.parse_tool_calls || !req_.forced_tool.empty() ||
+      req_.tool_call_list) {
     const Json delta = chat_stream_delta(s);
     reasoning = delta.value("reasoning", "");
     content = delta.value("content", "");
@@ -447,17 +449,23 @@ void GenerationJob::send_responses_events(Sequence& s) {
 
 void GenerationJob::complete_response() {
   Sequence& s = *seqs_.front();
-  if (req_.stream) {
-    res_->write_chunk(responses_->finish_events(s.finish_reason, usage()));
-    return res_->end_stream();
-  }
   std::string finish_reason = s.finish_reason;
   const Json message = chat_message(s, finish_reason);
+  const Json calls = message.value("tool_calls", Json(nullptr));
+  if (req_.stream) {
+    res_->write_chunk(responses_->finish_events(finish_reason, usage(), calls));
+    return res_->end_stream();
+  }
   const Json reasoning = message.value("reasoning", Json(nullptr));
   const Json content = message["content"];
+  // No message item for a reply that is only calls.
+  std::optional<std::string> text;
+  if (content.is_string() && !content.get<std::string>().empty())
+    text = content.get<std::string>();
+  else if (!calls.is_array() || calls.empty())
+    text = "";
   const Json body = responses_->response(reasoning.is_string() ? reasoning.get<std::string>() : "",
-                                         content.is_string() ? content.get<std::string>() : "",
-                                         finish_reason, usage());
+                                         text, finish_reason, usage(), calls);
   res_->send(200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 

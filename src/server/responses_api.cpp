@@ -27,7 +27,29 @@ Json message_content(const Json& content, const std::string& at) {
   return text;
 }
 
-// `input` as chat messages.
+// A string field of an input item (400 naming the item when missing).
+std::string item_string(const Json& item, const char* key, const std::string& at) {
+  const auto v = item.find(key);
+  if (v == item.end() || !v->is_string())
+    throw bad_request("input", fmt::format("{} needs a string '{}'", at, key));
+  return v->get<std::string>();
+}
+
+// A function_call item: added to the assistant message of calls just before it, or a new one.
+void add_function_call(Json& messages, const Json& item, const std::string& at) {
+  const Json call = {{"id", item_string(item, "call_id", at)},
+                     {"type", "function"},
+                     {"function",
+                      {{"name", item_string(item, "name", at)},
+                       {"arguments", item_string(item, "arguments", at)}}}};
+  if (messages.empty() || messages.back()["role"] != "assistant" ||
+      !messages.back().contains("tool_calls"))
+    messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", Json::array()}});
+  messages.back()["tool_calls"].push_back(call);
+}
+
+// `input` as chat messages: messages, function calls (an assistant message's tool_calls) and
+// their outputs (tool messages).
 Json input_messages(const Json& input) {
   if (input.is_string()) return Json::array({Json{{"role", "user"}, {"content", input}}});
   if (!input.is_array() || input.empty())
@@ -38,9 +60,20 @@ Json input_messages(const Json& input) {
     const std::string at = fmt::format("input[{}]", i);
     if (!item.is_object()) throw bad_request("input", at + " must be an object");
     const std::string type = item.value("type", "message");
+    if (type == "function_call") {
+      add_function_call(messages, item, at);
+      continue;
+    }
+    if (type == "function_call_output") {
+      messages.push_back({{"role", "tool"},
+                          {"tool_call_id", item_string(item, "call_id", at)},
+                          {"content", item_string(item, "output", at)}});
+      continue;
+    }
     if (type != "message")
-      throw bad_request(
-          "input", fmt::format("{}: items of type '{}' are not supported (message)", at, type));
+      throw bad_request("input", fmt::format("{}: items of type '{}' are not supported (message, "
+                                             "function_call, function_call_output)",
+                                             at, type));
     const std::string role =
         item.contains("role") && item["role"].is_string() ? item["role"].get<std::string>() : "";
     if (role != "user" && role != "system" && role != "developer" && role != "assistant")
@@ -89,12 +122,39 @@ Json responses_usage(const Json& usage) {
           {"total_tokens", input + output}};
 }
 
+// Function tools ({"type": "function", "name", "description", "parameters"}) in the chat form.
+Json chat_tools(const Json& tools) {
+  if (!tools.is_array()) throw bad_request("tools", "'tools' must be a list");
+  Json out = Json::array();
+  for (const Json& t : tools) {
+    if (!t.is_object() || t.value("type", Json()) != "function")
+      throw bad_request("tools",
+                        "only function tools are supported ({\"type\": \"function\", "
+                        "\"name\": ..., \"parameters\": ...})");
+    if (!t.contains("name") || !t["name"].is_string())
+      throw bad_request("tools", "a function tool needs a string 'name'");
+    Json fn = {{"name", t["name"]}};
+    for (const char* key : {"description", "parameters"})
+      if (t.contains(key) && !t[key].is_null()) fn[key] = t[key];
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+// tool_choice: "none" / "auto" / "required", or {"type": "function", "name"} → the chat form.
+Json chat_tool_choice(const Json& choice) {
+  if (choice.is_string()) return choice;
+  if (choice.is_object() && choice.value("type", Json()) == "function" && choice.contains("name") &&
+      choice["name"].is_string())
+    return {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
+  throw bad_request("tool_choice",
+                    "tool_choice must be \"none\", \"auto\", \"required\" or "
+                    "{\"type\": \"function\", \"name\": ...}");
+}
+
 }  // namespace
 
 GenerationRequest parse_responses_request(const Json& body, const ModelContext& ctx) {
-  if (const auto tools = body.find("tools");
-      tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty()))
-    throw bad_request("tools", "tools are not supported on /v1/responses");
   if (const auto prev = body.find("previous_response_id"); prev != body.end() && !prev->is_null())
     throw bad_request("previous_response_id",
                       "previous_response_id is not supported: serval stores no responses");
@@ -111,6 +171,10 @@ GenerationRequest parse_responses_request(const Json& body, const ModelContext& 
   }
   if (const Json format = response_format(body); !format.is_null())
     chat["response_format"] = format;
+  if (const auto tools = body.find("tools"); tools != body.end() && !tools->is_null())
+    chat["tools"] = chat_tools(*tools);
+  if (const auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null())
+    chat["tool_choice"] = chat_tool_choice(*choice);
   if (const auto max = get_int(body, "max_output_tokens")) {
     if (*max < 1)
       throw bad_request("max_output_tokens",
@@ -127,7 +191,7 @@ GenerationRequest parse_responses_request(const Json& body, const ModelContext& 
       {"instructions", body.value("instructions", Json(nullptr))},
       {"max_output_tokens", body.value("max_output_tokens", Json(nullptr))},
       {"metadata", body.value("metadata", Json::object())},
-      {"parallel_tool_calls", true},
+      {"parallel_tool_calls", body.value("parallel_tool_calls", Json(true))},
       {"previous_response_id", nullptr},
       {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
       {"store", false},
@@ -137,8 +201,8 @@ GenerationRequest parse_responses_request(const Json& body, const ModelContext& 
          body.contains("text") && body["text"].is_object() && body["text"].contains("format")
              ? body["text"]["format"]
              : Json{{"type", "text"}}}}},
-      {"tool_choice", "auto"},
-      {"tools", Json::array()},
+      {"tool_choice", body.value("tool_choice", Json("auto"))},
+      {"tools", body.value("tools", Json::array())},
       {"top_p", body.value("top_p", Json(1.0))},
       {"truncation", "disabled"},
       {"user", body.value("user", Json(nullptr))},
@@ -185,13 +249,30 @@ Json ResponsesWriter::message_item(const std::string& text, const char* status) 
           {"content", std::move(content)}};
 }
 
-Json ResponsesWriter::response(const std::string& reasoning, const std::string& content,
-                               const std::string& finish_reason, const Json& usage) const {
+const Json& ResponsesWriter::call_items(const Json& tool_calls) {
+  if (!call_items_.is_null()) return call_items_;
+  call_items_ = Json::array();
+  if (tool_calls.is_array())
+    for (const Json& c : tool_calls)
+      call_items_.push_back({{"id", random_id("fc_")},
+                             {"type", "function_call"},
+                             {"call_id", c["id"]},
+                             {"name", c["function"]["name"]},
+                             {"arguments", c["function"]["arguments"]},
+                             {"status", "completed"}});
+  return call_items_;
+}
+
+Json ResponsesWriter::response(const std::string& reasoning,
+                               const std::optional<std::string>& content,
+                               const std::string& finish_reason, const Json& usage,
+                               const Json& tool_calls) {
   const bool cut = finish_reason == "length";
   Json r = envelope(cut ? "incomplete" : "completed");
   if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   if (!reasoning.empty()) r["output"].push_back(reasoning_item(reasoning, "completed"));
-  r["output"].push_back(message_item(content, cut ? "incomplete" : "completed"));
+  if (content) r["output"].push_back(message_item(*content, cut ? "incomplete" : "completed"));
+  for (const Json& call : call_items(tool_calls)) r["output"].push_back(call);
   r["usage"] = responses_usage(usage);
   return r;
 }
@@ -217,6 +298,7 @@ std::string ResponsesWriter::open_reasoning() {
 
 std::string ResponsesWriter::open_message() {
   open_ = Item::kMessage;
+  message_opened_ = true;
   const int index = next_output_index_++;
   std::string out = event("response.output_item.added",
                           {{"output_index", index}, {"item", message_item("", "in_progress")}});
@@ -285,15 +367,32 @@ std::string ResponsesWriter::delta_events(std::string_view reasoning, std::strin
   return out;
 }
 
-std::string ResponsesWriter::finish_events(const std::string& finish_reason, const Json& usage) {
+std::string ResponsesWriter::finish_events(const std::string& finish_reason, const Json& usage,
+                                           const Json& tool_calls) {
   std::string out;
-  if (open_ != Item::kMessage) {  // a message item always, even when empty
+  const bool calls = tool_calls.is_array() && !tool_calls.empty();
+  if (open_ != Item::kMessage && !message_opened_ && !calls) {  // a message item, even empty
     out += close_open_item();
     out += open_message();
   }
   out += close_open_item();
+  for (const Json& item : call_items(tool_calls)) {
+    const int index = next_output_index_++;
+    Json added = item;
+    added["arguments"] = "";
+    added["status"] = "in_progress";
+    out += event("response.output_item.added", {{"output_index", index}, {"item", added}});
+    out += event("response.function_call_arguments.delta",
+                 {{"item_id", item["id"]}, {"output_index", index}, {"delta", item["arguments"]}});
+    out +=
+        event("response.function_call_arguments.done",
+              {{"item_id", item["id"]}, {"output_index", index}, {"arguments", item["arguments"]}});
+    out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
+  }
   // The object as the stream built it: its texts are what the deltas carried.
-  const Json r = response(reasoning_text_, message_text_, finish_reason, usage);
+  const Json r = response(
+      reasoning_text_, message_opened_ ? std::optional<std::string>(message_text_) : std::nullopt,
+      finish_reason, usage, tool_calls);
   return out + event(finish_reason == "length" ? "response.incomplete" : "response.completed",
                      {{"response", r}});
 }

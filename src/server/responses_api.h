@@ -4,13 +4,17 @@
 //
 // Supported: `input` as text or a list of messages (roles user, system, developer, assistant;
 // content as text or input_text / output_text parts), `instructions`, `max_output_tokens`,
-// `temperature`, `top_p`, `text.format` (text, json_object, json_schema: guided decoding), and
-// vLLM's sampling extras (top_k, min_p, seed, penalties, chat_template_kwargs). Output: a
-// message item with one output_text part, after a reasoning item when `serve
-// --reasoning-parser` splits one off. Refused with a 400: tools, previous_response_id (nothing
-// is stored), background, and input items other than messages.
+// `temperature`, `top_p`, `text.format` (text, json_object, json_schema: guided decoding),
+// function `tools` with `tool_choice` and `parallel_tool_calls` (as chat's), input items
+// function_call and function_call_output (the conversation's earlier calls and their results),
+// and vLLM's sampling extras (top_k, min_p, seed, penalties, chat_template_kwargs). Output: a
+// reasoning item when `serve --reasoning-parser` splits one off, a message item with one
+// output_text part (left out when the reply is only calls), then function_call items.
+// Refused with a 400: other tool types, previous_response_id (nothing is stored), background,
+// and other input items.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -26,18 +30,20 @@ class ResponsesWriter {
  public:
   ResponsesWriter(std::string id, std::string model, int64_t created, Json request_echo);
 
-  // The whole response: `reasoning` empty when there is none; finish_reason "length" makes it
-  // incomplete (max_output_tokens). usage: the chat form (prompt_tokens, completion_tokens, …).
-  Json response(const std::string& reasoning, const std::string& content,
-                const std::string& finish_reason, const Json& usage) const;
+  // The whole response: `reasoning` empty when there is none, no message item when `content` is
+  // nullopt; finish_reason "length" makes it incomplete (max_output_tokens). usage: the chat form
+  // (prompt_tokens, completion_tokens, …); tool_calls: chat's message.tool_calls.
+  Json response(const std::string& reasoning, const std::optional<std::string>& content,
+                const std::string& finish_reason, const Json& usage, const Json& tool_calls);
 
   // Events, each "event: <type>\ndata: <json>\n\n".
   std::string start_events();  // response.created, response.in_progress
   // New reasoning and content text (either may be empty).
   std::string delta_events(std::string_view reasoning, std::string_view content);
-  // The open items closed (a message item always), then response.completed (or
-  // response.incomplete) with the texts the deltas carried.
-  std::string finish_events(const std::string& finish_reason, const Json& usage);
+  // The open items closed (a message item unless the reply is only calls), the calls' items,
+  // then response.completed (or response.incomplete) with the texts the deltas carried.
+  std::string finish_events(const std::string& finish_reason, const Json& usage,
+                            const Json& tool_calls);
   std::string error_event(int status, const std::string& message);
 
  private:
@@ -49,6 +55,9 @@ class ResponsesWriter {
   std::string open_reasoning();
   std::string open_message();
   std::string close_open_item();
+  // function_call items for chat's tool_calls (ids made once: the stream and the final object
+  // share them).
+  const Json& call_items(const Json& tool_calls);
 
   std::string id_, model_, reasoning_id_, message_id_;
   int64_t created_;
@@ -57,6 +66,8 @@ class ResponsesWriter {
   Item open_ = Item::kNone;
   int next_output_index_ = 0;
   std::string reasoning_text_, message_text_;  // streamed so far
+  bool message_opened_ = false;
+  Json call_items_;  // null until made
 };
 
 }  // namespace serval::server

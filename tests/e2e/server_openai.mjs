@@ -386,6 +386,31 @@ await check('responses: create, stream (the SDK assembles the events), text.form
   );
 });
 
+await check('responses: a named function tool gives a function_call item; its output feeds the next turn', async () => {
+  const tools = [{
+    type: 'function', name: 'get_weather',
+    parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'], additionalProperties: false },
+  }];
+  const r = await client.responses.create({
+    model, input: 'Weather?', tools, tool_choice: { type: 'function', name: 'get_weather' },
+    max_output_tokens: maxModelLen - 64, temperature: 0,
+  });
+  const calls = r.output.filter((o) => o.type === 'function_call');
+  assert.equal(calls.length, 1, JSON.stringify(r.output));
+  assert.equal(calls[0].name, 'get_weather');
+  assert.ok(['Paris', 'Oslo'].includes(JSON.parse(calls[0].arguments).city), calls[0].arguments);
+  const next = await client.responses.create({
+    model, tools, tool_choice: 'none', max_output_tokens: 8, temperature: 0,
+    input: [
+      { role: 'user', content: 'Weather?' },
+      { type: 'function_call', call_id: calls[0].call_id, name: 'get_weather', arguments: calls[0].arguments },
+      { type: 'function_call_output', call_id: calls[0].call_id, output: 'sunny' },
+    ],
+  });
+  assert.equal(typeof next.output_text, 'string');
+  assert.ok(next.usage.input_tokens > r.usage.input_tokens);
+});
+
 await check('errors surface as openai.APIError with status and body', async () => {
   await assert.rejects(client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 1 }), (e) => {
     assert.equal(e.status, 404);

@@ -514,7 +514,9 @@ StreamedResponse collect_response_stream(const std::string& body) {
 // request's settings repeated, usage in the Responses form), its stream of events in OpenAI's
 // order with the same text, and 400s for what serval does not do.
 TEST_F(ServerTest, ResponsesApi) {
-  const json body = {{"input", "hello"}, {"instructions", "sys"}, {"max_output_tokens", 6},
+  const json body = {{"input", "hello"},
+                     {"instructions", "sys"},
+                     {"max_output_tokens", 6},
                      {"metadata", {{"k", "v"}}}};
   const auto r = post("/v1/responses", body);
   ASSERT_EQ(r.status, 200) << r.body;
@@ -542,9 +544,9 @@ TEST_F(ServerTest, ResponsesApi) {
   const std::vector<std::string> opening = {"response.created", "response.in_progress",
                                             "response.output_item.added",
                                             "response.content_part.added"};
-  const std::vector<std::string> closing = {
-      "response.output_text.done", "response.content_part.done", "response.output_item.done",
-      "response.incomplete"};
+  const std::vector<std::string> closing = {"response.output_text.done",
+                                            "response.content_part.done",
+                                            "response.output_item.done", "response.incomplete"};
   ASSERT_GT(s.types.size(), opening.size() + closing.size());
   EXPECT_TRUE(std::equal(opening.begin(), opening.end(), s.types.begin()));
   EXPECT_TRUE(std::equal(closing.begin(), closing.end(), s.types.end() - 4));
@@ -554,15 +556,83 @@ TEST_F(ServerTest, ResponsesApi) {
   EXPECT_EQ(s.final_response["output"][0]["content"][0]["text"], text);
 
   const std::vector<std::pair<json, std::string>> bad = {
-      {{{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"}}}}}, "tools"},
+      {{{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}, "tools"},
+      {{{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"}}}}}, "tool_choice"},
       {{{"input", "x"}, {"previous_response_id", "resp_1"}}, "previous_response_id"},
       {{{"instructions", "x"}}, "input"},
       {{{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}, "input"},
       {{{"input", {{{"type", "function_call_output"}}}}}, "input"},
+      {{{"input", {{{"type", "file_search_call"}}}}}, "input"},
       {{{"input", "x"}, {"text", {{"format", {{"type", "xml"}}}}}}, "text"},
       {{{"input", "x"}, {"max_output_tokens", 0}}, "max_output_tokens"},
   };
   for (const auto& [b, param] : bad) expect_error(post("/v1/responses", b), 400, param);
+}
+
+// /v1/responses with function tools (hermes, as chat): calls become function_call items after
+// the message (which is left out when the reply is only calls), streamed as their events; the
+// conversation's earlier calls and outputs go into the prompt as assistant tool_calls and tool
+// messages.
+TEST_F(ServerTest, ResponsesApiFunctionCalls) {
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", /*auto_tool_choice=*/true, /*max_model_len=*/512);
+  const json tools = json::array(
+      {{{"type", "function"}, {"name", "get_weather"}, {"parameters", json::object()}}});
+  const std::string content =
+      "Sure.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
+      "</tool_call>";
+  const std::string prompt = "<user>" + content + "\n<assistant>";
+  json body = {{"input", content}, {"tools", tools}, {"max_output_tokens", prompt.size()}};
+  const json j = json::parse(post("/v1/responses", body).body);
+  ASSERT_EQ(j["output"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["output"][0]["type"], "message");
+  EXPECT_EQ(j["output"][0]["content"][0]["text"], "<user>Sure.");
+  const json& call = j["output"][1];
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_EQ(call["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("fc_"));
+  EXPECT_FALSE(call["call_id"].get<std::string>().empty());
+  EXPECT_EQ(j["tools"], tools);
+
+  body["stream"] = true;
+  const auto streamed = post("/v1/responses", body);
+  const StreamedResponse s = collect_response_stream(streamed.body);
+  EXPECT_EQ(s.text, "<user>Sure.");
+  std::string arguments;
+  for (const std::string& data : sse_events(streamed.body)) {
+    const json e = json::parse(data);
+    if (e["type"] == "response.function_call_arguments.done") arguments = e["arguments"];
+  }
+  EXPECT_EQ(arguments, call["arguments"]);
+  ASSERT_EQ(s.final_response["output"].size(), 2u);
+  EXPECT_EQ(s.final_response["output"][1]["name"], "get_weather");
+
+  // A named function: only the call, no message item.
+  body["stream"] = false;
+  body["tool_choice"] = {{"type", "function"}, {"name", "get_weather"}};
+  const json named = json::parse(post("/v1/responses", body).body);
+  ASSERT_EQ(named["output"].size(), 1u) << named.dump();
+  EXPECT_EQ(named["output"][0]["type"], "function_call");
+  EXPECT_EQ(named["output"][0]["arguments"], prompt);  // FakeEngine echoes: the plumbing only
+
+  // An earlier call and its output, rendered into the prompt.
+  const json turn = {{"input",
+                      {{{"role", "user"}, {"content", "weather?"}},
+                       {{"type", "function_call"},
+                        {"call_id", "c1"},
+                        {"name", "get_weather"},
+                        {"arguments", "{}"}},
+                       {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "sunny"}}}},
+                     {"tools", tools},
+                     {"tool_choice", "none"},
+                     {"max_output_tokens", 400}};
+  const auto followed = post("/v1/responses", turn);
+  ASSERT_EQ(followed.status, 200) << followed.body;
+  const std::string echoed =
+      json::parse(followed.body)["output"][0]["content"][0]["text"].get<std::string>();
+  EXPECT_NE(echoed.find("sunny"), std::string::npos) << echoed;
 }
 
 // With a reasoning parser: a reasoning item before the message, streamed before it too.
