@@ -81,6 +81,8 @@ int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_mod
 // Chat messages → prompt text through the chat template (400 on bad messages).
 std::string render_chat(const Json& body, const ModelContext& ctx, bool default_add_gen_prompt);
 
+// The field, or null when absent or JSON null.
+const Json* field(const Json& body, const char* name);
 // Field readers: nullopt when absent or null, 400 naming the field when of the wrong type.
 std::optional<double> get_number(const Json& body, const char* name);
 std::optional<int64_t> get_int(const Json& body, const char* name);
