@@ -66,7 +66,8 @@ class JsonStack {
     uint8_t state;
     uint16_t pos;  // kKey / kLiterals: bytes matched; kNumber: length
     // kObject: property whose value comes next; kArray: items so far; kToolCall: the tool named;
-    // kString: characters so far; kNumber (bounded): bit 0 a minus sign, >> 8 fraction digits
+    // kString: characters so far (under length limits); kNumber (bounded): bit 0 a minus sign,
+    // >> 8 fraction digits
     uint32_t index;
     // kObject: properties seen; kKey / kLiterals: candidates alive; kRegex and kString with a
     // pattern: automaton state; kNumber (bounded): the magnitude so far (a double's bits for
@@ -88,7 +89,7 @@ class JsonStack {
   Step string(Frame& f, unsigned char c);
   Step key(Frame& f, unsigned char c);
   Step number(Frame& f, unsigned char c);
-  // A number frame that may end here (within its bounds, for a bounded integer).
+  // A number frame that may end here (within its bounds, when it has some).
   static bool number_complete(const Frame& f);
   // A bounded integer's next digit / a bounded number's next digit or '.': false when no value
   // within the bounds begins so (else the magnitude is updated).
@@ -117,7 +118,6 @@ inline constexpr int kMaxJsonBranches = 4;
 // beyond that the later alternatives are dropped, which can only narrow the outputs allowed).
 class JsonMatcher {
  public:
-  // `grammar` must outlive the matcher.
   // `grammar` must outlive the matcher. compact: no blanks between JSON tokens (vLLM's
   // disable_any_whitespace); else up to kMaxWhitespaceRun in a row.
   explicit JsonMatcher(const JsonGrammar& grammar, bool compact = false);
