@@ -478,7 +478,7 @@ class EngineImpl final : public Engine {
     std::vector<uint8_t> guided;
     if (r.json && r.json->guiding()) {
       guided = guided_mask(*r.json, p);
-      if (r.json->matcher().done()) banned.clear();  // the JSON is closed: only the end follows
+      if (r.json->matcher().done()) banned.clear();  // complete: only the end follows
     }
     std::span<const int32_t> prompt(r.req.token_ids.data(), size_t(r.req.num_prompt_tokens));
     SampleResult s = sample(logits, p, r.sampler, prompt, banned, guided);
@@ -502,8 +502,9 @@ class EngineImpl final : public Engine {
            p.stop_token_ids.end();
   }
 
-  // Guided decoding: the tokens that keep the output on its JSON, and the end (EOS, stop ids) once
-  // the JSON may end there. When nothing fits, the end alone, so the request finishes.
+  // Guided decoding: the tokens that keep the output on its grammar (JSON, choice, regex, GBNF),
+  // and the end (EOS, stop ids) once the output may end there. When nothing fits, the end alone,
+  // so the request finishes.
   std::vector<uint8_t> guided_mask(GuidedOutput& out, const SamplingParams& p) const {
     const OutputMatcher& m = out.matcher();
     std::vector<uint8_t> allowed(size_t(std::max(config_.vocab_size, guided_vocab_->size())), 0);
