@@ -49,7 +49,8 @@ void add_function_call(Json& messages, const Json& item, const std::string& at) 
 }
 
 // `input` as chat messages: messages, function calls (an assistant message's tool_calls) and
-// their outputs (tool messages).
+// their outputs (tool messages); an earlier reply's reasoning items are left out, as chat
+// templates drop past thoughts.
 Json input_messages(const Json& input) {
   if (input.is_string()) return Json::array({Json{{"role", "user"}, {"content", input}}});
   if (!input.is_array() || input.empty())
@@ -64,6 +65,7 @@ Json input_messages(const Json& input) {
       add_function_call(messages, item, at);
       continue;
     }
+    if (type == "reasoning") continue;  // an earlier reply's thoughts: not replayed in the prompt
     if (type == "function_call_output") {
       messages.push_back({{"role", "tool"},
                           {"tool_call_id", item_string(item, "call_id", at)},
@@ -72,7 +74,7 @@ Json input_messages(const Json& input) {
     }
     if (type != "message")
       throw bad_request("input", fmt::format("{}: items of type '{}' are not supported (message, "
-                                             "function_call, function_call_output)",
+                                             "function_call, function_call_output, reasoning)",
                                              at, type));
     const std::string role =
         item.contains("role") && item["role"].is_string() ? item["role"].get<std::string>() : "";

@@ -620,6 +620,7 @@ TEST_F(ServerTest, ResponsesApiFunctionCalls) {
   // An earlier call and its output, rendered into the prompt.
   const json turn = {{"input",
                       {{{"role", "user"}, {"content", "weather?"}},
+                       {{"type", "reasoning"}, {"id", "rs_1"}, {"summary", json::array()}},
                        {{"type", "function_call"},
                         {"call_id", "c1"},
                         {"name", "get_weather"},
