@@ -183,9 +183,9 @@ GenerationRequest parse_responses_request(const Json& body, const ModelContext& 
                         fmt::format("max_output_tokens must be at least 1, got {}", *max));
     chat["max_tokens"] = *max;
   }
-  for (const char* key :
-       {"stream", "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty",
-        "presence_penalty", "frequency_penalty", "chat_template_kwargs", "include_reasoning"})
+  for (const char* key : {"stream", "temperature", "top_p", "top_k", "min_p", "seed",
+                          "repetition_penalty", "presence_penalty", "frequency_penalty",
+                          "chat_template_kwargs", "include_reasoning", "parallel_tool_calls"})
     if (const auto v = body.find(key); v != body.end()) chat[key] = *v;
   GenerationRequest req = parse_chat_request(chat, ctx);
   req.kind = ApiKind::kResponses;

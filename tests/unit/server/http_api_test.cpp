@@ -609,6 +609,21 @@ TEST_F(ServerTest, ResponsesApiFunctionCalls) {
   ASSERT_EQ(s.final_response["output"].size(), 2u);
   EXPECT_EQ(s.final_response["output"][1]["name"], "get_weather");
 
+  // parallel_tool_calls false reaches the chat machinery: one call at most.
+  json single = body;
+  single["stream"] = false;
+  single["parallel_tool_calls"] = false;
+  const std::string two_calls = content + "<tool_call>{\"name\": \"f\"}</tool_call>";
+  single["input"] = two_calls;
+  single["max_output_tokens"] = ("<user>" + two_calls + "\n<assistant>").size();
+  const auto one_reply = post("/v1/responses", single);
+  ASSERT_EQ(one_reply.status, 200) << one_reply.body;
+  const json one = json::parse(one_reply.body);
+  EXPECT_EQ(one["parallel_tool_calls"], false);
+  int calls = 0;
+  for (const json& item : one["output"]) calls += item["type"] == "function_call";
+  EXPECT_EQ(calls, 1) << one.dump();
+
   // A named function: only the call, no message item.
   body["stream"] = false;
   body["tool_choice"] = {{"type", "function"}, {"name", "get_weather"}};
