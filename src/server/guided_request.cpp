@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,6 +88,19 @@ std::shared_ptr<const runtime::JsonGrammar> compile_schema(const Json& schema, c
   });
 }
 
+// vLLM's guided_* fields and the structured_outputs keys of the same constraints.
+struct GuidedField {
+  const char* field;
+  const char* structured_key;
+  std::shared_ptr<const runtime::JsonGrammar> (*make)(const Json& value, const char* param);
+};
+constexpr GuidedField kGuidedFields[] = {
+    {"guided_json", "json", compile_schema},
+    {"guided_choice", "choice", choice_grammar},
+    {"guided_regex", "regex", regex_grammar},
+    {"guided_grammar", "grammar", gbnf_grammar},
+};
+
 void parse_guided_decoding(const Json& body, runtime::SamplingParams& s) {
   std::shared_ptr<const runtime::JsonGrammar> grammar;
   int sources = 0;
@@ -93,46 +108,32 @@ void parse_guided_decoding(const Json& body, runtime::SamplingParams& s) {
     grammar = parse_response_format(*rf);
     sources += grammar != nullptr;
   }
-  if (const Json* gj = field(body, "guided_json")) {
-    grammar = compile_schema(*gj, "guided_json");
-    ++sources;
-  }
-  if (const Json* gc = field(body, "guided_choice")) {
-    grammar = choice_grammar(*gc, "guided_choice");
-    ++sources;
-  }
-  if (const Json* gr = field(body, "guided_regex")) {
-    grammar = regex_grammar(*gr, "guided_regex");
-    ++sources;
-  }
-  if (const Json* gg = field(body, "guided_grammar")) {
-    grammar = gbnf_grammar(*gg, "guided_grammar");
-    ++sources;
-  }
+  for (const GuidedField& f : kGuidedFields)
+    if (const Json* v = field(body, f.field)) {
+      grammar = f.make(*v, f.field);
+      ++sources;
+    }
   if (const Json* so = field(body, "structured_outputs")) {
     if (!so->is_object())
       throw bad_request("structured_outputs", "'structured_outputs' must be an object");
     for (const auto& [key, value] : so->items()) {
       if (value.is_null() || is_structured_outputs_option(key, value, s)) continue;
-      if (key == "json") {
-        grammar = compile_schema(value, "structured_outputs");
-      } else if (key == "choice") {
-        grammar = choice_grammar(value, "structured_outputs");
-      } else if (key == "regex") {
-        grammar = regex_grammar(value, "structured_outputs");
-      } else if (key == "grammar") {
-        grammar = gbnf_grammar(value, "structured_outputs");
-      } else if (key == "json_object" && value.is_boolean()) {
+      if (key == "json_object" && value.is_boolean()) {
         if (!value.get<bool>()) continue;
         grammar = runtime::json_object_grammar();
-      } else {
+        ++sources;
+        continue;
+      }
+      const auto f = std::find_if(std::begin(kGuidedFields), std::end(kGuidedFields),
+                                  [&](const GuidedField& g) { return key == g.structured_key; });
+      if (f == std::end(kGuidedFields))
         throw bad_request(
             "structured_outputs",
             fmt::format("structured_outputs.{} is not supported (json, json_object, choice, regex, "
                         "grammar; disable_any_whitespace, disable_fallback, "
                         "disable_additional_properties)",
                         key));
-      }
+      grammar = f->make(value, "structured_outputs");
       ++sources;
     }
   }
