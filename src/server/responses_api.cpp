@@ -338,7 +338,7 @@ std::string ResponsesWriter::close_open_item() {
         "response.content_part.done",
         {{"item_id", message_id_}, {"output_index", index}, {"content_index", 0}, {"part", part}});
     out += event("response.output_item.done",
-                 {{"output_index", index}, {"item", message_item(message_text_, "completed")}});
+                 {{"output_index", index}, {"item", message_item(message_text_, item_status_)}});
   }
   open_ = Item::kNone;
   return out;
@@ -372,6 +372,7 @@ std::string ResponsesWriter::delta_events(std::string_view reasoning, std::strin
 std::string ResponsesWriter::finish_events(const std::string& finish_reason, const Json& usage,
                                            const Json& tool_calls) {
   std::string out;
+  if (finish_reason == "length") item_status_ = "incomplete";
   const bool calls = tool_calls.is_array() && !tool_calls.empty();
   if (open_ != Item::kMessage && !message_opened_ && !calls) {  // a message item, even empty
     out += close_open_item();

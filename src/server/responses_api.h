@@ -67,7 +67,8 @@ class ResponsesWriter {
   int next_output_index_ = 0;
   std::string reasoning_text_, message_text_;  // streamed so far
   bool message_opened_ = false;
-  Json call_items_;  // null until made
+  const char* item_status_ = "completed";  // the message item's at the end ("incomplete": cut)
+  Json call_items_;                        // null until made
 };
 
 }  // namespace serval::server

@@ -493,6 +493,7 @@ struct StreamedResponse {
   std::vector<std::string> types;
   std::string reasoning, text;
   json final_response;
+  json done_items = json::array();  // response.output_item.done's items
 };
 StreamedResponse collect_response_stream(const std::string& body) {
   StreamedResponse out;
@@ -504,6 +505,7 @@ StreamedResponse collect_response_stream(const std::string& body) {
     out.types.push_back(type);
     if (type == "response.output_text.delta") out.text += e["delta"].get<std::string>();
     if (type == "response.reasoning_text.delta") out.reasoning += e["delta"].get<std::string>();
+    if (type == "response.output_item.done") out.done_items.push_back(e["item"]);
     if (type == "response.completed" || type == "response.incomplete")
       out.final_response = e["response"];
   }
@@ -554,6 +556,8 @@ TEST_F(ServerTest, ResponsesApi) {
     EXPECT_EQ(s.types[i], "response.output_text.delta");
   EXPECT_EQ(s.text, text);
   EXPECT_EQ(s.final_response["output"][0]["content"][0]["text"], text);
+  EXPECT_EQ(s.done_items, s.final_response["output"]) << "items as the stream closed them";
+  EXPECT_EQ(s.final_response["output"][0]["status"], "incomplete");
 
   const std::vector<std::pair<json, std::string>> bad = {
       {{{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}, "tools"},
@@ -669,6 +673,7 @@ TEST_F(ServerTest, ResponsesApiReasoning) {
   const StreamedResponse s = collect_response_stream(post("/v1/responses", streamed).body);
   EXPECT_EQ(s.reasoning, reasoning);
   EXPECT_EQ(s.text, text);
+  EXPECT_EQ(s.done_items, s.final_response["output"]) << "items as the stream closed them";
   json streamed_items = s.final_response["output"], items = j["output"];
   for (json* list : {&streamed_items, &items})
     for (json& it : *list) it.erase("id");
