@@ -105,7 +105,8 @@ void GenerationJob::start() {
         s->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*ctx_.tokenizer,
                                                                        req_.skip_special_tokens);
       if (req_.logprobs >= 0)
-        s->logprobs = req_.kind == ApiKind::kChat ? Json::array() : empty_completion_logprobs();
+        s->logprobs =
+            req_.kind == ApiKind::kCompletion ? empty_completion_logprobs() : Json::array();
       if (req_.echo) s->decoded_bytes = req_.prompts[p].text.size();
       seqs_.push_back(std::move(s));
     }
@@ -176,10 +177,10 @@ TokenText GenerationJob::token_texts() const {
 }
 
 void GenerationJob::add_logprobs(Sequence& s, const runtime::LogprobEntry& e) {
-  if (req_.kind == ApiKind::kChat)
-    s.logprobs.push_back(chat_logprob(e, token_texts()));
-  else
+  if (req_.kind == ApiKind::kCompletion)
     append_completion_logprob(s.logprobs, e, s.decoded_bytes, token_texts());
+  else  // chat, and the Responses API's output_text logprobs (the same entries)
+    s.logprobs.push_back(chat_logprob(e, token_texts()));
 }
 
 void GenerationJob::emit_text(Sequence& s, const std::string& text) {
@@ -442,8 +443,12 @@ void GenerationJob::send_responses_events(Sequence& s) {
     reasoning = delta.value("reasoning", "");
     content = delta.value("content", "");
   }
-  if (const std::string events = responses_->delta_events(reasoning, content); !events.empty())
+  // Logprobs of the tokens whose text is held back (reasoning, a call) ride on the next text.
+  if (const std::string events = responses_->delta_events(reasoning, content, s.logprobs);
+      !events.empty()) {
     res_->write_chunk(events);
+    if (!content.empty() && req_.logprobs >= 0) s.logprobs = Json::array();
+  }
   s.delta.clear();
 }
 
@@ -464,8 +469,9 @@ void GenerationJob::complete_response() {
     text = content.get<std::string>();
   else if (!calls.is_array() || calls.empty())
     text = "";
-  const Json body = responses_->response(reasoning.is_string() ? reasoning.get<std::string>() : "",
-                                         text, finish_reason, usage(), calls);
+  const Json body =
+      responses_->response(reasoning.is_string() ? reasoning.get<std::string>() : "", text,
+                           finish_reason, usage(), calls, req_.logprobs >= 0 ? s.logprobs : Json());
   res_->send(200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 

@@ -187,6 +187,14 @@ GenerationRequest parse_responses_request(const Json& body, const ModelContext& 
                           "repetition_penalty", "presence_penalty", "frequency_penalty",
                           "chat_template_kwargs", "include_reasoning", "parallel_tool_calls"})
     if (const auto v = body.find(key); v != body.end()) chat[key] = *v;
+  // Logprobs of the output text: include "message.output_text.logprobs", top_logprobs alternatives.
+  if (const auto include = body.find("include"); include != body.end() && include->is_array())
+    for (const Json& what : *include)
+      if (what == "message.output_text.logprobs") chat["logprobs"] = true;
+  if (const auto top = body.find("top_logprobs"); top != body.end() && !top->is_null()) {
+    chat["logprobs"] = true;
+    chat["top_logprobs"] = *top;
+  }
   GenerationRequest req = parse_chat_request(chat, ctx);
   req.kind = ApiKind::kResponses;
   req.responses_echo = {
@@ -237,13 +245,14 @@ Json ResponsesWriter::reasoning_item(const std::string& text, const char* status
           {"status", status}};
 }
 
-Json ResponsesWriter::message_item(const std::string& text, const char* status) const {
+Json ResponsesWriter::message_item(const std::string& text, const char* status,
+                                   const Json& logprobs) const {
   Json content = Json::array();
   if (std::string_view(status) != "in_progress")
     content.push_back({{"type", "output_text"},
                        {"text", text},
                        {"annotations", Json::array()},
-                       {"logprobs", Json::array()}});
+                       {"logprobs", logprobs.is_array() ? logprobs : Json::array()}});
   return {{"id", message_id_},
           {"type", "message"},
           {"status", status},
@@ -268,12 +277,13 @@ const Json& ResponsesWriter::call_items(const Json& tool_calls) {
 Json ResponsesWriter::response(const std::string& reasoning,
                                const std::optional<std::string>& content,
                                const std::string& finish_reason, const Json& usage,
-                               const Json& tool_calls) {
+                               const Json& tool_calls, const Json& logprobs) {
   const bool cut = finish_reason == "length";
   Json r = envelope(cut ? "incomplete" : "completed");
   if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   if (!reasoning.empty()) r["output"].push_back(reasoning_item(reasoning, "completed"));
-  if (content) r["output"].push_back(message_item(*content, cut ? "incomplete" : "completed"));
+  if (content)
+    r["output"].push_back(message_item(*content, cut ? "incomplete" : "completed", logprobs));
   for (const Json& call : call_items(tool_calls)) r["output"].push_back(call);
   r["usage"] = responses_usage(usage);
   return r;
@@ -302,8 +312,9 @@ std::string ResponsesWriter::open_message() {
   open_ = Item::kMessage;
   message_opened_ = true;
   const int index = next_output_index_++;
-  std::string out = event("response.output_item.added",
-                          {{"output_index", index}, {"item", message_item("", "in_progress")}});
+  std::string out =
+      event("response.output_item.added",
+            {{"output_index", index}, {"item", message_item("", "in_progress", Json())}});
   return out + event("response.content_part.added", {{"item_id", message_id_},
                                                      {"output_index", index},
                                                      {"content_index", 0},
@@ -328,23 +339,25 @@ std::string ResponsesWriter::close_open_item() {
     const Json part = {{"type", "output_text"},
                        {"text", message_text_},
                        {"annotations", Json::array()},
-                       {"logprobs", Json::array()}};
+                       {"logprobs", logprobs_}};
     out += event("response.output_text.done", {{"item_id", message_id_},
                                                {"output_index", index},
                                                {"content_index", 0},
                                                {"text", message_text_},
-                                               {"logprobs", Json::array()}});
+                                               {"logprobs", logprobs_}});
     out += event(
         "response.content_part.done",
         {{"item_id", message_id_}, {"output_index", index}, {"content_index", 0}, {"part", part}});
-    out += event("response.output_item.done",
-                 {{"output_index", index}, {"item", message_item(message_text_, item_status_)}});
+    out += event(
+        "response.output_item.done",
+        {{"output_index", index}, {"item", message_item(message_text_, item_status_, logprobs_)}});
   }
   open_ = Item::kNone;
   return out;
 }
 
-std::string ResponsesWriter::delta_events(std::string_view reasoning, std::string_view content) {
+std::string ResponsesWriter::delta_events(std::string_view reasoning, std::string_view content,
+                                          const Json& logprobs) {
   std::string out;
   if (!reasoning.empty() && open_ != Item::kMessage) {  // reasoning comes before the message
     if (open_ != Item::kReasoning) out += open_reasoning();
@@ -360,11 +373,13 @@ std::string ResponsesWriter::delta_events(std::string_view reasoning, std::strin
       out += open_message();
     }
     message_text_ += content;
+    const Json entries = logprobs.is_array() ? logprobs : Json::array();
+    for (const Json& e : entries) logprobs_.push_back(e);
     out += event("response.output_text.delta", {{"item_id", message_id_},
                                                 {"output_index", next_output_index_ - 1},
                                                 {"content_index", 0},
                                                 {"delta", content},
-                                                {"logprobs", Json::array()}});
+                                                {"logprobs", entries}});
   }
   return out;
 }
@@ -395,7 +410,7 @@ std::string ResponsesWriter::finish_events(const std::string& finish_reason, con
   // The object as the stream built it: its texts are what the deltas carried.
   const Json r = response(
       reasoning_text_, message_opened_ ? std::optional<std::string>(message_text_) : std::nullopt,
-      finish_reason, usage, tool_calls);
+      finish_reason, usage, tool_calls, logprobs_);
   return out + event(finish_reason == "length" ? "response.incomplete" : "response.completed",
                      {{"response", r}});
 }

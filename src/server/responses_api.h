@@ -33,13 +33,17 @@ class ResponsesWriter {
   // The whole response: `reasoning` empty when there is none, no message item when `content` is
   // nullopt; finish_reason "length" makes it incomplete (max_output_tokens). usage: the chat form
   // (prompt_tokens, completion_tokens, …); tool_calls: chat's message.tool_calls.
+  // logprobs: the output_text's entries (null: not asked for).
   Json response(const std::string& reasoning, const std::optional<std::string>& content,
-                const std::string& finish_reason, const Json& usage, const Json& tool_calls);
+                const std::string& finish_reason, const Json& usage, const Json& tool_calls,
+                const Json& logprobs);
 
   // Events, each "event: <type>\ndata: <json>\n\n".
   std::string start_events();  // response.created, response.in_progress
-  // New reasoning and content text (either may be empty).
-  std::string delta_events(std::string_view reasoning, std::string_view content);
+  // New reasoning and content text (either may be empty), and the logprob entries to send with
+  // the content (an array; empty when not asked for).
+  std::string delta_events(std::string_view reasoning, std::string_view content,
+                           const Json& logprobs);
   // The open items closed (a message item unless the reply is only calls), the calls' items,
   // then response.completed (or response.incomplete) with the texts the deltas carried.
   std::string finish_events(const std::string& finish_reason, const Json& usage,
@@ -50,7 +54,7 @@ class ResponsesWriter {
   enum class Item { kNone, kReasoning, kMessage };
   Json envelope(const char* status) const;
   Json reasoning_item(const std::string& text, const char* status) const;
-  Json message_item(const std::string& text, const char* status) const;
+  Json message_item(const std::string& text, const char* status, const Json& logprobs) const;
   std::string event(const char* type, Json body);
   std::string open_reasoning();
   std::string open_message();
@@ -66,6 +70,7 @@ class ResponsesWriter {
   Item open_ = Item::kNone;
   int next_output_index_ = 0;
   std::string reasoning_text_, message_text_;  // streamed so far
+  Json logprobs_ = Json::array();              // streamed so far
   bool message_opened_ = false;
   const char* item_status_ = "completed";  // the message item's at the end ("incomplete": cut)
   Json call_items_;                        // null until made

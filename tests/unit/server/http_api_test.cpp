@@ -559,6 +559,30 @@ TEST_F(ServerTest, ResponsesApi) {
   EXPECT_EQ(s.done_items, s.final_response["output"]) << "items as the stream closed them";
   EXPECT_EQ(s.final_response["output"][0]["status"], "incomplete");
 
+  // Logprobs (include or top_logprobs): an entry per output token, chat's form, streamed with the
+  // deltas and whole in the done events.
+  json with_logprobs = body;
+  with_logprobs["top_logprobs"] = 2;
+  const json lp = json::parse(post("/v1/responses", with_logprobs).body);
+  const json entries = lp["output"][0]["content"][0]["logprobs"];
+  ASSERT_EQ(entries.size(), 6u) << lp.dump();
+  EXPECT_TRUE(entries[0]["logprob"].is_number());
+  EXPECT_EQ(entries[0]["top_logprobs"].size(), 2u);
+  with_logprobs.erase("top_logprobs");
+  with_logprobs["include"] = {"message.output_text.logprobs"};
+  with_logprobs["stream"] = true;
+  size_t streamed_entries = 0;
+  json done_entries;
+  for (const std::string& data : sse_events(post("/v1/responses", with_logprobs).body)) {
+    const json e = json::parse(data);
+    if (e["type"] == "response.output_text.delta") streamed_entries += e["logprobs"].size();
+    if (e["type"] == "response.output_text.done") done_entries = e["logprobs"];
+  }
+  EXPECT_EQ(streamed_entries, 6u);
+  EXPECT_EQ(done_entries.size(), 6u);
+  EXPECT_TRUE(
+      json::parse(post("/v1/responses", body).body)["output"][0]["content"][0]["logprobs"].empty());
+
   const std::vector<std::pair<json, std::string>> bad = {
       {{{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}, "tools"},
       {{{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"}}}}}, "tool_choice"},
