@@ -458,7 +458,8 @@ void GenerationJob::complete_response() {
   const Json message = chat_message(s, finish_reason);
   const Json calls = message.value("tool_calls", Json(nullptr));
   if (req_.stream) {
-    res_->write_chunk(responses_->finish_events(finish_reason, usage(), calls));
+    res_->write_chunk(responses_->finish_events(finish_reason, usage(), calls,
+                                                req_.logprobs >= 0 ? s.logprobs : Json()));
     return res_->end_stream();
   }
   const Json reasoning = message.value("reasoning", Json(nullptr));

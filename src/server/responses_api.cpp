@@ -385,9 +385,11 @@ std::string ResponsesWriter::delta_events(std::string_view reasoning, std::strin
 }
 
 std::string ResponsesWriter::finish_events(const std::string& finish_reason, const Json& usage,
-                                           const Json& tool_calls) {
+                                           const Json& tool_calls, const Json& trailing_logprobs) {
   std::string out;
   if (finish_reason == "length") item_status_ = "incomplete";
+  if (trailing_logprobs.is_array())
+    for (const Json& e : trailing_logprobs) logprobs_.push_back(e);
   const bool calls = tool_calls.is_array() && !tool_calls.empty();
   if (open_ != Item::kMessage && !message_opened_ && !calls) {  // a message item, even empty
     out += close_open_item();

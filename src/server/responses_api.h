@@ -46,8 +46,9 @@ class ResponsesWriter {
                            const Json& logprobs);
   // The open items closed (a message item unless the reply is only calls), the calls' items,
   // then response.completed (or response.incomplete) with the texts the deltas carried.
+  // trailing_logprobs: entries of tokens no text delta carried (an array, or null).
   std::string finish_events(const std::string& finish_reason, const Json& usage,
-                            const Json& tool_calls);
+                            const Json& tool_calls, const Json& trailing_logprobs);
   std::string error_event(int status, const std::string& message);
 
  private:
