@@ -57,6 +57,10 @@ const std::map<std::string_view, std::string_view> kFormatPatterns = {
     {"date-time", R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,3})?(Z|[+-]\d{2}:\d{2})$)"},
     {"uuid", R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)"},
     {"ipv4", R"(^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$)"},
+    {"email", R"(^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}$)"},
+    {"uri", R"(^[A-Za-z][A-Za-z0-9+.-]*:[^\s]+$)"},
+    {"hostname",
+     R"(^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$)"},
 };
 
 bool plain_key(std::string_view name) {
@@ -281,7 +285,8 @@ class SchemaCompiler {
                                              : kFormatPatterns.end();
       if (known == kFormatPatterns.end())
         fail(at + "/format",
-             fmt::format("format {} is not supported (date, time, date-time, uuid, ipv4)",
+             fmt::format("format {} is not supported (date, time, date-time, uuid, ipv4, email, "
+                         "uri, hostname)",
                          format->dump()));
       n.regex = string_pattern(Json(std::string(known->second)), at + "/format");
     }

@@ -11,9 +11,10 @@
 // "anyOf" / "oneOf" (oneOf as anyOf: a value fitting several alternatives is allowed), "$ref" to
 // "#/$defs/…" or "#/definitions/…" (recursion allowed); on strings "pattern" (searched in the
 // value as JSON Schema says, unless anchored by ^ / $; guided_regex.h's syntax; the value is
-// then written without escapes), "format" date, time, date-time, uuid and ipv4 (as patterns),
-// "minLength" and "maxLength"; on integers and numbers "minimum", "maximum", "exclusiveMinimum"
-// and "exclusiveMaximum" (integers within 64 bits; bounded values have no exponent).
+// then written without escapes), "format" date, time, date-time, uuid, ipv4, email, uri and
+// hostname (as patterns), "minLength" and "maxLength"; on integers and numbers "minimum",
+// "maximum", "exclusiveMinimum" and "exclusiveMaximum" (integers within 64 bits; bounded values
+// have no exponent).
 // Annotations (title, description, default, examples, $schema, $id, $comment) are ignored; any
 // other keyword (other formats, multipleOf, …) is refused rather than left unchecked.
 #pragma once

@@ -274,7 +274,7 @@ await check('chat: response_format json_schema gives JSON of the schema, streame
     streamed += chunk.choices[0]?.delta?.content ?? '';
   assert.equal(streamed, r.choices[0].message.content);
   await assert.rejects(
-    client.chat.completions.create({ ...body, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', format: 'email' } } } }),
+    client.chat.completions.create({ ...body, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', format: 'ipv6' } } } }),
     (e) => e.status === 400 && e.param === 'response_format',
   );
 });

@@ -216,7 +216,7 @@ TEST_F(RequestParserTest, ResponseFormatAndGuidedJson) {
       {{{"response_format", {{"type", "regex"}}}}, "response_format"},
       {{{"response_format", {{"kind", "text"}}}}, "response_format"},
       {{{"response_format", "text"}}, "response_format"},
-      {{{"guided_json", {{"type", "string"}, {"format", "email"}}}}, "guided_json"},
+      {{{"guided_json", {{"type", "string"}, {"format", "ipv6"}}}}, "guided_json"},
       {{{"guided_json", "{not json"}}, "guided_json"},
       {{{"guided_regex", "a(b"}}, "guided_regex"},
       {{{"guided_regex", 5}}, "guided_regex"},
