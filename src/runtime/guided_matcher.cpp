@@ -386,7 +386,9 @@ JsonStack::Step JsonStack::object(Frame& f, unsigned char c) {
       if (c != ':') return Step::kReject;
       Frame v = Frame::make();
       v.kind = Frame::Kind::kValue;
-      v.node = f.index == kAdditionalKey ? &any_shapes().value : f.node->properties[f.index].value;
+      v.node = f.index != kAdditionalKey   ? f.node->properties[f.index].value
+               : f.node->additional_values ? f.node->additional_values
+                                           : &any_shapes().value;
       f.state = 2;
       return push(v) ? Step::kConsumed : Step::kReject;
     }

@@ -396,12 +396,15 @@ class SchemaCompiler {
       }
     }
     if (auto add_props = s.find("additionalProperties"); add_props != s.end()) {
-      if (add_props->is_boolean())
+      if (add_props->is_boolean()) {
         n->additional_properties = add_props->get<bool>();
-      else if (add_props->is_object() && add_props->empty())
+      } else if (add_props->is_object()) {
         n->additional_properties = true;
-      else
-        fail(at + "/additionalProperties", "only true, false or {} are supported");
+        if (!add_props->empty())
+          n->additional_values = compile(*add_props, at + "/additionalProperties");
+      } else {
+        fail(at + "/additionalProperties", "must be a boolean or a schema");
+      }
     }
     if (auto req = s.find("required"); req != s.end()) {
       if (!req->is_array()) fail(at + "/required", "must be a list of property names");

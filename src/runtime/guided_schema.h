@@ -7,8 +7,9 @@
 // Supported JSON Schema: "type" (one name, or a list of names), "properties", "required",
 // "prefixItems" (tuples; "items": false ends them), "allOf" of one schema,
 // "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
-// true allows other keys with any value), "items", "minItems", "maxItems", "enum", "const",
-// "anyOf" / "oneOf" (oneOf as anyOf: a value fitting several alternatives is allowed), "$ref" to
+// true allows other keys with any value, a schema other keys with values of it: Dict[str, X]),
+// "items", "minItems", "maxItems", "enum", "const", "anyOf" / "oneOf" (oneOf as anyOf: a value
+// fitting several alternatives is allowed), "$ref" to
 // "#/$defs/…" or "#/definitions/…" (recursion allowed); on strings "pattern" (searched in the
 // value as JSON Schema says, unless anchored by ^ / $; guided_regex.h's syntax; the value is
 // then written without escapes), "format" date, time, date-time, uuid, ipv4, email, uri and
@@ -57,8 +58,9 @@ struct SchemaNode {
   };
   Kind kind = Kind::kAny;
   // kObject
-  std::vector<SchemaProperty> properties;  // at most kMaxProperties
-  bool additional_properties = false;      // other keys allowed, with any value
+  std::vector<SchemaProperty> properties;         // at most kMaxProperties
+  bool additional_properties = false;             // other keys allowed
+  const SchemaNode* additional_values = nullptr;  // their values' schema (null: any value)
   // kArray: prefix_items[i] for item i while there are such, then items (null: any value)
   std::vector<const SchemaNode*> prefix_items;
   const SchemaNode* items = nullptr;

@@ -422,6 +422,18 @@ TEST(GuidedMatcher, TuplesAllOfAndReferenceCycles) {
   EXPECT_TRUE(accepts(*tree, "[[], [[]]]"));
 }
 
+// additionalProperties as a schema (Pydantic's Dict[str, X]): any other key, its value of the
+// schema; named properties keep theirs.
+TEST(GuidedMatcher, AdditionalPropertiesSchema) {
+  const auto scores = schema(R"({"type": "object", "additionalProperties": {"type": "integer",
+      "minimum": 0}, "properties": {"name": {"type": "string"}}})");
+  for (const char* ok : {R"({})", R"({"a": 1, "b": 20})", R"({"name": "x", "z": 0})"})
+    EXPECT_TRUE(accepts(*scores, ok)) << ok;
+  for (const char* bad : {R"({"a": -1})", R"({"a": "1"})", R"({"name": 3})", R"({"a": 1.5})"})
+    EXPECT_FALSE(accepts(*scores, bad)) << bad;
+  EXPECT_THROW(schema(R"({"type": "object", "additionalProperties": 3})"), InvalidArgument);
+}
+
 // Formats as patterns: shapes accepted and refused; unknown formats and a pattern with a format
 // are refused.
 TEST(GuidedMatcher, StringFormats) {

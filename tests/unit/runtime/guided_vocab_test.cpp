@@ -128,6 +128,12 @@ TEST(GuidedVocab, RememberedMasksEqualBruteForce) {
   }
 }
 
+TEST(GuidedVocab, MaskEqualsBruteForceUnderTypedAdditionalProperties) {
+  const auto g = json_schema_grammar(
+      R"({"type": "object", "additionalProperties": {"type": "array", "items": {"enum": ["red"]}}})");
+  expect_masks_match(*g, R"({"name": ["red"], "tags": [], "ab\n": ["red", "red"]})");
+}
+
 TEST(GuidedVocab, MaskEqualsBruteForceWhileBranching) {
   const auto g = json_schema_grammar(R"({"type": "array", "items": {"anyOf": [
       {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
