@@ -22,10 +22,11 @@ using Kind = SchemaNode::Kind;
 // Deeper schema texts are refused before parsing: the compiler recurses along the nesting.
 constexpr int kMaxSchemaDepth = 64;
 
-// Keywords that only describe: skipped wherever they appear.
+// Keywords that only describe: skipped wherever they appear. (OpenAPI's "discriminator" names
+// the property that tells a oneOf's alternatives apart; the alternatives themselves constrain.)
 const std::set<std::string_view> kAnnotations = {
-    "title",      "description", "default",   "examples", "$schema",     "$id",   "$comment",
-    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "strict"};
+    "title",      "description", "default",   "examples", "$schema",     "$id",    "$comment",
+    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "strict", "discriminator"};
 const std::set<std::string_view> kHandled = {"type",
                                              "properties",
                                              "required",

@@ -434,6 +434,20 @@ TEST(GuidedMatcher, AdditionalPropertiesSchema) {
   EXPECT_THROW(schema(R"({"type": "object", "additionalProperties": 3})"), InvalidArgument);
 }
 
+// Pydantic's discriminated unions: oneOf with an OpenAPI discriminator (an annotation here; the
+// alternatives' const tags do the telling apart).
+TEST(GuidedMatcher, DiscriminatedUnions) {
+  const auto pets = schema(R"({"oneOf": [
+      {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}},
+       "required": ["kind", "lives"]},
+      {"type": "object", "properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"}},
+       "required": ["kind", "good"]}],
+      "discriminator": {"propertyName": "kind", "mapping": {"cat": "#/$defs/Cat"}}})");
+  EXPECT_TRUE(accepts(*pets, R"({"kind": "cat", "lives": 9})"));
+  EXPECT_TRUE(accepts(*pets, R"({"kind": "dog", "good": true})"));
+  EXPECT_FALSE(accepts(*pets, R"({"kind": "cat", "good": true})"));
+}
+
 // Formats as patterns: shapes accepted and refused; unknown formats and a pattern with a format
 // are refused.
 TEST(GuidedMatcher, StringFormats) {
