@@ -434,6 +434,47 @@ TEST(GuidedMatcher, AdditionalPropertiesSchema) {
   EXPECT_THROW(schema(R"({"type": "object", "additionalProperties": 3})"), InvalidArgument);
 }
 
+// A schema as Pydantic v2 writes one for a model using the common field types compiles, and
+// its instances are told apart from near misses.
+TEST(GuidedMatcher, PydanticModelSchema) {
+  const auto user = schema(R"({"$defs": {
+      "Address": {"properties": {"street": {"title": "Street", "type": "string"},
+          "zip": {"pattern": "^\\d{5}$", "title": "Zip", "type": "string"}},
+        "required": ["street", "zip"], "title": "Address", "type": "object"},
+      "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"}},
+    "properties": {
+      "name": {"maxLength": 20, "minLength": 1, "title": "Name", "type": "string"},
+      "age": {"exclusiveMinimum": 0, "title": "Age", "type": "integer"},
+      "email": {"format": "email", "title": "Email", "type": "string"},
+      "tags": {"items": {"type": "string"}, "title": "Tags", "type": "array"},
+      "address": {"$ref": "#/$defs/Address"},
+      "color": {"$ref": "#/$defs/Color", "default": "red"},
+      "nickname": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null},
+      "scores": {"additionalProperties": {"type": "number"}, "title": "Scores", "type": "object"},
+      "pair": {"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "integer"},
+          {"type": "string"}], "type": "array"},
+      "created": {"format": "date-time", "type": "string"},
+      "ratio": {"maximum": 1.0, "minimum": 0.0, "type": "number"}},
+    "required": ["name", "age", "email", "tags", "address", "pair", "created", "ratio"],
+    "title": "User", "type": "object"})");
+  const std::string ok = R"({"name": "Ann", "age": 31, "email": "ann@example.org", "tags": [],
+      "address": {"street": "Main 1", "zip": "12345"}, "color": "green", "nickname": null,
+      "scores": {"math": 0.5}, "pair": [1, "a"], "created": "2026-12-07T10:00:00Z",
+      "ratio": 0.25})";
+  EXPECT_TRUE(accepts(*user, ok));
+  const std::vector<std::pair<std::string, std::string>> misses = {
+      {R"("age": 31)", R"("age": 0)"},           {R"("ann@example.org")", R"("ann-example.org")"},
+      {R"("zip": "12345")", R"("zip": "1234")"}, {R"("green")", R"("blue")"},
+      {R"([1, "a"])", R"([1, "a", 2])"},         {R"("ratio": 0.25)", R"("ratio": 1.25)"},
+      {R"("name": "Ann")", R"("name": "")"},     {R"({"math": 0.5})", R"({"math": "x"})"},
+  };
+  for (const auto& [from, to] : misses) {
+    std::string bad = ok;
+    bad.replace(bad.find(from), from.size(), to);
+    EXPECT_FALSE(accepts(*user, bad)) << to;
+  }
+}
+
 // Pydantic's discriminated unions: oneOf with an OpenAPI discriminator (an annotation here; the
 // alternatives' const tags do the telling apart).
 TEST(GuidedMatcher, DiscriminatedUnions) {
