@@ -62,15 +62,22 @@ bool number_can_end(uint8_t state) {
   return state == 2 || state == 3 || state == 5 || state == 8;
 }
 
-// Whether some integer of the sign whose digits begin with those of `magnitude` (`digits` of
-// them; a leading 0 ends the digits) lies in lo..hi, written in at most kMaxNumberChars.
-bool integer_prefix_fits(uint64_t magnitude, int digits, bool negative, int64_t lo, int64_t hi) {
+// Whether some multiple of `multiple_of` of the sign whose digits begin with those of `magnitude`
+// (`digits` of them; a leading 0 ends the digits) lies in lo..hi, written in at most
+// kMaxNumberChars.
+bool integer_prefix_fits(uint64_t magnitude, int digits, bool negative, int64_t lo, int64_t hi,
+                         int64_t multiple_of) {
   using Wide = __int128;
   if (magnitude == 0) return lo <= 0 && 0 <= hi;  // "0" / "-0": nothing may follow
+  // Whether [x, y] holds a multiple of k: the greatest multiple at most y is at least x.
+  auto holds_multiple = [k = Wide(multiple_of)](Wide x, Wide y) {
+    const Wide below = y >= 0 ? y / k * k : -((-y + k - 1) / k * k);
+    return x <= y && below >= x;
+  };
   Wide first = magnitude, span = 1;
   for (int length = digits + int(negative); length <= kMaxNumberChars; ++length) {
     const Wide a = negative ? -(first + span - 1) : first, b = negative ? -first : first + span - 1;
-    if (a <= hi && b >= lo) return true;
+    if (holds_multiple(std::max(a, Wide(lo)), std::min(b, Wide(hi)))) return true;
     if (first > Wide(std::numeric_limits<int64_t>::max())) return false;
     first *= 10;
     span *= 10;
@@ -540,7 +547,7 @@ bool JsonStack::number_complete(const Frame& f) {
   const bool negative = f.index & 1;
   if (n.kind == Kind::kInteger) {
     const __int128 value = negative ? -__int128(f.mask) : __int128(f.mask);
-    return n.minimum <= value && value <= n.maximum;
+    return n.minimum <= value && value <= n.maximum && value % n.multiple_of == 0;
   }
   const double magnitude = std::bit_cast<double>(f.mask);
   return number_range_meets(n, magnitude, magnitude, negative, /*include_end=*/true);
@@ -552,7 +559,8 @@ bool JsonStack::integer_digit_fits(Frame& f, uint64_t digit) {
   const uint64_t magnitude = f.mask * 10 + digit;
   const bool negative = f.index & 1;
   const int digits = int(f.pos) - int(negative) + 1;
-  if (!integer_prefix_fits(magnitude, digits, negative, f.node->minimum, f.node->maximum))
+  if (!integer_prefix_fits(magnitude, digits, negative, f.node->minimum, f.node->maximum,
+                           f.node->multiple_of))
     return false;
   f.mask = magnitude;
   return true;

@@ -48,7 +48,8 @@ const std::set<std::string_view> kHandled = {"type",
                                              "minimum",
                                              "maximum",
                                              "exclusiveMinimum",
-                                             "exclusiveMaximum"};
+                                             "exclusiveMaximum",
+                                             "multipleOf"};
 
 // String formats written as patterns (anchored). JSON Schema's format is an assertion only when
 // a validator opts in; these give the shape (digit counts, separators), not calendar validity.
@@ -153,7 +154,8 @@ class SchemaCompiler {
         if (s.contains(key)) return typed(s, "array", at);
       for (const char* key : {"pattern", "format", "minLength", "maxLength"})
         if (s.contains(key)) return typed(s, "string", at);
-      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+      for (const char* key :
+           {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
         if (s.contains(key)) return typed(s, "number", at);
       return add(SchemaNode{});
     }
@@ -333,11 +335,20 @@ class SchemaCompiler {
         n.maximum = std::min(n.maximum, i);
       n.bounded = true;
     });
+    if (const auto m = s.find("multipleOf"); m != s.end()) {
+      const double k = m->is_number() ? m->get<double>() : 0;
+      if (!(k >= 1 && k < 4e18 && k == std::floor(k)))
+        fail(at + "/multipleOf", "must be a positive whole number on an integer");
+      n.multiple_of = static_cast<int64_t>(k);
+      n.bounded = true;
+    }
     if (n.minimum > n.maximum) fail(at, "no integer lies within the bounds");
   }
 
   // A number's bounds, kept as doubles, each end open for an exclusive bound.
   static void number_bounds(const Json& s, const std::string& at, SchemaNode& n) {
+    if (s.contains("multipleOf"))
+      fail(at + "/multipleOf", "multipleOf is supported on integers only");
     n.number_min = -std::numeric_limits<double>::infinity();
     n.number_max = std::numeric_limits<double>::infinity();
     each_bound(s, at, [&](double d, bool lower, bool exclusive, const char*) {

@@ -15,9 +15,10 @@
 // then written without escapes), "format" date, time, date-time, uuid, ipv4, email, uri and
 // hostname (as patterns), "minLength" and "maxLength"; on integers and numbers "minimum",
 // "maximum", "exclusiveMinimum" and "exclusiveMaximum" (integers within 64 bits; bounded values
-// have no exponent).
+// have no exponent); on integers "multipleOf".
 // Annotations (title, description, default, examples, $schema, $id, $comment) are ignored; any
-// other keyword (other formats, multipleOf, …) is refused rather than left unchecked.
+// other keyword (other formats, uniqueItems, multipleOf on numbers, …) is refused rather than
+// left unchecked.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -81,8 +82,9 @@ struct SchemaNode {
   int64_t min_length = 0, max_length = -1;
   // kInteger / kNumber with bounds: written without an exponent, and within them
   bool bounded = false;
-  // kInteger: minimum / maximum (exclusive bounds moved inward)
+  // kInteger: minimum / maximum (exclusive bounds moved inward), multipleOf (1: none)
   int64_t minimum = 0, maximum = 0;
+  int64_t multiple_of = 1;
   // kNumber: minimum / maximum (±infinity when absent), open for the exclusive keywords; the
   // value compared as a double, as JSON Schema validators do
   double number_min = 0, number_max = 0;

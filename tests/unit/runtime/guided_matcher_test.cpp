@@ -322,6 +322,46 @@ TEST(GuidedMatcher, IntegerBounds) {
     EXPECT_THROW(schema(bad), InvalidArgument) << bad;
 }
 
+// multipleOf on integers, with and without bounds: every text of up to four characters is
+// taken exactly when some multiple within the bounds begins with it, and ends exactly on one.
+TEST(GuidedMatcher, IntegerMultiples) {
+  struct Case {
+    const char* keywords;
+    int64_t lo, hi, k;
+  };
+  for (const Case& c :
+       std::vector<Case>{{R"("multipleOf": 7, "minimum": -30, "maximum": 40)", -30, 40, 7},
+                         {R"("multipleOf": 25, "exclusiveMinimum": 0, "maximum": 99)", 1, 99, 25},
+                         {R"("multipleOf": 3.0, "minimum": 10, "maximum": 12)", 10, 12, 3}}) {
+    const auto g = schema((std::string(R"({"type": "integer", )") + c.keywords + "}").c_str());
+    std::vector<std::string> multiples;
+    for (int64_t v = c.lo; v <= c.hi; ++v)
+      if (v % c.k == 0) multiples.push_back(std::to_string(v));
+    if (c.lo <= 0 && 0 <= c.hi) multiples.push_back("-0");
+    each_string("-0123456789", 4, [&](const std::string& s) {
+      const bool viable = std::any_of(multiples.begin(), multiples.end(),
+                                      [&](const std::string& v) { return v.starts_with(s); });
+      JsonMatcher m(*g);
+      ASSERT_EQ(m.feed(s), viable) << c.keywords << " on '" << s << "'";
+      if (viable) {
+        ASSERT_EQ(m.can_end(), std::find(multiples.begin(), multiples.end(), s) != multiples.end())
+            << c.keywords << " on '" << s << "'";
+      }
+    });
+  }
+  const auto dozens = schema(R"({"type": "integer", "multipleOf": 12})");
+  for (const char* ok : {"0", "12", "-36", "1200000000000000000"})
+    EXPECT_TRUE(accepts(*dozens, ok)) << ok;
+  for (const char* bad : {"1", "13", "-7", "1200000000000000001"})
+    EXPECT_FALSE(accepts(*dozens, bad)) << bad;
+  JsonMatcher prefix(*dozens);
+  EXPECT_TRUE(prefix.feed("7"));  // 72 follows
+  for (const char* bad :
+       {R"({"type": "integer", "multipleOf": 0.5})", R"({"type": "integer", "multipleOf": 0})",
+        R"({"type": "number", "multipleOf": 0.01})", R"({"multipleOf": 2})"})
+    EXPECT_THROW(schema(bad), InvalidArgument) << bad;
+}
+
 // Number bounds: every text of up to five characters over "-0123456789." is accepted exactly
 // when it is a JSON number within the bounds (compared as a double), and every prefix taken can
 // still be completed to one (a search of four more characters finds it).
