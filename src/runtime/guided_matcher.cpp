@@ -653,23 +653,30 @@ JsonStack::Step JsonStack::literals(Frame& f, unsigned char c) {
     longer = longer || lits[i].size() > size_t(f.pos) + 1;
   }
   if (next == 0) {
-    if (!literal_complete(*f.node, f.mask, f.pos)) return Step::kReject;
-    report_literal(f);
+    if (!literal_complete(*f.node, f.mask, f.pos) || !report_literal(f)) return Step::kReject;
     return Step::kPopRefeed;
   }
   f.mask = next;
   ++f.pos;
   if (longer) return Step::kConsumed;
-  report_literal(f);
-  return Step::kConsumedPop;
+  return report_literal(f) ? Step::kConsumedPop : Step::kReject;
 }
 
-void JsonStack::report_literal(const Frame& f) {
-  if (depth_ < 2) return;
+bool JsonStack::report_literal(const Frame& f) {
+  if (depth_ < 2) return true;
   Frame& parent = frames_[size_t(depth_ - 2)];
-  if (parent.kind != Frame::Kind::kToolCall || f.node != parent.node->tool_names) return;
-  for (size_t i = 0; i < f.node->literals.size(); ++i)
-    if ((f.mask & bit(i)) && f.node->literals[i].size() == f.pos) parent.index = uint32_t(i);
+  const bool tool = parent.kind == Frame::Kind::kToolCall && f.node == parent.node->tool_names;
+  const bool unique = parent.kind == Frame::Kind::kArray && parent.node->unique_items;
+  if (!tool && !unique) return true;
+  for (size_t i = 0; i < f.node->literals.size(); ++i) {
+    if (!(f.mask & bit(i)) || f.node->literals[i].size() != f.pos) continue;
+    if (tool) parent.index = uint32_t(i);
+    if (unique) {
+      if (parent.mask & bit(i)) return false;  // this value is in the array already
+      parent.mask |= bit(i);
+    }
+  }
+  return true;
 }
 
 // {"name": N, "parameters": P}, keys in that order. States: 0 after '{', 1 after "name",

@@ -98,8 +98,9 @@ class JsonStack {
   Step literals(Frame& f, unsigned char c);
   Step tool_call(Frame& f, unsigned char c);
   Step regex(Frame& f, unsigned char c);
-  // A literal frame closing: a kToolCall parent learns which tool name it was.
-  void report_literal(const Frame& f);
+  // A literal frame closing: a kToolCall parent learns which tool name it was; a kArray parent of
+  // unique items records it, false when it was there already.
+  bool report_literal(const Frame& f);
   bool push(const Frame& f);
   bool whitespace_ok(unsigned char c);
   bool required_seen(const Frame& object) const;

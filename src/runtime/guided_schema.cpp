@@ -49,7 +49,8 @@ const std::set<std::string_view> kHandled = {"type",
                                              "maximum",
                                              "exclusiveMinimum",
                                              "exclusiveMaximum",
-                                             "multipleOf"};
+                                             "multipleOf",
+                                             "uniqueItems"};
 
 // String formats written as patterns (anchored). JSON Schema's format is an assertion only when
 // a validator opts in; these give the shape (digit counts, separators), not calendar validity.
@@ -443,6 +444,10 @@ class SchemaCompiler {
       for (size_t i = 0; i < prefix->size(); ++i)
         n.prefix_items.push_back(compile((*prefix)[i], fmt::format("{}/prefixItems/{}", at, i)));
     }
+    if (const auto unique = s.find("uniqueItems"); unique != s.end()) {
+      if (!unique->is_boolean()) fail(at + "/uniqueItems", "must be a boolean");
+      n.unique_items = unique->get<bool>();
+    }
     if (auto items = s.find("items"); items != s.end()) {
       if (items->is_boolean() && !items->get<bool>()) {  // nothing past prefixItems
         const auto most = int64_t(n.prefix_items.size());
@@ -452,6 +457,8 @@ class SchemaCompiler {
       }
     }
     if (n.max_items >= 0 && n.max_items < n.min_items) fail(at + "/maxItems", "is below minItems");
+    if (n.unique_items && (!n.items || n.items->kind != Kind::kLiterals || !n.prefix_items.empty()))
+      fail(at + "/uniqueItems", "uniqueItems is supported on arrays of enum / const items only");
     return add(std::move(n));
   }
 

@@ -5,7 +5,8 @@
 // (guided_grammar, guided_gbnf.h).
 //
 // Supported JSON Schema: "type" (one name, or a list of names), "properties", "required",
-// "prefixItems" (tuples; "items": false ends them), "allOf" of one schema,
+// "prefixItems" (tuples; "items": false ends them), "uniqueItems" over enum / const items,
+// "allOf" of one schema,
 // "additionalProperties" (false when absent, as in OpenAI's strict mode and xgrammar's default;
 // true allows other keys with any value, a schema other keys with values of it: Dict[str, X]),
 // "items", "minItems", "maxItems", "enum", "const", "anyOf" / "oneOf" (oneOf as anyOf: a value
@@ -17,8 +18,8 @@
 // "maximum", "exclusiveMinimum" and "exclusiveMaximum" (integers within 64 bits; bounded values
 // have no exponent); on integers "multipleOf".
 // Annotations (title, description, default, examples, $schema, $id, $comment) are ignored; any
-// other keyword (other formats, uniqueItems, multipleOf on numbers, …) is refused rather than
-// left unchecked.
+// other keyword (other formats, uniqueItems over other items, multipleOf on numbers, …) is
+// refused rather than left unchecked.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -66,6 +67,7 @@ struct SchemaNode {
   std::vector<const SchemaNode*> prefix_items;
   const SchemaNode* items = nullptr;
   int64_t min_items = 0, max_items = -1;
+  bool unique_items = false;  // uniqueItems (items are then literals: enum / const)
   // kLiterals (enum, const, true/false/null): the values' JSON texts, at most kMaxLiterals
   std::vector<std::string> literals;
   // kAnyOf: the alternatives (the matcher follows each that fits, up to kMaxJsonBranches).

@@ -515,6 +515,30 @@ TEST(GuidedMatcher, PydanticModelSchema) {
   }
 }
 
+// uniqueItems over enum items (Pydantic's set[Color]): a value already in the array is refused
+// at the byte that would complete it, so "1" may still grow into "12".
+TEST(GuidedMatcher, UniqueLiteralItems) {
+  const auto colors = schema(R"({"type": "array", "uniqueItems": true,
+      "items": {"enum": ["red", "green", 1, 12]}})");
+  for (const char* ok : {"[]", R"(["red", "green"])", R"([1, 12, "red"])", R"([12,1])"})
+    EXPECT_TRUE(accepts(*colors, ok)) << ok;
+  for (const char* bad : {R"(["red", "red"])", R"([1, 1])", R"([12, "green", 12])"})
+    EXPECT_FALSE(accepts(*colors, bad)) << bad;
+  JsonMatcher m(*colors);
+  ASSERT_TRUE(m.feed(R"([1, 1)"));  // "1" again may still become 12
+  EXPECT_FALSE(JsonMatcher(m).feed("]"));
+  EXPECT_TRUE(m.feed("2]"));
+  const auto refs = schema(R"({"$defs": {"C": {"enum": ["a", "b"]}}, "type": "array",
+      "uniqueItems": true, "items": {"$ref": "#/$defs/C"}})");
+  EXPECT_TRUE(accepts(*refs, R"(["b", "a"])"));
+  EXPECT_FALSE(accepts(*refs, R"(["a", "a"])"));
+  EXPECT_TRUE(accepts(*schema(R"({"type": "array", "uniqueItems": false})"), "[1, 1]"));
+  for (const char* bad : {R"({"type": "array", "uniqueItems": true, "items": {"type": "string"}})",
+                          R"({"type": "array", "uniqueItems": true})",
+                          R"({"type": "array", "uniqueItems": "yes", "items": {"enum": [1]}})"})
+    EXPECT_THROW(schema(bad), InvalidArgument) << bad;
+}
+
 // Pydantic's discriminated unions: oneOf with an OpenAPI discriminator (an annotation here; the
 // alternatives' const tags do the telling apart).
 TEST(GuidedMatcher, DiscriminatedUnions) {

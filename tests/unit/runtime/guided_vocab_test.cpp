@@ -134,6 +134,12 @@ TEST(GuidedVocab, MaskEqualsBruteForceUnderTypedAdditionalProperties) {
   expect_masks_match(*g, R"({"name": ["red"], "tags": [], "ab\n": ["red", "red"]})");
 }
 
+TEST(GuidedVocab, MaskEqualsBruteForceUnderUniqueItems) {
+  const auto g = json_schema_grammar(
+      R"({"type": "array", "uniqueItems": true, "items": {"enum": ["red", "a", 1, 12]}})");
+  expect_masks_match(*g, R"(["red", 1, "a", 12])");
+}
+
 TEST(GuidedVocab, MaskEqualsBruteForceWhileBranching) {
   const auto g = json_schema_grammar(R"({"type": "array", "items": {"anyOf": [
       {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
