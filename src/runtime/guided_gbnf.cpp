@@ -6,11 +6,13 @@
 #include <map>
 
 #include "base/error.h"
+#include "tokenizer/utf8.h"
 
 namespace serval::runtime {
 
 namespace {
 
+namespace utf8 = tokenizer::utf8;
 using Element = GbnfGrammar::Element;
 using Range = GbnfGrammar::Range;
 using Sequence = std::vector<Element>;
@@ -61,6 +63,8 @@ class GbnfParser {
   explicit GbnfParser(std::string_view text) : text_(text) {}
 
   GbnfGrammar parse() {
+    if (const size_t bad = utf8::find_invalid(text_); bad != utf8::kValid)
+      fail(bad, "invalid UTF-8 in the grammar");
     skip_space(/*newlines=*/true);
     while (pos_ < text_.size()) {
       parse_rule();
@@ -302,7 +306,8 @@ class GbnfParser {
     return set;
   }
 
-  // One character of a literal or class: an escape or a UTF-8 encoded code point.
+  // One character of a literal or class: an escape or a UTF-8 encoded code point (the text was
+  // checked to be valid UTF-8 first).
   uint32_t parse_char() {
     const size_t at = pos_;
     const auto byte = static_cast<unsigned char>(text_[pos_++]);
@@ -337,19 +342,8 @@ class GbnfParser {
       }
     }
     if (byte < 0x80) return byte;
-    const int extra = byte >= 0xF0 ? 3 : byte >= 0xE0 ? 2 : byte >= 0xC0 ? 1 : -1;
-    if (extra < 0 || byte > 0xF4 || pos_ + size_t(extra) > text_.size())
-      fail(at, "invalid UTF-8 in the grammar");
-    uint32_t cp = byte & (0x3F >> extra);
-    for (int i = 0; i < extra; ++i) {
-      const auto cont = static_cast<unsigned char>(text_[pos_++]);
-      if ((cont & 0xC0) != 0x80) fail(at, "invalid UTF-8 in the grammar");
-      cp = (cp << 6) | (cont & 0x3F);
-    }
-    static constexpr uint32_t kMinOf[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMinOf[extra] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF))
-      fail(at, "invalid UTF-8 in the grammar");
-    return cp;
+    --pos_;
+    return static_cast<uint32_t>(utf8::next(text_, pos_));  // the text is valid UTF-8
   }
 
   uint32_t parse_hex(int digits, size_t at) {

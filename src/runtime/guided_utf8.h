@@ -1,9 +1,8 @@
-// UTF-8 as guided decoding checks it byte by byte: well-formed sequences only (no overlong
-// forms, no surrogates, nothing above U+10FFFF), as in Unicode's table of well-formed byte
-// sequences.
+// UTF-8 as guided decoding checks it byte by byte, as bytes arrive: well-formed sequences only
+// (no overlong forms, no surrogates, nothing above U+10FFFF), as in Unicode's table of
+// well-formed byte sequences. (Whole strings: tokenizer/utf8.h.)
 #pragma once
 #include <cstdint>
-#include <string_view>
 #include <utility>
 
 namespace serval::runtime {
@@ -30,26 +29,6 @@ constexpr std::pair<unsigned char, unsigned char> utf8_second_byte_range(unsigne
     default:
       return {0x80, 0xBF};
   }
-}
-
-// Where the first character of `text` at or after `from` that is not complete, well-formed
-// UTF-8 begins (text.size() when there is none).
-constexpr size_t utf8_first_incomplete(std::string_view text, size_t from) {
-  size_t i = from;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const int more = utf8_continuations(c);
-    if (more < 0 || i + size_t(more) >= text.size()) return i;
-    if (more > 0) {
-      const auto [lo, hi] = utf8_second_byte_range(c);
-      const auto second = static_cast<unsigned char>(text[i + 1]);
-      if (second < lo || second > hi) return i;
-      for (int k = 2; k <= more; ++k)
-        if ((static_cast<unsigned char>(text[i + size_t(k)]) & 0xC0) != 0x80) return i;
-    }
-    i += size_t(more) + 1;
-  }
-  return text.size();
 }
 
 }  // namespace serval::runtime

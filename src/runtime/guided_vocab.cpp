@@ -4,8 +4,8 @@
 #include <bit>
 #include <limits>
 
-#include "runtime/guided_utf8.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace serval::runtime {
 
@@ -22,7 +22,8 @@ bool string_special(char c) {
 // character that is not complete, well-formed UTF-8 within `t`. kNoSpecial: nowhere; the bytes
 // before it are whole characters of content, which leave a plain string's state as it is.
 uint32_t first_special_from(std::string_view t, size_t from) {
-  const size_t incomplete = utf8_first_incomplete(t, from);
+  const size_t bad = tokenizer::utf8::find_invalid(t.substr(from));
+  const size_t incomplete = bad == tokenizer::utf8::kValid ? t.size() : from + bad;
   size_t i = from;
   while (i < incomplete && !string_special(t[i])) ++i;
   return i == t.size() ? kNoSpecial : uint32_t(i);
