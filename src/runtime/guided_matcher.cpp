@@ -692,31 +692,26 @@ JsonStack::Step JsonStack::tool_call(Frame& f, unsigned char c) {
     f.state = next_state;
     return push(lit) ? step : Step::kReject;
   };
+  auto push_value = [&](const SchemaNode& node, uint8_t next_state) {
+    Frame v = Frame::make();
+    v.kind = Frame::Kind::kValue;
+    v.node = &node;
+    f.state = next_state;
+    return push(v) ? Step::kConsumed : Step::kReject;
+  };
   switch (f.state) {
     case 0:
       return push_literal(any.name_key, 1, Step::kRefeed);
-    case 1: {
-      if (c != ':') return Step::kReject;
-      Frame v = Frame::make();
-      v.kind = Frame::Kind::kValue;
-      v.node = f.node->tool_names;
-      f.state = 2;
-      return push(v) ? Step::kConsumed : Step::kReject;
-    }
+    case 1:
+      return c == ':' ? push_value(*f.node->tool_names, 2) : Step::kReject;
     case 2:
       if (c != ',') return Step::kReject;
       f.state = 3;
       return Step::kConsumed;
     case 3:
       return push_literal(any.parameters_key, 4, Step::kRefeed);
-    case 4: {
-      if (c != ':') return Step::kReject;
-      Frame v = Frame::make();
-      v.kind = Frame::Kind::kValue;
-      v.node = f.node->alternatives[f.index];
-      f.state = 5;
-      return push(v) ? Step::kConsumed : Step::kReject;
-    }
+    case 4:
+      return c == ':' ? push_value(*f.node->alternatives[f.index], 5) : Step::kReject;
     default:
       return c == '}' ? Step::kConsumedPop : Step::kReject;
   }
