@@ -490,7 +490,7 @@ class EngineImpl final : public Engine {
   void advance_guided(EngineRequest& r, int32_t token) {
     if (token >= guided_vocab_->size() || is_eos(token) || is_stop_id(r.params, token)) return;
     if (!r.json->feed(guided_vocab_->text(token)))
-      log::warn("request {}: token {} left the guided JSON", r.req.id, token);
+      log::warn("request {}: token {} left its guided grammar", r.req.id, token);
   }
 
   bool is_eos(int32_t token) const {

@@ -9,30 +9,30 @@ namespace serval::server {
 
 namespace {
 
-// A message's content: text, or a list of text parts.
-Json message_content(const Json& content, const std::string& at) {
-  if (content.is_string()) return content;
-  if (!content.is_array()) throw bad_request("input", at + ".content must be text or a list");
-  std::string text;
-  for (const Json& part : content) {
-    const std::string type = part.is_object() ? part.value("type", "") : "";
-    if (type != "input_text" && type != "output_text" && type != "text")
-      throw bad_request("input", fmt::format("{}: content parts of type '{}' are not supported "
-                                             "(input_text, output_text)",
-                                             at, type));
-    if (!part.contains("text") || !part["text"].is_string())
-      throw bad_request("input", at + ": a text part needs a string 'text'");
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
 // A string field of an input item (400 naming the item when missing).
 std::string item_string(const Json& item, const char* key, const std::string& at) {
   const auto v = item.find(key);
   if (v == item.end() || !v->is_string())
     throw bad_request("input", fmt::format("{} needs a string '{}'", at, key));
   return v->get<std::string>();
+}
+
+// A message's content: text, or a list of text parts.
+Json message_content(const Json& content, const std::string& at) {
+  if (content.is_string()) return content;
+  if (!content.is_array()) throw bad_request("input", at + ".content must be text or a list");
+  Json parts = Json::array();  // chat's text parts, joined as chat joins them
+  for (const Json& part : content) {
+    const auto type = part.is_object() ? part.find("type") : part.end();
+    const bool text_part =
+        type != part.end() && (*type == "input_text" || *type == "output_text" || *type == "text");
+    if (!text_part)
+      throw bad_request("input", fmt::format("{}: content parts other than input_text and "
+                                             "output_text are not supported",
+                                             at));
+    parts.push_back({{"type", "text"}, {"text", item_string(part, "text", at)}});
+  }
+  return parts;
 }
 
 // A function_call item: added to the assistant message of calls just before it, or a new one.
@@ -60,7 +60,11 @@ Json input_messages(const Json& input) {
     const Json& item = input[i];
     const std::string at = fmt::format("input[{}]", i);
     if (!item.is_object()) throw bad_request("input", at + " must be an object");
-    const std::string type = item.value("type", "message");
+    // (find, not value(): a type that is not a string must be a 400, not a type_error's 500)
+    const auto type_field = item.find("type");
+    const std::string type = type_field == item.end()  ? "message"
+                             : type_field->is_string() ? type_field->get<std::string>()
+                                                       : "";
     if (type == "function_call") {
       add_function_call(messages, item, at);
       continue;
@@ -105,9 +109,10 @@ Json response_format(const Json& body) {
                                           type));
   if (!format->contains("schema"))
     throw bad_request("text", "a json_schema text.format needs 'schema'");
-  return Json{{"type", "json_schema"},
-              {"json_schema",
-               {{"name", format->value("name", "response")}, {"schema", (*format)["schema"]}}}};
+  return Json{
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", format->value("name", Json("response"))}, {"schema", (*format)["schema"]}}}};
 }
 
 // Chat usage → the Responses API's.

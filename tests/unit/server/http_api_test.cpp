@@ -591,6 +591,10 @@ TEST_F(ServerTest, ResponsesApi) {
       {{{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}, "input"},
       {{{"input", {{{"type", "function_call_output"}}}}}, "input"},
       {{{"input", {{{"type", "file_search_call"}}}}}, "input"},
+      {{{"input", {{{"type", 3}, {"role", "user"}, {"content", "x"}}}}}, "input"},
+      {{{"input", {{{"role", "user"}, {"content", {{{"type", 1}, {"text", "x"}}}}}}}}, "input"},
+      {{{"input", {{{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", 2}}}}}}}},
+       "input"},
       {{{"input", "x"}, {"text", {{"format", {{"type", "xml"}}}}}}, "text"},
       {{{"input", "x"}, {"max_output_tokens", 0}}, "max_output_tokens"},
   };
