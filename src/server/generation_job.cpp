@@ -316,6 +316,11 @@ void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
 // The reasoning part goes out as `reasoning` (and `reasoning_content`, its earlier vLLM name),
 // the content part as `content` or through the tool parser; each part only as far as it is known
 // (split_reasoning holds back a possible tag).
+bool GenerationJob::parsed_output() const {
+  return req_.parse_tool_calls || req_.split_reasoning || !req_.forced_tool.empty() ||
+         req_.tool_call_list;
+}
+
 Json GenerationJob::chat_stream_delta(Sequence& s) const {
   Json delta = Json::object();
   std::string_view content = s.text;
@@ -415,9 +420,7 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
   Json chunk;
   if (req_.kind == ApiKind::kChat) {
     chunk = envelope("chat.completion.chunk");
-    const bool parsed = req_.parse_tool_calls || req_.split_reasoning ||
-                        !req_.forced_tool.empty() || req_.tool_call_list;
-    choice["delta"] = parsed            ? chat_stream_delta(s)
+    choice["delta"] = parsed_output()   ? chat_stream_delta(s)
                       : s.delta.empty() ? Json::object()
                                         : Json{{"content", s.delta}};
   } else {
@@ -436,9 +439,7 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
 
 void GenerationJob::send_responses_events(Sequence& s) {
   std::string reasoning, content = s.delta;
-  // Parsed output: reasoning split off, tool calls held back (their items come at the end).
-  if (req_.split_reasoning || req_.parse_tool_calls || !req_.forced_tool.empty() ||
-      req_.tool_call_list) {
+  if (parsed_output()) {  // tool calls held back: their items come at the end
     const Json delta = chat_stream_delta(s);
     reasoning = delta.value("reasoning", "");
     content = delta.value("content", "");

@@ -48,6 +48,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   TokenText token_texts() const;  // token_text as a function object
   Json usage() const;
   std::optional<int64_t> cached_if_reported(int64_t cached) const;
+  // Whether the output is parsed (reasoning split off, tool calls read out) rather than streamed
+  // as it comes.
+  bool parsed_output() const;
   // A chat stream chunk's delta when the output is parsed (reasoning, tool calls); `content` is
   // the content part of the text so far.
   Json chat_stream_delta(Sequence& s) const;
