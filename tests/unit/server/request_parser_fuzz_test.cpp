@@ -1,4 +1,5 @@
-// Structure-aware fuzzing of the request parser: valid completion and chat bodies with random
+// Structure-aware fuzzing of the request parser: valid completion, chat and Responses API bodies
+// with random
 // fields replaced by random JSON values (wrong types, huge and negative numbers, nested
 // containers), removed or added, and random byte-level damage to serialized bodies. Whatever
 // comes in, parsing must either succeed or throw an ApiError with a 4xx status: any other
@@ -13,6 +14,7 @@
 
 #include "server/api_error.h"
 #include "server/request_parser.h"
+#include "server/responses_api.h"
 #include "server/server.h"
 #include "server_test_support.h"
 #include "support/fuzz_budget.h"
@@ -66,6 +68,17 @@ const std::vector<std::string> kFields = {"model",
                                           "best_of",
                                           "use_beam_search",
                                           "suffix",
+                                          "input",
+                                          "instructions",
+                                          "max_output_tokens",
+                                          "text",
+                                          "include",
+                                          "previous_response_id",
+                                          "background",
+                                          "parallel_tool_calls",
+                                          "metadata",
+                                          "store",
+                                          "user",
                                           "unknown_field"};
 
 class Fuzzer {
@@ -147,13 +160,17 @@ class Fuzzer {
 
   std::string field() {
     static const std::vector<std::string> inner = {
-        "role", "content", "type", "text", "include_usage", "continuous_usage_stats", "name", "x"};
+        "role",  "content", "type",    "text",      "include_usage", "continuous_usage_stats",
+        "name",  "x",       "call_id", "arguments", "output",        "format",
+        "schema"};
     return pick(2) ? kFields[size_t(pick(int(kFields.size())))]
                    : inner[size_t(pick(int(inner.size())))];
   }
 
-  // 1-4 mutations of `body`: set a field to a random value, remove one, or mutate a message.
+  // 1-4 mutations of `body`: set a field to a random value, remove one, or mutate a message (or
+  // an item of a Responses API input list).
   void mutate(Json& body) {
+    const char* list = body.contains("input") ? "input" : "messages";
     for (int i = pick(4); i >= 0; --i) {
       const int op = pick(6);
       if (op <= 2) {
@@ -162,9 +179,8 @@ class Fuzzer {
         auto it = body.begin();
         std::advance(it, pick(int(body.size())));
         body.erase(it);
-      } else if (body.contains("messages") && body["messages"].is_array() &&
-                 !body["messages"].empty()) {
-        Json& messages = body["messages"];
+      } else if (body.contains(list) && body[list].is_array() && !body[list].empty()) {
+        Json& messages = body[list];
         Json& m = messages[size_t(pick(int(messages.size())))];
         if (m.is_object()) {
           m[field()] = value(2);
@@ -227,8 +243,9 @@ class RequestParserFuzzTest : public ::testing::Test {
   // Returns whether it parsed.
   bool check(const Json& body, ApiKind kind) {
     try {
-      GenerationRequest req = kind == ApiKind::kChat ? parse_chat_request(body, ctx_)
-                                                     : parse_completion_request(body, ctx_);
+      GenerationRequest req = kind == ApiKind::kChat        ? parse_chat_request(body, ctx_)
+                              : kind == ApiKind::kResponses ? parse_responses_request(body, ctx_)
+                                                            : parse_completion_request(body, ctx_);
       for (const PromptInput& p : req.prompts)
         resolve_max_tokens(req, int(p.token_ids.size()), info_.max_model_len);
       return true;
@@ -261,9 +278,43 @@ const Json kChat = {{"model", "m"},
                     {"logprobs", true},
                     {"top_logprobs", 3}};
 
+// Responses API bodies: a conversation with an earlier function call and its output, function
+// tools, logprobs; and a text.format JSON schema.
+const Json kResponsesTools = Json::parse(R"({"model": "m", "instructions": "be brief",
+    "input": [{"role": "user", "content": "hi"},
+              {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "c1", "output": "42"},
+              {"type": "reasoning", "summary": []},
+              {"role": "user", "content": [{"type": "input_text", "text": "go on"}]}],
+    "tools": [{"type": "function", "name": "f",
+               "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}],
+    "tool_choice": {"type": "function", "name": "f"}, "parallel_tool_calls": false,
+    "max_output_tokens": 8,
+    "include": ["message.output_text.logprobs"], "top_logprobs": 2, "stream": true})");
+const Json kResponsesFormat = Json::parse(R"({"model": "m", "input": "hello",
+    "text": {"format": {"type": "json_schema", "name": "p",
+                        "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+    "max_output_tokens": 16, "temperature": 0.5, "metadata": {"k": "v"}})");
+
+// The base body of fuzz iteration i: completion, chat, and the two Responses API bodies in turn.
+std::pair<Json, ApiKind> base_body(int i) {
+  switch (i % 4) {
+    case 0:
+      return {kCompletion, ApiKind::kCompletion};
+    case 1:
+      return {kChat, ApiKind::kChat};
+    case 2:
+      return {kResponsesTools, ApiKind::kResponses};
+    default:
+      return {kResponsesFormat, ApiKind::kResponses};
+  }
+}
+
 TEST_F(RequestParserFuzzTest, BaseBodiesParse) {
-  EXPECT_TRUE(check(kCompletion, ApiKind::kCompletion));
-  EXPECT_TRUE(check(kChat, ApiKind::kChat));
+  for (int i = 0; i < 4; ++i) {
+    const auto [body, kind] = base_body(i);
+    EXPECT_TRUE(check(body, kind)) << body.dump();
+  }
 }
 
 TEST_F(RequestParserFuzzTest, MutatedBodiesParseOrGiveA4xx) {
@@ -271,8 +322,7 @@ TEST_F(RequestParserFuzzTest, MutatedBodiesParseOrGiveA4xx) {
   int parsed = 0;
   const int iterations = fuzz_iterations();
   for (int i = 0; i < iterations; ++i) {
-    const ApiKind kind = i % 2 ? ApiKind::kChat : ApiKind::kCompletion;
-    Json body = kind == ApiKind::kChat ? kChat : kCompletion;
+    auto [body, kind] = base_body(i);
     f.mutate(body);
     parsed += check(body, kind) ? 1 : 0;
     if (HasFailure()) return;  // the first failing body is the useful one
@@ -286,8 +336,7 @@ TEST_F(RequestParserFuzzTest, DamagedBytesGiveA4xx) {
   Fuzzer f(fuzz_seed(7));
   const int iterations = fuzz_iterations();
   for (int i = 0; i < iterations; ++i) {
-    const ApiKind kind = i % 2 ? ApiKind::kChat : ApiKind::kCompletion;
-    Json base = kind == ApiKind::kChat ? kChat : kCompletion;
+    auto [base, kind] = base_body(i);
     if (i % 3 == 0) f.mutate(base);
     const std::string bytes = f.damage(base.dump());
     try {
@@ -317,7 +366,7 @@ TEST_F(RequestParserFuzzTest, DeepNestingIsRefusedBeforeParsing) {
 // The whole server (real sockets, FakeEngine) under mutated and damaged bodies on every JSON
 // endpoint: never a 500 (503 only for overload), and still healthy afterwards. This reaches what
 // the parser accepts: generation with odd sampling, logprobs, stop and streaming combinations,
-// tokenize, detokenize.
+// Responses API replies and events, tokenize, detokenize.
 TEST(ServerFuzz, MutatedRequestsNeverGiveA500) {
   testing::FakeEngine engine;
   ServerOptions o;
@@ -327,16 +376,20 @@ TEST(ServerFuzz, MutatedRequestsNeverGiveA500) {
   Server server(engine, o);
   const int port = server.start();
   Fuzzer f(fuzz_seed(4242));
-  Json completion = kCompletion, chat = kChat;
-  completion["model"] = chat["model"] = "fake-model";
+  Json completion = kCompletion, chat = kChat, responses = kResponsesTools,
+       responses_format = kResponsesFormat;
+  completion["model"] = chat["model"] = responses["model"] = responses_format["model"] =
+      "fake-model";
   const Json tokenize = {{"model", "fake-model"}, {"prompt", "hello"}};
   const Json detokenize = {{"model", "fake-model"}, {"tokens", Json::array({104, 105})}};
   const int iterations = serval::testing::fuzz_iterations(600);
   for (int i = 0; i < iterations; ++i) {
     static const char* paths[] = {"/v1/completions", "/v1/chat/completions", "/tokenize",
-                                  "/detokenize"};
-    const int which = f.pick(4);
-    Json body = which == 0 ? completion : which == 1 ? chat : which == 2 ? tokenize : detokenize;
+                                  "/detokenize", "/v1/responses"};
+    const int which = f.pick(5);
+    const Json* bases[] = {&completion, &chat, &tokenize, &detokenize,
+                           f.pick(2) ? &responses : &responses_format};
+    Json body = *bases[which];
     if (which == 2 && f.pick(2)) body = chat;  // /tokenize takes messages too
     f.mutate(body);
     const std::string text = f.pick(5) == 0 ? f.damage(body.dump()) : body.dump();
