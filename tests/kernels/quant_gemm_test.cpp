@@ -860,6 +860,153 @@ TEST(QuantGemm, GateUpSiluMatchesCpuBackend) {
   }
 }
 
+// The fused RMSNorm input (GemvNorm) against kernels::cuda::rms_norm then the GEMV on its output:
+// the same bits for y and for the stored residual sum, whatever the rms_norm CTA shape (k = 1024:
+// 128 threads of one vector; 2048: 256 of one; 3072 and 4096: 256 of two, the first with idle
+// vectors; 8192: 256 of four, which rms_norm runs as a cluster of four CTAs), the kernel kinds,
+// SwiGLU and bias epilogues, in-CTA and cross-CTA splits. Random delta, residual and norm weight;
+// outputs poisoned.
+TEST(QuantGemv, FusedNormMatchesRmsNormThenGemv) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  struct Case {
+    int n, k;
+    bool swiglu;
+  };
+  const Case cases[] = {{1536, 1024, false}, {5120, 2048, false}, {4096, 2048, true},
+                        {2048, 3072, false}, {8460, 4096, false}, {10240, 8192, false},
+                        {2048, 8192, true},  {160, 8192, false}};
+  constexpr float kEps = 1e-5f;
+  uint32_t seed = 900;
+  for (WeightFormat format : kKernelKinds) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << format_name(format) << " n " << c.n << " k " << c.k
+                                        << (c.swiglu ? " swiglu" : ""));
+      TestWeight tw = make_weight(format, c.n, c.k, seed++);
+      if (c.swiglu) tw = tiled_rows(tw);
+      DeviceWeight dw(tw);
+      DeviceBuffer<bf16> delta(random_bf16(c.k, seed++, -2.0f, 2.0f));
+      const std::vector<bf16> residual_host = random_bf16(c.k, seed++, -4.0f, 4.0f);
+      DeviceBuffer<bf16> residual(residual_host);
+      DeviceBuffer<bf16> weight(random_bf16(c.k, seed++, 0.5f, 1.5f));
+      DeviceBuffer<bf16> bias(random_bf16(c.n, seed++, -0.5f, 0.5f));
+      const int n_out = c.swiglu ? c.n / 2 : c.n;
+      // Unfused: rms_norm on a copy of the residual, then the GEMV.
+      DeviceBuffer<bf16> sum_ref(residual_host);
+      DeviceBuffer<bf16> x(c.k);
+      kc::rms_norm({delta.get(), sum_ref.get(), weight.get(), x.get(), 1, c.k, kEps}, nullptr);
+      DeviceBuffer<bf16> y_ref(n_out), y(n_out);
+      y_ref.poison();
+      kc::QuantGemmParams p{};
+      p.x = x.get();
+      p.w = dw.w;
+      p.bias = c.swiglu ? nullptr : bias.get();
+      p.y = y_ref.get();
+      p.m = 1;
+      p.swiglu = c.swiglu;
+      kc::quant_gemv(p, nullptr);
+      // Fused, twice (the second launch reuses the cross-CTA arrival counters).
+      DeviceBuffer<bf16> sum(c.k);
+      const kc::GemvNorm norm{delta.get(), residual.get(), weight.get(), sum.get(), kEps};
+      p.x = nullptr;
+      p.y = y.get();
+      p.norm = &norm;
+      ASSERT_TRUE(kc::quant_gemv_norm_supported(p));
+      for (int run = 0; run < 2; ++run) {
+        sum.poison();
+        y.poison();
+        kc::quant_gemv(p, nullptr);
+        const std::vector<bf16> a = y_ref.download(), b = y.download();
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)), 0) << "run " << run;
+        const std::vector<bf16> r_ref = sum_ref.download(), r = sum.download();
+        EXPECT_EQ(std::memcmp(r_ref.data(), r.data(), r.size() * sizeof(bf16)), 0) << "run " << run;
+      }
+      // delta and residual are only read.
+      const std::vector<bf16> after = residual.download();
+      EXPECT_EQ(std::memcmp(after.data(), residual_host.data(), after.size() * sizeof(bf16)), 0);
+    }
+  }
+}
+
+// Host-only: which fused-norm inputs quant_gemv takes (and quant_gemm refuses to drop).
+TEST(QuantGemv, FusedNormSupportedShapes) {
+  alignas(16) static uint8_t scales[16];
+  alignas(16) static bf16 rows[4][16];
+  kc::QuantGemmParams p{};
+  p.w = kc::QuantGemmWeight{WeightFormat::kNvfp4, 4096, 4096, nullptr, scales, 1.0f, 0, 0};
+  p.m = 1;
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));  // no norm
+  kc::GemvNorm norm{rows[0], rows[1], rows[2], rows[3], 1e-6f};
+  p.norm = &norm;
+  EXPECT_TRUE(kc::quant_gemv_norm_supported(p));
+  p.m = kc::kQuantGemvNormMaxM + 1;
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  p.m = 1;
+  p.w.k = kc::kQuantGemvNormMaxK + 64;
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  p.w.k = 4096 + 32;  // whole 64-column blocks only
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  p.w.k = 4096;
+  norm.residual_out = reinterpret_cast<bf16*>(reinterpret_cast<uint8_t*>(rows[3]) + 8);
+  EXPECT_FALSE(kc::quant_gemv_norm_supported(p));
+  p.m = 40;  // beyond the GEMV: quant_gemm would run the mma kernel without the norm
+  EXPECT_THROW(kc::quant_gemm(p, nullptr), InvalidArgument);
+}
+
+// The backend's fused add + norm + projection (SERVAL_FUSED_NORM_GEMV=1) against its unfused
+// default (Backend::add_rms_norm_linear[_silu_mul] called directly): the same bits for the output
+// and the sum, which the fused path leaves in x (the caller swaps residual and x).
+TEST(QuantGemm, BackendFusedNormMatchesUnfused) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  setenv("SERVAL_FUSED_NORM_GEMV", "1", 1);
+  auto gpu = backend::make_cuda_backend();
+  unsetenv("SERVAL_FUSED_NORM_GEMV");
+  if (!gpu) GTEST_SKIP() << "CUDA backend unavailable: skipped";
+  uint32_t seed = 950;
+  for (const bool gate_up : {false, true}) {
+    SCOPED_TRACE(gate_up ? "gate_up" : "linear");
+    const int n = 2048, k = 4096;
+    backend::QuantizedWeight host = host_weight(make_weight(WeightFormat::kNvfp4, n, k, seed++));
+    host.gate_up = gate_up;
+    const backend::Weight w{Tensor{}, gpu->upload_quantized(host)};
+    auto upload = [&](std::vector<bf16> v, int64_t rows) {
+      Tensor h = host_empty(DType::kBF16, {rows, int64_t(v.size()) / rows});
+      std::memcpy(h.data, v.data(), v.size() * sizeof(bf16));
+      return gpu->upload(h);
+    };
+    const Tensor delta = upload(random_bf16(k, seed++, -2.0f, 2.0f), 1);
+    const std::vector<bf16> residual_host = random_bf16(k, seed++, -4.0f, 4.0f);
+    const Tensor norm_w = upload(random_bf16(k, seed++, 0.5f, 1.5f), 1);
+    const int n_out = gate_up ? n / 2 : n;
+    Tensor results[2][2];  // [fused][y, sum]
+    for (const bool fused : {false, true}) {
+      Tensor residual = upload(residual_host, 1);
+      Tensor x = gpu->empty(DType::kBF16, {1, k});
+      Tensor y = gpu->empty(DType::kBF16, {1, n_out});
+      bool moved = false;
+      if (gate_up) {
+        moved = fused ? gpu->add_rms_norm_linear_silu_mul(delta, residual, norm_w, 1e-5f, x, w, y)
+                      : gpu->Backend::add_rms_norm_linear_silu_mul(delta, residual, norm_w, 1e-5f,
+                                                                   x, w, y);
+      } else {
+        moved = fused ? gpu->add_rms_norm_linear(delta, residual, norm_w, 1e-5f, x, w, nullptr, y)
+                      : gpu->Backend::add_rms_norm_linear(delta, residual, norm_w, 1e-5f, x, w,
+                                                          nullptr, y);
+      }
+      EXPECT_EQ(moved, fused);
+      results[fused][0] = y;
+      results[fused][1] = moved ? x : residual;
+    }
+    for (int i = 0; i < 2; ++i) {
+      const size_t count = i == 0 ? size_t(n_out) : size_t(k);
+      std::vector<bf16> a(count), b(count);
+      gpu->download(results[0][i], a.data());
+      gpu->download(results[1][i], b.data());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)), 0)
+          << (i == 0 ? "output" : "sum");
+    }
+  }
+}
+
 // Random bytes stored straight into the device layout (speed does not depend on values); NVFP4
 // scales are kept in a sane exponent range.
 struct BenchWeight {
