@@ -291,26 +291,6 @@ class Backend {
     linear(x, gate_up, nullptr, h);
     silu_mul(h, out);
   }
-  // The add + RMSNorm in front of a block's first projection: residual += delta,
-  // x = rms_norm(residual) · norm_w, then y = linear(x, w, bias) (add_rms_norm_linear_silu_mul:
-  // out = linear_silu_mul(x, w)). A backend may fuse the norm into the projection; it then returns
-  // true: the bf16 sum residual + delta went to `x` instead (no normed rows are materialized and
-  // `residual` is left as it was), so the caller swaps the two tensors. The defaults run the ops
-  // and return false.
-  virtual bool add_rms_norm_linear(const Tensor& delta, Tensor& residual, const Tensor& norm_w,
-                                   float eps, Tensor& x, const Weight& w, const Tensor* bias,
-                                   Tensor& y) {
-    rms_norm(delta, &residual, norm_w, eps, x);
-    linear(x, w, bias, y);
-    return false;
-  }
-  virtual bool add_rms_norm_linear_silu_mul(const Tensor& delta, Tensor& residual,
-                                            const Tensor& norm_w, float eps, Tensor& x,
-                                            const Weight& gate_up, Tensor& out) {
-    rms_norm(delta, &residual, norm_w, eps, x);
-    linear_silu_mul(x, gate_up, out);
-    return false;
-  }
   // Converts uploaded MoE weights to the layout this backend's expert kernels need (once, at
   // load time). Throws InvalidArgument naming the case if the layer cannot run here.
   virtual void prepare_moe(MoeWeights& w) = 0;

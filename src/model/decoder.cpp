@@ -132,23 +132,13 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
     Layer& layer = layers_[i];
     // Everything a layer allocates is dead once it has written `delta` and `residual`.
     const int64_t mark = b_.step_mark();
-    // With a complete delta, the add + norm in front of q/k/v and of a dense MLP's gate/up go
-    // into the block, which the backend may fuse into the projection (the sum then lands in x:
-    // the two tensors swap roles).
     if (i == 0) {
       b_.rms_norm(residual, nullptr, layer.input_norm, c_.rms_norm_eps, x);
-      layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
-    } else if (x_ready) {
-      layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
-    } else if (!delta_partial) {
-      if (layer.attn->forward_add_norm({delta, residual, layer.input_norm, c_.rms_norm_eps, x},
-                                       meta, inv_freq_, kv_cache[i], delta))
-        std::swap(residual, x);
-    } else {
+    } else if (!x_ready) {
       add_norm(layer.input_norm);
-      layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
     }
     x_ready = false;
+    layer.attn->forward(x, meta, inv_freq_, kv_cache[i], delta);
     delta_partial = tp;  // row-parallel o_proj
     if (layer.moe && shard_.dp_moe()) {
       // All replicas' normalized rows into one [rows_total, H] buffer (tensor-parallel rank 0
@@ -175,11 +165,6 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
         next_norm = i + 1 < layers_.size() ? &layers_[i + 1].input_norm : &final_norm_;
       x_ready = layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm,
                                             c_.rms_norm_eps, x, delta, next_norm);
-    } else if (!delta_partial) {
-      if (layer.mlp->forward_add_norm(
-              {delta, residual, layer.post_attention_norm, c_.rms_norm_eps, x}, delta))
-        std::swap(residual, x);
-      delta_partial = tp;  // row-parallel down_proj
     } else {
       add_norm(layer.post_attention_norm);
       layer.mlp->forward(x, delta);

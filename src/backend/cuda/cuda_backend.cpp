@@ -529,23 +529,6 @@ class CudaBackend final : public Backend {
     kernels::cuda::silu_mul({bf(h), bf_mut(out), int(m), w.n / 2, 16}, stream_);
   }
 
-  bool add_rms_norm_linear(const Tensor& delta, Tensor& residual, const Tensor& norm_w, float eps,
-                           Tensor& x, const Weight& w, const Tensor* bias, Tensor& y) override {
-    if (w.q && !w.q->rows_reordered &&
-        fused_norm_gemv({delta, residual, norm_w, eps, x}, *w.q, bias, y, false))
-      return true;
-    return Backend::add_rms_norm_linear(delta, residual, norm_w, eps, x, w, bias, y);
-  }
-
-  bool add_rms_norm_linear_silu_mul(const Tensor& delta, Tensor& residual, const Tensor& norm_w,
-                                    float eps, Tensor& x, const Weight& gate_up,
-                                    Tensor& out) override {
-    if (gate_up.q && gate_up.q->rows_reordered &&
-        fused_norm_gemv({delta, residual, norm_w, eps, x}, *gate_up.q, nullptr, out, true))
-      return true;
-    return Backend::add_rms_norm_linear_silu_mul(delta, residual, norm_w, eps, x, gate_up, out);
-  }
-
   void silu_mul(const Tensor& x, Tensor& out) override {
     cuda::OpScope scope(profiler_, "silu_mul", stream_, capturing_);
     const int inter = int(out.dim(-1));
@@ -728,49 +711,6 @@ class CudaBackend final : public Backend {
     c.args.next_norm = {bf_mut(residual), bf(nw), bf_mut(x), next.eps};
   }
 
-  // The add + norm before a quantized projection (Backend::add_rms_norm_linear's arguments).
-  struct AddNormArgs {
-    const Tensor& delta;
-    const Tensor& residual;
-    const Tensor& weight;
-    float eps;
-    Tensor& x;  // receives the sum residual + delta
-  };
-
-  // The residual add + RMSNorm fused into the one-token decode GEMV (quant_gemv's GemvNorm):
-  // launches it and returns true, or returns false (nothing launched) where it does not apply.
-  // Every CTA normalizes the row itself, so there is no rms_norm kernel and no normed row; the
-  // sum goes to x. SERVAL_FUSED_NORM_GEMV=1 turns it on (off by default until it is measured
-  // faster on the GPU).
-  bool fused_norm_gemv(const AddNormArgs& n, const QuantizedWeight& w, const Tensor* bias,
-                       Tensor& y, bool swiglu) {
-    namespace kc = kernels::cuda;
-    auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };
-    if (!fuse_norm_gemv_ || w.quantize_activations || w.experts != 0 || w.k <= 0 ||
-        !is_bf16(n.delta) || !is_bf16(n.residual) || !is_bf16(n.x) || !is_bf16(n.weight) ||
-        (bias && !is_bf16(*bias)) || !(is_bf16(y) || (y.dtype == DType::kF32 && !swiglu)))
-      return false;
-    const int64_t m = n.delta.numel() / w.k, n_out = swiglu ? w.n / 2 : w.n;
-    if (m < 1 || m > kc::kQuantGemvNormMaxM || n.delta.numel() != m * w.k ||
-        n.residual.numel() != n.delta.numel() || n.x.numel() != n.delta.numel() ||
-        n.weight.numel() != w.k || y.numel() != m * n_out)
-      return false;
-    const kc::GemvNorm norm{bf(n.delta), bf(n.residual), bf(n.weight), bf_mut(n.x), n.eps};
-    kc::QuantGemmParams p{};
-    p.w = cuda::quant_gemm_weight(w);
-    p.bias = bias ? bf(*bias) : nullptr;
-    p.y = y.data;
-    p.y_f32 = y.dtype == DType::kF32;
-    p.m = int(m);
-    p.swiglu = swiglu;
-    p.norm = &norm;
-    if (!kc::quant_gemv_norm_supported(p)) return false;
-    cuda::OpScope scope(profiler_, swiglu ? "add_rms_norm_linear_silu_mul" : "add_rms_norm_linear",
-                        stream_, capturing_);
-    kc::quant_gemv(p, stream_);
-    return true;
-  }
-
   // y = x · dequant(w)ᵀ (+ bias); with swiglu (m ≤ kQuantGemvMaxM, tiled gate/up rows) y [m, n/2]
   // = silu(gate) · up from the decode GEMV's epilogue.
   void run_quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor* bias,
@@ -870,9 +810,6 @@ class CudaBackend final : public Backend {
   // Fused residual add + norm + router + routing before the MoE experts (add_rms_norm_moe);
   // SERVAL_NO_FUSED_MOE_NORM=1 turns it off (for side-by-side timing).
   const bool fuse_moe_norm_ = std::getenv("SERVAL_NO_FUSED_MOE_NORM") == nullptr;
-  // SERVAL_FUSED_NORM_GEMV=1: the add + RMSNorm before a one-token quantized projection inside
-  // its GEMV (fused_norm_gemv); otherwise its own rms_norm kernel.
-  const bool fuse_norm_gemv_ = env_int("SERVAL_FUSED_NORM_GEMV", 0, 1, 0) == 1;
   // Decode attention applies RoPE and appends the new key and value itself (paged_attention_rope);
   // SERVAL_NO_ROPE_IN_ATTENTION=1 runs qk_norm_rope_kv before it instead (for comparisons).
   const bool rope_in_attention_ = std::getenv("SERVAL_NO_ROPE_IN_ATTENTION") == nullptr;

@@ -20,18 +20,6 @@ std::string module_of(const std::string& weight_name);
 // inv_freq [head_dim / 2] with the config's rope scaling (default, linear, llama3).
 Tensor rope_inv_freq(const io::ModelConfig& c);
 
-// The residual add + RMSNorm in front of a block (Backend::add_rms_norm_linear): residual +=
-// delta, x = rms_norm(residual) · weight. A block's forward_add_norm returns true when the backend
-// fused the norm into its first projection: the sum is then in x, and the caller swaps residual
-// and x.
-struct AddNorm {
-  const Tensor& delta;
-  Tensor& residual;
-  const Tensor& weight;
-  float eps;
-  Tensor& x;
-};
-
 class Attention {
  public:
   // prefix: "model.layers.N.self_attn". tp: this rank's shard (dist::shard_attention): it loads
@@ -42,15 +30,8 @@ class Attention {
   // x [T, hidden] → out [T, hidden]
   void forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
                backend::KvCacheLayer& cache, Tensor& out);
-  // The same on norm.x after `norm` (AddNorm). out may alias norm.delta.
-  bool forward_add_norm(const AddNorm& norm, const backend::StepMetadata& meta,
-                        const Tensor& inv_freq, backend::KvCacheLayer& cache, Tensor& out);
 
  private:
-  // qkv [T, q/k/v rows] → out [T, hidden]: attention, then o_proj.
-  void attend(const Tensor& qkv, const backend::StepMetadata& meta, const Tensor& inv_freq,
-              backend::KvCacheLayer& cache, Tensor& out);
-
   backend::Backend& b_;
   backend::AttentionParams params_;
   int q_dim_;
@@ -69,8 +50,6 @@ class Mlp {
       const std::string& gate, const std::string& up, const std::string& down,
       const dist::TpLayout& tp = {});
   void forward(const Tensor& x, Tensor& out);
-  // The same on norm.x after `norm` (AddNorm). out may alias norm.delta.
-  bool forward_add_norm(const AddNorm& norm, Tensor& out);
 
  private:
   backend::Backend& b_;

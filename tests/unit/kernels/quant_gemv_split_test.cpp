@@ -132,37 +132,6 @@ TEST(QuantGemvSplit, ChoiceIsMinimalAndValid) {
   }
 }
 
-// A floor on the warps per CTA (the fused-norm kernel's, whose CTAs carry more shared memory):
-// the choice is the cheapest among W ≥ the floor, and a floor above what an SM holds is clamped
-// to it.
-TEST(QuantGemvSplit, MinCtaWarpsIsTheCheapestAboveTheFloor) {
-  for (int min_w : {1, 4, 7, 16}) {
-    for (int n_tiles : {8, 64, 160, 320, 1792}) {
-      for (int k_blocks : {32, 128}) {
-        const int warps = 25;
-        const GemvSplit c =
-            choose_gemv_split(n_tiles, k_blocks, kSms, warps, kGemvMaxSplitItems, min_w);
-        const std::string what = "tiles=" + std::to_string(n_tiles) +
-                                 " kb=" + std::to_string(k_blocks) +
-                                 " min_w=" + std::to_string(min_w);
-        expect_valid(c, n_tiles, k_blocks, kSms, warps, what.c_str());
-        EXPECT_GE(c.cta_warps, min_w) << what;
-        double best = -1.0;
-        for (int S = 1; S <= kGemvMaxSplits; ++S)
-          for (int W = min_w; W <= kGemvMaxCtaWarps; ++W) {
-            const double cost = gemv_split_cost(n_tiles, k_blocks, kSms, warps, S, W);
-            if (cost >= 0.0 && (best < 0.0 || cost < best)) best = cost;
-          }
-        EXPECT_DOUBLE_EQ(c.cost, best) << what;
-      }
-    }
-  }
-  // An SM of 6 resident warps: a floor of 8 becomes 6.
-  const GemvSplit c = choose_gemv_split(64, 32, kSms, 6, kGemvMaxSplitItems, 8);
-  EXPECT_EQ(c.cta_warps, 6);
-  EXPECT_GE(c.cost, 0.0);
-}
-
 // Llama-70B and its TP = 2 halves (NVFP4: 16 resident warps per SM): the busiest SM holds at most
 // 6 % more weight than the mean, with ≥ 14 warps (the power-of-two rule left Llama qkv at 24 %
 // over the mean with 12 / 8 warps per SM), except where whole tiles in one CTA win: Llama-70B

@@ -545,7 +545,6 @@ void quant_gemm(const QuantGemmParams& p, cudaStream_t stream) {
     quant_gemv(p, stream);
     return;
   }
-  if (p.norm) throw InvalidArgument("quant_gemm: the fused RMSNorm input is quant_gemv's alone");
   quant_gemm_mma(p, stream);
 }
 

@@ -53,22 +53,8 @@ struct QuantGemmWeight {
   int block_n, block_k;  // FP8 block only; block_k % 16 == 0
 };
 
-// The residual add + RMSNorm in front of a decode GEMV (quant_gemv only, see
-// quant_gemv_norm_supported): the GEMV's input row is RMSNorm(residual + delta) · weight, which
-// every CTA computes for itself from delta and residual, bit for bit what kernels::cuda::rms_norm
-// with a residual gives; the bf16 sum residual + delta is stored to residual_out, as rms_norm
-// stores it into residual. residual_out must not overlap delta, residual or y (other CTAs still
-// read them).
-struct GemvNorm {
-  const bf16* delta;     // [m, k]
-  const bf16* residual;  // [m, k]
-  const bf16* weight;    // [k]
-  bf16* residual_out;    // [m, k]
-  float eps;
-};
-
 struct QuantGemmParams {
-  const bf16* x;  // [m, k], 4-byte aligned; unused (may be null) with norm
+  const bf16* x;  // [m, k], 4-byte aligned
   QuantGemmWeight w;
   const bf16* bias;  // [n] or null
   void* y;           // [m, n], bf16 or f32 (y_f32); [m, n/2] bf16 with swiglu
@@ -80,7 +66,6 @@ struct QuantGemmParams {
   // are tiled (quant_gemm_gate_up_source_row), and y[t, j] = silu(gate_j) · up_j with both
   // projections finished in fp32 (alpha, row scale) and rounded to bf16 once. No bias.
   bool swiglu;
-  const GemvNorm* norm = nullptr;  // x = RMSNorm(residual + delta) · weight (quant_gemv only)
 };
 
 // Row order of a gate/up weight [2·inter, k] (rows [0, inter) gate, [inter, 2·inter) up;

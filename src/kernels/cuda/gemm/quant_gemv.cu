@@ -40,16 +40,6 @@
 //     counters, ≈ 4 MB per device); larger shapes get in-CTA or single splits from the model.
 //     Hence one quant_gemv at a time per device (quant_gemv.h).
 //
-// Fused RMSNorm input (GemvNorm, one token; quant_gemv_norm_kernel): the kernel's input row is
-// RMSNorm(residual + delta) · weight, which every CTA computes into its shared memory after the
-// PDL wait (norm_row: bit for bit rms_norm's result; the norm weight was copied in before the
-// wait), and the warps read their B fragments from there. It replaces the rms_norm kernel and its
-// place in the step's chain (Llama-70B NVFP4 b1: ~3 µs per norm, two per layer). The CTAs store
-// the sum residual + delta to residual_out between them. CTAs take enough warps that shared
-// memory (k·4 bytes more per CTA) does not limit the resident warps (norm_min_cta_warps). The
-// first version (2026-12-01) lost to the separate norm partly through a 32-byte static
-// __shared__ array that put the rings off their 128-byte alignment (the lesson of
-// bench/RESULTS.md 2026-12-03): everything here is in the dynamic area.
 #include "kernels/cuda/gemm/quant_gemv.h"
 
 #include <cuda_bf16.h>
@@ -59,8 +49,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <initializer_list>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -72,7 +60,6 @@
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
 #include "kernels/cuda/misc/smem_opt_in.h"
-#include "kernels/cuda/norm_rope/rms_norm.h"
 
 namespace serval::kernels::cuda {
 
@@ -122,17 +109,6 @@ struct GemvArgs {
   int kb_per_block;  // FP8 block: block_k / 64
 };
 
-// The fused RMSNorm input (GemvNorm), a parameter of quant_gemv_norm_kernel alone (the other
-// kernels compile as before). threads, vecs: rms_norm_cta(k), the CTA whose sums are emulated.
-struct NormArgs {
-  const __nv_bfloat16* delta;
-  const __nv_bfloat16* residual;
-  const __nv_bfloat16* weight;
-  __nv_bfloat16* residual_out;
-  float eps;
-  int threads, vecs;
-};
-
 // The streaming ring of a warp in shared memory: k blocks in flight (cp.async; see the top of
 // this file for why two) and bytes per slot (the k block's codes of the 32-row tile, then for
 // NVFP4 its 128-byte scale tile).
@@ -142,20 +118,6 @@ constexpr int ring_slot_bytes(int kind) {
 }
 constexpr int ring_bytes_per_warp(int kind) {
   return kRingDepth * ring_slot_bytes(kind);
-}
-
-// Scale table, the warps' rings, plus the partial sums of 8·NB tokens × 32 rows per warp for the
-// shared-memory merge; the fused norm's area starts there (norm_smem_bytes).
-__host__ __device__ constexpr size_t smem_bytes(int kind, int warps, int nb, bool smem_merge) {
-  return 1024 + size_t(warps) * ring_bytes_per_warp(kind) +
-         (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
-}
-
-// The fused norm's area: the normalized row (k bf16), the norm weight (k bf16), and the block
-// sums of its sum of squares ([vecs][32] floats, vecs ≤ 4).
-constexpr int kNormMaxVecs = kQuantGemvNormMaxK / (8 * kRmsNormMaxThreads);
-__host__ __device__ constexpr size_t norm_smem_bytes(int k) {
-  return size_t(k) * 4 + kNormMaxVecs * 32 * 4;
 }
 
 // One k block of the ring as a lane reads it into registers: codes of groups h = 0, 1 and the
@@ -196,69 +158,15 @@ __device__ __forceinline__ void store_swiglu(const GemvArgs& a, int tok, int row
   static_cast<__nv_bfloat16*>(a.y)[i] = __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
 }
 
-// The fused norm's input row (one token): xs = RMSNorm(residual + delta) · weight as bf16, bit for
-// bit what rms_norm with a residual stores. Its CTA of nm.threads threads is emulated: virtual
-// thread vt owns the vectors vt + i·nm.threads (i < nm.vecs) and sums each one's squares alone;
-// per i, a warp sum per virtual warp, then the sum of those over a warp, the parts added in i
-// order from 0 (block_sum_parts, and the cluster kernel's order). The sums residual + delta are
-// rounded to bf16 (into xs) before the scaling, as rms_norm scales what it stored; this CTA also
-// stores its share of them (vectors ≡ blockIdx.x mod gridDim.x) to residual_out. w_s: the norm
-// weight, copied in by the caller's cp.async group, which is complete once at most `kPending`
-// later groups are in flight. scratch: [kNormMaxVecs][32] floats. Call after pdl_wait, from all
-// threads; ends with __syncthreads.
-template <int kPending>
-__device__ __forceinline__ void norm_row(int k, const NormArgs& nm, __nv_bfloat16* xs,
-                                         const __nv_bfloat16* w_s, float (*scratch)[32]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int T = nm.threads, virtual_warps = T / 32, vecs = k / 8;
-  for (int vw = warp; vw < virtual_warps; vw += warps) {
-    const int vt = vw * 32 + lane;
-    for (int i = 0; i < nm.vecs; ++i) {
-      const int vec = vt + i * T;
-      float sum_sq = 0.0f;
-      if (vec < vecs) {
-        float v[8], r[8];
-        load8(nm.delta + vec * 8, v);
-        load8(nm.residual + vec * 8, r);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] += r[j];
-        store8(xs + vec * 8, v);
-        if (vec % int(gridDim.x) == int(blockIdx.x)) store8(nm.residual_out + vec * 8, v);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
-      }
-      sum_sq = warp_sum(sum_sq);
-      if (lane == 0) scratch[i][vw] = sum_sq;
-    }
-  }
-  cp_async_wait<kPending>();  // the norm weight (this thread's copies)
-  __syncthreads();
-  float total = 0.0f;
-  for (int i = 0; i < nm.vecs; ++i)
-    total += warp_sum(lane < virtual_warps ? scratch[i][lane] : 0.0f);
-  const float inv = rsqrtf(total / float(k) + nm.eps);
-  for (int vec = threadIdx.x; vec < vecs; vec += blockDim.x) {
-    float v[8], w[8];
-    load8(xs + vec * 8, v);  // the bf16-rounded sum, as rms_norm scales it
-    load8(w_s + vec * 8, w);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = v[j] * inv * w[j];
-    store8(xs + vec * 8, v);
-  }
-  __syncthreads();
-}
-
 // NB token blocks of 8 (m ≤ 8·NB): block nb's MMA B columns are tokens 8·nb + 0..7; each decoded
 // A fragment feeds NB MMAs.
 // kPlainB: x is 16-byte aligned and k % 64 == 0, so every k block of B lies wholly inside the row:
 // two plain 16-byte loads per block, without the per-quarter bounds predicate, zero fill and
 // alignment branch. NVFP4, one token block: 97 registers instead of 128 (and no spill), so more
 // resident warps, and fewer instructions per k block in the streaming loop.
-// The kernel body. kNorm (NB = 1, kPlainB; nm non-null): the input row is made by norm_row in
-// shared memory after the PDL wait, and the B fragments are read from there.
-template <int kKind, int NB, bool kPlainB, bool kNorm = false>
-__device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs* nm = nullptr) {
-  static_assert(!kNorm || (NB == 1 && kPlainB), "the fused norm takes the plain one-block variant");
+// The kernel body.
+template <int kKind, int NB, bool kPlainB>
+__device__ __forceinline__ void gemv_body(const GemvArgs& a) {
   constexpr bool kFp4 = kKind == kNvfp4Kind;
   constexpr int kLaneBytes = kFp4 ? 16 : 32;
   constexpr int kKbBytes = 2 * 32 * kLaneBytes;  // both groups of one k block of a tile
@@ -273,12 +181,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs* nm 
   uint8_t* ring = reinterpret_cast<uint8_t*>(lut + 256) + (threadIdx.x >> 5) * kRingBytes;
   // [warps][8·NB tokens][32 rows]
   float* part = reinterpret_cast<float*>(lut + 256 + (blockDim.x >> 5) * kRingBytes / 4);
-  // kNorm: the input row, the norm weight and the norm's block sums (norm_smem_bytes), after the
-  // partial sums.
-  uint8_t* norm_area = reinterpret_cast<uint8_t*>(smem_u4) +
-                       smem_bytes(kKind, blockDim.x >> 5, NB, a.splits > 1 && a.in_cta);
-  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(norm_area);
-  __nv_bfloat16* w_s = xs + a.k;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int S = a.splits, item = blockIdx.x * a.cta_warps + warp;
@@ -362,12 +264,6 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs* nm 
     if constexpr (kFp4) sc += 128 * kDepth;
   };
 
-  // kNorm: the norm weight (constant) into shared memory, one commit group before the ring's.
-  if constexpr (kNorm) {
-    for (int c = threadIdx.x; c < a.k / 8; c += blockDim.x)
-      cp_async_16(w_s + 8 * c, nm->weight + 8 * c, true);
-    cp_async_commit();
-  }
   // The ring's first kDepth k blocks, requested before the PDL wait (one commit group each, empty
   // past n, so that group b is always the b-th committed).
 #pragma unroll
@@ -384,19 +280,12 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs* nm 
   // k16 step s takes words 8t + 2s and 8t + 2s + 1 of the k block's 32 (the permuted columns of
   // quant_gemm.h): 32 consecutive bytes, two 16-byte loads when x is 16-byte aligned. k % 8 == 0,
   // so each 4-word quarter is wholly inside the row or wholly past it.
-  // kNorm: the one token's row from shared memory (lanes of other columns read it too: their
-  // MMA columns are never stored).
   const uint32_t* xl[NB];
 #pragma unroll
-  for (int nb = 0; nb < NB; ++nb) {
-    if constexpr (kNorm) {
-      xl[nb] = reinterpret_cast<const uint32_t*>(xs) + 32 * size_t(kb0) + 8 * t;
-    } else {
-      xl[nb] = a.zero_pad && 8 * nb + g >= a.m
-                   ? g_zero_row + 32 * size_t(kb0) + 8 * t
-                   : a.x + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
-    }
-  }
+  for (int nb = 0; nb < NB; ++nb)
+    xl[nb] = a.zero_pad && 8 * nb + g >= a.m
+                 ? g_zero_row + 32 * size_t(kb0) + 8 * t
+                 : a.x + size_t(min(8 * nb + g, a.m - 1)) * (a.k / 2) + 32 * size_t(kb0) + 8 * t;
   const int words = a.k / 2;  // valid words of a token row
   auto load_b = [&](int i, uint32_t(&b)[NB][8]) {
     const int left = words - 32 * (kb0 + i) - 8 * t;  // valid words from a row's k block i on
@@ -406,9 +295,7 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs* nm 
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         uint4 v = make_uint4(0, 0, 0, 0);
-        if constexpr (kNorm) {
-          v = reinterpret_cast<const uint4*>(p)[q];  // shared memory
-        } else if constexpr (kPlainB) {
+        if constexpr (kPlainB) {
           v = __ldg(reinterpret_cast<const uint4*>(p) + q);
         } else if (4 * q < left) {
           if (a.x_aligned16) {
@@ -425,11 +312,8 @@ __device__ __forceinline__ void gemv_body(const GemvArgs& a, const NormArgs* nm 
       }
     }
   };
-  pdl_wait();  // x (or delta and residual) comes from the previous kernel
+  pdl_wait();  // x comes from the previous kernel
   pdl_launch_dependents();
-  if constexpr (kNorm)
-    norm_row<kDepth>(a.k, *nm, xs, w_s,
-                     reinterpret_cast<float(*)[32]>(norm_area + size_t(a.k) * 4));
   uint32_t bq[2][NB][8];  // B of k blocks i and i + 1, in bq[i % 2] and bq[(i + 1) % 2]
   if (n > 0) load_b(0, bq[0]);
 
@@ -629,15 +513,6 @@ __global__ void __maxnreg__(72) quant_gemv_kernel_72(const __grid_constant__ Gem
   gemv_body<kKind, 1, true>(a);
 }
 
-// The fused-norm variant (kNorm). Not capped: at 72 registers ptxas spilled (NVFP4: 20 bytes
-// stored, 76 loaded), uncapped it takes 77 (25 resident warps per SM instead of 28).
-template <int kKind>
-__global__ void __launch_bounds__(kMaxWarps * 32)
-    quant_gemv_norm_kernel(const __grid_constant__ GemvArgs a,
-                           const __grid_constant__ NormArgs nm) {
-  gemv_body<kKind, 1, true, true>(a, &nm);
-}
-
 // The kernel of a variant (kCapped: quant_gemv_kernel_72).
 template <int kKind, int NB, bool kPlainB, bool kCapped>
 constexpr auto gemv_kernel() {
@@ -658,6 +533,13 @@ bool capped_registers() {
   return on;
 }
 
+// Scale table, the warps' rings, plus the partial sums of 8·NB tokens × 32 rows per warp for the
+// shared-memory merge.
+size_t smem_bytes(int kind, int warps, int nb, bool smem_merge) {
+  return 1024 + size_t(warps) * ring_bytes_per_warp(kind) +
+         (smem_merge ? size_t(warps) * nb * 256 * 4 : 0);
+}
+
 constexpr size_t smem_cap(int kind, int nb) {
   return 1024 + size_t(kMaxWarps) * ring_bytes_per_warp(kind) + size_t(kMaxWarps) * nb * 256 * 4;
 }
@@ -671,21 +553,19 @@ int kind_of(const QuantGemmWeight& w) {
 // Warps of a kernel variant resident per SM (register-limited; one-warp CTAs with the scale
 // table), queried once (the split model needs it on every eager launch). Also makes the kernel's
 // shared-memory opt-in on the current device.
-template <typename Kernel>
-int one_warp_ctas_per_sm(Kernel kernel, size_t smem) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32, smem) != cudaSuccess) {
-    (void)cudaGetLastError();
-    per_sm = 1;
-  }
-  return std::max(per_sm, 1);
-}
-
 template <int kKind, int NB, bool kPlainB, bool kCapped>
 int resident_warps_per_sm() {
   auto kernel = gemv_kernel<kKind, NB, kPlainB, kCapped>();
   allow_dynamic_smem(kernel, smem_cap(kKind, NB), "quant_gemv");
-  static const int warps = one_warp_ctas_per_sm(kernel, smem_bytes(kKind, 1, NB, false));
+  static const int warps = [kernel] {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, kernel, 32, smem_bytes(kKind, 1, NB, false)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+    return std::max(per_sm, 1);
+  }();
   return warps;
 }
 
@@ -755,53 +635,6 @@ void launch_blocks(GemvArgs a, cudaStream_t stream) {
              dim3(c.cta_warps * 32), smem, stream, a);
 }
 
-// The fewest warps per CTA (≥ 4: the norm is paid once per CTA) with which the fused-norm
-// kernel's CTAs, shared memory included, still fit as many per SM as the split model counts from
-// registers (warps_per_sm / W), so that its one-wave grids stay resident. Memoized per k.
-template <int kKind>
-int norm_min_cta_warps(int k, int warps_per_sm) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int>, int> memo;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(k, warps_per_sm);
-  if (const auto it = memo.find(key); it != memo.end()) return it->second;
-  int min_w = kMaxWarps;
-  for (int W = 4; W < kMaxWarps; ++W) {
-    int ctas = 0;
-    const size_t smem = smem_bytes(kKind, W, 1, true) + norm_smem_bytes(k);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, quant_gemv_norm_kernel<kKind>, W * 32,
-                                                      smem) != cudaSuccess) {
-      (void)cudaGetLastError();
-      break;
-    }
-    if (ctas >= std::min(warps_per_sm / W, 32)) {
-      min_w = W;
-      break;
-    }
-  }
-  memo.emplace(key, min_w);
-  return min_w;
-}
-
-template <int kKind>
-void launch_norm(GemvArgs a, const NormArgs& nm, cudaStream_t stream) {
-  auto kernel = quant_gemv_norm_kernel<kKind>;
-  allow_dynamic_smem(kernel, smem_cap(kKind, 1) + norm_smem_bytes(kQuantGemvNormMaxK),
-                     "quant_gemv_norm");
-  // Register-limited residency (one-warp CTAs without the norm's area), as the split model counts.
-  static const int warps_per_sm = one_warp_ctas_per_sm(kernel, smem_bytes(kKind, 1, 1, false));
-  const GemvSplit c =
-      choose_gemv_split(a.n_tiles, a.k_blocks, sm_count(), warps_per_sm, kGemvMaxSplitItems,
-                        norm_min_cta_warps<kKind>(a.k, warps_per_sm));
-  a.splits = c.splits;
-  a.cta_warps = c.cta_warps;
-  a.in_cta = c.in_cta;
-  const size_t smem =
-      smem_bytes(kKind, c.cta_warps, 1, c.splits > 1 && c.in_cta) + norm_smem_bytes(a.k);
-  launch_pdl("quant_gemv_norm", kernel, dim3(unsigned(c.ctas)), dim3(c.cta_warps * 32), smem,
-             stream, a, nm);
-}
-
 // One token block up to 8 tokens, two up to 16.
 template <int kKind>
 void launch(const GemvArgs& a, cudaStream_t stream) {
@@ -836,22 +669,9 @@ bool quant_gemv_supported(const QuantGemmParams& p) {
   return true;
 }
 
-bool quant_gemv_norm_supported(const QuantGemmParams& p) {
-  const GemvNorm* nm = p.norm;
-  return nm != nullptr && quant_gemv_supported(p) && p.m <= kQuantGemvNormMaxM && p.w.k % 64 == 0 &&
-         p.w.k <= kQuantGemvNormMaxK && is_aligned16(nm->delta) && is_aligned16(nm->residual) &&
-         is_aligned16(nm->weight) && is_aligned16(nm->residual_out);
-}
-
 void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
   const QuantGemmWeight& w = p.w;
-  if (p.norm && !quant_gemv_norm_supported(p))
-    throw InvalidArgument(
-        "quant_gemv: the fused RMSNorm input needs m <= " + std::to_string(kQuantGemvNormMaxM) +
-        ", k % 64 == 0, k <= " + std::to_string(kQuantGemvNormMaxK) +
-        " and 16-byte aligned rows; got m = " + std::to_string(p.m) +
-        ", k = " + std::to_string(w.k));
-  const bool has_x = p.norm || (p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0);
+  const bool has_x = p.x != nullptr && (reinterpret_cast<uintptr_t>(p.x) & 3u) == 0;
   if (!quant_gemv_supported(p) || w.data == nullptr || !has_x || p.y == nullptr ||
       (w.format != WeightFormat::kFp8PerTensor && w.scales == nullptr) || !is_aligned16(w.data))
     throw InvalidArgument("quant_gemv: need 1 <= m <= " + std::to_string(kQuantGemvMaxM) +
@@ -887,29 +707,6 @@ void quant_gemv(const QuantGemmParams& p, cudaStream_t stream) {
     a.block_cols = (w.k + w.block_k - 1) / w.block_k;
     a.block_n = w.block_n;
     a.kb_per_block = w.block_k / 64;
-  }
-  if (p.norm) {
-    const RmsNormCta cta = rms_norm_cta(w.k);
-    const NormArgs nm{reinterpret_cast<const __nv_bfloat16*>(p.norm->delta),
-                      reinterpret_cast<const __nv_bfloat16*>(p.norm->residual),
-                      reinterpret_cast<const __nv_bfloat16*>(p.norm->weight),
-                      reinterpret_cast<__nv_bfloat16*>(p.norm->residual_out),
-                      p.norm->eps,
-                      cta.threads,
-                      cta.vecs};
-    switch (kind_of(w)) {
-      case kNvfp4Kind:
-        launch_norm<kNvfp4Kind>(a, nm, stream);
-        break;
-      case kFp8Kind:
-        launch_norm<kFp8Kind>(a, nm, stream);
-        break;
-      default:
-        launch_norm<kFp8BlockKind>(a, nm, stream);
-        break;
-    }
-    check_launch("quant_gemv_norm");
-    return;
   }
   switch (kind_of(w)) {
     case kNvfp4Kind:

@@ -18,16 +18,6 @@ constexpr int kQuantGemvMaxM = 16;  // two blocks of the eight columns of the MM
 // and a bf16 y. Assumes p.w passed quant_gemm's validation.
 bool quant_gemv_supported(const QuantGemmParams& p);
 
-// The fused RMSNorm input (p.norm) is for one token: every CTA normalizes the row into its
-// shared memory, and emulates the CTA of rms_norm's register kernel (hidden ≤ 8192).
-constexpr int kQuantGemvNormMaxM = 1;
-constexpr int kQuantGemvNormMaxK = 8192;
-
-// Whether quant_gemv takes p with p.norm set: quant_gemv_supported, m ≤ kQuantGemvNormMaxM,
-// k % 64 == 0, k ≤ kQuantGemvNormMaxK, and 16-byte aligned delta, residual, weight and
-// residual_out.
-bool quant_gemv_norm_supported(const QuantGemmParams& p);
-
 // y = x · dequant(W)ᵀ (+ bias); needs no caller workspace. Throws InvalidArgument unless supported
 // and w.data 16-byte / x 4-byte aligned. Programmatic dependent launch; deterministic (the same
 // bits for the same inputs, shape and device; graph replays included).

@@ -104,20 +104,16 @@ inline double gemv_split_cost(int n_tiles, int k_blocks, int sm_count, int warps
   return cost;
 }
 
-// The cheapest (S, W) by gemv_split_cost (ties: fewer splits, then fewer warps per CTA), with at
-// least min_cta_warps warps per CTA where the SM holds that many (a kernel whose CTAs carry more
-// shared memory: the fused norm's). S = 1 is always allowed (any grid, several waves), so there is
-// always a choice.
+// The cheapest (S, W) by gemv_split_cost (ties: fewer splits, then fewer warps per CTA). S = 1 is
+// always allowed (any grid, several waves), so there is always a choice.
 inline GemvSplit choose_gemv_split(int n_tiles, int k_blocks, int sm_count, int warps_per_sm,
-                                   int max_items = kGemvMaxSplitItems, int min_cta_warps = 1) {
+                                   int max_items = kGemvMaxSplitItems) {
   sm_count = std::max(sm_count, 1);
   warps_per_sm = std::max(warps_per_sm, 1);
-  const int max_w = std::min(kGemvMaxCtaWarps, warps_per_sm);
-  const int min_w = std::clamp(min_cta_warps, 1, max_w);
-  int best_s = 1, best_w = min_w;
+  int best_s = 1, best_w = 1;
   double best = -1.0;
   for (int S = 1; S <= kGemvMaxSplits; ++S) {
-    for (int W = min_w; W <= max_w; ++W) {
+    for (int W = 1; W <= std::min(kGemvMaxCtaWarps, warps_per_sm); ++W) {
       const double c = gemv_split_cost(n_tiles, k_blocks, sm_count, warps_per_sm, S, W, max_items);
       if (c < 0.0 || (best >= 0.0 && c >= best)) continue;
       best_s = S;
