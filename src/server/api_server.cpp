@@ -45,7 +45,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.tokenizer = engine_.tokenizer();
   ctx_.chat_template = engine_.chat_template();
   ctx_.max_logprobs = options_.max_logprobs;
-  ctx_.auto_tool_choice = options_.auto_tool_choice;
+  ctx_.tool_call_parser = options_.tool_call_parser;
   ctx_.reasoning_parser = options_.reasoning_parser;
   ctx_.prompt_tokens_details = options_.prompt_tokens_details;
 }

@@ -21,7 +21,7 @@ struct ApiOptions {
   std::vector<std::string> served_model_names;  // empty: info().served_model_name
   std::string api_key;                          // empty: no authentication
   int max_logprobs = 20;
-  bool auto_tool_choice = false;  // tool calls parsed out of chat outputs (hermes format)
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;    // tool calls parsed out of chat
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // reasoning split out of chat
   bool prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
 };

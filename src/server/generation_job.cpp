@@ -284,9 +284,9 @@ std::optional<int64_t> GenerationJob::cached_if_reported(int64_t cached) const {
   return ctx_.prompt_tokens_details ? std::optional<int64_t>(cached) : std::nullopt;
 }
 
-// The hermes parser's calls, only the first with parallel_tool_calls false.
+// The server's parser's calls, only the first with parallel_tool_calls false.
 ParsedToolCalls GenerationJob::parse_auto_tool_calls(std::string_view content) const {
-  ParsedToolCalls parsed = parse_hermes_tool_calls(content);
+  ParsedToolCalls parsed = parse_tool_calls(ctx_.tool_call_parser, content);
   if (req_.single_tool_call && parsed.calls.size() > 1) parsed.calls.resize(1);
   return parsed;
 }
@@ -296,7 +296,7 @@ ParsedToolCalls GenerationJob::parse_auto_tool_calls(std::string_view content) c
 // "tool_calls"), or, without calls, the held-back text as content.
 void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
                                           std::string_view content) const {
-  size_t upto = hermes_content_prefix(content);
+  size_t upto = tool_call_content_prefix(ctx_.tool_call_parser, content);
   std::vector<ToolCall> calls;
   if (s.finished) {
     ParsedToolCalls parsed = parse_auto_tool_calls(content);

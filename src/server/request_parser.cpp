@@ -377,7 +377,7 @@ void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequ
                                   "named function, got \"{}\"",
                                   mode));
   if (!has_tools) throw bad_request("tool_choice", "tool_choice \"auto\" needs tools");
-  if (!ctx.auto_tool_choice)
+  if (ctx.tool_call_parser == ToolCallParser::kNone)
     throw bad_request("tool_choice",
                       "\"auto\" tool choice requires --enable-auto-tool-choice and "
                       "--tool-call-parser to be set");

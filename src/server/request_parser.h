@@ -8,6 +8,7 @@
 
 #include "runtime/engine.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
 
 namespace serval::server {
 
@@ -62,7 +63,8 @@ struct ModelContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;         // may be null
   const tokenizer::ChatTemplate* chat_template = nullptr;  // may be null
   int max_logprobs = 20;
-  bool auto_tool_choice = false;  // serve --enable-auto-tool-choice --tool-call-parser hermes
+  // serve --enable-auto-tool-choice --tool-call-parser P: P (kNone without the flag)
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // serve --reasoning-parser
   // serve --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens (prompt
   // tokens served from the prefix cache)

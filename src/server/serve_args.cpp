@@ -285,7 +285,8 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_flag("--enable-auto-tool-choice", auto_tool_choice,
                "Parse tool calls out of chat outputs when a request has tools");
   app.add_option("--tool-call-parser", tool_call_parser,
-                 "The tool call format of --enable-auto-tool-choice: hermes (Hermes, Qwen)");
+                 "The tool call format of --enable-auto-tool-choice: hermes (Hermes, Qwen), "
+                 "llama3_json (Llama 3.1-3.3) or pythonic (Llama 3.2 and 4)");
   app.add_flag("--enable-prompt-tokens-details", s.prompt_tokens_details,
                "Report usage.prompt_tokens_details.cached_tokens (prefix-cache hits)");
   std::string reasoning_parser;
@@ -354,12 +355,19 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   if (s.port < 0 || s.port > 65535)
     throw InvalidArgument(fmt::format("--port {}: out of range", s.port));
   if (e.max_logprobs < 0) throw InvalidArgument("--max-logprobs must be >= 0");
-  if (!tool_call_parser.empty() && tool_call_parser != "hermes")
-    throw InvalidArgument("--tool-call-parser " + tool_call_parser +
-                          ": unknown parser (choices: hermes)");
-  if (auto_tool_choice && tool_call_parser.empty())
-    throw InvalidArgument("--enable-auto-tool-choice needs --tool-call-parser (choices: hermes)");
-  s.auto_tool_choice = auto_tool_choice;
+  std::optional<ToolCallParser> parser;
+  if (!tool_call_parser.empty()) {
+    parser = tool_call_parser_from_name(tool_call_parser);
+    if (!parser)
+      throw InvalidArgument(fmt::format("--tool-call-parser {}: unknown parser (choices: {})",
+                                        tool_call_parser, kToolCallParserChoices));
+  }
+  if (auto_tool_choice && !parser)
+    throw InvalidArgument(
+        fmt::format("--enable-auto-tool-choice needs --tool-call-parser "
+                    "(choices: {})",
+                    kToolCallParserChoices));
+  if (auto_tool_choice) s.tool_call_parser = *parser;
   if (!reasoning_parser.empty()) {
     const std::optional<ReasoningParser> parser = reasoning_parser_from_name(reasoning_parser);
     if (!parser)

@@ -16,7 +16,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   api.served_model_names = options_.served_model_names;
   api.api_key = options_.api_key;
   api.max_logprobs = options_.max_logprobs;
-  api.auto_tool_choice = options_.auto_tool_choice;
+  api.tool_call_parser = options_.tool_call_parser;
   api.reasoning_parser = options_.reasoning_parser;
   api.prompt_tokens_details = options_.prompt_tokens_details;
   api_ = std::make_unique<ApiServer>(engine, std::move(api));

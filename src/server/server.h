@@ -17,7 +17,8 @@ struct ServerOptions {
   std::vector<std::string> served_model_names;
   std::string api_key;
   int max_logprobs = 20;
-  bool auto_tool_choice = false;  // --enable-auto-tool-choice with the hermes parser
+  // --enable-auto-tool-choice: the --tool-call-parser format (kNone: off)
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
   bool prompt_tokens_details = false;                         // --enable-prompt-tokens-details
   size_t max_body_bytes = size_t{32} << 20;

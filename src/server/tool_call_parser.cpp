@@ -1,5 +1,6 @@
 #include "server/tool_call_parser.h"
 
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -10,26 +11,110 @@ namespace serval::server {
 namespace {
 
 constexpr std::string_view kToolCallClose = "</tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";      // llama3_json's optional start
+constexpr std::string_view kPythonStart = "<|python_start|>";  // pythonic's optional start
 
-// One call's body, or nullopt when it is not a call.
-std::optional<ToolCall> parse_call(std::string_view body) {
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+bool is_space(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
+size_t skip_spaces(std::string_view text, size_t at) {
+  while (at < text.size() && is_space(text[at])) ++at;
+  return at;
+}
+
+// One past the '}' closing the JSON object that starts at text[at] ('{'), brackets inside strings
+// not counted; npos when the text ends first. (Whether it is valid JSON is the parser's question.)
+size_t object_end(std::string_view text, size_t at) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = at; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Formats whose calls make the whole reply: content may stream until the first non-space byte
+// shows that the reply is not calls (neither `open` nor the start of `tag`).
+size_t leading_calls_content_prefix(std::string_view text, char open, std::string_view tag) {
+  const std::string_view rest = text.substr(skip_spaces(text, 0));
+  if (rest.empty() || rest[0] == open || rest.starts_with(tag) || tag.starts_with(rest)) return 0;
+  return text.size();
+}
+
+// One call's body, or nullopt when it is not a call: a JSON object with a string "name", its
+// arguments under the first of `argument_keys` present (an object, or a string passed on as it
+// is; absent: "{}").
+std::optional<ToolCall> parse_call(std::string_view body,
+                                   std::initializer_list<std::string_view> argument_keys) {
+  const nlohmann::ordered_json j =
+      nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;
   auto name = j.find("name");
   if (name == j.end() || !name->is_string()) return std::nullopt;
   ToolCall call{name->get<std::string>(), "{}"};
-  if (auto args = j.find("arguments"); args != j.end()) {
+  for (std::string_view key : argument_keys) {
+    auto args = j.find(key);
+    if (args == j.end()) continue;
     if (args->is_string())
       call.arguments = args->get<std::string>();
     else if (args->is_object())
       call.arguments = args->dump();
     else
       return std::nullopt;
+    break;
   }
   return call;
 }
 
 }  // namespace
+
+std::optional<ToolCallParser> tool_call_parser_from_name(std::string_view name) {
+  if (name == "hermes") return ToolCallParser::kHermes;
+  if (name == "llama3_json") return ToolCallParser::kLlama3Json;
+  if (name == "pythonic") return ToolCallParser::kPythonic;
+  return std::nullopt;
+}
+
+ParsedToolCalls parse_tool_calls(ToolCallParser parser, std::string_view text) {
+  switch (parser) {
+    case ToolCallParser::kHermes:
+      return parse_hermes_tool_calls(text);
+    case ToolCallParser::kLlama3Json:
+      return parse_llama3_json_tool_calls(text);
+    case ToolCallParser::kPythonic:
+      return parse_pythonic_tool_calls(text);
+    case ToolCallParser::kNone:
+      break;
+  }
+  return {std::string(text), {}};
+}
+
+size_t tool_call_content_prefix(ToolCallParser parser, std::string_view text) {
+  switch (parser) {
+    case ToolCallParser::kHermes:
+      return hermes_content_prefix(text);
+    case ToolCallParser::kLlama3Json:
+      return leading_calls_content_prefix(text, '{', kPythonTag);
+    case ToolCallParser::kPythonic:
+      return leading_calls_content_prefix(text, '[', kPythonStart);
+    case ToolCallParser::kNone:
+      break;
+  }
+  return text.size();
+}
 
 ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
   ParsedToolCalls out;
@@ -44,7 +129,7 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
     const size_t close = text.find(kToolCallClose, body);
     const std::string_view inner =
         text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body);
-    std::optional<ToolCall> call = parse_call(inner);
+    std::optional<ToolCall> call = parse_call(inner, {"arguments"});
     if (!call) return {std::string(text), {}};
     out.calls.push_back(std::move(*call));
     if (close == std::string_view::npos) break;
@@ -54,11 +139,35 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
   return out;
 }
 
+ParsedToolCalls parse_llama3_json_tool_calls(std::string_view text) {
+  ParsedToolCalls none{std::string(text), {}};
+  size_t at = skip_spaces(text, 0);
+  if (text.substr(at).starts_with(kPythonTag)) at = skip_spaces(text, at + kPythonTag.size());
+  if (at == text.size() || text[at] != '{') return none;
+  ParsedToolCalls out;
+  while (true) {
+    const size_t end = object_end(text, at);
+    if (end == std::string_view::npos) return none;  // cut short
+    // As vLLM: "arguments" when present, else "parameters" (Llama's own name).
+    std::optional<ToolCall> call =
+        parse_call(text.substr(at, end - at), {"arguments", "parameters"});
+    if (!call) return none;
+    out.calls.push_back(std::move(*call));
+    at = skip_spaces(text, end);
+    if (at == text.size()) return out;
+    if (text[at] != ';') return none;  // other text after a call
+    at = skip_spaces(text, at + 1);
+    if (at == text.size()) return out;  // a trailing ';'
+    if (text[at] != '{') return none;
+  }
+}
+
 std::vector<ToolCall> parse_tool_call_list(std::string_view text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::ordered_json j =
+      nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_array() || j.empty()) return {};
   std::vector<ToolCall> calls;
-  for (const nlohmann::json& c : j) {
+  for (const nlohmann::ordered_json& c : j) {
     if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
         !c.contains("parameters"))
       return {};

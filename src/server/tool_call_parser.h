@@ -1,12 +1,27 @@
-// Tool calls in generated text, for `serve --enable-auto-tool-choice --tool-call-parser hermes`:
-// the Hermes / Qwen format, one JSON object {"name": ..., "arguments": {...}} between
-// <tool_call> and </tool_call> per call (the last may be cut off unclosed by max_tokens).
+// Tool calls in generated text, for `serve --enable-auto-tool-choice --tool-call-parser P`:
+//   hermes       Hermes, Qwen: one JSON object {"name": ..., "arguments": {...}} between
+//                <tool_call> and </tool_call> per call (the last may be cut off unclosed by
+//                max_tokens); the text before the first call is content.
+//   llama3_json  Llama 3.1 – 3.3: the reply is the calls, JSON objects {"name": ...,
+//                "parameters": {...}} ("arguments" also taken) separated by ';', after an
+//                optional <|python_tag|>; no content beside them.
+//   pythonic     Llama 3.2 / 4 and others: the reply is a Python list of calls with keyword
+//                arguments of literal values, [f(a=1, b="x"), g()], optionally between
+//                <|python_start|> and <|python_end|>; no content beside them.
+// Text that does not parse as the format's calls is content, as it came.
 #pragma once
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace serval::server {
+
+enum class ToolCallParser { kNone, kHermes, kLlama3Json, kPythonic };
+
+// `--tool-call-parser` value → parser; nullopt for an unknown name.
+std::optional<ToolCallParser> tool_call_parser_from_name(std::string_view name);
+inline constexpr std::string_view kToolCallParserChoices = "hermes, llama3_json, pythonic";
 
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 
@@ -16,16 +31,25 @@ struct ToolCall {
 };
 
 struct ParsedToolCalls {
-  std::string content;  // the text before the first call (all of it when there is no call)
+  std::string content;  // the text besides the calls (all of it when there is no call)
   std::vector<ToolCall> calls;
 };
 
-// The calls in `text`. When a call's body is not a JSON object with a string "name" (arguments
-// an object, a string or absent), no call is taken and the whole text is content.
-ParsedToolCalls parse_hermes_tool_calls(std::string_view text);
+// The calls in `text` in the parser's format (kNone: none).
+ParsedToolCalls parse_tool_calls(ToolCallParser parser, std::string_view text);
 
-// How much of `text` (a stream's text so far) may be sent as content: up to the first
-// <tool_call>, and short of a tail that could begin one.
+// How much of `text` (a stream's text so far) may be sent as content before the reply ends:
+// never a byte that may belong to a call. Never shrinks as the text grows, and the finished
+// text's parsed content (or, without calls, the whole text) starts with it.
+size_t tool_call_content_prefix(ToolCallParser parser, std::string_view text);
+
+// The formats one by one. hermes: when a call's body is not a JSON object with a string "name"
+// (arguments an object, a string or absent), no call is taken and the whole text is content.
+ParsedToolCalls parse_hermes_tool_calls(std::string_view text);
+ParsedToolCalls parse_llama3_json_tool_calls(std::string_view text);
+ParsedToolCalls parse_pythonic_tool_calls(std::string_view text);  // pythonic_tool_calls.cpp
+
+// hermes: up to the first <tool_call>, and short of a tail that could begin one.
 size_t hermes_content_prefix(std::string_view text);
 
 // The calls of a guided tool_choice "required" output, [{"name": ..., "parameters": {...}}, ...]

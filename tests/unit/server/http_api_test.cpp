@@ -19,7 +19,7 @@ using testing::sse_events;
 class ServerTest : public ::testing::Test {
  protected:
   void start(int delay_ms = 0, int queue_cap = 64, std::string api_key = "",
-             bool auto_tool_choice = false, int max_model_len = 64,
+             ToolCallParser tool_call_parser = ToolCallParser::kNone, int max_model_len = 64,
              ReasoningParser reasoning_parser = ReasoningParser::kNone,
              bool prompt_tokens_details = false) {
     engine_ = std::make_unique<FakeEngine>(delay_ms, queue_cap, max_model_len);
@@ -28,7 +28,7 @@ class ServerTest : public ::testing::Test {
     o.port = 0;
     o.api_key = std::move(api_key);
     o.max_logprobs = 5;
-    o.auto_tool_choice = auto_tool_choice;
+    o.tool_call_parser = tool_call_parser;
     o.reasoning_parser = reasoning_parser;
     o.prompt_tokens_details = prompt_tokens_details;
     server_ = std::make_unique<Server>(*engine_, o);
@@ -371,7 +371,7 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
 
   server_->shutdown(1.0);
   engine_->shutdown();
-  start(0, 64, "", /*auto_tool_choice=*/true, /*max_model_len=*/512);
+  start(0, 64, "", ToolCallParser::kHermes, /*max_model_len=*/512);
   auto r = post("/v1/chat/completions", body);
   ASSERT_EQ(r.status, 200) << r.body;
   json choice = json::parse(r.body)["choices"][0];
@@ -455,6 +455,58 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
 }
 
+// --tool-call-parser llama3_json and pythonic: a reply that is calls becomes tool_calls (content
+// null, finish_reason "tool_calls"), streamed as one delta without content; any other reply is
+// content, streamed as it comes. The fake engine echoes the prompt; a system message renders
+// bare, so it is the whole output.
+TEST_F(ServerTest, Llama3JsonAndPythonicToolCallsInChatOutputs) {
+  const json tools =
+      json::array({{{"type", "function"},
+                    {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}}});
+  const auto chat = [&](const std::string& output, bool stream) {
+    const json body = {{"messages", {{{"role", "system"}, {"content", output}}}},
+                       {"add_generation_prompt", false},
+                       {"tools", tools},
+                       {"max_tokens", output.size()},
+                       {"stream", stream}};
+    return post("/v1/chat/completions", body);
+  };
+  const std::pair<ToolCallParser, std::string> cases[] = {
+      {ToolCallParser::kLlama3Json,
+       "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": "
+       "2}}; {\"name\": \"f\", \"parameters\": {}}"},
+      {ToolCallParser::kPythonic, "[get_weather(city='Paris', days=2), f()]"}};
+  for (const auto& [parser, output] : cases) {
+    SCOPED_TRACE(output);
+    server_->shutdown(1.0);
+    engine_->shutdown();
+    start(0, 64, "", parser, /*max_model_len=*/512);
+    const auto r = chat(output, false);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json choice = json::parse(r.body)["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls");
+    EXPECT_TRUE(choice["message"]["content"].is_null()) << choice.dump();
+    const json& calls = choice["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 2u) << choice.dump();
+    EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city":"Paris","days":2})");
+    EXPECT_EQ(calls[1]["function"]["name"], "f");
+    EXPECT_EQ(calls[1]["function"]["arguments"], "{}");
+
+    const StreamedChat st = collect_chat_stream(chat(output, true).body);
+    EXPECT_EQ(st.content, "");
+    ASSERT_EQ(st.tool_calls.size(), 2u);
+    EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], R"({"city":"Paris","days":2})");
+    EXPECT_EQ(st.finish_reason, "tool_calls");
+
+    const std::string plain = "It is sunny in Paris.";
+    EXPECT_EQ(json::parse(chat(plain, false).body)["choices"][0]["message"]["content"], plain);
+    const StreamedChat text = collect_chat_stream(chat(plain, true).body);
+    EXPECT_EQ(text.content, plain);
+    EXPECT_TRUE(text.tool_calls.empty());
+  }
+}
+
 // --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens from the engine's
 // updates, each prompt counted once whatever n is; absent without the flag.
 TEST_F(ServerTest, PromptTokensDetailsReportCachedTokens) {
@@ -466,7 +518,7 @@ TEST_F(ServerTest, PromptTokensDetailsReportCachedTokens) {
 
   server_->shutdown(1.0);
   engine_->shutdown();
-  start(0, 64, "", false, /*max_model_len=*/512, ReasoningParser::kNone,
+  start(0, 64, "", ToolCallParser::kNone, /*max_model_len=*/512, ReasoningParser::kNone,
         /*prompt_tokens_details=*/true);
   usage = json::parse(post("/v1/completions", body).body)["usage"];
   EXPECT_EQ(usage["prompt_tokens"], 110);
@@ -535,7 +587,9 @@ TEST_F(ServerTest, ResponsesApi) {
   EXPECT_EQ(item["role"], "assistant");
   const std::string text = item["content"][0]["text"];
   EXPECT_EQ(item["content"][0]["type"], "output_text");
-  EXPECT_EQ(text, "<syste");  // FakeEngine repeats the rendered prompt, a byte per token
+  // FakeEngine repeats the rendered prompt, a byte per token: the instructions (a system
+  // message, rendered bare) before the user turn.
+  EXPECT_EQ(text, "sys<us");
   EXPECT_EQ(j["usage"]["output_tokens"], 6);
   EXPECT_EQ(j["usage"]["total_tokens"],
             j["usage"]["input_tokens"].get<int>() + j["usage"]["output_tokens"].get<int>());
@@ -608,7 +662,7 @@ TEST_F(ServerTest, ResponsesApi) {
 TEST_F(ServerTest, ResponsesApiFunctionCalls) {
   server_->shutdown(1.0);
   engine_->shutdown();
-  start(0, 64, "", /*auto_tool_choice=*/true, /*max_model_len=*/512);
+  start(0, 64, "", ToolCallParser::kHermes, /*max_model_len=*/512);
   const json tools = json::array(
       {{{"type", "function"}, {"name", "get_weather"}, {"parameters", json::object()}}});
   const std::string content =
@@ -687,7 +741,7 @@ TEST_F(ServerTest, ResponsesApiFunctionCalls) {
 TEST_F(ServerTest, ResponsesApiReasoning) {
   server_->shutdown(1.0);
   engine_->shutdown();
-  start(0, 64, "", false, /*max_model_len=*/512, ReasoningParser::kQwen3);
+  start(0, 64, "", ToolCallParser::kNone, /*max_model_len=*/512, ReasoningParser::kQwen3);
   const json body = {{"input", "plan</think>Sure."}, {"max_output_tokens", 40}};
   const json j = json::parse(post("/v1/responses", body).body);
   ASSERT_EQ(j["output"].size(), 2u) << j.dump();
@@ -711,7 +765,7 @@ TEST_F(ServerTest, ResponsesApiReasoning) {
 TEST_F(ServerTest, ReasoningParserSplitsChatOutputs) {
   server_->shutdown(1.0);
   engine_->shutdown();
-  start(0, 64, "", /*auto_tool_choice=*/true, /*max_model_len=*/512, ReasoningParser::kQwen3);
+  start(0, 64, "", ToolCallParser::kHermes, /*max_model_len=*/512, ReasoningParser::kQwen3);
   const std::string message = "plan <tool_call>{\"name\": \"g\"}</tool_call></think>Sure.";
   const std::string prompt = "<user>" + message + "\n<assistant>";
   json body = {{"messages", {{{"role", "user"}, {"content", message}}}},

@@ -67,19 +67,32 @@ TEST(ServeArgs, ModelFlagAndDefaults) {
   EXPECT_THROW(parse_serve_args({"--port", "1"}, nullptr), InvalidArgument);  // no model
 }
 
-// vLLM's tool-calling flags: the parser is required with --enable-auto-tool-choice, and only
-// hermes is known.
+// vLLM's tool-calling flags: the parser is required with --enable-auto-tool-choice (without the
+// flag a parser alone turns nothing on); hermes, llama3_json and pythonic are known.
 TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
-  EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.auto_tool_choice);
-  EXPECT_TRUE(
-      parse_serve_args({"/m", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"}, nullptr)
-          .server.auto_tool_choice);
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.tool_call_parser, ToolCallParser::kNone);
+  const std::pair<const char*, ToolCallParser> known[] = {
+      {"hermes", ToolCallParser::kHermes},
+      {"llama3_json", ToolCallParser::kLlama3Json},
+      {"pythonic", ToolCallParser::kPythonic}};
+  for (const auto& [name, parser] : known) {
+    EXPECT_EQ(
+        parse_serve_args({"/m", "--enable-auto-tool-choice", "--tool-call-parser", name}, nullptr)
+            .server.tool_call_parser,
+        parser)
+        << name;
+    EXPECT_EQ(parse_serve_args({"/m", "--tool-call-parser", name}, nullptr).server.tool_call_parser,
+              ToolCallParser::kNone)
+        << name;
+  }
   EXPECT_THROW(parse_serve_args({"/m", "--enable-auto-tool-choice"}, nullptr), InvalidArgument);
   try {
     parse_serve_args({"/m", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"}, nullptr);
     ADD_FAILURE() << "accepted an unknown parser";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("choices: hermes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("choices: hermes, llama3_json, pythonic"),
+              std::string::npos)
+        << e.what();
   }
 }
 

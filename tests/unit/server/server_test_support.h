@@ -69,7 +69,9 @@ class FakeEngine final : public runtime::Engine {
       : delay_ms_(delay_ms), cap_(queue_cap) {
     tok_ = make_byte_tokenizer();
     tmpl_ = std::make_unique<tokenizer::ChatTemplate>(
-        "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+        // A system message renders bare, so that a test can make the whole echoed output.
+        "{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}{% else %}"
+        "<{{ m.role }}>{{ m.content }}\n{% endif %}{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}");
     info_.served_model_name = "fake-model";
     info_.model_dir = "/models/fake";

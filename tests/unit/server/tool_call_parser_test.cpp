@@ -52,6 +52,103 @@ TEST(HermesToolCalls, StreamContentStopsBeforeAPossibleCall) {
   EXPECT_EQ(hermes_content_prefix(""), 0u);
 }
 
+// llama3_json: the reply is one or more JSON calls separated by ';' (after an optional
+// <|python_tag|>), "parameters" or "arguments"; anything else is content.
+TEST(Llama3JsonToolCalls, CallsMakeTheWholeReply) {
+  const ParsedToolCalls one = parse_tool_calls(
+      ToolCallParser::kLlama3Json,
+      " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"note\": \"a } b\"}}\n");
+  EXPECT_EQ(one.content, "");
+  ASSERT_EQ(one.calls.size(), 1u);
+  EXPECT_EQ(one.calls[0].name, "get_weather");
+  EXPECT_EQ(one.calls[0].arguments, R"({"city":"Paris","note":"a } b"})");
+
+  const ParsedToolCalls two = parse_llama3_json_tool_calls(
+      "<|python_tag|>{\"name\": \"f\", \"arguments\": {\"x\": 1}, \"parameters\": {\"y\": 2}}; "
+      "{\"name\": \"g\"};");
+  ASSERT_EQ(two.calls.size(), 2u);
+  EXPECT_EQ(two.calls[0].arguments, R"({"x":1})");  // "arguments" first, as vLLM
+  EXPECT_EQ(two.calls[1].name, "g");
+  EXPECT_EQ(two.calls[1].arguments, "{}");
+
+  for (const char* text :
+       {"The weather is {\"name\": \"f\"}", "{\"name\": \"f\"} and more", "{\"name\": \"f\"",
+        "{\"name\": \"f\"} {\"name\": \"g\"}", "{\"city\": \"Paris\"}", "{\"name\": 1}",
+        "{\"name\": \"f\", \"parameters\": [1]}", "{not json}", "", "  ", "[{\"name\": \"f\"}]"}) {
+    const ParsedToolCalls p = parse_llama3_json_tool_calls(text);
+    EXPECT_TRUE(p.calls.empty()) << text;
+    EXPECT_EQ(p.content, text);
+  }
+}
+
+TEST(Llama3JsonToolCalls, StreamHoldsBackWhatMayBeACall) {
+  const auto prefix = [](std::string_view t) {
+    return tool_call_content_prefix(ToolCallParser::kLlama3Json, t);
+  };
+  EXPECT_EQ(prefix(""), 0u);
+  EXPECT_EQ(prefix(" \n"), 0u);
+  EXPECT_EQ(prefix(" {\"na"), 0u);
+  EXPECT_EQ(prefix("<|python"), 0u);
+  EXPECT_EQ(prefix("<|python_tag|>{"), 0u);
+  EXPECT_EQ(prefix("Sure"), 4u);
+  EXPECT_EQ(prefix("<b>"), 3u);
+  EXPECT_EQ(prefix(" It is {\"name\""), 14u);
+}
+
+// pythonic: a Python list of calls with keyword arguments of literal values.
+TEST(PythonicToolCalls, LiteralsBecomeJsonArguments) {
+  const ParsedToolCalls p = parse_tool_calls(
+      ToolCallParser::kPythonic,
+      "[get_weather(city='Paris', days=2, metric=True, note=None), "
+      "search(query=\"caf\\u00e9 \\\"x\\\" \" 'y', tags=['a', \"b\",], box=(1, 2.5), one=(3), "
+      "single=(4,), opts={'k': -1.5e3, 2: False}, big=12345678901234567890, sci=1e-2, "
+      "octal='\\101', raw='a\\qb'), now()]");
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 3u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city":"Paris","days":2,"metric":true,"note":null})");
+  EXPECT_EQ(p.calls[1].name, "search");
+  EXPECT_EQ(p.calls[1].arguments,
+            "{\"query\":\"café \\\"x\\\" y\",\"tags\":[\"a\",\"b\"],\"box\":[1,2.5],\"one\":3,"
+            "\"single\":[4],\"opts\":{\"k\":-1500.0,\"2\":false},\"big\":1.2345678901234567e+19,"
+            "\"sci\":0.01,\"octal\":\"A\",\"raw\":\"a\\\\qb\"}");
+  EXPECT_EQ(p.calls[2].name, "now");
+  EXPECT_EQ(p.calls[2].arguments, "{}");
+
+  const ParsedToolCalls tagged =
+      parse_pythonic_tool_calls(" <|python_start|>[f(x=1)]<|python_end|>\n");
+  ASSERT_EQ(tagged.calls.size(), 1u);
+  EXPECT_EQ(tagged.calls[0].arguments, R"({"x":1})");
+}
+
+TEST(PythonicToolCalls, AnythingElseIsContent) {
+  for (const char* text :
+       {"[f(1)]", "[f(x=1, x=2)]", "[f(x=y)]", "[f(x=1 + 2)]", "[f(x=1)", "[f(x='a)]", "[]",
+        "[f(x=1)] and more", "Sure: [f(x=1)]", "[f(x={1, 2})]", "[f(x=0x1F)]", "[a.b(x=1)]",
+        "[f(x='\\ud800')]", "[f(x=1e999)]", "[f(x='\xff')]", "f(x=1)", "[f(x='line\nbreak')]", "",
+        "[[f(x=1)]]"}) {
+    const ParsedToolCalls p = parse_pythonic_tool_calls(text);
+    EXPECT_TRUE(p.calls.empty()) << text;
+    EXPECT_EQ(p.content, text);
+  }
+  // Deep nesting is refused, not recursed into without bound.
+  const std::string deep = "[f(x=" + std::string(5000, '[') + std::string(5000, ']') + ")]";
+  EXPECT_TRUE(parse_pythonic_tool_calls(deep).calls.empty());
+  const std::string shallow = "[f(x=" + std::string(60, '[') + std::string(60, ']') + ")]";
+  EXPECT_EQ(parse_pythonic_tool_calls(shallow).calls.size(), 1u);
+}
+
+TEST(PythonicToolCalls, StreamHoldsBackWhatMayBeACall) {
+  const auto prefix = [](std::string_view t) {
+    return tool_call_content_prefix(ToolCallParser::kPythonic, t);
+  };
+  EXPECT_EQ(prefix(" [get_"), 0u);
+  EXPECT_EQ(prefix("<|python_st"), 0u);
+  EXPECT_EQ(prefix("Hello ["), 7u);
+  EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kHermes, "hi <tool"), 3u);
+  EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kNone, "[f(x=1)]"), 8u);
+}
+
 // tool_choice "required" outputs: a JSON list of {"name", "parameters"}; anything else (a list
 // cut short, another shape) gives no calls.
 TEST(ToolCallList, ParsesGuidedLists) {

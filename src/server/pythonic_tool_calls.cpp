@@ -1,0 +1,338 @@
+// The pythonic tool-call format (tool_call_parser.h): a Python list of calls with keyword
+// arguments, [get_weather(city="Paris", days=2), now()], read by a small parser of Python's
+// literal syntax (what ast.literal_eval accepts, less sets, complex numbers and bytes):
+//   strings in ' or " with Python's escapes (adjacent ones concatenated), ints, floats, True,
+//   False, None, lists, tuples (as lists), dicts (keys as json.dumps writes them).
+// The arguments become a JSON object in the order written. Anything else (positional arguments,
+// a repeated keyword, an expression, a list cut short) is not calls: the text stays content.
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "server/tool_call_parser.h"
+
+namespace serval::server {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+constexpr std::string_view kPythonStart = "<|python_start|>";
+constexpr std::string_view kPythonEnd = "<|python_end|>";
+constexpr int kMaxDepth = 64;  // nesting of lists, tuples and dicts: deeper is refused
+
+bool is_ident_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_ident_char(char c) {
+  return is_ident_start(c) || (c >= '0' && c <= '9');
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Appends code point cp as UTF-8; false for a surrogate or a value past U+10FFFF.
+bool append_utf8(std::string& out, uint32_t cp) {
+  if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
+  if (cp < 0x80) {
+    out += char(cp);
+  } else if (cp < 0x800) {
+    out += char(0xC0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += char(0xE0 | (cp >> 12));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  } else {
+    out += char(0xF0 | (cp >> 18));
+    out += char(0x80 | ((cp >> 12) & 0x3F));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  }
+  return true;
+}
+
+// A recursive-descent reader over `text`; every method returns nullopt (or false) when the text
+// there is not what it reads, and the caller then gives up on the whole text.
+class PythonLiterals {
+ public:
+  explicit PythonLiterals(std::string_view text) : text_(text) {}
+
+  // [call, call, ...] with an optional trailing comma, then only spaces.
+  std::optional<std::vector<ToolCall>> call_list() {
+    if (!eat('[')) return std::nullopt;
+    std::vector<ToolCall> calls;
+    while (!eat(']')) {
+      std::optional<ToolCall> call = this->call();
+      if (!call) return std::nullopt;
+      calls.push_back(std::move(*call));
+      if (!eat(',') && !peek(']')) return std::nullopt;
+    }
+    skip_spaces();
+    if (at_ != text_.size() || calls.empty()) return std::nullopt;
+    return calls;
+  }
+
+ private:
+  // name(key=value, ...)
+  std::optional<ToolCall> call() {
+    std::optional<std::string> name = identifier();
+    if (!name || !eat('(')) return std::nullopt;
+    OrderedJson args = OrderedJson::object();
+    std::set<std::string> seen;
+    while (!eat(')')) {
+      std::optional<std::string> key = identifier();
+      if (!key || !eat('=') || !seen.insert(*key).second) return std::nullopt;
+      std::optional<OrderedJson> v = value(0);
+      if (!v) return std::nullopt;
+      args[*key] = std::move(*v);
+      if (!eat(',') && !peek(')')) return std::nullopt;
+    }
+    try {
+      return ToolCall{std::move(*name), args.dump()};
+    } catch (const nlohmann::json::exception&) {
+      return std::nullopt;  // a string that is not UTF-8
+    }
+  }
+
+  std::optional<OrderedJson> value(int depth) {
+    if (depth > kMaxDepth) return std::nullopt;
+    skip_spaces();
+    if (at_ == text_.size()) return std::nullopt;
+    const char c = text_[at_];
+    if (c == '"' || c == '\'') return strings();
+    if (c == '[') return sequence(']', depth);
+    if (c == '(') return tuple(depth);
+    if (c == '{') return dict(depth);
+    if (is_digit(c) || c == '-' || c == '+' || c == '.') return number();
+    std::optional<std::string> word = identifier();
+    if (word == "True") return OrderedJson(true);
+    if (word == "False") return OrderedJson(false);
+    if (word == "None") return OrderedJson(nullptr);
+    return std::nullopt;
+  }
+
+  // Items up to `close` (the opening bracket at at_), trailing comma allowed.
+  std::optional<OrderedJson> sequence(char close, int depth) {
+    ++at_;
+    OrderedJson items = OrderedJson::array();
+    while (!eat(close)) {
+      std::optional<OrderedJson> v = value(depth + 1);
+      if (!v) return std::nullopt;
+      items.push_back(std::move(*v));
+      if (!eat(',') && !peek(close)) return std::nullopt;
+    }
+    return items;
+  }
+
+  // (x) is x; (), (x,) and (x, y) are tuples, written as lists.
+  std::optional<OrderedJson> tuple(int depth) {
+    const size_t open = at_;
+    std::optional<OrderedJson> items = sequence(')', depth);
+    if (!items || items->size() != 1) return items;
+    size_t last = at_ - 1;  // the ')'
+    while (last > open && (text_[last - 1] == ' ' || text_[last - 1] == '\n' ||
+                           text_[last - 1] == '\t' || text_[last - 1] == '\r'))
+      --last;
+    if (text_[last - 1] == ',') return items;
+    return (*items)[0];
+  }
+
+  std::optional<OrderedJson> dict(int depth) {
+    ++at_;
+    OrderedJson out = OrderedJson::object();
+    while (!eat('}')) {
+      std::optional<OrderedJson> key = value(depth + 1);
+      if (!key || key->is_array() || key->is_object() || !eat(':')) return std::nullopt;
+      std::optional<OrderedJson> v = value(depth + 1);
+      if (!v) return std::nullopt;
+      // json.dumps' keys: strings as they are, others as their JSON text (1 → "1", None → "null").
+      out[key->is_string() ? key->get<std::string>() : key->dump()] = std::move(*v);
+      if (!eat(',') && !peek('}')) return std::nullopt;
+    }
+    return out;
+  }
+
+  // One or more adjacent string literals, concatenated.
+  std::optional<OrderedJson> strings() {
+    std::string out;
+    do {
+      if (!string_literal(out)) return std::nullopt;
+      skip_spaces();
+    } while (at_ < text_.size() && (text_[at_] == '"' || text_[at_] == '\''));
+    return OrderedJson(std::move(out));
+  }
+
+  // A '…' or "…" literal at at_ (not triple-quoted), appended to out with escapes resolved.
+  bool string_literal(std::string& out) {
+    const char quote = text_[at_++];
+    while (at_ < text_.size()) {
+      const char c = text_[at_++];
+      if (c == quote) return true;
+      if (c == '\n') return false;  // an unterminated single-line string
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (at_ == text_.size()) return false;
+      const char e = text_[at_++];
+      switch (e) {
+        case '\n':  // a line continuation
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          out += e;
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'x':
+          if (!hex_escape(out, 2)) return false;
+          break;
+        case 'u':
+          if (!hex_escape(out, 4)) return false;
+          break;
+        case 'U':
+          if (!hex_escape(out, 8)) return false;
+          break;
+        default:
+          if (e >= '0' && e <= '7') {  // octal, up to three digits
+            uint32_t cp = uint32_t(e - '0');
+            for (int i = 0; i < 2 && at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '7';
+                 ++i)
+              cp = cp * 8 + uint32_t(text_[at_++] - '0');
+            if (!append_utf8(out, cp)) return false;
+          } else {  // Python keeps an unknown escape as written
+            out += '\\';
+            out += e;
+          }
+      }
+    }
+    return false;
+  }
+
+  bool hex_escape(std::string& out, int digits) {
+    if (text_.size() - at_ < size_t(digits)) return false;
+    uint32_t cp = 0;
+    for (int i = 0; i < digits; ++i) {
+      const int h = hex_value(text_[at_++]);
+      if (h < 0) return false;
+      cp = cp * 16 + uint32_t(h);
+    }
+    return append_utf8(out, cp);
+  }
+
+  // [+-]digits[.digits][e[+-]digits], also "1." and ".5"; ints stay ints when they fit 64 bits.
+  std::optional<OrderedJson> number() {
+    std::string digits;
+    bool negative = false;
+    while (at_ < text_.size() && (text_[at_] == '-' || text_[at_] == '+')) {
+      negative ^= text_[at_++] == '-';
+      skip_spaces();
+    }
+    bool is_float = false, any_digit = false;
+    while (at_ < text_.size()) {
+      const char c = text_[at_];
+      if (is_digit(c)) {
+        any_digit = true;
+      } else if (c == '_' && any_digit) {
+        ++at_;
+        continue;  // 1_000
+      } else if (c == '.' || c == 'e' || c == 'E') {
+        is_float = true;
+        if ((c == 'e' || c == 'E') && at_ + 1 < text_.size() &&
+            (text_[at_ + 1] == '-' || text_[at_ + 1] == '+')) {
+          digits += c;
+          ++at_;
+        }
+      } else {
+        break;
+      }
+      digits += text_[at_++];
+    }
+    if (!any_digit) return std::nullopt;
+    if (!is_float) {
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+      if (ec == std::errc() && end == digits.data() + digits.size())
+        return OrderedJson(negative ? -v : v);
+    }
+    char* end = nullptr;
+    const double v = std::strtod(digits.c_str(), &end);
+    if (end != digits.c_str() + digits.size() || !std::isfinite(v)) return std::nullopt;
+    return OrderedJson(negative ? -v : v);
+  }
+
+  std::optional<std::string> identifier() {
+    skip_spaces();
+    if (at_ == text_.size() || !is_ident_start(text_[at_])) return std::nullopt;
+    const size_t begin = at_;
+    while (at_ < text_.size() && is_ident_char(text_[at_])) ++at_;
+    return std::string(text_.substr(begin, at_ - begin));
+  }
+
+  void skip_spaces() {
+    while (at_ < text_.size() &&
+           (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\t' || text_[at_] == '\r'))
+      ++at_;
+  }
+  bool peek(char c) {
+    skip_spaces();
+    return at_ < text_.size() && text_[at_] == c;
+  }
+  bool eat(char c) {
+    if (!peek(c)) return false;
+    ++at_;
+    return true;
+  }
+
+  std::string_view text_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+ParsedToolCalls parse_pythonic_tool_calls(std::string_view text) {
+  std::string_view body = text;
+  const size_t first = body.find_first_not_of(" \n\t\r");
+  if (first != std::string_view::npos && body.substr(first).starts_with(kPythonStart)) {
+    body = body.substr(first + kPythonStart.size());
+    const size_t last = body.find_last_not_of(" \n\t\r");
+    if (last != std::string_view::npos && body.substr(0, last + 1).ends_with(kPythonEnd))
+      body = body.substr(0, last + 1 - kPythonEnd.size());
+  }
+  std::optional<std::vector<ToolCall>> calls = PythonLiterals(body).call_list();
+  if (!calls) return {std::string(text), {}};
+  return {"", std::move(*calls)};
+}
+
+}  // namespace serval::server
