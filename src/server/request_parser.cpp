@@ -407,6 +407,36 @@ GenerationRequest parse_completion_request(const Json& body, const ModelContext&
   return req;
 }
 
+namespace {
+
+// As vLLM, and as tool-use chat templates expect (Llama 3.1's writes `arguments | tojson`): an
+// assistant message's tool-call arguments, a JSON text in OpenAI's messages, reach the template
+// as the value the text encodes. A text that is not JSON is a 400 naming the call.
+void decode_tool_call_arguments(Json& message, size_t index) {
+  const auto calls = message.find("tool_calls");
+  if (calls == message.end() || !calls->is_array()) return;
+  for (size_t j = 0; j < calls->size(); ++j) {
+    Json& call = (*calls)[j];
+    const auto fn = call.is_object() ? call.find("function") : call.end();
+    if (fn == call.end() || !fn->is_object()) continue;
+    const auto args = fn->find("arguments");
+    if (args == fn->end() || !args->is_string()) continue;
+    const std::string& text = args->get_ref<const std::string&>();
+    constexpr int kMaxDepth = 64;
+    Json value = json_nesting_depth(text, kMaxDepth) > kMaxDepth
+                     ? Json(Json::value_t::discarded)
+                     : Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded())
+      throw bad_request("messages",
+                        fmt::format("messages[{}].tool_calls[{}].function.arguments must be a JSON "
+                                    "text (nested at most {} deep)",
+                                    index, j, kMaxDepth));
+    *args = std::move(value);
+  }
+}
+
+}  // namespace
+
 std::string render_chat(const Json& body, const ModelContext& ctx, bool default_add_gen_prompt) {
   const Json* msgs = field(body, "messages");
   if (!msgs || !msgs->is_array() || msgs->empty())
@@ -421,6 +451,7 @@ std::string render_chat(const Json& body, const ModelContext& ctx, bool default_
     if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
       throw bad_request("messages", fmt::format("unknown message role '{}'", r));
     Json out = m;
+    if (r == "assistant") decode_tool_call_arguments(out, messages.size());
     auto content = m.find("content");
     if (content != m.end() && content->is_array()) {
       std::string text;

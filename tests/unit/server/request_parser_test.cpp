@@ -336,6 +336,47 @@ TEST_F(RequestParserTest, ContinueFinalMessage) {
   }
 }
 
+// An assistant message's tool-call arguments (a JSON text in OpenAI's format) reach the template
+// as the value they encode, keys in order (Llama 3.1's template writes `arguments | tojson`);
+// arguments that are not JSON are a 400 naming the call.
+TEST_F(RequestParserTest, ToolCallArgumentsReachTheTemplateDecoded) {
+  tokenizer::ChatTemplate tmpl(
+      "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+      "{{ c.function.name }}={{ c.function.arguments | tojson }};{% endfor %}"
+      "{% else %}<{{ m.role }}>{{ m.content }}{% endif %}{% endfor %}");
+  ctx_.chat_template = &tmpl;
+  const auto call = [](const Json& arguments) {
+    return Json{{"type", "function"},
+                {"id", "call_1"},
+                {"function", {{"name", "get_weather"}, {"arguments", arguments}}}};
+  };
+  const auto body = [&](const Json& arguments) {
+    return Json{{"messages", Json::array({Json{{"role", "user"}, {"content", "Weather?"}},
+                                          Json{{"role", "assistant"},
+                                               {"content", nullptr},
+                                               {"tool_calls", Json::array({call(arguments)})}},
+                                          Json{{"role", "tool"}, {"content", "sunny"}}})}};
+  };
+  EXPECT_EQ(render_chat(body("{\"zone\": \"CET\", \"city\": \"Paris\"}"), ctx_, false),
+            "<user>Weather?get_weather={\"zone\": \"CET\", \"city\": \"Paris\"};<tool>sunny");
+  // Arguments already an object (some clients send them so) pass as they are.
+  EXPECT_EQ(render_chat(body(Json{{"a", 1}}), ctx_, false),
+            "<user>Weather?get_weather={\"a\": 1};<tool>sunny");
+  for (const std::string& bad :
+       {std::string("{\"city\": "), std::string("not json"), std::string(100, '[')}) {
+    try {
+      render_chat(body(bad), ctx_, false);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "messages");
+      EXPECT_NE(std::string(e.what()).find("messages[1].tool_calls[0].function.arguments"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Modes serval lacks are refused, not ignored; their harmless spellings pass.
 TEST_F(RequestParserTest, UnsupportedModesAreRefused) {
   EXPECT_NO_THROW(parse_completion_request(
