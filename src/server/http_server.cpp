@@ -67,7 +67,7 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
   // Responder
   void send(int status, const std::string& content_type, std::string body) override {
     if (closed_ || ended_ || streaming_) return;
-    std::string head = status_line(status);
+    std::string head = status_line(status) + extra_headers_;
     head += "Content-Type: " + content_type + "\r\n";
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
@@ -78,7 +78,7 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
   void start_stream(const std::string& content_type) override {
     if (closed_ || ended_ || streaming_) return;
     streaming_ = true;
-    std::string head = status_line(200);
+    std::string head = status_line(200) + extra_headers_;
     head += "Content-Type: " + content_type + "\r\n";
     head += "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
@@ -150,6 +150,7 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
     req.body = std::move(msg.body());
     req.arrival_s = now_seconds();
     in_response_ = true;
+    if (answer_cors(msg)) return;
     try {
       shared_->handler(std::move(req), shared_from_this());
     } catch (const std::exception& e) {
@@ -157,6 +158,35 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
       if (!streaming_) send(500, "application/json", shared_->error_body(500, e.what()));
     }
     if (in_response_ && !ended_ && !watching_) start_watch();
+  }
+
+  // CORS (cors.h): a preflight is answered here (true); any other request from an Origin gets
+  // the allow headers on its response.
+  bool answer_cors(const http::request<http::string_body>& msg) {
+    const std::optional<CorsPolicy>& policy = shared_->options.cors;
+    const std::string_view origin = msg[http::field::origin];
+    if (!policy || origin.empty()) return false;
+    const std::string_view method = msg[http::field::access_control_request_method];
+    if (msg.method() == http::verb::options && !method.empty()) {
+      const CorsPreflight answer =
+          cors_preflight(*policy, origin, method, msg[http::field::access_control_request_headers]);
+      extra_headers_ = header_lines(answer.headers);
+      send(answer.status, "text/plain; charset=utf-8", answer.body);
+      return true;
+    }
+    extra_headers_ =
+        header_lines(cors_response_headers(*policy, origin, msg.count(http::field::cookie) > 0));
+    return false;
+  }
+
+  static std::string header_lines(const HeaderList& headers) {
+    std::string out;
+    for (const auto& [name, value] : headers) {
+      // Values come from the request (an origin, requested headers): no line breaks through.
+      if (value.find_first_of("\r\n") != std::string::npos) continue;
+      out += name + ": " + value + "\r\n";
+    }
+    return out;
   }
 
   void reply_error(int status, const std::string& message) {
@@ -216,6 +246,7 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
 
   void finish_response() {
     in_response_ = false;
+    extra_headers_.clear();
     head_only_ = false;
     ended_ = false;
     streaming_ = false;
@@ -237,6 +268,7 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
     stream_.socket().close(ignored);
   }
 
+  std::string extra_headers_;  // header lines of the current response (CORS), "\r\n"-ended
   beast::tcp_stream stream_;
   std::shared_ptr<Shared> shared_;
   beast::flat_buffer buffer_;

@@ -4,7 +4,10 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+
+#include "server/cors.h"
 
 namespace serval::server {
 
@@ -45,6 +48,8 @@ struct HttpServerOptions {
   size_t max_body_bytes = size_t{32} << 20;
   size_t max_header_bytes = size_t{64} << 10;
   int read_timeout_s = 60;  // headers + body of a request, and keep-alive idle time
+  // Preflights answered here and allow headers added to every response (cors.h); none: no CORS.
+  std::optional<CorsPolicy> cors;
 };
 
 class HttpServer {

@@ -63,6 +63,10 @@ constexpr KnownFlag kKnown[] = {
     {"--cudagraph-mode", true},
     {"--max-waiting-requests", true},
     {"--http-threads", true},
+    {"--allowed-origins", true},
+    {"--allowed-methods", true},
+    {"--allowed-headers", true},
+    {"--allow-credentials", false},
     {"--help", false},
 };
 
@@ -126,6 +130,16 @@ std::string check_cudagraph_mode(const std::string& mode) {
   throw InvalidArgument(
       fmt::format("compilation_config.cudagraph_mode: invalid value '{}'; choose one of: {}", mode,
                   fmt::join(kCudagraphModes, ", ")));
+}
+
+// A JSON list of strings, as vLLM's --allowed-origins/-methods/-headers take.
+std::vector<std::string> json_string_list(const char* flag, const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_array() ||
+      !std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); }))
+    throw InvalidArgument(
+        fmt::format("{}: expected a JSON list of strings (e.g. '[\"*\"]'), got '{}'", flag, text));
+  return j.get<std::vector<std::string>>();
 }
 
 // `--compilation-config` JSON → `--cudagraph-mode X` plus notes for keys serval ignores.
@@ -305,6 +319,14 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--max-waiting-requests", e.max_waiting_requests, "Queue size before 503")
       ->capture_default_str();
   app.add_option("--http-threads", s.num_http_threads, "HTTP I/O threads")->capture_default_str();
+  std::string allowed_origins = "[\"*\"]", allowed_methods = "[\"*\"]", allowed_headers = "[\"*\"]";
+  app.add_option("--allowed-origins", allowed_origins, "CORS: allowed origins, a JSON list")
+      ->capture_default_str();
+  app.add_option("--allowed-methods", allowed_methods, "CORS: allowed methods, a JSON list")
+      ->capture_default_str();
+  app.add_option("--allowed-headers", allowed_headers, "CORS: allowed headers, a JSON list")
+      ->capture_default_str();
+  app.add_flag("--allow-credentials", s.cors.credentials, "CORS: allow credentials");
   std::vector<std::string> reversed(pre.args.rbegin(), pre.args.rend());
   try {
     app.parse(reversed);
@@ -355,6 +377,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   if (s.port < 0 || s.port > 65535)
     throw InvalidArgument(fmt::format("--port {}: out of range", s.port));
   if (e.max_logprobs < 0) throw InvalidArgument("--max-logprobs must be >= 0");
+  s.cors.origins = json_string_list("--allowed-origins", allowed_origins);
+  s.cors.methods = json_string_list("--allowed-methods", allowed_methods);
+  s.cors.headers = json_string_list("--allowed-headers", allowed_headers);
   std::optional<ToolCallParser> parser;
   if (!tool_call_parser.empty()) {
     parser = tool_call_parser_from_name(tool_call_parser);

@@ -26,6 +26,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   http.num_threads = options_.num_http_threads;
   http.max_body_bytes = options_.max_body_bytes;
   http.read_timeout_s = options_.read_timeout_s;
+  http.cors = options_.cors;
   http_ = std::make_unique<HttpServer>(
       http,
       [api = api_.get()](HttpRequest req, std::shared_ptr<Responder> res) {

@@ -455,6 +455,34 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   expect_error(post("/v1/chat/completions", body), 400, "tool_choice");
 }
 
+// CORS as vLLM's server: a preflight is answered before routing and the API key (200 with the
+// allow headers), and responses to requests from an Origin carry Access-Control-Allow-Origin,
+// errors included.
+TEST_F(ServerTest, CorsPreflightAndAllowHeaders) {
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "secret");
+  const auto pre = http(port_, "OPTIONS", "/v1/chat/completions", "",
+                        "Origin: https://app.example\r\nAccess-Control-Request-Method: POST\r\n"
+                        "Access-Control-Request-Headers: authorization, content-type\r\n");
+  EXPECT_EQ(pre.status, 200) << pre.body;
+  EXPECT_EQ(pre.body, "OK");
+  EXPECT_NE(pre.headers.find("access-control-allow-origin: *"), std::string::npos) << pre.headers;
+  EXPECT_NE(pre.headers.find("access-control-allow-headers: authorization, content-type"),
+            std::string::npos)
+      << pre.headers;
+  const auto models = http(port_, "GET", "/v1/models", "",
+                           "Origin: https://app.example\r\nAuthorization: Bearer secret\r\n");
+  EXPECT_EQ(models.status, 200);
+  EXPECT_NE(models.headers.find("access-control-allow-origin: *"), std::string::npos);
+  const auto denied = http(port_, "GET", "/v1/models", "", "Origin: https://app.example\r\n");
+  EXPECT_EQ(denied.status, 401);
+  EXPECT_NE(denied.headers.find("access-control-allow-origin: *"), std::string::npos);
+  // No Origin: no CORS headers; OPTIONS without a preflight's method is routed (405).
+  EXPECT_EQ(http(port_, "GET", "/health").headers.find("access-control"), std::string::npos);
+  EXPECT_EQ(http(port_, "OPTIONS", "/v1/models", "", "Origin: https://a\r\n").status, 405);
+}
+
 // --tool-call-parser llama3_json and pythonic: a reply that is calls becomes tool_calls (content
 // null, finish_reason "tool_calls"), streamed as one delta without content; any other reply is
 // content, streamed as it comes. The fake engine echoes the prompt; a system message renders

@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,7 +14,9 @@ namespace serval::server::testing {
 // vLLM's "vllm:...") draw the colon note, which is the one note accepted here.
 inline void expect_promtool_accepts(const std::string& page, const std::string& file_name) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "no promtool";
-  const std::string path = ::testing::TempDir() + "/" + file_name;
+  // Per process: test binaries running side by side must not share the file.
+  const std::string path =
+      ::testing::TempDir() + "/" + std::to_string(::getpid()) + "-" + file_name;
   std::ofstream(path) << page;
   FILE* p = ::popen(("promtool check metrics < " + path + " 2>&1; echo rc=$?").c_str(), "r");
   ASSERT_NE(p, nullptr);

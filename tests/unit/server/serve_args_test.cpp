@@ -96,6 +96,34 @@ TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
   }
 }
 
+// vLLM's CORS flags: JSON lists, every origin, method and header by default.
+TEST(ServeArgs, CorsFlags) {
+  const ServeArgs d = parse_serve_args({"/m"}, nullptr);
+  EXPECT_EQ(d.server.cors.origins, std::vector<std::string>{"*"});
+  EXPECT_EQ(d.server.cors.methods, std::vector<std::string>{"*"});
+  EXPECT_EQ(d.server.cors.headers, std::vector<std::string>{"*"});
+  EXPECT_FALSE(d.server.cors.credentials);
+  const ServeArgs a = parse_serve_args(
+      {"/m", "--allowed-origins", R"(["https://a.example", "http://localhost:3000"])",
+       "--allowed-methods", R"(["GET", "POST"])", "--allowed-headers", "[]", "--allow-credentials"},
+      nullptr);
+  EXPECT_EQ(a.server.cors.origins,
+            (std::vector<std::string>{"https://a.example", "http://localhost:3000"}));
+  EXPECT_EQ(a.server.cors.methods, (std::vector<std::string>{"GET", "POST"}));
+  EXPECT_TRUE(a.server.cors.headers.empty());
+  EXPECT_TRUE(a.server.cors.credentials);
+  for (const char* bad : {"*", "[1]", "{\"a\": 1}", "[\"a\""}) {
+    try {
+      parse_serve_args({"/m", "--allowed-origins", bad}, nullptr);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("--allowed-origins: expected a JSON list"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // vLLM's --reasoning-parser: deepseek_r1 and qwen3 are known; another name lists the choices.
 TEST(ServeArgs, ReasoningParser) {
   EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.reasoning_parser, ReasoningParser::kNone);
