@@ -463,7 +463,7 @@ class EngineImpl final : public Engine {
     return p.temperature < 1e-5f && p.logprobs < 0 && !r.wants_prompt_logits() &&
            p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
            p.frequency_penalty == 0.0f && p.logit_bias.empty() && p.allowed_token_ids.empty() &&
-           !r.json && r.req.num_output_tokens() >= p.min_tokens;
+           p.bad_words.empty() && !r.json && r.req.num_output_tokens() >= p.min_tokens;
   }
 
   void sample_token(EngineRequest& r, std::span<float> logits) {
@@ -475,6 +475,9 @@ class EngineImpl final : public Engine {
       if (!p.ignore_eos)
         banned.insert(banned.end(), info_.eos_token_ids.begin(), info_.eos_token_ids.end());
     }
+    add_bad_word_bans(
+        p.bad_words,
+        std::span<const int32_t>(r.req.token_ids).subspan(size_t(r.req.num_prompt_tokens)), banned);
     std::vector<uint8_t> guided;
     if (r.json && r.json->guiding()) {
       guided = guided_mask(*r.json, p);

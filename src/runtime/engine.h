@@ -41,6 +41,9 @@ struct SamplingParams {
   int prompt_logprobs = -1;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
   std::vector<int32_t> allowed_token_ids;             // empty: all; else only these are sampled
+  // vLLM's bad_words, tokenized (bad_word_bans): each sequence's last token is not sampled where
+  // the output so far ends with the sequence's other tokens (a one-token word: never).
+  std::vector<std::vector<int32_t>> bad_words;
   // Guided decoding: the output must be this JSON (then EOS); null: free text. Needs the model's
   // tokenizer (submit throws InvalidArgument without one).
   std::shared_ptr<const JsonGrammar> json_grammar;

@@ -148,6 +148,17 @@ void restrict_to_allowed(std::span<float> logits, std::span<const int32_t> allow
 
 }  // namespace
 
+void add_bad_word_bans(const std::vector<std::vector<int32_t>>& bad_words,
+                       std::span<const int32_t> output, std::vector<int32_t>& banned) {
+  for (const std::vector<int32_t>& word : bad_words) {
+    if (word.empty()) continue;
+    const size_t before = word.size() - 1;  // tokens that must end the output
+    if (before > output.size()) continue;
+    if (std::equal(word.begin(), word.end() - 1, output.end() - before))
+      banned.push_back(word.back());
+  }
+}
+
 LogprobEntry prompt_token_logprobs(std::span<const float> logits, int32_t token, int top) {
   LogprobEntry e = make_logprobs(logits, token, top);
   const float l = logits[size_t(token)];

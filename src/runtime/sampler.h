@@ -32,6 +32,11 @@ SampleResult sample(std::span<float> logits, const SamplingParams& params, Sampl
                     std::span<const int32_t> prompt, std::span<const int32_t> banned,
                     std::span<const uint8_t> guided = {});
 
+// Appends to `banned` the last token of every bad word (SamplingParams::bad_words) whose other
+// tokens end `output` (the tokens generated so far).
+void add_bad_word_bans(const std::vector<std::vector<int32_t>>& bad_words,
+                       std::span<const int32_t> output, std::vector<int32_t>& banned);
+
 // The log-softmax of raw `logits` [vocab] at `token`, its 1-based rank (ties count for it) and the
 // `top` most likely ids: a prompt token's entry for prompt_logprobs.
 LogprobEntry prompt_token_logprobs(std::span<const float> logits, int32_t token, int top);

@@ -93,6 +93,42 @@ void check_range(bool ok, const char* param, const std::string& message) {
   if (!ok) throw bad_request(param, message);
 }
 
+// vLLM's bad_words: a string or a list of them, each tokenized as vLLM does: the word without
+// leading spaces, and again after one space when that gives as many tokens but another first
+// token (the word inside a text, for tokenizers that fold the space into the word's token).
+std::vector<std::vector<int32_t>> parse_bad_words(const Json& body, const ModelContext& ctx) {
+  const Json* words = field(body, "bad_words");
+  if (!words) return {};
+  std::vector<std::string> texts;
+  if (words->is_string()) {
+    texts.push_back(words->get<std::string>());
+  } else if (words->is_array()) {
+    for (const Json& w : *words) {
+      if (!w.is_string())
+        throw bad_request("bad_words", "'bad_words' must be a string or a list of strings");
+      texts.push_back(w.get<std::string>());
+    }
+  } else {
+    throw bad_request("bad_words", "'bad_words' must be a string or a list of strings");
+  }
+  const tokenizer::Tokenizer& tok = need_tokenizer(ctx, "bad_words");
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& text : texts) {
+    const std::string_view word =
+        std::string_view(text).substr(std::min(text.size(), text.find_first_not_of(" \t\n\r")));
+    std::vector<int32_t> plain = tok.encode(word, /*add_special_tokens=*/false);
+    if (plain.empty())
+      throw bad_request("bad_words", "'bad_words' entries must not be empty or blank");
+    std::string spaced_text = " ";
+    spaced_text += word;
+    std::vector<int32_t> spaced = tok.encode(spaced_text, /*add_special_tokens=*/false);
+    const bool add_spaced = spaced.size() == plain.size() && spaced[0] != plain[0];
+    out.push_back(std::move(plain));
+    if (add_spaced) out.push_back(std::move(spaced));
+  }
+  return out;
+}
+
 // OpenAI's logit_bias: an object from token ids (as strings) to a bias in [-100, 100], added to
 // the token's logit before sampling.
 std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, const ModelContext& ctx) {
@@ -216,6 +252,7 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
       throw bad_request("allowed_token_ids", "'allowed_token_ids' must be a non-empty list");
     s.allowed_token_ids = token_list(*ids, ctx, "allowed_token_ids");
   }
+  s.bad_words = parse_bad_words(body, ctx);
   parse_guided_decoding(body, s);
   check_unsupported_modes(body, req.n);
   if (auto v = get_bool(body, "skip_special_tokens")) req.skip_special_tokens = *v;

@@ -31,6 +31,22 @@ std::map<int32_t, int> histogram(const std::vector<float>& logits, SamplingParam
 const std::vector<float> kLogits = {std::log(0.5f), std::log(0.25f), std::log(0.15f),
                                     std::log(0.1f)};
 
+// bad_words: a word's last token is banned where the output ends with its other tokens; a
+// one-token word always.
+TEST(Sampler, BadWordBansFollowTheOutputsTail) {
+  const std::vector<std::vector<int32_t>> words = {{5}, {1, 2, 3}, {2, 4}, {9, 9}};
+  const auto bans = [&](std::vector<int32_t> output) {
+    std::vector<int32_t> banned = {77};  // what was banned before stays
+    add_bad_word_bans(words, output, banned);
+    return banned;
+  };
+  EXPECT_EQ(bans({}), (std::vector<int32_t>{77, 5}));
+  EXPECT_EQ(bans({1}), (std::vector<int32_t>{77, 5}));
+  EXPECT_EQ(bans({0, 1, 2}), (std::vector<int32_t>{77, 5, 3, 4}));
+  EXPECT_EQ(bans({1, 2, 0}), (std::vector<int32_t>{77, 5}));
+  EXPECT_EQ(bans({9}), (std::vector<int32_t>{77, 5, 9}));
+}
+
 TEST(Sampler, GreedyTakesTheLowestIndexOfTheMaximum) {
   SamplingParams p;
   p.temperature = 0;

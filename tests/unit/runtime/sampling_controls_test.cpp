@@ -68,6 +68,30 @@ TEST(SamplingControls, LogitBiasAndAllowedTokenIdsSteerGreedyDecoding) {
   EXPECT_NE(generate(*engine, banned).at(0), plain[0]);
 }
 
+// bad_words (tokenized): a one-token word never comes out; a two-token word's second token does
+// not follow its first.
+TEST(SamplingControls, BadWordsAreNotGenerated) {
+  auto engine = Engine::create(serval::testing::qwen3_moe_cpu_config());
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 6;
+  const std::vector<int32_t> plain = generate(*engine, greedy);
+  ASSERT_EQ(plain.size(), 6u);
+
+  SamplingParams one = greedy;
+  one.bad_words = {{plain[0]}};
+  const std::vector<int32_t> without = generate(*engine, one);
+  EXPECT_EQ(std::count(without.begin(), without.end(), plain[0]), 0);
+
+  SamplingParams two = greedy;
+  two.bad_words = {{plain[0], plain[1]}};
+  const std::vector<int32_t> split = generate(*engine, two);
+  EXPECT_EQ(split.at(0), plain[0]);
+  EXPECT_NE(split.at(1), plain[1]);
+  for (size_t i = 1; i < split.size(); ++i)
+    EXPECT_FALSE(split[i - 1] == plain[0] && split[i] == plain[1]) << "at " << i;
+}
+
 // Entry k - 1 of prompt_logprobs (prompt token k given tokens 0 .. k - 1) equals the logprob a
 // one-token request on that prefix reports when only token k is allowed (the sampler reports raw
 // logprobs): the oracle is the engine's own last-position path. The prompt spans several chunks

