@@ -14,6 +14,7 @@
 #include <string>
 
 #include "server/tool_call_parser.h"
+#include "tokenizer/python_escapes.h"
 
 namespace serval::server {
 namespace {
@@ -32,34 +33,6 @@ bool is_ident_char(char c) {
 }
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Appends code point cp as UTF-8; false for a surrogate or a value past U+10FFFF.
-bool append_utf8(std::string& out, uint32_t cp) {
-  if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-  return true;
 }
 
 // A recursive-descent reader over `text`; every method returns nullopt (or false) when the text
@@ -173,82 +146,21 @@ class PythonLiterals {
     return OrderedJson(std::move(out));
   }
 
-  // A '…' or "…" literal at at_ (not triple-quoted), appended to out with escapes resolved.
+  // A '…' or "…" literal at at_ (not triple-quoted, on one line but for backslash-newlines),
+  // appended to out with Python's escapes resolved.
   bool string_literal(std::string& out) {
     const char quote = text_[at_++];
-    while (at_ < text_.size()) {
-      const char c = text_[at_++];
-      if (c == quote) return true;
-      if (c == '\n') return false;  // an unterminated single-line string
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (at_ == text_.size()) return false;
-      const char e = text_[at_++];
-      switch (e) {
-        case '\n':  // a line continuation
-          break;
-        case '\\':
-        case '\'':
-        case '"':
-          out += e;
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'v':
-          out += '\v';
-          break;
-        case 'a':
-          out += '\a';
-          break;
-        case 'x':
-          if (!hex_escape(out, 2)) return false;
-          break;
-        case 'u':
-          if (!hex_escape(out, 4)) return false;
-          break;
-        case 'U':
-          if (!hex_escape(out, 8)) return false;
-          break;
-        default:
-          if (e >= '0' && e <= '7') {  // octal, up to three digits
-            uint32_t cp = uint32_t(e - '0');
-            for (int i = 0; i < 2 && at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '7';
-                 ++i)
-              cp = cp * 8 + uint32_t(text_[at_++] - '0');
-            if (!append_utf8(out, cp)) return false;
-          } else {  // Python keeps an unknown escape as written
-            out += '\\';
-            out += e;
-          }
-      }
+    const size_t begin = at_;
+    while (at_ < text_.size() && text_[at_] != quote) {
+      if (text_[at_] == '\n') return false;
+      at_ += text_[at_] == '\\' ? 2 : 1;
     }
-    return false;
-  }
-
-  bool hex_escape(std::string& out, int digits) {
-    if (text_.size() - at_ < size_t(digits)) return false;
-    uint32_t cp = 0;
-    for (int i = 0; i < digits; ++i) {
-      const int h = hex_value(text_[at_++]);
-      if (h < 0) return false;
-      cp = cp * 16 + uint32_t(h);
-    }
-    return append_utf8(out, cp);
+    if (at_ >= text_.size()) return false;
+    std::optional<std::string> body = tokenizer::python_unescape(text_.substr(begin, at_ - begin));
+    ++at_;  // the closing quote
+    if (!body) return false;
+    out += *body;
+    return true;
   }
 
   // [+-]digits[.digits][e[+-]digits], also "1." and ".5"; ints stay ints when they fit 64 bits.

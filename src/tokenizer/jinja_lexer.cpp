@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "tokenizer/jinja_unicode.h"
+#include "tokenizer/python_escapes.h"
 
 namespace serval::tokenizer::jinja {
 namespace {
@@ -46,77 +47,9 @@ size_t whitespace_run(const std::string& src, size_t pos) {
 
 // Python's unicode-escape decoding of a string literal body (non-ASCII passes through).
 std::string unescape(const std::string& body, int line) {
-  std::string out;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (c != '\\' || i + 1 >= body.size()) {
-      out += c;
-      continue;
-    }
-    const char e = body[++i];
-    auto hex = [&](size_t digits) {
-      const std::string h = body.substr(i + 1, digits);
-      if (h.size() != digits || h.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-        syntax_error(line, "invalid \\x/\\u escape in string literal");
-      i += digits;
-      return static_cast<char32_t>(std::stoul(h, nullptr, 16));
-    };
-    switch (e) {
-      case '\n':
-        break;  // line continuation
-      case '\\':
-        out += '\\';
-        break;
-      case '\'':
-        out += '\'';
-        break;
-      case '"':
-        out += '"';
-        break;
-      case 'a':
-        out += '\a';
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'v':
-        out += '\v';
-        break;
-      case 'x':
-        out += utf8_encode(hex(2));
-        break;
-      case 'u':
-        out += utf8_encode(hex(4));
-        break;
-      case 'U':
-        out += utf8_encode(hex(8));
-        break;
-      default:
-        if (e >= '0' && e <= '7') {
-          char32_t v = e - '0';
-          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7';
-               ++k)
-            v = v * 8 + (body[++i] - '0');
-          out += utf8_encode(v);
-        } else {
-          out += '\\';
-          out += e;
-        }
-    }
-  }
-  return out;
+  std::optional<std::string> out = python_unescape(body);
+  if (!out) syntax_error(line, "invalid \\x/\\u/\\U escape in string literal");
+  return std::move(*out);
 }
 
 bool is_name_start(char c) {

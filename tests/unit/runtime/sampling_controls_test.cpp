@@ -42,11 +42,16 @@ std::vector<int32_t> generate(Engine& engine, const SamplingParams& params) {
   return tokens;
 }
 
-TEST(SamplingControls, LogitBiasAndAllowedTokenIdsSteerGreedyDecoding) {
-  auto engine = Engine::create(serval::testing::qwen3_moe_cpu_config());
+SamplingParams six_greedy_tokens() {
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_tokens = 6;
+  return greedy;
+}
+
+TEST(SamplingControls, LogitBiasAndAllowedTokenIdsSteerGreedyDecoding) {
+  auto engine = Engine::create(serval::testing::qwen3_moe_cpu_config());
+  const SamplingParams greedy = six_greedy_tokens();
   const std::vector<int32_t> plain = generate(*engine, greedy);
   ASSERT_EQ(plain.size(), 6u);
 
@@ -72,9 +77,7 @@ TEST(SamplingControls, LogitBiasAndAllowedTokenIdsSteerGreedyDecoding) {
 // not follow its first.
 TEST(SamplingControls, BadWordsAreNotGenerated) {
   auto engine = Engine::create(serval::testing::qwen3_moe_cpu_config());
-  SamplingParams greedy;
-  greedy.temperature = 0;
-  greedy.max_tokens = 6;
+  const SamplingParams greedy = six_greedy_tokens();
   const std::vector<int32_t> plain = generate(*engine, greedy);
   ASSERT_EQ(plain.size(), 6u);
 
