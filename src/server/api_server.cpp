@@ -48,6 +48,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.tool_call_parser = options_.tool_call_parser;
   ctx_.reasoning_parser = options_.reasoning_parser;
   ctx_.prompt_tokens_details = options_.prompt_tokens_details;
+  ctx_.return_tokens_as_token_ids = options_.return_tokens_as_token_ids;
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {

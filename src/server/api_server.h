@@ -23,7 +23,8 @@ struct ApiOptions {
   int max_logprobs = 20;
   ToolCallParser tool_call_parser = ToolCallParser::kNone;    // tool calls parsed out of chat
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // reasoning split out of chat
-  bool prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
+  bool prompt_tokens_details = false;       // usage.prompt_tokens_details.cached_tokens
+  bool return_tokens_as_token_ids = false;  // the requests' default
 };
 
 class ApiServer {

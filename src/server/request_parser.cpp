@@ -256,7 +256,8 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
   parse_guided_decoding(body, s);
   check_unsupported_modes(body, req.n);
   if (auto v = get_bool(body, "skip_special_tokens")) req.skip_special_tokens = *v;
-  if (auto v = get_bool(body, "return_tokens_as_token_ids")) req.return_tokens_as_token_ids = *v;
+  req.return_tokens_as_token_ids =
+      get_bool(body, "return_tokens_as_token_ids").value_or(ctx.return_tokens_as_token_ids);
   if (auto v = get_bool(body, "stream")) req.stream = *v;
   if (const Json* so = field(body, "stream_options")) {
     if (!so->is_object()) throw bad_request("stream_options", "'stream_options' must be an object");

@@ -69,6 +69,9 @@ struct ModelContext {
   // serve --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens (prompt
   // tokens served from the prefix cache)
   bool prompt_tokens_details = false;
+  // serve --return-tokens-as-token-ids: logprob tokens as "token_id:<id>" unless a request says
+  // otherwise.
+  bool return_tokens_as_token_ids = false;
 };
 
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.

@@ -67,6 +67,7 @@ constexpr KnownFlag kKnown[] = {
     {"--allowed-methods", true},
     {"--allowed-headers", true},
     {"--allow-credentials", false},
+    {"--return-tokens-as-token-ids", false},
     {"--help", false},
 };
 
@@ -303,6 +304,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                  "llama3_json (Llama 3.1-3.3) or pythonic (Llama 3.2 and 4)");
   app.add_flag("--enable-prompt-tokens-details", s.prompt_tokens_details,
                "Report usage.prompt_tokens_details.cached_tokens (prefix-cache hits)");
+  app.add_flag("--return-tokens-as-token-ids", s.return_tokens_as_token_ids,
+               "Logprob tokens as \"token_id:<id>\" (a request's return_tokens_as_token_ids "
+               "overrides it)");
   std::string reasoning_parser;
   app.add_option("--reasoning-parser", reasoning_parser,
                  "Split chat outputs into reasoning and content: deepseek_r1 or qwen3");

@@ -19,6 +19,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   api.tool_call_parser = options_.tool_call_parser;
   api.reasoning_parser = options_.reasoning_parser;
   api.prompt_tokens_details = options_.prompt_tokens_details;
+  api.return_tokens_as_token_ids = options_.return_tokens_as_token_ids;
   api_ = std::make_unique<ApiServer>(engine, std::move(api));
   HttpServerOptions http;
   http.host = options_.host;

@@ -127,6 +127,16 @@ ApiError completion_error(const Json& body, const ModelContext& ctx) {
   return ApiError(0, "");
 }
 
+// serve --return-tokens-as-token-ids sets the default; a request's own field wins.
+TEST_F(RequestParserTest, ReturnTokensAsTokenIdsDefaultsToTheServerFlag) {
+  const Json plain = {{"prompt", "x"}};
+  const Json off = {{"prompt", "x"}, {"return_tokens_as_token_ids", false}};
+  EXPECT_FALSE(parse_completion_request(plain, ctx_).return_tokens_as_token_ids);
+  ctx_.return_tokens_as_token_ids = true;
+  EXPECT_TRUE(parse_completion_request(plain, ctx_).return_tokens_as_token_ids);
+  EXPECT_FALSE(parse_completion_request(off, ctx_).return_tokens_as_token_ids);
+}
+
 // bad_words: a string or a list of strings, each tokenized without its leading blanks; blank or
 // non-string entries are a 400. (The byte tokenizer makes " w" one token longer than "w", so no
 // spaced variant: see the real vocabulary below.)

@@ -96,6 +96,12 @@ TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
   }
 }
 
+TEST(ServeArgs, ReturnTokensAsTokenIdsFlag) {
+  EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.return_tokens_as_token_ids);
+  EXPECT_TRUE(parse_serve_args({"/m", "--return-tokens-as-token-ids"}, nullptr)
+                  .server.return_tokens_as_token_ids);
+}
+
 // vLLM's CORS flags: JSON lists, every origin, method and header by default.
 TEST(ServeArgs, CorsFlags) {
   const ServeArgs d = parse_serve_args({"/m"}, nullptr);
