@@ -1,6 +1,7 @@
 #include "io/model_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <climits>
@@ -286,12 +287,11 @@ ModelConfig load_model_config(const std::string& model_dir) {
   return parse_model_config(read_text_file(path), path);
 }
 
-GenerationConfig load_generation_config(const std::string& model_dir) {
-  std::string path = (std::filesystem::path(model_dir) / "generation_config.json").string();
+namespace {
+
+// The sampling defaults of a generation_config object (its other keys are not read).
+GenerationConfig read_generation_config(const json& j, const std::string& path) {
   GenerationConfig g;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return g;
-  json j = parse_json(read_text_file(path), path);
   JsonReader r(j, path);
   // The ranges a request may set them to (server/request_parser.cpp); repetition_penalty 0
   // divided logits by zero, top_p 5 truncated nothing silently.
@@ -312,8 +312,33 @@ GenerationConfig load_generation_config(const std::string& model_dir) {
       r.fail("top_k", fmt::format("must be in [-1, {}], got {}", INT_MAX, *k));
     g.top_k = int(*k);
   }
+  return g;
+}
+
+}  // namespace
+
+GenerationConfig load_generation_config(const std::string& model_dir) {
+  std::string path = (std::filesystem::path(model_dir) / "generation_config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {};
+  json j = parse_json(read_text_file(path), path);
+  GenerationConfig g = read_generation_config(j, path);
+  JsonReader r(j, path);
   g.eos_token_ids = token_ids(r, "eos_token_id");
   return g;
+}
+
+GenerationConfig parse_generation_config_override(const std::string& json_text) {
+  const std::string path = "--override-generation-config";
+  json j = parse_json(json_text, path);
+  if (!j.is_object()) throw LoadError(path + ": expected a JSON object, got " + json_text);
+  static const char* kKeys[] = {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"};
+  for (const auto& [key, value] : j.items())
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
+        std::end(kKeys))
+      throw LoadError(
+          fmt::format("{}: unknown key '{}' (serval takes {})", path, key, fmt::join(kKeys, ", ")));
+  return read_generation_config(j, path);
 }
 
 }  // namespace serval::io

@@ -186,14 +186,27 @@ class EngineImpl final : public Engine {
         std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(),
                   *tokenizer_->eos_token_id()) == info_.eos_token_ids.end())
       info_.eos_token_ids.push_back(*tokenizer_->eos_token_id());
-    if (cfg_.generation_config != "vllm") {
-      if (gen.temperature) info_.default_sampling.temperature = *gen.temperature;
-      if (gen.top_p) info_.default_sampling.top_p = *gen.top_p;
-      if (gen.top_k) info_.default_sampling.top_k = *gen.top_k;
-      if (gen.min_p) info_.default_sampling.min_p = *gen.min_p;
-      if (gen.repetition_penalty)
-        info_.default_sampling.repetition_penalty = *gen.repetition_penalty;
+    // Sampling defaults (as vLLM): the model's generation_config.json ("auto"), none ("vllm") or
+    // another folder's, then the override's on top.
+    if (cfg_.generation_config == "auto") {
+      set_sampling_defaults(gen);
+    } else if (cfg_.generation_config != "vllm") {
+      if (!std::filesystem::is_directory(cfg_.generation_config))
+        throw LoadError(fmt::format("--generation-config '{}': not auto, vllm or a folder",
+                                    cfg_.generation_config));
+      set_sampling_defaults(io::load_generation_config(cfg_.generation_config));
     }
+    if (!cfg_.override_generation_config.empty())
+      set_sampling_defaults(io::parse_generation_config_override(cfg_.override_generation_config));
+  }
+
+  void set_sampling_defaults(const io::GenerationConfig& gen) {
+    SamplingParams& d = info_.default_sampling;
+    if (gen.temperature) d.temperature = *gen.temperature;
+    if (gen.top_p) d.top_p = *gen.top_p;
+    if (gen.top_k) d.top_k = *gen.top_k;
+    if (gen.min_p) d.min_p = *gen.min_p;
+    if (gen.repetition_penalty) d.repetition_penalty = *gen.repetition_penalty;
   }
 
   void validate(const std::vector<int32_t>& prompt, const SamplingParams& p) const {

@@ -112,6 +112,9 @@ struct EngineConfig {
   // (quant::check_requested_quantization).
   std::string quantization;
   std::string generation_config = "auto";  // auto | vllm | a folder
+  // --override-generation-config: a JSON object of sampling defaults set over generation_config's
+  // (io::parse_generation_config_override); empty: none.
+  std::string override_generation_config;
   // --tokenizer: the folder with tokenizer.json (and tokenizer_config.json); empty = model_dir.
   std::string tokenizer;
   // --chat-template: empty = tokenizer_config.json's; else a file's path or the template itself

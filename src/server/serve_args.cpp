@@ -48,6 +48,7 @@ constexpr KnownFlag kKnown[] = {
     {"--seed", true},
     {"--api-key", true},
     {"--generation-config", true},
+    {"--override-generation-config", true},
     {"--chat-template", true},
     {"--max-logprobs", true},
     {"--enable-auto-tool-choice", false},
@@ -290,6 +291,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--seed", e.seed, "Random seed");
   app.add_option("--api-key", s.api_key, "Require 'Authorization: Bearer <key>' on /v1");
   app.add_option("--generation-config", e.generation_config, "auto, vllm or a folder");
+  app.add_option("--override-generation-config", e.override_generation_config,
+                 "Sampling defaults over the generation config's, a JSON object (e.g. "
+                 "'{\"temperature\": 0.6}')");
   app.add_option("--tokenizer", e.tokenizer,
                  "Folder with tokenizer.json and tokenizer_config.json (default: the model's)");
   app.add_option("--chat-template", e.chat_template,

@@ -60,7 +60,9 @@ void expect_masks_match(const JsonGrammar& g, const std::string& doc) {
     std::vector<uint8_t> expected = brute_force(vocab, m);
     expected.back() = 0;
     ASSERT_EQ(walked, expected) << "after '" << doc.substr(0, i) << "'";
-    if (i < doc.size()) ASSERT_TRUE(m.feed(static_cast<unsigned char>(doc[i]))) << doc;
+    if (i < doc.size()) {
+      ASSERT_TRUE(m.feed(static_cast<unsigned char>(doc[i]))) << doc;
+    }
   }
 }
 
@@ -113,7 +115,9 @@ TEST(GuidedVocab, RememberedMasksEqualBruteForce) {
     std::vector<uint8_t> walked(size_t(vocab.size()), 0);
     out.allow_next(vocab, walked);
     ASSERT_EQ(walked, brute_force(vocab, *out.matcher().json())) << doc.substr(0, i);
-    if (i < doc.size()) ASSERT_TRUE(out.feed(doc.substr(i, 1))) << doc;
+    if (i < doc.size()) {
+      ASSERT_TRUE(out.feed(doc.substr(i, 1))) << doc;
+    }
   }
   // Inside a string without length limits the state recurs: "aaaa" leaves it as "a" did.
   JsonMatcher one(*json), four(*json);

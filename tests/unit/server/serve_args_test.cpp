@@ -96,6 +96,14 @@ TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
   }
 }
 
+TEST(ServeArgs, GenerationConfigFlags) {
+  const ServeArgs a = parse_serve_args(
+      {"/m", "--generation-config", "vllm", "--override-generation-config", R"({"top_k": 20})"},
+      nullptr);
+  EXPECT_EQ(a.engine.generation_config, "vllm");
+  EXPECT_EQ(a.engine.override_generation_config, R"({"top_k": 20})");
+}
+
 TEST(ServeArgs, ReturnTokensAsTokenIdsFlag) {
   EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.return_tokens_as_token_ids);
   EXPECT_TRUE(parse_serve_args({"/m", "--return-tokens-as-token-ids"}, nullptr)
