@@ -113,6 +113,30 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
     parser_->body_limit(shared_->options.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(shared_->options.max_header_bytes));
     stream_.expires_after(std::chrono::seconds(shared_->options.read_timeout_s));
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // A client that sent "Expect: 100-continue" (curl does for large bodies) waits for an interim
+  // "100 Continue" before it sends the body; without it, it waits a second and sends anyway.
+  // Headers that fail (a body over the limit by its Content-Length) are answered at once.
+  void on_header(beast::error_code ec) {
+    if (closed_) return;
+    if (ec || parser_->is_done()) return on_read(ec);
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(stream_, asio::buffer(kContinue),
+                        [self = shared_from_this()](beast::error_code ec, size_t) {
+                          if (ec) return self->on_read(ec);
+                          self->read_body();
+                        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });

@@ -956,6 +956,41 @@ TEST_F(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   EXPECT_NE(raw.find("0.1.0"), std::string::npos) << raw;
 }
 
+// "Expect: 100-continue" (curl's habit for large bodies): the server answers the headers with an
+// interim "100 Continue" before the client sends the body, then the response; a body over the
+// limit by its Content-Length is refused at once (413) instead.
+TEST_F(ServerTest, ExpectContinueGetsAnInterimResponse) {
+  const std::string body = R"({"prompt": "hi", "max_tokens": 2})";
+  const auto head = [](size_t length) {
+    return "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           "Expect: 100-continue\r\nConnection: close\r\nContent-Length: " +
+           std::to_string(length) + "\r\n\r\n";
+  };
+  const auto read_some = [](int fd) {
+    timeval tv{2, 0};  // a server that never answers fails the test instead of hanging it
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, size_t(n)) : std::string();
+  };
+  int fd = testing::connect_to(port_);
+  testing::send_all(fd, head(body.size()));
+  EXPECT_EQ(read_some(fd), "HTTP/1.1 100 Continue\r\n\r\n");
+  testing::send_all(fd, body);
+  std::string raw, piece;
+  while (!(piece = read_some(fd)).empty()) raw += piece;
+  ::close(fd);
+  const testing::HttpResult r = testing::parse_response(raw);
+  EXPECT_EQ(r.status, 200) << raw;
+  EXPECT_EQ(json::parse(r.body)["object"], "text_completion");
+
+  fd = testing::connect_to(port_);
+  testing::send_all(fd, head(size_t{1} << 30));
+  const std::string refused = read_some(fd);
+  ::close(fd);
+  EXPECT_TRUE(refused.starts_with("HTTP/1.1 413")) << refused;
+}
+
 TEST_F(ServerTest, HeadIsGetWithoutBodyAndKeepsTheConnectionUsable) {
   auto get = http(port_, "GET", "/v1/models");
   int fd = testing::connect_to(port_);
