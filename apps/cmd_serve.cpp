@@ -58,6 +58,15 @@ int run_serve(const std::vector<std::string>& args) {
       http.api().model_name(), info.served_model_name, info.model_dir, info.architecture,
       info.num_parameters, info.dtype, info.kv_cache_tokens, info.kv_cache_dtype, info.device,
       info.moe_backend.empty() ? "none (dense model)" : info.moe_backend, info.max_model_len);
+  // As vLLM says when the generation config changes them: a request that sets none gets these.
+  const runtime::SamplingParams& d = info.default_sampling;
+  const runtime::SamplingParams none;
+  if (d.temperature != none.temperature || d.top_p != none.top_p || d.top_k != none.top_k ||
+      d.min_p != none.min_p || d.repetition_penalty != none.repetition_penalty)
+    log::info(
+        "default sampling parameters (generation config): temperature {}, top_p {}, top_k {}, "
+        "min_p {}, repetition_penalty {}",
+        d.temperature, d.top_p, d.top_k, d.min_p, d.repetition_penalty);
   log::info("serval serve listening on http://{}:{} (OpenAI API at http://{}:{}/v1)",
             parsed.server.host, port, parsed.server.host, port);
   int sig = server::wait_for_shutdown_signal();
