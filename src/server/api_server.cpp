@@ -49,6 +49,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.reasoning_parser = options_.reasoning_parser;
   ctx_.prompt_tokens_details = options_.prompt_tokens_details;
   ctx_.return_tokens_as_token_ids = options_.return_tokens_as_token_ids;
+  ctx_.force_include_usage = options_.force_include_usage;
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {

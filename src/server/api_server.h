@@ -25,6 +25,7 @@ struct ApiOptions {
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // reasoning split out of chat
   bool prompt_tokens_details = false;       // usage.prompt_tokens_details.cached_tokens
   bool return_tokens_as_token_ids = false;  // the requests' default
+  bool force_include_usage = false;         // usage at the end of every stream
 };
 
 class ApiServer {

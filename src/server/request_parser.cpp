@@ -266,6 +266,7 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
     if (auto v = get_bool(*so, "include_usage")) req.include_usage = *v;
     if (auto v = get_bool(*so, "continuous_usage_stats")) req.continuous_usage = *v;
   }
+  if (req.stream && ctx.force_include_usage) req.include_usage = true;
   if (auto v = get_int(body, "prompt_logprobs")) {
     check_range(*v >= 0 && *v <= ctx.max_logprobs, "prompt_logprobs",
                 fmt::format("prompt_logprobs must be in [0, {}], got {}", ctx.max_logprobs, *v));

@@ -72,6 +72,9 @@ struct ModelContext {
   // serve --return-tokens-as-token-ids: logprob tokens as "token_id:<id>" unless a request says
   // otherwise.
   bool return_tokens_as_token_ids = false;
+  // serve --enable-force-include-usage: every stream ends with a usage chunk, as if its
+  // stream_options asked for it.
+  bool force_include_usage = false;
 };
 
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.

@@ -20,6 +20,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   api.reasoning_parser = options_.reasoning_parser;
   api.prompt_tokens_details = options_.prompt_tokens_details;
   api.return_tokens_as_token_ids = options_.return_tokens_as_token_ids;
+  api.force_include_usage = options_.force_include_usage;
   api_ = std::make_unique<ApiServer>(engine, std::move(api));
   HttpServerOptions http;
   http.host = options_.host;

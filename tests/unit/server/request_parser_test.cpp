@@ -137,6 +137,23 @@ TEST_F(RequestParserTest, ReturnTokensAsTokenIdsDefaultsToTheServerFlag) {
   EXPECT_FALSE(parse_completion_request(off, ctx_).return_tokens_as_token_ids);
 }
 
+// serve --enable-force-include-usage: streams report usage without asking; continuous usage
+// still needs stream_options.
+TEST_F(RequestParserTest, ForceIncludeUsage) {
+  const Json stream = {{"prompt", "x"}, {"stream", true}};
+  EXPECT_FALSE(parse_completion_request(stream, ctx_).include_usage);
+  ctx_.force_include_usage = true;
+  const GenerationRequest forced = parse_completion_request(stream, ctx_);
+  EXPECT_TRUE(forced.include_usage);
+  EXPECT_FALSE(forced.continuous_usage);
+  EXPECT_FALSE(parse_completion_request(Json{{"prompt", "x"}}, ctx_).include_usage);
+  Json asked = stream;
+  asked["stream_options"] = {{"include_usage", false}, {"continuous_usage_stats", true}};
+  const GenerationRequest both = parse_completion_request(asked, ctx_);
+  EXPECT_TRUE(both.include_usage);
+  EXPECT_TRUE(both.continuous_usage);
+}
+
 // bad_words: a string or a list of strings, each tokenized without its leading blanks; blank or
 // non-string entries are a 400. (The byte tokenizer makes " w" one token longer than "w", so no
 // spaced variant: see the real vocabulary below.)

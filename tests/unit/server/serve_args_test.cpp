@@ -104,7 +104,10 @@ TEST(ServeArgs, GenerationConfigFlags) {
   EXPECT_EQ(a.engine.override_generation_config, R"({"top_k": 20})");
 }
 
-TEST(ServeArgs, ReturnTokensAsTokenIdsFlag) {
+TEST(ServeArgs, UsageAndTokenIdFlags) {
+  EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.force_include_usage);
+  EXPECT_TRUE(
+      parse_serve_args({"/m", "--enable-force-include-usage"}, nullptr).server.force_include_usage);
   EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.return_tokens_as_token_ids);
   EXPECT_TRUE(parse_serve_args({"/m", "--return-tokens-as-token-ids"}, nullptr)
                   .server.return_tokens_as_token_ids);
