@@ -98,6 +98,12 @@ constexpr IgnoredFlag kIgnored[] = {
     {"--disable-frontend-multiprocessing", false, "the server is one process"},
     {"--guided-decoding-backend", true, "serval has one guided decoding backend"},
     {"--enable-reasoning", false, "reasoning is split whenever --reasoning-parser is given"},
+    {"--max-log-len", true, "requests are not logged"},
+    {"--disable-fastapi-docs", false, "there are no API docs pages"},
+    {"--root-path", true, "routes are served at their own paths (a proxy strips its prefix)"},
+    {"--revision", true, "models are local folders"},
+    {"--tokenizer-revision", true, "models are local folders"},
+    {"--code-revision", true, "models are local folders"},
 };
 
 constexpr const char* kCudagraphModes[] = {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",

@@ -206,6 +206,12 @@ TEST(ServeArgs, IgnoredVllmFlagsAreListed) {
   EXPECT_NE(a.ignored[3].find("--disable-log-requests"), std::string::npos);
   EXPECT_EQ(a.engine.model_dir, "/m");  // "4" and "auto" were consumed as values
   EXPECT_THROW(parse_serve_args({"/m", "--pipeline-parallel-size", "2"}, nullptr), InvalidArgument);
+  // Deployment scripts' logging, docs and revision flags.
+  const ServeArgs d = parse_serve_args({"/m", "--max-log-len", "100", "--disable-fastapi-docs",
+                                        "--root-path", "/api", "--revision", "main"},
+                                       nullptr);
+  EXPECT_EQ(d.ignored.size(), 4u);
+  EXPECT_EQ(d.engine.model_dir, "/m");
 }
 
 TEST(ServeArgs, UnknownFlagSuggestsNearest) {
