@@ -62,11 +62,13 @@ int run_serve(const std::vector<std::string>& args) {
   const runtime::SamplingParams& d = info.default_sampling;
   const runtime::SamplingParams none;
   if (d.temperature != none.temperature || d.top_p != none.top_p || d.top_k != none.top_k ||
-      d.min_p != none.min_p || d.repetition_penalty != none.repetition_penalty)
+      d.min_p != none.min_p || d.repetition_penalty != none.repetition_penalty ||
+      info.max_new_tokens > 0)
     log::info(
         "default sampling parameters (generation config): temperature {}, top_p {}, top_k {}, "
-        "min_p {}, repetition_penalty {}",
-        d.temperature, d.top_p, d.top_k, d.min_p, d.repetition_penalty);
+        "min_p {}, repetition_penalty {}{}",
+        d.temperature, d.top_p, d.top_k, d.min_p, d.repetition_penalty,
+        info.max_new_tokens > 0 ? fmt::format("; max_tokens at most {}", info.max_new_tokens) : "");
   log::info("serval serve listening on http://{}:{} (OpenAI API at http://{}:{}/v1)",
             parsed.server.host, port, parsed.server.host, port);
   int sig = server::wait_for_shutdown_signal();

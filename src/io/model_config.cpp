@@ -312,6 +312,11 @@ GenerationConfig read_generation_config(const json& j, const std::string& path) 
       r.fail("top_k", fmt::format("must be in [-1, {}], got {}", INT_MAX, *k));
     g.top_k = int(*k);
   }
+  if (auto n = r.opt_int("max_new_tokens")) {
+    if (*n < 1 || *n > INT_MAX)
+      r.fail("max_new_tokens", fmt::format("must be in [1, {}], got {}", INT_MAX, *n));
+    g.max_new_tokens = int(*n);
+  }
   return g;
 }
 
@@ -332,7 +337,8 @@ GenerationConfig parse_generation_config_override(const std::string& json_text) 
   const std::string path = "--override-generation-config";
   json j = parse_json(json_text, path);
   if (!j.is_object()) throw LoadError(path + ": expected a JSON object, got " + json_text);
-  static const char* kKeys[] = {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"};
+  static const char* kKeys[] = {"temperature",        "top_p",         "top_k", "min_p",
+                                "repetition_penalty", "max_new_tokens"};
   for (const auto& [key, value] : j.items())
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
         std::end(kKeys))

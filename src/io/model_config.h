@@ -65,12 +65,15 @@ ModelConfig load_model_config(const std::string& model_dir);
 struct GenerationConfig {
   std::optional<float> temperature, top_p, min_p, repetition_penalty;
   std::optional<int> top_k;
+  // max_new_tokens: a cap on every request's max_tokens (vLLM takes the smaller).
+  std::optional<int> max_new_tokens;
   std::vector<int32_t> eos_token_ids;
 };
 // Returns an empty GenerationConfig when the file does not exist; LoadError if malformed.
 GenerationConfig load_generation_config(const std::string& model_dir);
 // The sampling defaults of `--override-generation-config` (vLLM's flag): a JSON object of
-// temperature, top_p, top_k, min_p, repetition_penalty, checked as in the file; any other key
+// temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens, checked as in the file;
+// any other key
 // is a LoadError naming the ones taken (a typo would otherwise change nothing).
 GenerationConfig parse_generation_config_override(const std::string& json_text);
 

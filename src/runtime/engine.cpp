@@ -207,6 +207,7 @@ class EngineImpl final : public Engine {
     if (gen.top_k) d.top_k = *gen.top_k;
     if (gen.min_p) d.min_p = *gen.min_p;
     if (gen.repetition_penalty) d.repetition_penalty = *gen.repetition_penalty;
+    if (gen.max_new_tokens) info_.max_new_tokens = *gen.max_new_tokens;
   }
 
   void validate(const std::vector<int32_t>& prompt, const SamplingParams& p) const {

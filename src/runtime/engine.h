@@ -173,6 +173,7 @@ struct ModelInfo {
   int num_kv_scale_layers = 0;  // layers whose k/v scales came from the checkpoint
   std::vector<int32_t> eos_token_ids;
   SamplingParams default_sampling;  // from generation_config.json
+  int max_new_tokens = 0;  // generation config's cap on every request's max_tokens (0: none)
 };
 
 struct EngineStats {

@@ -95,8 +95,8 @@ void GenerationJob::start() {
   const int max_model_len = ctx_.info->max_model_len;
   std::vector<int> max_tokens;
   for (const auto& p : req_.prompts)
-    max_tokens.push_back(
-        resolve_max_tokens(req_, static_cast<int>(p.token_ids.size()), max_model_len));
+    max_tokens.push_back(resolve_max_tokens(req_, static_cast<int>(p.token_ids.size()),
+                                            max_model_len, ctx_.info->max_new_tokens));
   for (size_t p = 0; p < req_.prompts.size(); ++p)
     for (int j = 0; j < req_.n; ++j) {
       auto s = std::make_unique<Sequence>(p, static_cast<int>(p) * req_.n + j, req_.stop,

@@ -594,7 +594,8 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
   return req;
 }
 
-int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_model_len) {
+int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_model_len,
+                       int max_new_tokens) {
   const char* param = req.kind == ApiKind::kChat        ? "max_completion_tokens"
                       : req.kind == ApiKind::kResponses ? "max_output_tokens"
                                                         : "max_tokens";
@@ -602,7 +603,7 @@ int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_mod
     throw bad_request("prompt", fmt::format("This model's maximum context length is {} tokens, "
                                             "but the prompt has {} tokens",
                                             max_model_len, prompt_len));
-  const int64_t max_tokens =
+  int64_t max_tokens =
       req.max_tokens.value_or(req.kind == ApiKind::kCompletion ? 16 : max_model_len - prompt_len);
   // Compared as the room left (prompt + max_tokens overflows int64 for a max_tokens near 2^63);
   // the total in the message is exact in uint64 (both terms are in [0, 2^63)).
@@ -612,6 +613,7 @@ int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_mod
                                          "for the completion). Please reduce the prompt or {}.",
                                          max_model_len, uint64_t(prompt_len) + uint64_t(max_tokens),
                                          prompt_len, max_tokens, param));
+  if (max_new_tokens > 0) max_tokens = std::min<int64_t>(max_tokens, max_new_tokens);
   if (req.sampling.min_tokens > max_tokens)
     throw bad_request("min_tokens", fmt::format("min_tokens ({}) must be <= {} ({})",
                                                 req.sampling.min_tokens, param, max_tokens));

@@ -84,7 +84,9 @@ GenerationRequest parse_completion_request(const Json& body, const ModelContext&
 GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx);
 
 // The max_tokens a prompt of `prompt_len` tokens gets; 400 when it does not fit max_model_len.
-int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_model_len);
+// max_new_tokens (> 0): the generation config's cap, applied after the checks, as vLLM does.
+int resolve_max_tokens(const GenerationRequest& req, int prompt_len, int max_model_len,
+                       int max_new_tokens = 0);
 
 // Chat messages → prompt text through the chat template (400 on bad messages).
 std::string render_chat(const Json& body, const ModelContext& ctx, bool default_add_gen_prompt);

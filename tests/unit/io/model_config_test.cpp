@@ -354,18 +354,21 @@ TEST(GenerationConfig, LoadsSamplingDefaults) {
 
 // --override-generation-config: the same keys and ranges; anything else is refused by name.
 TEST(GenerationConfig, OverrideTakesTheSamplingKeysOnly) {
-  const GenerationConfig g =
-      parse_generation_config_override(R"({"temperature": 0.2, "top_k": 5, "min_p": 0.05})");
+  const GenerationConfig g = parse_generation_config_override(
+      R"({"temperature": 0.2, "top_k": 5, "min_p": 0.05, "max_new_tokens": 64})");
+  EXPECT_EQ(*g.max_new_tokens, 64);
   EXPECT_FLOAT_EQ(*g.temperature, 0.2f);
   EXPECT_EQ(*g.top_k, 5);
   EXPECT_FLOAT_EQ(*g.min_p, 0.05f);
   EXPECT_FALSE(g.top_p.has_value());
   EXPECT_TRUE(parse_generation_config_override("{}").eos_token_ids.empty());
   const std::string flag = "--override-generation-config";
-  expect_load_error([&] { parse_generation_config_override(R"({"max_new_tokens": 5})"); },
-                    {flag, "unknown key 'max_new_tokens'", "temperature, top_p"});
+  expect_load_error([&] { parse_generation_config_override(R"({"max_tokens": 5})"); },
+                    {flag, "unknown key 'max_tokens'", "temperature, top_p"});
   expect_load_error([&] { parse_generation_config_override(R"({"top_p": 2})"); },
                     {flag, "must be in"});
+  expect_load_error([&] { parse_generation_config_override(R"({"max_new_tokens": 0})"); },
+                    {flag, "'max_new_tokens'", "must be in"});
   expect_load_error([&] { parse_generation_config_override("[1]"); }, {flag, "JSON object"});
   expect_load_error([&] { parse_generation_config_override("{"); }, {flag, "invalid JSON"});
 }

@@ -50,7 +50,10 @@ TEST(GenerationConfigFlag, FolderVllmAndOverride) {
   EXPECT_FLOAT_EQ(d.temperature, 0.3f);
   EXPECT_FLOAT_EQ(d.top_p, 0.8f);
 
-  cfg.override_generation_config = R"({"top_p": 0.5, "top_k": 7})";
+  cfg.override_generation_config = R"({"top_p": 0.5, "top_k": 7, "max_new_tokens": 9})";
+  auto capped = Engine::create(cfg);
+  EXPECT_EQ(capped->info().max_new_tokens, 9);
+  capped->shutdown();
   d = defaults_of(cfg);
   EXPECT_FLOAT_EQ(d.temperature, 0.3f);  // the folder's, kept
   EXPECT_FLOAT_EQ(d.top_p, 0.5f);        // the override's

@@ -160,6 +160,15 @@ TEST_F(ServerTest, IncludeStopStrInOutput) {
   EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], "hi!");
 }
 
+// The generation config's max_new_tokens caps a request's max_tokens (the smaller wins).
+TEST_F(ServerTest, GenerationConfigMaxNewTokensCapsRequests) {
+  engine_->set_max_new_tokens(3);
+  const json body = {{"prompt", "hello world"}, {"max_tokens", 8}};
+  const json j = json::parse(post("/v1/completions", body).body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3) << j.dump();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+}
+
 TEST_F(ServerTest, CompletionLogprobsShape) {
   auto r = post("/v1/completions", {{"prompt", "ab"}, {"max_tokens", 3}, {"logprobs", 2}});
   ASSERT_EQ(r.status, 200) << r.body;

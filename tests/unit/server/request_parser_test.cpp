@@ -68,6 +68,9 @@ TEST_F(RequestParserTest, ContextLengthErrorNamesTheRequestedNumbers) {
   GenerationRequest ok = parse_completion_request(
       Json{{"prompt", Json::array({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})}, {"max_tokens", 54}}, ctx_);
   EXPECT_EQ(resolve_max_tokens(ok, 10, 64), 54);
+  // The generation config's max_new_tokens caps what a request gets (vLLM's smaller of the two).
+  EXPECT_EQ(resolve_max_tokens(ok, 10, 64, 20), 20);
+  EXPECT_EQ(resolve_max_tokens(ok, 10, 64, 100), 54);
 }
 
 TEST_F(RequestParserTest, ContextLengthErrorForTheLargestMaxTokens) {

@@ -128,7 +128,7 @@ class FakeEngine final : public runtime::Engine {
   }
 
   void set_healthy(bool h) { healthy_ = h; }
-  void set_default_sampling(const runtime::SamplingParams& p) { info_.default_sampling = p; }
+  void set_max_new_tokens(int n) { info_.max_new_tokens = n; }  // the generation config's cap
   std::set<uint64_t> aborted() const {
     std::lock_guard lock(mu_);
     return aborted_;
