@@ -50,6 +50,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.prompt_tokens_details = options_.prompt_tokens_details;
   ctx_.return_tokens_as_token_ids = options_.return_tokens_as_token_ids;
   ctx_.force_include_usage = options_.force_include_usage;
+  ctx_.response_role = options_.response_role;
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {

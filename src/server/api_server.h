@@ -26,6 +26,7 @@ struct ApiOptions {
   bool prompt_tokens_details = false;       // usage.prompt_tokens_details.cached_tokens
   bool return_tokens_as_token_ids = false;  // the requests' default
   bool force_include_usage = false;         // usage at the end of every stream
+  std::string response_role = "assistant";  // a chat reply's role after a generation prompt
 };
 
 class ApiServer {

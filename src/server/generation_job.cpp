@@ -149,10 +149,11 @@ void GenerationJob::start() {
   for (auto& s : seqs_) {
     if (req_.kind == ApiKind::kChat) {
       Json chunk = envelope("chat.completion.chunk");
-      chunk["choices"] = Json::array({Json{{"index", s->index},
-                                           {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                           {"logprobs", nullptr},
-                                           {"finish_reason", nullptr}}});
+      chunk["choices"] =
+          Json::array({Json{{"index", s->index},
+                            {"delta", {{"role", req_.response_role}, {"content", ""}}},
+                            {"logprobs", nullptr},
+                            {"finish_reason", nullptr}}});
       add_continuous_usage(chunk, *s);
       res_->write_chunk("data: " + chunk.dump() + "\n\n");
     } else if (req_.echo) {
@@ -362,7 +363,7 @@ ToolCall GenerationJob::forced_call(std::string_view arguments) const {
 }
 
 Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) const {
-  Json message = {{"role", "assistant"}, {"content", s.text}};
+  Json message = {{"role", req_.response_role}, {"content", s.text}};
   std::string_view content = s.text;
   if (req_.split_reasoning) {
     const ReasoningParts parts = split_reasoning(s.text, req_.starts_in_reasoning, true);

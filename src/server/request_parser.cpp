@@ -584,6 +584,10 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
   // A thinking reply's JSON comes after its thoughts, as with vLLM's reasoning parsers.
   req.sampling.guided_after_think = req.sampling.json_grammar && req.starts_in_reasoning;
   std::string text = render_chat(body, ctx, true);
+  const bool continued = get_bool(body, "continue_final_message").value_or(false);
+  req.response_role = !continued && get_bool(body, "add_generation_prompt").value_or(true)
+                          ? ctx.response_role
+                          : body["messages"].back()["role"].get<std::string>();  // checked
   bool add_special = get_bool(body, "add_special_tokens").value_or(false);
   PromptInput p;
   p.token_ids = need_tokenizer(ctx, "messages").encode(text, add_special);

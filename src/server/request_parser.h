@@ -54,6 +54,9 @@ struct GenerationRequest {
   bool include_reasoning = true;
   bool skip_special_tokens = true;
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:<id>" (vLLM)
+  // Chat: the reply's role, as vLLM gives it: --response-role after a generation prompt, else
+  // the last message's role (the turn the model continues).
+  std::string response_role = "assistant";
   Json responses_echo;  // kResponses: the request's settings the response repeats
 };
 
@@ -75,6 +78,7 @@ struct ModelContext {
   // serve --enable-force-include-usage: every stream ends with a usage chunk, as if its
   // stream_options asked for it.
   bool force_include_usage = false;
+  std::string response_role = "assistant";  // serve --response-role
 };
 
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.

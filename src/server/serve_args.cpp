@@ -70,6 +70,7 @@ constexpr KnownFlag kKnown[] = {
     {"--allow-credentials", false},
     {"--return-tokens-as-token-ids", false},
     {"--enable-force-include-usage", false},
+    {"--response-role", true},
     {"--help", false},
 };
 
@@ -315,6 +316,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                  "llama3_json (Llama 3.1-3.3) or pythonic (Llama 3.2 and 4)");
   app.add_flag("--enable-prompt-tokens-details", s.prompt_tokens_details,
                "Report usage.prompt_tokens_details.cached_tokens (prefix-cache hits)");
+  app.add_option("--response-role", s.response_role,
+                 "The role of chat replies after a generation prompt")
+      ->capture_default_str();
   app.add_flag("--enable-force-include-usage", s.force_include_usage,
                "End every stream with a usage chunk, as stream_options.include_usage does");
   app.add_flag("--return-tokens-as-token-ids", s.return_tokens_as_token_ids,

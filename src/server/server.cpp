@@ -21,6 +21,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   api.prompt_tokens_details = options_.prompt_tokens_details;
   api.return_tokens_as_token_ids = options_.return_tokens_as_token_ids;
   api.force_include_usage = options_.force_include_usage;
+  api.response_role = options_.response_role;
   api_ = std::make_unique<ApiServer>(engine, std::move(api));
   HttpServerOptions http;
   http.host = options_.host;

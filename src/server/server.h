@@ -23,6 +23,7 @@ struct ServerOptions {
   bool prompt_tokens_details = false;                         // --enable-prompt-tokens-details
   bool return_tokens_as_token_ids = false;  // --return-tokens-as-token-ids: the requests' default
   bool force_include_usage = false;         // --enable-force-include-usage
+  std::string response_role = "assistant";  // --response-role
   CorsPolicy cors;  // --allowed-origins etc.; vLLM's default allows every origin
   size_t max_body_bytes = size_t{32} << 20;
   int read_timeout_s = 60;

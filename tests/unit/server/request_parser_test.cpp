@@ -140,6 +140,23 @@ TEST_F(RequestParserTest, ReturnTokensAsTokenIdsDefaultsToTheServerFlag) {
   EXPECT_FALSE(parse_completion_request(off, ctx_).return_tokens_as_token_ids);
 }
 
+// A chat reply's role, as vLLM: --response-role after a generation prompt, else the last
+// message's role (the turn the model continues).
+TEST_F(RequestParserTest, ResponseRole) {
+  const Json user = Json::array({Json{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(parse_chat_request(Json{{"messages", user}}, ctx_).response_role, "assistant");
+  ctx_.response_role = "bot";
+  EXPECT_EQ(parse_chat_request(Json{{"messages", user}}, ctx_).response_role, "bot");
+  EXPECT_EQ(parse_chat_request(Json{{"messages", user}, {"add_generation_prompt", false}}, ctx_)
+                .response_role,
+            "user");
+  const Json partial = Json::array({Json{{"role", "user"}, {"content", "Name a fruit."}},
+                                    Json{{"role", "assistant"}, {"content", "It is a"}}});
+  EXPECT_EQ(parse_chat_request(Json{{"messages", partial}, {"continue_final_message", true}}, ctx_)
+                .response_role,
+            "assistant");
+}
+
 // serve --enable-force-include-usage: streams report usage without asking; continuous usage
 // still needs stream_options.
 TEST_F(RequestParserTest, ForceIncludeUsage) {

@@ -105,6 +105,9 @@ TEST(ServeArgs, GenerationConfigFlags) {
 }
 
 TEST(ServeArgs, UsageAndTokenIdFlags) {
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.response_role, "assistant");
+  EXPECT_EQ(parse_serve_args({"/m", "--response-role", "bot"}, nullptr).server.response_role,
+            "bot");
   EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.force_include_usage);
   EXPECT_TRUE(
       parse_serve_args({"/m", "--enable-force-include-usage"}, nullptr).server.force_include_usage);
