@@ -337,11 +337,10 @@ GenerationConfig parse_generation_config_override(const std::string& json_text) 
   const std::string path = "--override-generation-config";
   json j = parse_json(json_text, path);
   if (!j.is_object()) throw LoadError(path + ": expected a JSON object, got " + json_text);
-  static const char* kKeys[] = {"temperature",        "top_p",         "top_k", "min_p",
-                                "repetition_penalty", "max_new_tokens"};
+  static constexpr std::string_view kKeys[] = {
+      "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens"};
   for (const auto& [key, value] : j.items())
-    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
-        std::end(kKeys))
+    if (std::ranges::find(kKeys, key) == std::end(kKeys))
       throw LoadError(
           fmt::format("{}: unknown key '{}' (serval takes {})", path, key, fmt::join(kKeys, ", ")));
   return read_generation_config(j, path);

@@ -73,8 +73,7 @@ struct GenerationConfig {
 GenerationConfig load_generation_config(const std::string& model_dir);
 // The sampling defaults of `--override-generation-config` (vLLM's flag): a JSON object of
 // temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens, checked as in the file;
-// any other key
-// is a LoadError naming the ones taken (a typo would otherwise change nothing).
+// any other key is a LoadError naming the ones taken (a typo would otherwise change nothing).
 GenerationConfig parse_generation_config_override(const std::string& json_text);
 
 }  // namespace serval::io

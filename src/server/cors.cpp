@@ -1,5 +1,8 @@
 #include "server/cors.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -34,12 +37,7 @@ bool origin_allowed(const CorsPolicy& p, std::string_view origin) {
 }
 
 std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& item : items) {
-    if (!out.empty()) out += ", ";
-    out += item;
-  }
-  return out;
+  return fmt::format("{}", fmt::join(items, ", "));
 }
 
 }  // namespace

@@ -21,8 +21,6 @@ namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 
-constexpr std::string_view kPythonStart = "<|python_start|>";
-constexpr std::string_view kPythonEnd = "<|python_end|>";
 constexpr int kMaxDepth = 64;  // nesting of lists, tuples and dicts: deeper is refused
 
 bool is_ident_start(char c) {
@@ -95,29 +93,27 @@ class PythonLiterals {
     return std::nullopt;
   }
 
-  // Items up to `close` (the opening bracket at at_), trailing comma allowed.
-  std::optional<OrderedJson> sequence(char close, int depth) {
+  // Items up to `close` (the opening bracket at at_), trailing comma allowed (and reported).
+  std::optional<OrderedJson> sequence(char close, int depth, bool* trailing_comma = nullptr) {
     ++at_;
     OrderedJson items = OrderedJson::array();
+    bool comma = false;
     while (!eat(close)) {
       std::optional<OrderedJson> v = value(depth + 1);
       if (!v) return std::nullopt;
       items.push_back(std::move(*v));
-      if (!eat(',') && !peek(close)) return std::nullopt;
+      comma = eat(',');
+      if (!comma && !peek(close)) return std::nullopt;
     }
+    if (trailing_comma) *trailing_comma = comma;
     return items;
   }
 
   // (x) is x; (), (x,) and (x, y) are tuples, written as lists.
   std::optional<OrderedJson> tuple(int depth) {
-    const size_t open = at_;
-    std::optional<OrderedJson> items = sequence(')', depth);
-    if (!items || items->size() != 1) return items;
-    size_t last = at_ - 1;  // the ')'
-    while (last > open && (text_[last - 1] == ' ' || text_[last - 1] == '\n' ||
-                           text_[last - 1] == '\t' || text_[last - 1] == '\r'))
-      --last;
-    if (text_[last - 1] == ',') return items;
+    bool trailing_comma = false;
+    std::optional<OrderedJson> items = sequence(')', depth, &trailing_comma);
+    if (!items || items->size() != 1 || trailing_comma) return items;
     return (*items)[0];
   }
 
@@ -212,11 +208,7 @@ class PythonLiterals {
     return std::string(text_.substr(begin, at_ - begin));
   }
 
-  void skip_spaces() {
-    while (at_ < text_.size() &&
-           (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\t' || text_[at_] == '\r'))
-      ++at_;
-  }
+  void skip_spaces() { at_ = skip_reply_spaces(text_, at_); }
   bool peek(char c) {
     skip_spaces();
     return at_ < text_.size() && text_[at_] == c;
@@ -235,10 +227,10 @@ class PythonLiterals {
 
 ParsedToolCalls parse_pythonic_tool_calls(std::string_view text) {
   std::string_view body = text;
-  const size_t first = body.find_first_not_of(" \n\t\r");
-  if (first != std::string_view::npos && body.substr(first).starts_with(kPythonStart)) {
+  const size_t first = skip_reply_spaces(body, 0);
+  if (body.substr(first).starts_with(kPythonStart)) {
     body = body.substr(first + kPythonStart.size());
-    const size_t last = body.find_last_not_of(" \n\t\r");
+    const size_t last = body.find_last_not_of(kReplySpaces);
     if (last != std::string_view::npos && body.substr(0, last + 1).ends_with(kPythonEnd))
       body = body.substr(0, last + 1 - kPythonEnd.size());
   }

@@ -11,17 +11,6 @@ namespace serval::server {
 namespace {
 
 constexpr std::string_view kToolCallClose = "</tool_call>";
-constexpr std::string_view kPythonTag = "<|python_tag|>";      // llama3_json's optional start
-constexpr std::string_view kPythonStart = "<|python_start|>";  // pythonic's optional start
-
-bool is_space(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-size_t skip_spaces(std::string_view text, size_t at) {
-  while (at < text.size() && is_space(text[at])) ++at;
-  return at;
-}
 
 // One past the '}' closing the JSON object that starts at text[at] ('{'), brackets inside strings
 // not counted; npos when the text ends first. (Whether it is valid JSON is the parser's question.)
@@ -49,7 +38,7 @@ size_t object_end(std::string_view text, size_t at) {
 // Formats whose calls make the whole reply: content may stream until the first non-space byte
 // shows that the reply is not calls (neither `open` nor the start of `tag`).
 size_t leading_calls_content_prefix(std::string_view text, char open, std::string_view tag) {
-  const std::string_view rest = text.substr(skip_spaces(text, 0));
+  const std::string_view rest = text.substr(skip_reply_spaces(text, 0));
   if (rest.empty() || rest[0] == open || rest.starts_with(tag) || tag.starts_with(rest)) return 0;
   return text.size();
 }
@@ -141,8 +130,8 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
 
 ParsedToolCalls parse_llama3_json_tool_calls(std::string_view text) {
   ParsedToolCalls none{std::string(text), {}};
-  size_t at = skip_spaces(text, 0);
-  if (text.substr(at).starts_with(kPythonTag)) at = skip_spaces(text, at + kPythonTag.size());
+  size_t at = skip_reply_spaces(text, 0);
+  if (text.substr(at).starts_with(kPythonTag)) at = skip_reply_spaces(text, at + kPythonTag.size());
   if (at == text.size() || text[at] != '{') return none;
   ParsedToolCalls out;
   while (true) {
@@ -153,10 +142,10 @@ ParsedToolCalls parse_llama3_json_tool_calls(std::string_view text) {
         parse_call(text.substr(at, end - at), {"arguments", "parameters"});
     if (!call) return none;
     out.calls.push_back(std::move(*call));
-    at = skip_spaces(text, end);
+    at = skip_reply_spaces(text, end);
     if (at == text.size()) return out;
     if (text[at] != ';') return none;  // other text after a call
-    at = skip_spaces(text, at + 1);
+    at = skip_reply_spaces(text, at + 1);
     if (at == text.size()) return out;  // a trailing ';'
     if (text[at] != '{') return none;
   }

@@ -24,6 +24,16 @@ std::optional<ToolCallParser> tool_call_parser_from_name(std::string_view name);
 inline constexpr std::string_view kToolCallParserChoices = "hermes, llama3_json, pythonic";
 
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";
+inline constexpr std::string_view kPythonTag = "<|python_tag|>";  // llama3_json's optional start
+inline constexpr std::string_view kPythonStart = "<|python_start|>";  // pythonic's optional start
+inline constexpr std::string_view kPythonEnd = "<|python_end|>";
+inline constexpr std::string_view kReplySpaces = " \t\n\r";  // blanks around and between calls
+
+// The first position at or after `at` that is not one of kReplySpaces (text.size() if none).
+inline size_t skip_reply_spaces(std::string_view text, size_t at) {
+  const size_t next = text.find_first_not_of(kReplySpaces, at);
+  return next == std::string_view::npos ? text.size() : next;
+}
 
 struct ToolCall {
   std::string name;
