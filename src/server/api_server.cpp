@@ -44,13 +44,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.info = &engine_.info();
   ctx_.tokenizer = engine_.tokenizer();
   ctx_.chat_template = engine_.chat_template();
-  ctx_.max_logprobs = options_.max_logprobs;
-  ctx_.tool_call_parser = options_.tool_call_parser;
-  ctx_.reasoning_parser = options_.reasoning_parser;
-  ctx_.prompt_tokens_details = options_.prompt_tokens_details;
-  ctx_.return_tokens_as_token_ids = options_.return_tokens_as_token_ids;
-  ctx_.force_include_usage = options_.force_include_usage;
-  ctx_.response_role = options_.response_role;
+  static_cast<RequestPolicy&>(ctx_) = options_;
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {

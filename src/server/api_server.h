@@ -17,16 +17,9 @@ namespace serval::server {
 
 class GenerationJob;
 
-struct ApiOptions {
+struct ApiOptions : RequestPolicy {
   std::vector<std::string> served_model_names;  // empty: info().served_model_name
   std::string api_key;                          // empty: no authentication
-  int max_logprobs = 20;
-  ToolCallParser tool_call_parser = ToolCallParser::kNone;    // tool calls parsed out of chat
-  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // reasoning split out of chat
-  bool prompt_tokens_details = false;       // usage.prompt_tokens_details.cached_tokens
-  bool return_tokens_as_token_ids = false;  // the requests' default
-  bool force_include_usage = false;         // usage at the end of every stream
-  std::string response_role = "assistant";  // a chat reply's role after a generation prompt
 };
 
 class ApiServer {

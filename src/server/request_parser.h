@@ -60,25 +60,30 @@ struct GenerationRequest {
   Json responses_echo;  // kResponses: the request's settings the response repeats
 };
 
-// What parsing needs to know about the served model.
-struct ModelContext {
+// How the server treats requests (serve flags): declared once, carried whole from ServerOptions
+// through ApiOptions into ModelContext.
+struct RequestPolicy {
+  int max_logprobs = 20;
+  // --enable-auto-tool-choice --tool-call-parser P: P (kNone without the flag)
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
+  // --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens (prompt tokens
+  // served from the prefix cache)
+  bool prompt_tokens_details = false;
+  // --return-tokens-as-token-ids: logprob tokens as "token_id:<id>" unless a request says
+  // otherwise.
+  bool return_tokens_as_token_ids = false;
+  // --enable-force-include-usage: every stream ends with a usage chunk, as if its stream_options
+  // asked for it.
+  bool force_include_usage = false;
+  std::string response_role = "assistant";  // --response-role
+};
+
+// What parsing needs to know about the served model, and the server's policy.
+struct ModelContext : RequestPolicy {
   const runtime::ModelInfo* info = nullptr;
   const tokenizer::Tokenizer* tokenizer = nullptr;         // may be null
   const tokenizer::ChatTemplate* chat_template = nullptr;  // may be null
-  int max_logprobs = 20;
-  // serve --enable-auto-tool-choice --tool-call-parser P: P (kNone without the flag)
-  ToolCallParser tool_call_parser = ToolCallParser::kNone;
-  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // serve --reasoning-parser
-  // serve --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens (prompt
-  // tokens served from the prefix cache)
-  bool prompt_tokens_details = false;
-  // serve --return-tokens-as-token-ids: logprob tokens as "token_id:<id>" unless a request says
-  // otherwise.
-  bool return_tokens_as_token_ids = false;
-  // serve --enable-force-include-usage: every stream ends with a usage chunk, as if its
-  // stream_options asked for it.
-  bool force_include_usage = false;
-  std::string response_role = "assistant";  // serve --response-role
 };
 
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.

@@ -12,17 +12,7 @@
 namespace serval::server {
 
 Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::move(options)) {
-  ApiOptions api;
-  api.served_model_names = options_.served_model_names;
-  api.api_key = options_.api_key;
-  api.max_logprobs = options_.max_logprobs;
-  api.tool_call_parser = options_.tool_call_parser;
-  api.reasoning_parser = options_.reasoning_parser;
-  api.prompt_tokens_details = options_.prompt_tokens_details;
-  api.return_tokens_as_token_ids = options_.return_tokens_as_token_ids;
-  api.force_include_usage = options_.force_include_usage;
-  api.response_role = options_.response_role;
-  api_ = std::make_unique<ApiServer>(engine, std::move(api));
+  api_ = std::make_unique<ApiServer>(engine, static_cast<const ApiOptions&>(options_));
   HttpServerOptions http;
   http.host = options_.host;
   http.port = options_.port;

@@ -10,20 +10,11 @@
 
 namespace serval::server {
 
-struct ServerOptions {
+// The API's options (names, key, request policy) and the HTTP layer's.
+struct ServerOptions : ApiOptions {
   std::string host = "0.0.0.0";
   int port = 8000;  // 0: any free port
   int num_http_threads = 4;
-  std::vector<std::string> served_model_names;
-  std::string api_key;
-  int max_logprobs = 20;
-  // --enable-auto-tool-choice: the --tool-call-parser format (kNone: off)
-  ToolCallParser tool_call_parser = ToolCallParser::kNone;
-  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
-  bool prompt_tokens_details = false;                         // --enable-prompt-tokens-details
-  bool return_tokens_as_token_ids = false;  // --return-tokens-as-token-ids: the requests' default
-  bool force_include_usage = false;         // --enable-force-include-usage
-  std::string response_role = "assistant";  // --response-role
   CorsPolicy cors;  // --allowed-origins etc.; vLLM's default allows every origin
   size_t max_body_bytes = size_t{32} << 20;
   int read_timeout_s = 60;
