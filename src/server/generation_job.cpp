@@ -18,6 +18,12 @@
 
 namespace serval::server {
 
+// A tool call a chat stream has begun: its id and the arguments sent so far.
+struct StreamedToolCall {
+  std::string id;
+  std::string arguments;
+};
+
 struct Sequence {
   Sequence(size_t prompt_index, int index, std::vector<std::string> stops, bool include_stop)
       : prompt_index(prompt_index), index(index), stop(std::move(stops), include_stop) {}
@@ -38,8 +44,9 @@ struct Sequence {
   bool first_token_seen = false;
   double last_token_s = 0;
   std::vector<runtime::LogprobEntry> prompt_logprobs;  // entry i: prompt token i + 1
-  size_t content_sent = 0;    // parsed stream: bytes of the content part sent
-  size_t reasoning_sent = 0;  // parsed stream: bytes of the reasoning part sent
+  size_t content_sent = 0;                        // parsed stream: bytes of the content part sent
+  size_t reasoning_sent = 0;                      // parsed stream: bytes of the reasoning part sent
+  std::vector<StreamedToolCall> tool_calls_sent;  // parsed stream: the calls begun, in order
   bool echo_logprobs_added = false;
 };
 
@@ -54,17 +61,46 @@ Json usage_json(int64_t prompt, int64_t completion, std::optional<int64_t> cache
   return usage;
 }
 
-// OpenAI's message.tool_calls (a stream's delta.tool_calls with `index`).
-Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+// OpenAI's message.tool_calls.
+Json tool_calls_json(const std::vector<ToolCall>& calls) {
   Json out = Json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    Json c = {{"id", random_id("chatcmpl-tool-")},
-              {"type", "function"},
-              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (with_index) c["index"] = i;
-    out.push_back(std::move(c));
-  }
+  for (const ToolCall& call : calls)
+    out.push_back({{"id", random_id("chatcmpl-tool-")},
+                   {"type", "function"},
+                   {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
   return out;
+}
+
+// A stream's delta.tool_calls entries that bring the calls sent up to `calls` (each one's
+// arguments extending what was sent, as the parsers promise): a new call's entry has its index,
+// id, type, name and arguments so far, a begun one's its index and the arguments added since,
+// as OpenAI streams them. Empty when nothing is new.
+Json tool_call_deltas(const std::vector<ToolCall>& calls, std::vector<StreamedToolCall>& sent) {
+  Json entries = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string& arguments = calls[i].arguments;
+    if (i == sent.size()) {
+      sent.push_back({random_id("chatcmpl-tool-"), arguments});
+      entries.push_back({{"index", i},
+                         {"id", sent[i].id},
+                         {"type", "function"},
+                         {"function", {{"name", calls[i].name}, {"arguments", arguments}}}});
+    } else if (arguments.size() > sent[i].arguments.size() &&
+               arguments.starts_with(sent[i].arguments)) {
+      entries.push_back(
+          {{"index", i},
+           {"function", {{"arguments", arguments.substr(sent[i].arguments.size())}}}});
+      sent[i].arguments = arguments;
+    }
+  }
+  return entries;
+}
+
+// Adds the entries of tool_call_deltas to a stream's delta, if there are any.
+void add_tool_call_deltas(Json& delta, const std::vector<ToolCall>& calls,
+                          std::vector<StreamedToolCall>& sent) {
+  Json entries = tool_call_deltas(calls, sent);
+  if (!entries.empty()) delta["tool_calls"] = std::move(entries);
 }
 
 }  // namespace
@@ -292,9 +328,10 @@ ParsedToolCalls GenerationJob::parse_auto_tool_calls(std::string_view content) c
   return parsed;
 }
 
-// Tool parsing in a chat stream: content goes out up to where a <tool_call> may begin; when the
-// sequence ends, the rest of the content, then every call in one delta (finish_reason
-// "tool_calls"), or, without calls, the held-back text as content.
+// Tool parsing in a chat stream: content goes out up to where a call may begin, each call as far
+// as the text shows it (its name first, then its arguments as they grow); when the sequence ends,
+// the rest of the content and of the calls (finish_reason "tool_calls"), or, without calls, the
+// held-back text as content (after any call begun: a reply that was not calls after all).
 void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
                                           std::string_view content) const {
   size_t upto = tool_call_content_prefix(ctx_.tool_call_parser, content);
@@ -303,15 +340,16 @@ void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
     ParsedToolCalls parsed = parse_auto_tool_calls(content);
     calls = std::move(parsed.calls);
     upto = calls.empty() ? content.size() : parsed.content.size();
+    if (!calls.empty()) s.finish_reason = "tool_calls";
+  } else {
+    calls = streamed_tool_calls(ctx_.tool_call_parser, content);
+    if (req_.single_tool_call && calls.size() > 1) calls.resize(1);
   }
   if (upto > s.content_sent) {
     delta["content"] = std::string(content.substr(s.content_sent, upto - s.content_sent));
     s.content_sent = upto;
   }
-  if (!calls.empty()) {
-    delta["tool_calls"] = tool_calls_json(calls, true);
-    s.finish_reason = "tool_calls";
-  }
+  add_tool_call_deltas(delta, calls, s.tool_calls_sent);
 }
 
 // The reasoning part goes out as `reasoning` (and `reasoning_content`, its earlier vLLM name),
@@ -337,18 +375,14 @@ Json GenerationJob::chat_stream_delta(Sequence& s) const {
     }
     content = parts.content;
   }
-  if (!req_.forced_tool.empty()) {  // the arguments: one call when the sequence ends
-    if (s.finished) delta["tool_calls"] = tool_calls_json({forced_call(content)}, true);
-  } else if (req_.tool_call_list) {  // the calls when the sequence ends (else the text)
-    if (s.finished) {
-      const std::vector<ToolCall> calls = parse_tool_call_list(content);
-      if (!calls.empty()) {
-        delta["tool_calls"] = tool_calls_json(calls, true);
-        s.finish_reason = "tool_calls";
-      } else if (!content.empty()) {
-        delta["content"] = std::string(content);
-      }
-    }
+  if (!req_.forced_tool.empty()) {  // the output is the call's arguments
+    add_tool_call_deltas(delta, {forced_call(content)}, s.tool_calls_sent);
+  } else if (req_.tool_call_list) {  // the calls as they come; a text that is no list: as text
+    const std::vector<ToolCall> calls =
+        s.finished ? parse_tool_call_list(content) : streamed_tool_call_list(content);
+    add_tool_call_deltas(delta, calls, s.tool_calls_sent);
+    if (s.finished && !calls.empty()) s.finish_reason = "tool_calls";
+    if (s.finished && calls.empty() && !content.empty()) delta["content"] = std::string(content);
   } else if (req_.parse_tool_calls) {
     add_tool_stream_delta(delta, s, content);
   } else if (content.size() > s.content_sent) {
@@ -378,19 +412,19 @@ Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) 
   }
   if (!req_.forced_tool.empty()) {  // as OpenAI: no content beside the forced call
     message["content"] = nullptr;
-    message["tool_calls"] = tool_calls_json({forced_call(content)}, false);
+    message["tool_calls"] = tool_calls_json({forced_call(content)});
   } else if (req_.tool_call_list) {
     const std::vector<ToolCall> calls = parse_tool_call_list(content);
     if (!calls.empty()) {  // else (cut short) the text as it came
       message["content"] = nullptr;
-      message["tool_calls"] = tool_calls_json(calls, false);
+      message["tool_calls"] = tool_calls_json(calls);
       finish_reason = "tool_calls";
     }
   } else if (req_.parse_tool_calls) {
     const ParsedToolCalls parsed = parse_auto_tool_calls(content);
     if (!parsed.calls.empty()) {  // as vLLM: no content → null; finish "tool_calls"
       message["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
-      message["tool_calls"] = tool_calls_json(parsed.calls, false);
+      message["tool_calls"] = tool_calls_json(parsed.calls);
       finish_reason = "tool_calls";
     }
   }

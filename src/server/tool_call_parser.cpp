@@ -1,9 +1,8 @@
 #include "server/tool_call_parser.h"
 
-#include <initializer_list>
-#include <nlohmann/json.hpp>
 #include <optional>
 
+#include "server/json_tool_calls.h"
 #include "server/marker_tail.h"
 
 namespace serval::server {
@@ -11,29 +10,10 @@ namespace serval::server {
 namespace {
 
 constexpr std::string_view kToolCallClose = "</tool_call>";
-
-// One past the '}' closing the JSON object that starts at text[at] ('{'), brackets inside strings
-// not counted; npos when the text ends first. (Whether it is valid JSON is the parser's question.)
-size_t object_end(std::string_view text, size_t at) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = at; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if ((c == '}' || c == ']') && --depth == 0) {
-      return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
+constexpr std::string_view kHermesArgumentKeys[] = {"arguments"};
+// As vLLM, "arguments" or "parameters" (Llama's own name); the first in the object.
+constexpr std::string_view kLlamaArgumentKeys[] = {"arguments", "parameters"};
+constexpr std::string_view kListArgumentKeys[] = {"parameters"};
 
 // Formats whose calls make the whole reply: content may stream until the first non-space byte
 // shows that the reply is not calls (neither `open` nor the start of `tag`).
@@ -43,29 +23,55 @@ size_t leading_calls_content_prefix(std::string_view text, char open, std::strin
   return text.size();
 }
 
-// One call's body, or nullopt when it is not a call: a JSON object with a string "name", its
-// arguments under the first of `argument_keys` present (an object, or a string passed on as it
-// is; absent: "{}").
-std::optional<ToolCall> parse_call(std::string_view body,
-                                   std::initializer_list<std::string_view> argument_keys) {
-  const nlohmann::ordered_json j =
-      nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return std::nullopt;
-  auto name = j.find("name");
-  if (name == j.end() || !name->is_string()) return std::nullopt;
-  ToolCall call{name->get<std::string>(), "{}"};
-  for (std::string_view key : argument_keys) {
-    auto args = j.find(key);
-    if (args == j.end()) continue;
-    if (args->is_string())
-      call.arguments = args->get<std::string>();
-    else if (args->is_object())
-      call.arguments = args->dump();
-    else
-      return std::nullopt;
-    break;
+// `body` (a hermes <tool_call> block's inside) as one call, blanks around it allowed.
+std::optional<ToolCall> whole_json_call(std::string_view body) {
+  const size_t begin = skip_reply_spaces(body, 0);
+  const JsonCallScan scan = scan_json_call(body, begin, kHermesArgumentKeys);
+  if (!json_call_valid(body, begin, scan) || skip_reply_spaces(body, scan.end) != body.size())
+    return std::nullopt;
+  return ToolCall{*scan.name, scan.arguments};
+}
+
+// The calls of a scanned sequence, or none unless every one is finished and valid.
+std::vector<ToolCall> finished_calls(std::string_view text, const JsonCallSequence& seq) {
+  std::vector<ToolCall> calls;
+  if (seq.malformed) return calls;
+  for (size_t i = 0; i < seq.calls.size(); ++i) {
+    if (!json_call_valid(text, seq.begins[i], seq.calls[i])) return {};
+    calls.push_back({*seq.calls[i].name, seq.calls[i].arguments});
   }
-  return call;
+  return calls;
+}
+
+// The calls of a sequence a stream has begun, up to the first whose name is not yet known.
+void add_named_calls(const JsonCallSequence& seq, std::vector<ToolCall>& calls) {
+  for (const JsonCallScan& call : seq.calls) {
+    if (!call.name || call.malformed) return;
+    calls.push_back({*call.name, call.arguments});
+  }
+}
+
+// llama3_json's calls start here: after blanks and an optional <|python_tag|>.
+size_t llama3_json_calls_begin(std::string_view text) {
+  const size_t at = skip_reply_spaces(text, 0);
+  if (!text.substr(at).starts_with(kPythonTag)) return at;
+  return skip_reply_spaces(text, at + kPythonTag.size());
+}
+
+JsonCallSequence scan_llama3_json_calls(std::string_view text) {
+  return scan_json_call_sequence(text, llama3_json_calls_begin(text), ';', '\0',
+                                 kLlamaArgumentKeys);
+}
+
+// tool_choice "required": the list's elements, or a malformed sequence when there is no '['.
+JsonCallSequence scan_tool_call_list(std::string_view text) {
+  const size_t at = skip_reply_spaces(text, 0);
+  if (at < text.size() && text[at] != '[') {
+    JsonCallSequence none;
+    none.malformed = true;
+    return none;
+  }
+  return scan_json_call_sequence(text, at + 1, ',', ']', kListArgumentKeys);
 }
 
 }  // namespace
@@ -118,7 +124,7 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
     const size_t close = text.find(kToolCallClose, body);
     const std::string_view inner =
         text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body);
-    std::optional<ToolCall> call = parse_call(inner, {"arguments"});
+    std::optional<ToolCall> call = whole_json_call(inner);
     if (!call) return {std::string(text), {}};
     out.calls.push_back(std::move(*call));
     if (close == std::string_view::npos) break;
@@ -129,39 +135,48 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
 }
 
 ParsedToolCalls parse_llama3_json_tool_calls(std::string_view text) {
-  ParsedToolCalls none{std::string(text), {}};
-  size_t at = skip_reply_spaces(text, 0);
-  if (text.substr(at).starts_with(kPythonTag)) at = skip_reply_spaces(text, at + kPythonTag.size());
-  if (at == text.size() || text[at] != '{') return none;
-  ParsedToolCalls out;
-  while (true) {
-    const size_t end = object_end(text, at);
-    if (end == std::string_view::npos) return none;  // cut short
-    // As vLLM: "arguments" when present, else "parameters" (Llama's own name).
-    std::optional<ToolCall> call =
-        parse_call(text.substr(at, end - at), {"arguments", "parameters"});
-    if (!call) return none;
-    out.calls.push_back(std::move(*call));
-    at = skip_reply_spaces(text, end);
-    if (at == text.size()) return out;
-    if (text[at] != ';') return none;  // other text after a call
-    at = skip_reply_spaces(text, at + 1);
-    if (at == text.size()) return out;  // a trailing ';'
-    if (text[at] != '{') return none;
-  }
+  const JsonCallSequence seq = scan_llama3_json_calls(text);
+  std::vector<ToolCall> calls = finished_calls(text, seq);
+  if (calls.empty()) return {std::string(text), {}};
+  return {"", std::move(calls)};
 }
 
 std::vector<ToolCall> parse_tool_call_list(std::string_view text) {
-  const nlohmann::ordered_json j =
-      nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array() || j.empty()) return {};
+  const JsonCallSequence seq = scan_tool_call_list(text);
+  if (seq.end == std::string_view::npos || skip_reply_spaces(text, seq.end) != text.size())
+    return {};
+  std::vector<ToolCall> calls = finished_calls(text, seq);
+  for (const JsonCallScan& call : seq.calls)
+    if (!call.has_arguments) return {};
+  return calls;
+}
+
+std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_view text) {
   std::vector<ToolCall> calls;
-  for (const nlohmann::ordered_json& c : j) {
-    if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
-        !c.contains("parameters"))
-      return {};
-    calls.push_back({c["name"].get<std::string>(), c["parameters"].dump()});
+  if (parser == ToolCallParser::kLlama3Json) {
+    add_named_calls(scan_llama3_json_calls(text), calls);
+  } else if (parser == ToolCallParser::kHermes) {
+    for (size_t open = text.find(kToolCallOpen); open != std::string_view::npos;) {
+      const size_t body = open + kToolCallOpen.size();
+      const size_t close = text.find(kToolCallClose, body);
+      // An unclosed call's text short of what may begin its </tool_call>.
+      std::string_view inner = text.substr(
+          body, close == std::string_view::npos ? std::string_view::npos : close - body);
+      if (close == std::string_view::npos)
+        inner.remove_suffix(partial_marker_tail(inner, kToolCallClose));
+      const JsonCallScan scan = scan_json_call(inner, 0, kHermesArgumentKeys);
+      if (scan.malformed || !scan.name) break;
+      calls.push_back({*scan.name, scan.arguments});
+      if (close == std::string_view::npos) break;
+      open = text.find(kToolCallOpen, close + kToolCallClose.size());
+    }
   }
+  return calls;
+}
+
+std::vector<ToolCall> streamed_tool_call_list(std::string_view text) {
+  std::vector<ToolCall> calls;
+  add_named_calls(scan_tool_call_list(text), calls);
   return calls;
 }
 

@@ -8,7 +8,9 @@
 //   pythonic     Llama 3.2 / 4 and others: the reply is a Python list of calls with keyword
 //                arguments of literal values, [f(a=1, b="x"), g()], optionally between
 //                <|python_start|> and <|python_end|>; no content beside them.
-// Text that does not parse as the format's calls is content, as it came.
+// Text that does not parse as the format's calls is content, as it came. A call's arguments are
+// the model's JSON text of them (hermes, llama3_json; see json_tool_calls.h), or, for pythonic,
+// the JSON of its keyword arguments.
 #pragma once
 #include <optional>
 #include <string>
@@ -53,6 +55,12 @@ ParsedToolCalls parse_tool_calls(ToolCallParser parser, std::string_view text);
 // text's parsed content (or, without calls, the whole text) starts with it.
 size_t tool_call_content_prefix(ToolCallParser parser, std::string_view text);
 
+// The calls a stream's text so far has begun, in order, up to the first whose name is not yet
+// known, each with its arguments so far: when the finished text parses as calls, its calls' names
+// are these and their arguments extend these. Empty for pythonic (whose calls come whole when
+// the text ends) and kNone.
+std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_view text);
+
 // The formats one by one. hermes: when a call's body is not a JSON object with a string "name"
 // (arguments an object, a string or absent), no call is taken and the whole text is content.
 ParsedToolCalls parse_hermes_tool_calls(std::string_view text);
@@ -65,5 +73,7 @@ size_t hermes_content_prefix(std::string_view text);
 // The calls of a guided tool_choice "required" output, [{"name": ..., "parameters": {...}}, ...]
 // (arguments: the parameters' JSON text); empty when the text is not such a list (cut short).
 std::vector<ToolCall> parse_tool_call_list(std::string_view text);
+// The same list as far as a stream's text shows it (as streamed_tool_calls).
+std::vector<ToolCall> streamed_tool_call_list(std::string_view text);
 
 }  // namespace serval::server

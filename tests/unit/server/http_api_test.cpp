@@ -338,12 +338,27 @@ TEST_F(ServerTest, PromptLogprobsAndEchoWithLogprobs) {
                "prompt_logprobs");
 }
 
-// The chat output streamed: concatenated reasoning, content and tool calls of its deltas.
+// The chat output streamed: concatenated reasoning, content and tool calls of its deltas. Tool
+// calls are merged as the openai client merges them: a call's first entry (a new index, in order)
+// has its id, type and name, later ones only more arguments.
 struct StreamedChat {
   std::string reasoning, reasoning_content, content;
   json tool_calls = json::array();
+  int tool_call_entries = 0;
   std::string finish_reason;
 };
+void merge_tool_call_entry(const json& entry, json& calls) {
+  const size_t index = entry.at("index").get<size_t>();
+  if (index == calls.size()) {
+    EXPECT_TRUE(entry.contains("id") && entry.contains("type")) << entry.dump();
+    calls.push_back(entry);
+    return;
+  }
+  ASSERT_LT(index, calls.size()) << entry.dump();
+  EXPECT_FALSE(entry.contains("id") || entry["function"].contains("name")) << entry.dump();
+  calls[index]["function"]["arguments"] = calls[index]["function"]["arguments"].get<std::string>() +
+                                          entry["function"]["arguments"].get<std::string>();
+}
 StreamedChat collect_chat_stream(const std::string& body) {
   StreamedChat out;
   for (const std::string& ev : sse_events(body)) {
@@ -354,8 +369,10 @@ StreamedChat collect_chat_stream(const std::string& body) {
     if (d.contains("reasoning_content"))
       out.reasoning_content += d["reasoning_content"].get<std::string>();
     if (d.contains("content")) out.content += d["content"].get<std::string>();
-    if (d.contains("tool_calls"))
-      for (const json& t : d["tool_calls"]) out.tool_calls.push_back(t);
+    if (d.contains("tool_calls")) {
+      for (const json& t : d["tool_calls"]) merge_tool_call_entry(t, out.tool_calls);
+      out.tool_call_entries += static_cast<int>(d["tool_calls"].size());
+    }
     if (c["finish_reason"].is_string()) out.finish_reason = c["finish_reason"];
   }
   return out;
@@ -363,7 +380,8 @@ StreamedChat collect_chat_stream(const std::string& body) {
 
 // --enable-auto-tool-choice (hermes): <tool_call> blocks of a chat output become tool_calls, the
 // text before them the content, finish_reason "tool_calls"; streamed, the content stops short of
-// the first block and the calls come in one delta. The fake engine echoes the rendered prompt.
+// the first block and each call comes as the model writes it: its name, then its arguments piece
+// by piece. The fake engine echoes the rendered prompt one byte per token.
 TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   const json tools =
       json::array({{{"type", "function"},
@@ -396,24 +414,21 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   EXPECT_NE(msg["tool_calls"][0]["id"], msg["tool_calls"][1]["id"]);
 
   body["stream"] = true;
-  auto s = post("/v1/chat/completions", body);
-  ASSERT_EQ(s.status, 200);
-  std::string streamed;
-  json calls = json::array();
-  std::string finish;
-  for (const std::string& ev : sse_events(s.body)) {
-    if (ev == "[DONE]") break;
-    json c = json::parse(ev)["choices"][0];
-    if (c["delta"].contains("content")) streamed += c["delta"]["content"].get<std::string>();
-    if (c["delta"].contains("tool_calls"))
-      for (const json& t : c["delta"]["tool_calls"]) calls.push_back(t);
-    if (c["finish_reason"].is_string()) finish = c["finish_reason"];
-  }
-  EXPECT_EQ(streamed, "<user>Sure.");
-  ASSERT_EQ(calls.size(), 2u);
-  EXPECT_EQ(calls[1]["index"], 1);
-  EXPECT_EQ(calls[1]["function"]["name"], "f");
-  EXPECT_EQ(finish, "tool_calls");
+  StreamedChat st = collect_chat_stream(post("/v1/chat/completions", body).body);
+  EXPECT_EQ(st.content, "<user>Sure.");
+  ASSERT_EQ(st.tool_calls.size(), 2u);
+  EXPECT_EQ(st.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(st.tool_calls[0]["function"]["arguments"],
+            msg["tool_calls"][0]["function"]["arguments"]);
+  EXPECT_EQ(st.tool_calls[1]["index"], 1);
+  EXPECT_EQ(st.tool_calls[1]["function"]["name"], "f");
+  EXPECT_EQ(st.tool_calls[1]["function"]["arguments"], "{}");
+  EXPECT_GT(st.tool_call_entries, 5);  // the arguments came in pieces
+  EXPECT_EQ(st.finish_reason, "tool_calls");
+  body["parallel_tool_calls"] = false;
+  st = collect_chat_stream(post("/v1/chat/completions", body).body);
+  ASSERT_EQ(st.tool_calls.size(), 1u);
+  EXPECT_EQ(st.tool_calls[0]["function"]["name"], "get_weather");
 
   // parallel_tool_calls false: the first call only.
   body["stream"] = false;
@@ -441,9 +456,10 @@ TEST_F(ServerTest, HermesToolCallsInChatOutputs) {
   EXPECT_EQ(call["tool_calls"][0]["function"]["name"], "get_weather");
   EXPECT_EQ(call["tool_calls"][0]["function"]["arguments"], prompt);
   body["stream"] = true;
-  StreamedChat st = collect_chat_stream(post("/v1/chat/completions", body).body);
+  st = collect_chat_stream(post("/v1/chat/completions", body).body);
   EXPECT_EQ(st.content, "");
   ASSERT_EQ(st.tool_calls.size(), 1u);
+  EXPECT_GT(st.tool_call_entries, 5);
   EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], prompt);
 
   // "required": a guided list of calls; an output that is no such list (here the echo) comes
@@ -493,9 +509,9 @@ TEST_F(ServerTest, CorsPreflightAndAllowHeaders) {
 }
 
 // --tool-call-parser llama3_json and pythonic: a reply that is calls becomes tool_calls (content
-// null, finish_reason "tool_calls"), streamed as one delta without content; any other reply is
-// content, streamed as it comes. The fake engine echoes the prompt; a system message renders
-// bare, so it is the whole output.
+// null, finish_reason "tool_calls"), streamed without content (llama3_json's calls as they come,
+// pythonic's when the reply ends); any other reply is content, streamed as it comes. The fake
+// engine echoes the prompt; a system message renders bare, so it is the whole output.
 TEST_F(ServerTest, Llama3JsonAndPythonicToolCallsInChatOutputs) {
   const json tools =
       json::array({{{"type", "function"},
@@ -526,15 +542,19 @@ TEST_F(ServerTest, Llama3JsonAndPythonicToolCallsInChatOutputs) {
     const json& calls = choice["message"]["tool_calls"];
     ASSERT_EQ(calls.size(), 2u) << choice.dump();
     EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
-    EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city":"Paris","days":2})");
+    const std::string arguments = parser == ToolCallParser::kPythonic
+                                      ? R"({"city":"Paris","days":2})"
+                                      : R"({"city": "Paris", "days": 2})";
+    EXPECT_EQ(calls[0]["function"]["arguments"], arguments);
     EXPECT_EQ(calls[1]["function"]["name"], "f");
     EXPECT_EQ(calls[1]["function"]["arguments"], "{}");
 
     const StreamedChat st = collect_chat_stream(chat(output, true).body);
     EXPECT_EQ(st.content, "");
     ASSERT_EQ(st.tool_calls.size(), 2u);
-    EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], R"({"city":"Paris","days":2})");
+    EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], arguments);
     EXPECT_EQ(st.finish_reason, "tool_calls");
+    if (parser == ToolCallParser::kLlama3Json) EXPECT_GT(st.tool_call_entries, 5);
 
     const std::string plain = "It is sunny in Paris.";
     EXPECT_EQ(json::parse(chat(plain, false).body)["choices"][0]["message"]["content"], plain);

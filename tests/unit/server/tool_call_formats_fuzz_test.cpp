@@ -1,4 +1,4 @@
-// The llama3_json and pythonic tool-call parsers against an oracle and on untrusted text.
+// The llama3_json, pythonic and hermes tool-call parsers against an oracle and on untrusted text.
 //   - Round trip: random argument values (nested lists and objects, strings with quotes,
 //     escapes and non-ASCII, ints, floats, booleans, null) written as the model would write them
 //     (Python literals in random styles: either quote, escapes, tuples, trailing commas, adjacent
@@ -7,7 +7,9 @@
 //   - Fuzzing: texts stitched from pieces of calls and random bytes must never throw; without
 //     calls the content is the whole text, with calls it is empty and every argument text is a
 //     JSON object; the streamed content prefix never shrinks and is always a prefix of what the
-//     finished text's content turns out to be.
+//     finished text's content turns out to be; the calls streamed over the text's prefixes
+//     never contradict what was sent before (a call's name fixed, its arguments only extended)
+//     and, when the finished text is calls, the finished calls extend them.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -200,6 +202,51 @@ std::string llama3_json_text(const std::vector<Call>& calls, std::mt19937& rng) 
   return text;
 }
 
+// The calls as a hermes reply: some content, then tagged calls (the last one may be unclosed).
+std::string hermes_text(const std::vector<Call>& calls, std::mt19937& rng) {
+  std::string text = rng() % 2 ? "Let me check." : "";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    text += space(rng);
+    text += "<tool_call>";
+    text += space(rng);
+    text += OrderedJson({{"name", calls[i].name}, {"arguments", calls[i].args}})
+                .dump(rng() % 2 ? -1 : 2);
+    text += space(rng);
+    if (i + 1 < calls.size() || rng() % 4 != 0) text += "</tool_call>";
+  }
+  return text;
+}
+
+// What a stream sends of the calls, checked over every prefix of `text`: a call begun keeps its
+// name and its arguments only grow (as the server's `sent` state would see them); when the
+// finished text is calls, they extend what was sent.
+void expect_streamed_calls_contract(ToolCallParser parser, const std::string& text,
+                                    const std::vector<ToolCall>& finished) {
+  std::vector<ToolCall> sent;
+  for (size_t len = 0; len <= text.size(); ++len) {
+    const std::vector<ToolCall> now =
+        streamed_tool_calls(parser, std::string_view(text).substr(0, len));
+    for (size_t i = 0; i < now.size(); ++i) {
+      if (i == sent.size()) {
+        sent.push_back(now[i]);
+        continue;
+      }
+      ASSERT_EQ(now[i].name, sent[i].name) << "at length " << len;
+      ASSERT_TRUE(now[i].arguments.starts_with(sent[i].arguments))
+          << "at length " << len << ": '" << now[i].arguments << "' after '" << sent[i].arguments
+          << "'";
+      sent[i].arguments = now[i].arguments;
+    }
+  }
+  if (finished.empty()) return;
+  ASSERT_LE(sent.size(), finished.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(finished[i].name, sent[i].name);
+    EXPECT_TRUE(finished[i].arguments.starts_with(sent[i].arguments)) << finished[i].arguments;
+  }
+  if (parser != ToolCallParser::kPythonic) EXPECT_EQ(sent.size(), finished.size());
+}
+
 TEST(PythonicToolCallsFuzz, RandomLiteralsRoundTrip) {
   std::mt19937 rng(serval::testing::fuzz_seed(20261207));
   const int iterations = serval::testing::fuzz_iterations(3000);
@@ -218,7 +265,24 @@ TEST(Llama3JsonToolCallsFuzz, RandomCallsRoundTrip) {
     const std::vector<Call> calls = random_calls(rng);
     const std::string text = llama3_json_text(calls, rng);
     SCOPED_TRACE(::testing::Message() << "iteration " << it << ": " << text);
-    expect_calls(parse_llama3_json_tool_calls(text), calls, text);
+    const ParsedToolCalls parsed = parse_llama3_json_tool_calls(text);
+    expect_calls(parsed, calls, text);
+    expect_streamed_calls_contract(ToolCallParser::kLlama3Json, text, parsed.calls);
+  }
+}
+
+TEST(HermesToolCallsFuzz, RandomCallsRoundTripAndStream) {
+  std::mt19937 rng(serval::testing::fuzz_seed(20261210));
+  const int iterations = serval::testing::fuzz_iterations(2000);
+  for (int it = 0; it < iterations; ++it) {
+    const std::vector<Call> calls = random_calls(rng);
+    const std::string text = hermes_text(calls, rng);
+    SCOPED_TRACE(::testing::Message() << "iteration " << it << ": " << text);
+    ParsedToolCalls parsed = parse_hermes_tool_calls(text);
+    EXPECT_TRUE(text.starts_with(parsed.content));
+    parsed.content.clear();
+    expect_calls(parsed, calls, text);
+    expect_streamed_calls_contract(ToolCallParser::kHermes, text, parsed.calls);
   }
 }
 
@@ -256,6 +320,9 @@ const std::vector<std::string> kPieces = {"[",
                                           "<|python_tag|>",
                                           "<|python_start|>",
                                           "<|python_end|>",
+                                          "<tool_call>",
+                                          "</tool_call>",
+                                          "{\"name\": \"g\", \"arguments\": {\"b\": [",
                                           "<|python",
                                           "é",
                                           "\xff",
@@ -271,6 +338,7 @@ std::string random_text(ToolCallParser parser, std::mt19937& rng) {
   if (rng() % 2 == 0) {
     const std::vector<Call> calls = random_calls(rng);
     text = parser == ToolCallParser::kPythonic ? pythonic_text(calls, rng)
+           : parser == ToolCallParser::kHermes ? hermes_text(calls, rng)
                                                : llama3_json_text(calls, rng);
     switch (rng() % 4) {
       case 0:
@@ -299,7 +367,8 @@ TEST(ToolCallFormatsFuzz, ParseAndStreamPrefixKeepTheirContracts) {
   std::mt19937 rng(serval::testing::fuzz_seed(20261209));
   const int iterations = serval::testing::fuzz_iterations(20000);
   int with_calls = 0;
-  for (const ToolCallParser parser : {ToolCallParser::kLlama3Json, ToolCallParser::kPythonic}) {
+  for (const ToolCallParser parser :
+       {ToolCallParser::kLlama3Json, ToolCallParser::kPythonic, ToolCallParser::kHermes}) {
     for (int it = 0; it < iterations; ++it) {
       const std::string text = random_text(parser, rng);
       SCOPED_TRACE(::testing::Message() << "iteration " << it << ", text '" << text << "'");
@@ -308,8 +377,12 @@ TEST(ToolCallFormatsFuzz, ParseAndStreamPrefixKeepTheirContracts) {
       std::string final_content = text;
       if (!parsed.calls.empty()) {
         ++with_calls;
-        EXPECT_EQ(parsed.content, "");
-        final_content.clear();
+        if (parser == ToolCallParser::kHermes) {
+          EXPECT_TRUE(text.starts_with(parsed.content));
+        } else {
+          EXPECT_EQ(parsed.content, "");
+        }
+        final_content = parsed.content;
         for (const ToolCall& call : parsed.calls) {
           EXPECT_NO_THROW((void)nlohmann::json(call.name).dump());
           if (parser == ToolCallParser::kPythonic) {
@@ -327,6 +400,7 @@ TEST(ToolCallFormatsFuzz, ParseAndStreamPrefixKeepTheirContracts) {
         ASSERT_EQ(text.compare(0, prefix, final_content, 0, prefix), 0);
         last = prefix;
       }
+      expect_streamed_calls_contract(parser, text, parsed.calls);
     }
   }
   EXPECT_GT(with_calls, iterations / 5);  // the generator reaches real calls

@@ -16,7 +16,7 @@ TEST(HermesToolCalls, CallsAndContent) {
   EXPECT_EQ(p.content, "Let me check.\n");
   ASSERT_EQ(p.calls.size(), 2u);
   EXPECT_EQ(p.calls[0].name, "get_weather");
-  EXPECT_EQ(p.calls[0].arguments, R"({"city":"Paris","days":2})");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city": "Paris", "days": 2})");  // as the model wrote it
   EXPECT_EQ(p.calls[1].name, "now");
   EXPECT_EQ(p.calls[1].arguments, "{}");  // a string argument is passed on as it is
 }
@@ -61,13 +61,13 @@ TEST(Llama3JsonToolCalls, CallsMakeTheWholeReply) {
   EXPECT_EQ(one.content, "");
   ASSERT_EQ(one.calls.size(), 1u);
   EXPECT_EQ(one.calls[0].name, "get_weather");
-  EXPECT_EQ(one.calls[0].arguments, R"({"city":"Paris","note":"a } b"})");
+  EXPECT_EQ(one.calls[0].arguments, R"({"city": "Paris", "note": "a } b"})");
 
   const ParsedToolCalls two = parse_llama3_json_tool_calls(
       "<|python_tag|>{\"name\": \"f\", \"arguments\": {\"x\": 1}, \"parameters\": {\"y\": 2}}; "
       "{\"name\": \"g\"};");
   ASSERT_EQ(two.calls.size(), 2u);
-  EXPECT_EQ(two.calls[0].arguments, R"({"x":1})");  // "arguments" first, as vLLM
+  EXPECT_EQ(two.calls[0].arguments, R"({"x": 1})");  // the first argument key in the object
   EXPECT_EQ(two.calls[1].name, "g");
   EXPECT_EQ(two.calls[1].arguments, "{}");
 
@@ -149,6 +149,42 @@ TEST(PythonicToolCalls, StreamHoldsBackWhatMayBeACall) {
   EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kNone, "[f(x=1)]"), 8u);
 }
 
+// A stream's calls as far as its text shows them: a call appears once its name is complete, its
+// arguments grow as the model writes them (a string's value only when the string is complete).
+TEST(StreamedToolCalls, NamesFirstThenArgumentsAsTheyGrow) {
+  const auto streamed = [](ToolCallParser p, std::string_view t) {
+    std::vector<std::string> out;
+    for (const ToolCall& c : streamed_tool_calls(p, t)) out.push_back(c.name + "|" + c.arguments);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  constexpr ToolCallParser kHermes = ToolCallParser::kHermes;
+  EXPECT_EQ(streamed(kHermes, "Sure.<tool_call>\n{\"name\": \"get_w"), V{});
+  EXPECT_EQ(streamed(kHermes, "<tool_call>{\"name\": \"get_weather\""), V{"get_weather|"});
+  EXPECT_EQ(streamed(kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"city\": \"Pa"),
+            V{"f|{\"city\": \"Pa"});
+  EXPECT_EQ(streamed(kHermes,
+                     "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n"
+                     "<tool_call>{\"name\": \"g\"}"),
+            (V{"f|{}", "g|{}"}));
+  EXPECT_EQ(streamed(kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a"),
+            V{"f|"});  // string arguments: only once complete
+  EXPECT_EQ(streamed(kHermes, "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\", "),
+            V{"f|{\"a\": 1}"});
+  EXPECT_EQ(streamed(kHermes, "<tool_call>{\"name\": 3"), V{});  // not a call
+  EXPECT_EQ(streamed(ToolCallParser::kLlama3Json,
+                     "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}; {\"name\""),
+            V{"f|{\"x\": 1}"});
+  EXPECT_EQ(streamed(ToolCallParser::kLlama3Json, "It is {\"name\": \"f\"}"), V{});
+  EXPECT_EQ(streamed(ToolCallParser::kPythonic, "[f(x=1)]"), V{});  // whole at the end
+  const std::vector<ToolCall> list =
+      streamed_tool_call_list(R"([{"name": "f", "parameters": {"a": 1}}, {"name": "g", "par)");
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].arguments, R"({"a": 1})");
+  EXPECT_EQ(list[1].name, "g");
+  EXPECT_EQ(list[1].arguments, "");
+}
+
 // tool_choice "required" outputs: a JSON list of {"name", "parameters"}; anything else (a list
 // cut short, another shape) gives no calls.
 TEST(ToolCallList, ParsesGuidedLists) {
@@ -156,7 +192,7 @@ TEST(ToolCallList, ParsesGuidedLists) {
       R"([{"name": "f", "parameters": {"a": [1, "x"]}}, {"name": "g", "parameters": {}}])");
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[0].name, "f");
-  EXPECT_EQ(calls[0].arguments, R"({"a":[1,"x"]})");
+  EXPECT_EQ(calls[0].arguments, R"({"a": [1, "x"]})");
   EXPECT_EQ(calls[1].arguments, "{}");
   for (const char* bad : {"", "[]", R"([{"name": "f", "parameters": {})", R"({"name": "f"})",
                           R"([{"name": 1, "parameters": {}}])", R"([{"name": "f"}])"})
