@@ -330,6 +330,33 @@ await check('chat: a named tool_choice calls the function with arguments of its 
   assert.ok(Number.isInteger(args.days));
 });
 
+await check('chat: a streamed named tool call comes piece by piece and merges in the client', async () => {
+  const tools = [{
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] }, days: { type: 'integer' } }, required: ['city', 'days'] },
+    },
+  }];
+  const stream = client.chat.completions.stream({
+    model,
+    messages: [{ role: 'user', content: 'Weather?' }],
+    max_tokens: maxModelLen - 64,
+    temperature: 0,
+    tools,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } },
+  });
+  let pieces = 0;
+  stream.on('tool_calls.function.arguments.delta', () => { pieces += 1; });
+  const done = await stream.finalChatCompletion(); // the client checks each call's id, type, name
+  const msg = done.choices[0].message;
+  assert.equal(msg.tool_calls.length, 1);
+  assert.equal(msg.tool_calls[0].function.name, 'get_weather');
+  const args = JSON.parse(msg.tool_calls[0].function.arguments);
+  assert.ok(['Paris', 'Oslo'].includes(args.city));
+  assert.ok(pieces > 1, `arguments in ${pieces} piece(s)`);
+});
+
 await check('chat: tool_choice required (parallel_tool_calls false) calls one tool with arguments of its schema', async () => {
   const tools = [
     { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'] } } },
