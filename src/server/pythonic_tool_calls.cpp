@@ -54,6 +54,20 @@ class PythonLiterals {
     return calls;
   }
 
+  // The calls a stream's text so far shows whole, in order: those read before the text ends or
+  // stops being a call list.
+  std::vector<ToolCall> leading_calls() {
+    std::vector<ToolCall> calls;
+    if (!eat('[')) return calls;
+    while (!eat(']')) {
+      std::optional<ToolCall> call = this->call();
+      if (!call) break;
+      calls.push_back(std::move(*call));
+      if (!eat(',') && !peek(']')) break;
+    }
+    return calls;
+  }
+
  private:
   // name(key=value, ...)
   std::optional<ToolCall> call() {
@@ -223,20 +237,27 @@ class PythonLiterals {
   size_t at_ = 0;
 };
 
+// The list of calls in a reply: inside <|python_start|> ... <|python_end|> when it starts so.
+std::string_view pythonic_body(std::string_view text) {
+  const size_t first = skip_reply_spaces(text, 0);
+  if (!text.substr(first).starts_with(kPythonStart)) return text;
+  std::string_view body = text.substr(first + kPythonStart.size());
+  const size_t last = body.find_last_not_of(kReplySpaces);
+  if (last != std::string_view::npos && body.substr(0, last + 1).ends_with(kPythonEnd))
+    body = body.substr(0, last + 1 - kPythonEnd.size());
+  return body;
+}
+
 }  // namespace
 
 ParsedToolCalls parse_pythonic_tool_calls(std::string_view text) {
-  std::string_view body = text;
-  const size_t first = skip_reply_spaces(body, 0);
-  if (body.substr(first).starts_with(kPythonStart)) {
-    body = body.substr(first + kPythonStart.size());
-    const size_t last = body.find_last_not_of(kReplySpaces);
-    if (last != std::string_view::npos && body.substr(0, last + 1).ends_with(kPythonEnd))
-      body = body.substr(0, last + 1 - kPythonEnd.size());
-  }
-  std::optional<std::vector<ToolCall>> calls = PythonLiterals(body).call_list();
+  std::optional<std::vector<ToolCall>> calls = PythonLiterals(pythonic_body(text)).call_list();
   if (!calls) return {std::string(text), {}};
   return {"", std::move(*calls)};
+}
+
+std::vector<ToolCall> streamed_pythonic_tool_calls(std::string_view text) {
+  return PythonLiterals(pythonic_body(text)).leading_calls();
 }
 
 }  // namespace serval::server

@@ -153,7 +153,9 @@ std::vector<ToolCall> parse_tool_call_list(std::string_view text) {
 
 std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_view text) {
   std::vector<ToolCall> calls;
-  if (parser == ToolCallParser::kLlama3Json) {
+  if (parser == ToolCallParser::kPythonic) {
+    calls = streamed_pythonic_tool_calls(text);
+  } else if (parser == ToolCallParser::kLlama3Json) {
     add_named_calls(scan_llama3_json_calls(text), calls);
   } else if (parser == ToolCallParser::kHermes) {
     for (size_t open = text.find(kToolCallOpen); open != std::string_view::npos;) {

@@ -57,8 +57,7 @@ size_t tool_call_content_prefix(ToolCallParser parser, std::string_view text);
 
 // The calls a stream's text so far has begun, in order, up to the first whose name is not yet
 // known, each with its arguments so far: when the finished text parses as calls, its calls' names
-// are these and their arguments extend these. Empty for pythonic (whose calls come whole when
-// the text ends) and kNone.
+// are these and their arguments extend these. pythonic: the calls complete so far, each whole.
 std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_view text);
 
 // The formats one by one. hermes: when a call's body is not a JSON object with a string "name"
@@ -66,6 +65,7 @@ std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_vie
 ParsedToolCalls parse_hermes_tool_calls(std::string_view text);
 ParsedToolCalls parse_llama3_json_tool_calls(std::string_view text);
 ParsedToolCalls parse_pythonic_tool_calls(std::string_view text);  // pythonic_tool_calls.cpp
+std::vector<ToolCall> streamed_pythonic_tool_calls(std::string_view text);  // the same file
 
 // hermes: up to the first <tool_call>, and short of a tail that could begin one.
 size_t hermes_content_prefix(std::string_view text);

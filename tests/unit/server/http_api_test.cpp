@@ -510,7 +510,7 @@ TEST_F(ServerTest, CorsPreflightAndAllowHeaders) {
 
 // --tool-call-parser llama3_json and pythonic: a reply that is calls becomes tool_calls (content
 // null, finish_reason "tool_calls"), streamed without content (llama3_json's calls as they come,
-// pythonic's when the reply ends); any other reply is content, streamed as it comes. The fake
+// pythonic's each when it is complete); any other reply is content, streamed as it comes. The fake
 // engine echoes the prompt; a system message renders bare, so it is the whole output.
 TEST_F(ServerTest, Llama3JsonAndPythonicToolCallsInChatOutputs) {
   const json tools =

@@ -244,7 +244,7 @@ void expect_streamed_calls_contract(ToolCallParser parser, const std::string& te
     EXPECT_EQ(finished[i].name, sent[i].name);
     EXPECT_TRUE(finished[i].arguments.starts_with(sent[i].arguments)) << finished[i].arguments;
   }
-  if (parser != ToolCallParser::kPythonic) EXPECT_EQ(sent.size(), finished.size());
+  EXPECT_EQ(sent.size(), finished.size());
 }
 
 TEST(PythonicToolCallsFuzz, RandomLiteralsRoundTrip) {
@@ -254,7 +254,9 @@ TEST(PythonicToolCallsFuzz, RandomLiteralsRoundTrip) {
     const std::vector<Call> calls = random_calls(rng);
     const std::string text = pythonic_text(calls, rng);
     SCOPED_TRACE(::testing::Message() << "iteration " << it << ": " << text);
-    expect_calls(parse_pythonic_tool_calls(text), calls, text);
+    const ParsedToolCalls parsed = parse_pythonic_tool_calls(text);
+    expect_calls(parsed, calls, text);
+    expect_streamed_calls_contract(ToolCallParser::kPythonic, text, parsed.calls);
   }
 }
 

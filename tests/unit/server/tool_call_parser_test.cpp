@@ -176,7 +176,8 @@ TEST(StreamedToolCalls, NamesFirstThenArgumentsAsTheyGrow) {
                      "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}; {\"name\""),
             V{"f|{\"x\": 1}"});
   EXPECT_EQ(streamed(ToolCallParser::kLlama3Json, "It is {\"name\": \"f\"}"), V{});
-  EXPECT_EQ(streamed(ToolCallParser::kPythonic, "[f(x=1)]"), V{});  // whole at the end
+  EXPECT_EQ(streamed(ToolCallParser::kPythonic, "[f(x=1), g(y='a"), V{"f|{\"x\":1}"});  // whole
+  EXPECT_EQ(streamed(ToolCallParser::kPythonic, "Say [f(x=1)]"), V{});
   const std::vector<ToolCall> list =
       streamed_tool_call_list(R"([{"name": "f", "parameters": {"a": 1}}, {"name": "g", "par)");
   ASSERT_EQ(list.size(), 2u);
