@@ -62,6 +62,8 @@ class EngineImpl final : public Engine {
     sc.num_blocks = loaded.num_blocks;
     sc.block_size = cfg.block_size;
     sc.enable_prefix_caching = cfg.enable_prefix_caching;
+    sc.policy = cfg.priority_scheduling ? sched::SchedulingPolicy::kPriority
+                                        : sched::SchedulingPolicy::kFcfs;
     scheduler_ = std::make_unique<sched::Scheduler>(sc);
     if (cfg.async_scheduling) {
       outputs_ = std::make_unique<OutputQueue>();
@@ -89,6 +91,7 @@ class EngineImpl final : public Engine {
     r->req.num_prompt_tokens = int(prompt.size());
     r->req.token_ids = std::move(prompt);
     r->req.max_tokens = params.max_tokens;
+    r->req.priority = params.priority;
     r->req.skip_prefix_cache = params.prompt_logprobs >= 0;
     if (params.prompt_logprobs >= 0)  // fp32 logits of every position: ≤ 256 MiB per step
       r->req.max_chunk_tokens = std::max(1, int((256 << 20) / (4 * int64_t(config_.vocab_size))));
@@ -227,6 +230,11 @@ class EngineImpl final : public Engine {
     if (p.prompt_logprobs > cfg_.max_logprobs)
       throw InvalidArgument(fmt::format("prompt_logprobs {} exceeds --max-logprobs {}",
                                         p.prompt_logprobs, cfg_.max_logprobs));
+    if (p.priority != 0 && !cfg_.priority_scheduling)
+      throw InvalidArgument(fmt::format(
+          "priority {} needs --scheduling-policy priority (requests are served first come, first "
+          "served)",
+          p.priority));
   }
 
   void loop() {

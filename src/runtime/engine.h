@@ -52,6 +52,9 @@ struct SamplingParams {
   bool guided_after_think = false;
   // With json_grammar: no blanks between JSON tokens (vLLM's disable_any_whitespace).
   bool guided_compact_json = false;
+  // Not sampling but scheduling: with EngineConfig::priority_scheduling, lower values are served
+  // first (vLLM's request `priority`); must be 0 otherwise.
+  int priority = 0;
 };
 
 // Guided decoding grammars (guided_schema.h): any JSON object, or a JSON Schema given as JSON
@@ -128,6 +131,9 @@ struct EngineConfig {
   float gpu_memory_utilization = 0.9f;
   int64_t cpu_kv_cache_bytes = 0;  // 0: a default sized for the CPU backend
   bool enable_prefix_caching = true;
+  // --scheduling-policy priority: requests are admitted, served and spared from preemption by
+  // SamplingParams::priority, then arrival (sched::SchedulingPolicy::kPriority); else fcfs.
+  bool priority_scheduling = false;
   int max_logprobs = 20;
   uint64_t seed = 0;
   int tensor_parallel_size = 1;

@@ -18,6 +18,10 @@ struct Request {
                                 // (-1 until admitted)
   int max_tokens = 16;          // the engine finishes the request; the scheduler only reads it
   double arrival_time = 0;
+  // --scheduling-policy priority: lower values are served first (vLLM's `priority`), ties by
+  // arrival; ignored under fcfs.
+  int priority = 0;
+  uint64_t arrival_seq = 0;  // set by Scheduler::add_request: the order requests arrived in
   RequestStatus status = RequestStatus::kWaiting;
   int num_preemptions = 0;
   // The last tokens of token_ids that are placeholders for ids still on the device (async

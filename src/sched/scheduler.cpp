@@ -57,7 +57,22 @@ void Scheduler::add_request(Request* request) {
   request->num_computed_tokens = 0;
   request->num_cached_tokens = -1;
   request->status = RequestStatus::kWaiting;
-  waiting_.push_back(request);
+  request->arrival_seq = next_arrival_seq_++;
+  add_waiting(request);
+}
+
+bool Scheduler::served_before(const Request* a, const Request* b) {
+  return std::pair(a->priority, a->arrival_seq) < std::pair(b->priority, b->arrival_seq);
+}
+
+void Scheduler::add_waiting(Request* r) {
+  if (config_.policy == SchedulingPolicy::kFcfs) return waiting_.push_back(r);
+  waiting_.insert(std::ranges::upper_bound(waiting_, r, served_before), r);
+}
+
+void Scheduler::add_running(Request* r) {
+  if (config_.policy == SchedulingPolicy::kFcfs) return running_.push_back(r);
+  running_.insert(std::ranges::upper_bound(running_, r, served_before), r);
 }
 
 void Scheduler::cache_known_blocks(const Request* r) {
@@ -83,7 +98,10 @@ void Scheduler::preempt_last_running(SchedulerOutput& out) {
   victim->status = RequestStatus::kPreempted;
   ++victim->num_preemptions;
   ++num_preemptions_total_;
-  waiting_.push_front(victim);
+  if (config_.policy == SchedulingPolicy::kFcfs)
+    waiting_.push_front(victim);
+  else
+    add_waiting(victim);
   out.preempted_ids.push_back(victim->id);
 }
 
@@ -114,7 +132,7 @@ SchedulerOutput Scheduler::schedule() {
     ++i;
   }
 
-  // Admissions, strictly FCFS: the first request that does not fit stops admission.
+  // Admissions in queue order: the first request that does not fit stops admission.
   if (!out.preempted_ids.empty()) return out;
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
@@ -130,7 +148,7 @@ SchedulerOutput Scheduler::schedule() {
     if (r->num_cached_tokens < 0) r->num_cached_tokens = cached;
     r->num_computed_tokens = cached;
     r->status = RequestStatus::kRunning;
-    running_.push_back(r);
+    add_running(r);
     schedule_chunk(r, want, out);
     budget -= want;
   }

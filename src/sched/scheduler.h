@@ -13,6 +13,12 @@
 
 namespace serval::sched {
 
+// fcfs: requests are admitted in arrival order and the most recently admitted is preempted first.
+// priority: by (Request::priority, arrival), lower first: the waiting queue is kept in that order
+// and so are the running requests, so that a step serves the highest priorities first and
+// preempts the lowest (vLLM's --scheduling-policy).
+enum class SchedulingPolicy { kFcfs, kPriority };
+
 struct SchedulerConfig {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;  // token budget per step
@@ -21,15 +27,17 @@ struct SchedulerConfig {
   int block_size = 16;
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   kv::BlockHashFn block_hash_fn = kv::hash_block_tokens;  // tests inject weak hashes
 };
 
-// The one invariant: each step, every running request (in admission order) advances by
-// min(num_tokens - num_computed_tokens, remaining budget) tokens; then waiting requests are
-// admitted FCFS. Prefill, chunked prefill, prefix hits and recompute after preemption are all
-// that one case. When blocks run out, the most recently admitted running request is preempted
-// (blocks freed, num_computed_tokens = 0, to the front of the waiting queue) and the allocation
-// retried; a step that preempted admits nobody (the freed blocks go to running requests first).
+// The one invariant: each step, every running request (in order: admission, or priority) advances
+// by min(num_tokens - num_computed_tokens, remaining budget) tokens; then waiting requests are
+// admitted in queue order. Prefill, chunked prefill, prefix hits and recompute after preemption
+// are all that one case. When blocks run out, the last running request is preempted (blocks
+// freed, num_computed_tokens = 0, back to the waiting queue: at its front under fcfs, at its
+// place under priority) and the allocation retried; a step that preempted admits nobody (the
+// freed blocks go to running requests first).
 // Not thread-safe: the engine loop owns it.
 class Scheduler {
  public:
@@ -65,7 +73,7 @@ class Scheduler {
   kv::KvCacheManager& kv() { return kv_; }
   int64_t num_preemptions_total() const { return num_preemptions_total_; }
   const SchedulerConfig& config() const { return config_; }
-  // Running requests in admission order.
+  // Running requests in admission order (priority: in priority order).
   std::span<Request* const> running() const { return running_; }
 
  private:
@@ -73,14 +81,20 @@ class Scheduler {
   // Registers r's newly full blocks of known tokens and computed (or scheduled) KV.
   void cache_known_blocks(const Request* r);
   void preempt_last_running(SchedulerOutput& out);
+  // Whether `a` is served before `b` under the priority policy.
+  static bool served_before(const Request* a, const Request* b);
+  void add_waiting(Request* r);          // at the queue's back (fcfs) or at its priority's place
+  void add_running(Request* r);          // likewise
   Request* remove(uint64_t request_id);  // from running or waiting; nullptr when unknown
 
   SchedulerConfig config_;
   kv::KvCacheManager kv_;
-  std::vector<Request*> running_;                    // admission order
-  std::deque<Request*> waiting_;                     // FCFS; preempted requests go to the front
+  std::vector<Request*> running_;  // admission order (priority: served_before order)
+  std::deque<Request*> waiting_;   // arrival order, preempted requests at the front (priority:
+                                   // served_before order)
   std::unordered_map<uint64_t, Request*> requests_;  // every waiting or running request
   int64_t num_preemptions_total_ = 0;
+  uint64_t next_arrival_seq_ = 0;
 };
 
 }  // namespace serval::sched

@@ -207,6 +207,15 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
     }
   }
   if (auto v = get_int(body, "seed")) s.seed = static_cast<uint64_t>(*v);
+  if (auto v = get_int(body, "priority")) {  // vLLM: lower is served first
+    check_range(*v == 0 || ctx.priority_scheduling, "priority",
+                fmt::format("priority {} needs the server's --scheduling-policy priority (it "
+                            "serves requests first come, first served)",
+                            *v));
+    check_range(*v >= INT32_MIN && *v <= INT32_MAX, "priority",
+                fmt::format("priority must fit in 32 bits, got {}", *v));
+    s.priority = static_cast<int>(*v);
+  }
   if (auto v = get_int(body, "n")) {
     check_range(*v >= 1, "n", fmt::format("n must be at least 1, got {}", *v));
     check_range(*v <= kMaxN, "n", fmt::format("n must be at most {}, got {}", kMaxN, *v));

@@ -77,6 +77,7 @@ struct RequestPolicy {
   // asked for it.
   bool force_include_usage = false;
   std::string response_role = "assistant";  // --response-role
+  bool priority_scheduling = false;  // --scheduling-policy priority: requests may set `priority`
 };
 
 // What parsing needs to know about the served model, and the server's policy.

@@ -63,6 +63,7 @@ constexpr KnownFlag kKnown[] = {
     {"--compilation-config", true},
     {"--cudagraph-mode", true},
     {"--max-waiting-requests", true},
+    {"--scheduling-policy", true},
     {"--http-threads", true},
     {"--allowed-origins", true},
     {"--allowed-methods", true},
@@ -339,6 +340,12 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                  "CUDA graph mode (also --compilation-config.cudagraph_mode)");
   app.add_option("--max-waiting-requests", e.max_waiting_requests, "Queue size before 503")
       ->capture_default_str();
+  std::string scheduling_policy = "fcfs";
+  app.add_option("--scheduling-policy", scheduling_policy,
+                 "fcfs (first come, first served) or priority (by each request's `priority`, "
+                 "lower first, then arrival; the lowest is preempted first)")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
   app.add_option("--http-threads", s.num_http_threads, "HTTP I/O threads")->capture_default_str();
   std::string allowed_origins = "[\"*\"]", allowed_methods = "[\"*\"]", allowed_headers = "[\"*\"]";
   app.add_option("--allowed-origins", allowed_origins, "CORS: allowed origins, a JSON list")
@@ -368,6 +375,7 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   if (prefix && no_prefix)
     throw InvalidArgument("--enable-prefix-caching and --no-enable-prefix-caching conflict");
   e.enable_prefix_caching = !no_prefix;
+  e.priority_scheduling = s.priority_scheduling = scheduling_policy == "priority";
   // Ranges before anything loads (load_model checks again): --block-size 0 used to divide by
   // zero at engine start, --gpu-memory-utilization 2 was taken as given.
   runtime::check_engine_config(e);

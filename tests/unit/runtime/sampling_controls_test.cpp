@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/error.h"
 #include "runtime/engine.h"
 #include "support/engine_batch.h"
 
@@ -147,6 +148,46 @@ TEST(SamplingControls, PromptLogprobsMatchOneTokenRequestsOnEachPrefix) {
   for (size_t i = 0; i < entries.size(); ++i)
     EXPECT_EQ(again[0].prompt_logprobs[i].sampled.logprob, entries[i].sampled.logprob) << i;
   EXPECT_EQ(again[0].num_cached_tokens, 0);
+}
+
+// --scheduling-policy priority: with one sequence slot busy, a request of priority -1 that
+// arrives after one of priority 5 is served first; without the policy a priority is refused.
+TEST(SamplingControls, PriorityOrdersTheWaitingRequests) {
+  EngineConfig cfg = serval::testing::qwen3_moe_cpu_config();
+  cfg.max_num_seqs = 1;
+  SamplingParams params = six_greedy_tokens();
+  params.priority = 5;
+  EXPECT_THROW((void)Engine::create(cfg)->submit({1, 2, 3}, params, [](const RequestOutput&) {}),
+               InvalidArgument);
+
+  cfg.priority_scheduling = true;
+  auto engine = Engine::create(cfg);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> finished;  // tags in finishing order
+  bool blocker_started = false;
+  const auto submit = [&](int tag, int priority, int max_tokens) {
+    SamplingParams p = six_greedy_tokens();
+    p.ignore_eos = true;
+    p.priority = priority;
+    p.max_tokens = max_tokens;
+    engine->submit({3, 14, 15, 92, 65}, p, [&, tag](const RequestOutput& o) {
+      std::lock_guard lock(mu);
+      blocker_started |= tag == 0;
+      if (o.finish) finished.push_back(tag);
+      cv.notify_all();
+    });
+  };
+  submit(0, 0, 100);  // holds the one slot while the others arrive
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return blocker_started; }));
+  }
+  submit(1, 5, 4);
+  submit(2, -1, 4);
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished.size() == 3; }));
+  EXPECT_EQ(finished, (std::vector<int>{0, 2, 1}));
 }
 
 }  // namespace

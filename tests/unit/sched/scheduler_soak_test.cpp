@@ -39,6 +39,7 @@ struct SoakParams {
   bool chunked_prefill;
   kv::BlockHashFn hash_fn;
   uint32_t seed;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;  // priority: random priorities in [-2, 2]
 };
 
 struct Live {
@@ -57,6 +58,7 @@ class Soak {
     config_.enable_prefix_caching = p.prefix_caching;
     config_.enable_chunked_prefill = p.chunked_prefill;
     config_.block_hash_fn = p.hash_fn;
+    config_.policy = p.policy;
     sched_ = std::make_unique<Scheduler>(config_);
     kv_content_.assign(static_cast<size_t>(config_.num_blocks) * config_.block_size, 0);
     for (auto& prefix : prefixes_) prefix = random_tokens(uniform(1, 48));
@@ -113,6 +115,7 @@ class Soak {
     r.token_ids.insert(r.token_ids.end(), suffix.begin(), suffix.end());
     r.num_prompt_tokens = r.num_tokens();
     r.max_tokens = uniform(1, 40);
+    if (p_.policy == SchedulingPolicy::kPriority) r.priority = uniform(-2, 2);
     for (int32_t t : r.token_ids) push_fingerprint(l, t);
     sched_->add_request(&r);
     live_.emplace(r.id, std::move(l));
@@ -153,6 +156,21 @@ class Soak {
       ASSERT_EQ(r.num_computed_tokens, 0);
       ASSERT_FALSE(seen.contains(id));
     }
+    if (p_.policy == SchedulingPolicy::kPriority) check_priority_order(out, was_running);
+  }
+
+  // Priority: the running requests stay in (priority, arrival) order, and a request preempted in
+  // a step comes after every running request the step served.
+  void check_priority_order(const SchedulerOutput& out, const std::set<uint64_t>& was_running) {
+    const auto key = [](const Request& r) { return std::pair(r.priority, r.arrival_seq); };
+    const auto running = sched_->running();
+    for (size_t i = 1; i < running.size(); ++i)
+      ASSERT_LT(key(*running[i - 1]), key(*running[i])) << "running requests out of order";
+    for (uint64_t id : out.preempted_ids)
+      for (const ScheduledChunk& c : out.chunks)
+        if (was_running.contains(c.request->id))
+          ASSERT_LT(key(*c.request), key(*live_.at(id).request))
+              << "request " << id << " preempted before a lower priority";
   }
 
   // Every block's ref count equals the number of live block tables holding it; a block in two
@@ -257,6 +275,11 @@ TEST(SchedulerSoak, CollidingHashes) {
 
 TEST(SchedulerSoak, WithoutChunkedPrefill) {
   Soak({2000, true, false, kv::hash_block_tokens, 3}).run();
+}
+
+TEST(SchedulerSoak, PriorityScheduling) {
+  Soak({3000, true, true, kv::hash_block_tokens, 6, SchedulingPolicy::kPriority}).run();
+  Soak({1000, false, false, kv::hash_block_tokens, 7, SchedulingPolicy::kPriority}).run();
 }
 
 TEST(SchedulerSoak, WithoutPrefixCaching) {

@@ -294,6 +294,66 @@ TEST(Scheduler, AdmissionIsFcfsAndUndoesAFailedPrefixAttach) {
   EXPECT_EQ(summary(e.step()), (Chunks{{3, 8, 1}, {4, 0, 2}}));
 }
 
+// --scheduling-policy priority: admission by (priority, arrival), lower first; when blocks run
+// out the lowest-priority running request is preempted and waits at its priority's place.
+TEST(Scheduler, PriorityPolicyAdmitsAndPreemptsByPriority) {
+  SchedulerConfig c = config(/*num_blocks=*/16, /*block_size=*/4, 100, /*max_seqs=*/2);
+  c.enable_prefix_caching = false;
+  c.policy = SchedulingPolicy::kPriority;
+  FakeEngine e(c);
+  const auto add = [&](uint64_t id, int prompt_len, int priority) {
+    auto r = std::make_unique<Request>();
+    r->id = id;
+    r->token_ids = tokens(prompt_len, int32_t(100 * id));
+    r->num_prompt_tokens = prompt_len;
+    r->max_tokens = 10;
+    r->priority = priority;
+    e.sched.add_request(r.get());
+    return (e.requests[id] = std::move(r)).get();
+  };
+  add(1, 12, 5);
+  Request* urgent = add(2, 12, -1);
+  urgent->max_tokens = 20;
+  add(3, 4, 5);  // same priority as 1, later: after it
+  add(4, 4, 0);
+  // Admitted: 2 (-1), then 4 (0); 1 and 3 wait. The running order is the priority order.
+  EXPECT_EQ(summary(e.step()), (Chunks{{2, 0, 12}, {4, 0, 4}}));
+  ASSERT_EQ(e.sched.num_running(), 2);
+  EXPECT_EQ(e.sched.running()[0]->id, 2u);
+  // Request 4's ten tokens finish while 2 decodes; then 1 is admitted before 3.
+  for (int pos = 4; pos < 13; ++pos)
+    EXPECT_EQ(summary(e.step()), (Chunks{{2, pos + 8, 1}, {4, pos, 1}}));
+  EXPECT_EQ(summary(e.step()), (Chunks{{2, 21, 1}, {1, 0, 12}}));
+  EXPECT_EQ(e.sched.num_waiting(), 1);
+  EXPECT_EQ(urgent->status, RequestStatus::kRunning);
+}
+
+TEST(Scheduler, PriorityPolicyPreemptsTheLowestPriority) {
+  SchedulerConfig c = config(/*num_blocks=*/8, /*block_size=*/4, 100);
+  c.enable_prefix_caching = false;
+  c.policy = SchedulingPolicy::kPriority;
+  FakeEngine e(c);
+  Request* low = e.add(1, tokens(12, 0), 10);
+  e.requests[1]->priority = 0;
+  // Request 2 arrives later with a higher priority: under fcfs it would be the victim.
+  auto high = std::make_unique<Request>();
+  high->id = 2;
+  high->token_ids = tokens(12, 500);
+  high->num_prompt_tokens = 12;
+  high->max_tokens = 10;
+  high->priority = -3;
+  e.sched.add_request(high.get());
+  e.requests[2] = std::move(high);
+  EXPECT_EQ(summary(e.step()), (Chunks{{2, 0, 12}, {1, 0, 12}}));  // 6 of 8 blocks
+  for (int pos = 12; pos < 16; ++pos)
+    EXPECT_EQ(summary(e.step()), (Chunks{{2, pos, 1}, {1, pos, 1}}));
+  // Both need a fifth block: request 1 (priority 0) is preempted, not the later request 2.
+  SchedulerOutput out = e.step();
+  EXPECT_EQ(summary(out), (Chunks{{2, 16, 1}}));
+  EXPECT_EQ(out.preempted_ids, std::vector<uint64_t>{1});
+  EXPECT_EQ(low->status, RequestStatus::kPreempted);
+}
+
 TEST(Scheduler, AbortFreesBlocksInEveryState) {
   FakeEngine e(config(16, 4, 10));
   e.add(1, tokens(4, 0), 100);   // will be decoding

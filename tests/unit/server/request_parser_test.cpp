@@ -157,6 +157,28 @@ TEST_F(RequestParserTest, ResponseRole) {
             "assistant");
 }
 
+// vLLM's `priority`: refused (400, param "priority") unless the server schedules by priority.
+TEST_F(RequestParserTest, PriorityNeedsThePriorityPolicy) {
+  const Json body = {{"prompt", "hi"}, {"priority", -2}};
+  try {
+    (void)parse_completion_request(body, ctx_);
+    ADD_FAILURE() << "priority accepted under fcfs";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.param(), "priority");
+    EXPECT_NE(std::string(e.what()).find("--scheduling-policy priority"), std::string::npos);
+  }
+  EXPECT_EQ(parse_completion_request({{"prompt", "hi"}, {"priority", 0}}, ctx_).sampling.priority,
+            0);
+  ctx_.priority_scheduling = true;
+  EXPECT_EQ(parse_completion_request(body, ctx_).sampling.priority, -2);
+  const Json chat = {{"messages", Json::array({Json{{"role", "user"}, {"content", "hi"}}})},
+                     {"priority", 7}};
+  EXPECT_EQ(parse_chat_request(chat, ctx_).sampling.priority, 7);
+  EXPECT_THROW((void)parse_completion_request({{"prompt", "hi"}, {"priority", "high"}}, ctx_),
+               ApiError);
+}
+
 // serve --enable-force-include-usage: streams report usage without asking; continuous usage
 // still needs stream_options.
 TEST_F(RequestParserTest, ForceIncludeUsage) {

@@ -199,6 +199,16 @@ TEST(ServeArgs, AsyncSchedulingDefaultAndSwitches) {
   EXPECT_TRUE(off.ignored.empty());
 }
 
+TEST(ServeArgs, SchedulingPolicy) {
+  const ServeArgs fcfs = parse_serve_args({"/m"}, nullptr);
+  EXPECT_FALSE(fcfs.engine.priority_scheduling);
+  EXPECT_FALSE(fcfs.server.priority_scheduling);
+  const ServeArgs prio = parse_serve_args({"/m", "--scheduling-policy", "priority"}, nullptr);
+  EXPECT_TRUE(prio.engine.priority_scheduling);
+  EXPECT_TRUE(prio.server.priority_scheduling);
+  EXPECT_THROW(parse_serve_args({"/m", "--scheduling-policy", "lifo"}, nullptr), InvalidArgument);
+}
+
 TEST(ServeArgs, IgnoredVllmFlagsAreListed) {
   ServeArgs a = parse_serve_args(
       {"/m", "--swap-space", "4", "--trust-remote-code", "--pipeline-parallel-size=1",
