@@ -279,12 +279,26 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   return c;
 }
 
-ModelConfig load_model_config(const std::string& model_dir) {
-  std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+std::string config_json_text(const std::string& model_dir, const std::string& hf_overrides) {
+  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
   if (!std::filesystem::is_regular_file(path)) {
     throw LoadError(fmt::format("{}: no config.json in model folder '{}'", path, model_dir));
   }
-  return parse_model_config(read_text_file(path), path);
+  std::string text = read_text_file(path);
+  if (hf_overrides.empty()) return text;
+  const json patch = parse_json(hf_overrides, "--hf-overrides");
+  if (!patch.is_object())
+    throw LoadError("--hf-overrides: expected a JSON object, got " + hf_overrides);
+  json config = parse_json(text, path);
+  if (!config.is_object()) throw LoadError(path + ": expected a JSON object");
+  config.merge_patch(patch);
+  return config.dump();
+}
+
+ModelConfig load_model_config(const std::string& model_dir, const std::string& hf_overrides) {
+  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  return parse_model_config(config_json_text(model_dir, hf_overrides),
+                            hf_overrides.empty() ? path : path + " with --hf-overrides");
 }
 
 namespace {

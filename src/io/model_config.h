@@ -59,7 +59,11 @@ struct ModelConfig {
 
 // Parses config.json text. `path` is used in error messages only.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& path);
-ModelConfig load_model_config(const std::string& model_dir);
+// config.json of `model_dir`, with `hf_overrides` (vLLM's --hf-overrides: empty, or a JSON object
+// merged into it as an RFC 7386 merge patch: nested objects merge, null removes a key) applied
+// first. The text the model config is read from: config_json_text.
+ModelConfig load_model_config(const std::string& model_dir, const std::string& hf_overrides = "");
+std::string config_json_text(const std::string& model_dir, const std::string& hf_overrides);
 
 // Sampling defaults from generation_config.json; unset fields stay empty.
 struct GenerationConfig {

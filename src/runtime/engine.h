@@ -118,6 +118,9 @@ struct EngineConfig {
   // --override-generation-config: a JSON object of sampling defaults set over generation_config's
   // (io::parse_generation_config_override); empty: none.
   std::string override_generation_config;
+  // --hf-overrides: a JSON object merged into config.json before it is read
+  // (io::load_model_config); empty: none.
+  std::string hf_overrides;
   // --tokenizer: the folder with tokenizer.json (and tokenizer_config.json); empty = model_dir.
   std::string tokenizer;
   // --chat-template: empty = tokenizer_config.json's; else a file's path or the template itself

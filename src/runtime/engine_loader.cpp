@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "backend/communicator.h"
 #include "base/clock.h"
@@ -198,6 +199,9 @@ void check_engine_config(const EngineConfig& e) {
   if (!(e.gpu_memory_utilization > 0.0f && e.gpu_memory_utilization <= 1.0f))
     throw InvalidArgument(fmt::format("--gpu-memory-utilization must be in (0, 1], got {}",
                                       e.gpu_memory_utilization));
+  if (!e.hf_overrides.empty() &&
+      !nlohmann::json::parse(e.hf_overrides, nullptr, /*allow_exceptions=*/false).is_object())
+    throw InvalidArgument("--hf-overrides must be a JSON object, got " + e.hf_overrides);
 }
 
 LoadedModel load_model(const EngineConfig& cfg) {
@@ -208,7 +212,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
   if (cfg.tensor_parallel_size * ep_replicas > std::max(1, cfg.nnodes))
     backend::prefer_eager_cuda_module_loading();
   LoadedModel out;
-  out.config = io::load_model_config(cfg.model_dir);
+  out.config = io::load_model_config(cfg.model_dir, cfg.hf_overrides);
   const io::ModelConfig& mc = out.config;
   const DType dtype = resolve_dtype(cfg, mc);
   out.dtype = std::string(dtype_name(dtype));

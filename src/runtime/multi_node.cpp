@@ -157,7 +157,7 @@ std::unique_ptr<StepRunner> load_multi_node_runner(
   const bool cuda = options.device == "cuda";
   const NodePlacement place = node_placement(cfg, options.parallel.world_size());
   const uint64_t hash =
-      multi_node_config_hash(cfg, io::read_text_file(cfg.model_dir + "/config.json"));
+      multi_node_config_hash(cfg, io::config_json_text(cfg.model_dir, cfg.hf_overrides));
   const dist::RendezvousOptions ro = rendezvous_options(cfg, hash);
   options.first_rank = place.first_rank;
   options.local_ranks = place.local_ranks;

@@ -49,6 +49,7 @@ constexpr KnownFlag kKnown[] = {
     {"--api-key", true},
     {"--generation-config", true},
     {"--override-generation-config", true},
+    {"--hf-overrides", true},
     {"--chat-template", true},
     {"--max-logprobs", true},
     {"--enable-auto-tool-choice", false},
@@ -303,6 +304,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--override-generation-config", e.override_generation_config,
                  "Sampling defaults over the generation config's, a JSON object (e.g. "
                  "'{\"temperature\": 0.6}')");
+  app.add_option("--hf-overrides", e.hf_overrides,
+                 "A JSON object merged into the model's config.json before it is read (e.g. "
+                 "'{\"max_position_embeddings\": 65536}')");
   app.add_option("--tokenizer", e.tokenizer,
                  "Folder with tokenizer.json and tokenizer_config.json (default: the model's)");
   app.add_option("--chat-template", e.chat_template,

@@ -213,7 +213,7 @@ TEST(ModelConfig, RopeVariants) {
   j.erase("rope_scaling");
   j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
                           {"factor", 32.0},          {"low_freq_factor", 1.0},
-                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+                          {"high_freq_factor", 2.0}, {"original_max_position_embeddings", 8192}};
   ModelConfig c = parse(j);
   EXPECT_EQ(c.rope_scaling.type, "llama3");
   EXPECT_EQ(c.rope_scaling.factor, 32.0f);
@@ -312,6 +312,30 @@ TEST(ModelConfig, LoadFromFolder) {
   expect_load_error([&] { load_model_config(dir.str()); }, {"config.json", dir.str()});
   write_file(dir / "config.json", llama_json().dump());
   EXPECT_EQ(load_model_config(dir.str()).vocab_size, 1000);
+}
+
+// --hf-overrides: a JSON merge patch over config.json (nested objects merge, null removes).
+TEST(ModelConfig, HfOverridesPatchTheConfig) {
+  TempDir dir;
+  json j = llama_json();
+  j["max_position_embeddings"] = 4096;
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 2.0},
+                       {"original_max_position_embeddings", 8192}};
+  write_file(dir / "config.json", j.dump());
+  const ModelConfig patched = load_model_config(
+      dir.str(), R"({"max_position_embeddings": 65536, "rope_scaling": {"factor": 16.0}})");
+  EXPECT_EQ(patched.max_position_embeddings, 65536);
+  EXPECT_EQ(patched.rope_scaling.factor, 16.0f);
+  EXPECT_EQ(patched.rope_scaling.high_freq_factor, 2.0f);  // kept: the objects merged
+  EXPECT_EQ(load_model_config(dir.str(), R"({"rope_scaling": null})").rope_scaling.type, "default");
+  EXPECT_EQ(load_model_config(dir.str()).max_position_embeddings, 4096);
+  expect_load_error([&] { load_model_config(dir.str(), "[1]"); }, {"--hf-overrides", "object"});
+  expect_load_error([&] { load_model_config(dir.str(), "{"); }, {"--hf-overrides"});
+  expect_load_error([&] { load_model_config(dir.str(), R"({"hidden_size": "big"})"); },
+                    {"--hf-overrides", "hidden_size"});
 }
 
 TEST(GenerationConfig, LoadsSamplingDefaults) {

@@ -199,6 +199,12 @@ TEST(ServeArgs, AsyncSchedulingDefaultAndSwitches) {
   EXPECT_TRUE(off.ignored.empty());
 }
 
+TEST(ServeArgs, HfOverrides) {
+  EXPECT_EQ(parse_serve_args({"/m", "--hf-overrides", R"({"a": 1})"}, nullptr).engine.hf_overrides,
+            R"({"a": 1})");
+  EXPECT_THROW(parse_serve_args({"/m", "--hf-overrides", "[1]"}, nullptr), InvalidArgument);
+}
+
 TEST(ServeArgs, SchedulingPolicy) {
   const ServeArgs fcfs = parse_serve_args({"/m"}, nullptr);
   EXPECT_FALSE(fcfs.engine.priority_scheduling);
