@@ -474,14 +474,17 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
 
 void GenerationJob::send_responses_events(Sequence& s) {
   std::string reasoning, content = s.delta;
-  if (parsed_output()) {  // tool calls held back: their items come at the end
+  Json calls = Json::array();
+  if (parsed_output()) {  // as chat's deltas: reasoning, content, then the calls as they come
     const Json delta = chat_stream_delta(s);
     reasoning = delta.value("reasoning", "");
     content = delta.value("content", "");
+    calls = delta.value("tool_calls", Json::array());
   }
   // Logprobs of the tokens whose text is held back (reasoning, a call) ride on the next text.
-  if (const std::string events = responses_->delta_events(reasoning, content, s.logprobs);
-      !events.empty()) {
+  std::string events = responses_->delta_events(reasoning, content, s.logprobs);
+  events += responses_->call_delta_events(calls);
+  if (!events.empty()) {
     res_->write_chunk(events);
     if (!content.empty() && req_.logprobs >= 0) s.logprobs = Json::array();
   }
@@ -494,7 +497,7 @@ void GenerationJob::complete_response() {
   const Json message = chat_message(s, finish_reason);
   const Json calls = message.value("tool_calls", Json(nullptr));
   if (req_.stream) {
-    res_->write_chunk(responses_->finish_events(finish_reason, usage(), calls,
+    res_->write_chunk(responses_->finish_events(finish_reason, usage(),
                                                 req_.logprobs >= 0 ? s.logprobs : Json()));
     return res_->end_stream();
   }

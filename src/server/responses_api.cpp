@@ -265,31 +265,35 @@ Json ResponsesWriter::message_item(const std::string& text, const char* status,
           {"content", std::move(content)}};
 }
 
-const Json& ResponsesWriter::call_items(const Json& tool_calls) {
-  if (!call_items_.is_null()) return call_items_;
-  call_items_ = Json::array();
-  if (tool_calls.is_array())
-    for (const Json& c : tool_calls)
-      call_items_.push_back({{"id", random_id("fc_")},
-                             {"type", "function_call"},
-                             {"call_id", c["id"]},
-                             {"name", c["function"]["name"]},
-                             {"arguments", c["function"]["arguments"]},
-                             {"status", "completed"}});
-  return call_items_;
+Json ResponsesWriter::call_item(const StreamedCall& call, const char* status) const {
+  return {{"id", call.item_id}, {"type", "function_call"},     {"call_id", call.call_id},
+          {"name", call.name},  {"arguments", call.arguments}, {"status", status}};
 }
 
 Json ResponsesWriter::response(const std::string& reasoning,
                                const std::optional<std::string>& content,
                                const std::string& finish_reason, const Json& usage,
                                const Json& tool_calls, const Json& logprobs) {
+  Json items = Json::array();
+  if (tool_calls.is_array())
+    for (const Json& c : tool_calls)
+      items.push_back(call_item(
+          {random_id("fc_"), c["id"], c["function"]["name"], c["function"]["arguments"], 0},
+          "completed"));
+  return response_of(reasoning, content, finish_reason, usage, items, logprobs);
+}
+
+Json ResponsesWriter::response_of(const std::string& reasoning,
+                                  const std::optional<std::string>& content,
+                                  const std::string& finish_reason, const Json& usage,
+                                  const Json& call_items, const Json& logprobs) {
   const bool cut = finish_reason == "length";
   Json r = envelope(cut ? "incomplete" : "completed");
   if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   if (!reasoning.empty()) r["output"].push_back(reasoning_item(reasoning, "completed"));
   if (content)
     r["output"].push_back(message_item(*content, cut ? "incomplete" : "completed", logprobs));
-  for (const Json& call : call_items(tool_calls)) r["output"].push_back(call);
+  for (const Json& call : call_items) r["output"].push_back(call);
   r["usage"] = responses_usage(usage);
   return r;
 }
@@ -356,8 +360,42 @@ std::string ResponsesWriter::close_open_item() {
     out += event(
         "response.output_item.done",
         {{"output_index", index}, {"item", message_item(message_text_, item_status_, logprobs_)}});
+  } else if (open_ == Item::kCall) {
+    const StreamedCall& call = calls_.back();
+    out += event("response.function_call_arguments.done", {{"item_id", call.item_id},
+                                                           {"output_index", call.output_index},
+                                                           {"arguments", call.arguments}});
+    out += event("response.output_item.done",
+                 {{"output_index", call.output_index}, {"item", call_item(call, "completed")}});
   }
   open_ = Item::kNone;
+  return out;
+}
+
+std::string ResponsesWriter::call_delta_events(const Json& entries) {
+  std::string out;
+  for (const Json& entry : entries) {
+    const size_t index = entry.at("index").get<size_t>();
+    const Json& function = entry.at("function");
+    const std::string arguments = function.value("arguments", "");
+    if (index == calls_.size()) {  // a new call: its item opens
+      out += close_open_item();
+      calls_.push_back({random_id("fc_"), entry.value("id", ""), function.value("name", ""), "",
+                        next_output_index_++});
+      open_ = Item::kCall;
+      out +=
+          event("response.output_item.added", {{"output_index", calls_.back().output_index},
+                                               {"item", call_item(calls_.back(), "in_progress")}});
+    } else if (index > calls_.size()) {
+      continue;  // chat streams calls in order; never here
+    }
+    StreamedCall& call = calls_[index];
+    if (arguments.empty()) continue;
+    call.arguments += arguments;
+    out += event(
+        "response.function_call_arguments.delta",
+        {{"item_id", call.item_id}, {"output_index", call.output_index}, {"delta", arguments}});
+  }
   return out;
 }
 
@@ -390,34 +428,22 @@ std::string ResponsesWriter::delta_events(std::string_view reasoning, std::strin
 }
 
 std::string ResponsesWriter::finish_events(const std::string& finish_reason, const Json& usage,
-                                           const Json& tool_calls, const Json& trailing_logprobs) {
+                                           const Json& trailing_logprobs) {
   std::string out;
   if (finish_reason == "length") item_status_ = "incomplete";
   if (trailing_logprobs.is_array())
     for (const Json& e : trailing_logprobs) logprobs_.push_back(e);
-  const bool calls = tool_calls.is_array() && !tool_calls.empty();
-  if (open_ != Item::kMessage && !message_opened_ && !calls) {  // a message item, even empty
+  if (open_ != Item::kMessage && !message_opened_ && calls_.empty()) {  // a message, even empty
     out += close_open_item();
     out += open_message();
   }
   out += close_open_item();
-  for (const Json& item : call_items(tool_calls)) {
-    const int index = next_output_index_++;
-    Json added = item;
-    added["arguments"] = "";
-    added["status"] = "in_progress";
-    out += event("response.output_item.added", {{"output_index", index}, {"item", added}});
-    out += event("response.function_call_arguments.delta",
-                 {{"item_id", item["id"]}, {"output_index", index}, {"delta", item["arguments"]}});
-    out +=
-        event("response.function_call_arguments.done",
-              {{"item_id", item["id"]}, {"output_index", index}, {"arguments", item["arguments"]}});
-    out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
-  }
-  // The object as the stream built it: its texts are what the deltas carried.
-  const Json r = response(
+  // The object as the stream built it: its texts and calls are what the deltas carried.
+  Json items = Json::array();
+  for (const StreamedCall& call : calls_) items.push_back(call_item(call, "completed"));
+  const Json r = response_of(
       reasoning_text_, message_opened_ ? std::optional<std::string>(message_text_) : std::nullopt,
-      finish_reason, usage, tool_calls, logprobs_);
+      finish_reason, usage, items, logprobs_);
   return out + event(finish_reason == "length" ? "response.incomplete" : "response.completed",
                      {{"response", r}});
 }

@@ -9,7 +9,8 @@
 // function_call and function_call_output (the conversation's earlier calls and their results),
 // and vLLM's sampling extras (top_k, min_p, seed, penalties, chat_template_kwargs). Output: a
 // reasoning item when `serve --reasoning-parser` splits one off, a message item with one
-// output_text part (left out when the reply is only calls), then function_call items.
+// output_text part (left out when the reply is only calls), then function_call items (streamed
+// as the tool-call parser reads them: each call's item, then its arguments piece by piece).
 // Refused with a 400: other tool types, previous_response_id (nothing is stored), background,
 // and other input items.
 #pragma once
@@ -17,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/request_parser.h"
 
@@ -44,15 +46,24 @@ class ResponsesWriter {
   // the content (an array; empty when not asked for).
   std::string delta_events(std::string_view reasoning, std::string_view content,
                            const Json& logprobs);
-  // The open items closed (a message item unless the reply is only calls), the calls' items,
-  // then response.completed (or response.incomplete) with the texts the deltas carried.
+  // Tool calls as a chat stream's delta.tool_calls entries carry them (a call's first entry has
+  // its index, id and name; later ones more arguments): a call's function_call item is opened
+  // (closing the item before it), then its arguments arrive as deltas.
+  std::string call_delta_events(const Json& entries);
+  // The open items closed (a message item unless the reply is only calls), then
+  // response.completed (or response.incomplete) with the texts and calls the deltas carried.
   // trailing_logprobs: entries of tokens no text delta carried (an array, or null).
   std::string finish_events(const std::string& finish_reason, const Json& usage,
-                            const Json& tool_calls, const Json& trailing_logprobs);
+                            const Json& trailing_logprobs);
   std::string error_event(int status, const std::string& message);
 
  private:
-  enum class Item { kNone, kReasoning, kMessage };
+  enum class Item { kNone, kReasoning, kMessage, kCall };
+  // A function_call item of the stream.
+  struct StreamedCall {
+    std::string item_id, call_id, name, arguments;
+    int output_index;
+  };
   Json envelope(const char* status) const;
   Json reasoning_item(const std::string& text, const char* status) const;
   Json message_item(const std::string& text, const char* status, const Json& logprobs) const;
@@ -60,9 +71,10 @@ class ResponsesWriter {
   std::string open_reasoning();
   std::string open_message();
   std::string close_open_item();
-  // function_call items for chat's tool_calls (ids made once: the stream and the final object
-  // share them).
-  const Json& call_items(const Json& tool_calls);
+  Json call_item(const StreamedCall& call, const char* status) const;
+  Json response_of(const std::string& reasoning, const std::optional<std::string>& content,
+                   const std::string& finish_reason, const Json& usage, const Json& call_items,
+                   const Json& logprobs);
 
   std::string id_, model_, reasoning_id_, message_id_;
   int64_t created_;
@@ -74,7 +86,7 @@ class ResponsesWriter {
   Json logprobs_ = Json::array();              // streamed so far
   bool message_opened_ = false;
   const char* item_status_ = "completed";  // the message item's at the end ("incomplete": cut)
-  Json call_items_;                        // null until made
+  std::vector<StreamedCall> calls_;        // streamed so far; the open one (kCall) last
 };
 
 }  // namespace serval::server

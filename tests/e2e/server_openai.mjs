@@ -413,7 +413,7 @@ await check('responses: create, stream (the SDK assembles the events), text.form
   );
 });
 
-await check('responses: a named function tool gives a function_call item; its output feeds the next turn', async () => {
+await check('responses: a named function tool gives a function_call item, streamed in pieces; its output feeds the next turn', async () => {
   const tools = [{
     type: 'function', name: 'get_weather',
     parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'], additionalProperties: false },
@@ -426,6 +426,17 @@ await check('responses: a named function tool gives a function_call item; its ou
   assert.equal(calls.length, 1, JSON.stringify(r.output));
   assert.equal(calls[0].name, 'get_weather');
   assert.ok(['Paris', 'Oslo'].includes(JSON.parse(calls[0].arguments).city), calls[0].arguments);
+  // Streamed: the SDK assembles the call from its item and argument deltas.
+  const stream = client.responses.stream({
+    model, input: 'Weather?', tools, tool_choice: { type: 'function', name: 'get_weather' },
+    max_output_tokens: maxModelLen - 64, temperature: 0,
+  });
+  let pieces = 0;
+  for await (const event of stream) if (event.type === 'response.function_call_arguments.delta') pieces += 1;
+  const streamedCalls = (await stream.finalResponse()).output.filter((o) => o.type === 'function_call');
+  assert.equal(streamedCalls.length, 1);
+  assert.equal(streamedCalls[0].arguments, calls[0].arguments, 'greedy: streamed equals non-streamed');
+  assert.ok(pieces > 1, `arguments in ${pieces} piece(s)`);
   const next = await client.responses.create({
     model, tools, tool_choice: 'none', max_output_tokens: 8, temperature: 0,
     input: [

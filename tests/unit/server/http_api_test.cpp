@@ -743,14 +743,32 @@ TEST_F(ServerTest, ResponsesApiFunctionCalls) {
   const auto streamed = post("/v1/responses", body);
   const StreamedResponse s = collect_response_stream(streamed.body);
   EXPECT_EQ(s.text, "<user>Sure.");
-  std::string arguments;
+  // The call streams as it is parsed: its item (named, no arguments yet), the arguments in
+  // pieces that add up to the done event's and the final object's, under one item id.
+  std::string arguments, pieces, added_id, added_name;
+  int deltas = 0;
   for (const std::string& data : sse_events(streamed.body)) {
     const json e = json::parse(data);
+    if (e["type"] == "response.output_item.added" && e["item"]["type"] == "function_call") {
+      added_id = e["item"]["id"];
+      added_name = e["item"]["name"];
+      EXPECT_EQ(e["item"]["arguments"], "");
+    }
+    if (e["type"] == "response.function_call_arguments.delta") {
+      EXPECT_EQ(e["item_id"], added_id);
+      pieces += e["delta"].get<std::string>();
+      ++deltas;
+    }
     if (e["type"] == "response.function_call_arguments.done") arguments = e["arguments"];
   }
+  EXPECT_EQ(added_name, "get_weather");
+  EXPECT_GT(deltas, 5);
+  EXPECT_EQ(pieces, arguments);
   EXPECT_EQ(arguments, call["arguments"]);
   ASSERT_EQ(s.final_response["output"].size(), 2u);
   EXPECT_EQ(s.final_response["output"][1]["name"], "get_weather");
+  EXPECT_EQ(s.final_response["output"][1]["id"], added_id);
+  EXPECT_EQ(s.final_response["output"][1]["arguments"], arguments);
 
   // parallel_tool_calls false reaches the chat machinery: one call at most.
   json single = body;
