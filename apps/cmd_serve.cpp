@@ -19,7 +19,8 @@ namespace {
 int run_serve(const std::vector<std::string>& args) {
   server::ServeArgs parsed;
   try {
-    parsed = server::parse_serve_args(args, std::getenv("SERVAL_MOE_BACKEND"));
+    parsed = server::parse_serve_args(args, std::getenv("SERVAL_MOE_BACKEND"),
+                                      std::getenv("VLLM_API_KEY"));
   } catch (const Error& e) {
     log::error("serve: {}", e.what());
     return 2;

@@ -250,7 +250,8 @@ PreprocessedArgs preprocess_serve_args(const std::vector<std::string>& in) {
   return out;
 }
 
-ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env_moe_backend) {
+ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env_moe_backend,
+                           const char* env_api_key) {
   ServeArgs out;
   PreprocessedArgs pre = preprocess_serve_args(args);
   out.ignored = std::move(pre.ignored);
@@ -379,6 +380,7 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   if (prefix && no_prefix)
     throw InvalidArgument("--enable-prefix-caching and --no-enable-prefix-caching conflict");
   e.enable_prefix_caching = !no_prefix;
+  if (s.api_key.empty() && env_api_key != nullptr) s.api_key = env_api_key;
   e.priority_scheduling = s.priority_scheduling = scheduling_policy == "priority";
   // Ranges before anything loads (load_model checks again): --block-size 0 used to divide by
   // zero at engine start, --gpu-memory-utilization 2 was taken as given.

@@ -31,8 +31,10 @@ PreprocessedArgs preprocess_serve_args(const std::vector<std::string>& args);
 // The known flag closest to `flag` by edit distance (with its leading dashes).
 std::string nearest_flag(std::string_view flag);
 
-// Parses the arguments after `serve`. `env_moe_backend` is SERVAL_MOE_BACKEND (null if unset).
+// Parses the arguments after `serve`. `env_moe_backend` is SERVAL_MOE_BACKEND, `env_api_key`
+// VLLM_API_KEY (the key when --api-key is not given, as vLLM takes it); null if unset.
 // Throws InvalidArgument with a message for the user.
-ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env_moe_backend);
+ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env_moe_backend,
+                           const char* env_api_key = nullptr);
 
 }  // namespace serval::server

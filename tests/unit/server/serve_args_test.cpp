@@ -199,6 +199,14 @@ TEST(ServeArgs, AsyncSchedulingDefaultAndSwitches) {
   EXPECT_TRUE(off.ignored.empty());
 }
 
+// The API key from --api-key, else VLLM_API_KEY (as vLLM), else none.
+TEST(ServeArgs, ApiKeyFromTheFlagOrTheEnvironment) {
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.api_key, "");
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr, "env-key").server.api_key, "env-key");
+  EXPECT_EQ(parse_serve_args({"/m", "--api-key", "flag-key"}, nullptr, "env-key").server.api_key,
+            "flag-key");
+}
+
 TEST(ServeArgs, HfOverrides) {
   EXPECT_EQ(parse_serve_args({"/m", "--hf-overrides", R"({"a": 1})"}, nullptr).engine.hf_overrides,
             R"({"a": 1})");
