@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "base/error.h"
 #include "dist/launch.h"
 #include "quant/quant_config.h"
+#include "server/config_file.h"
 
 namespace serval::server {
 namespace {
@@ -74,6 +76,7 @@ constexpr KnownFlag kKnown[] = {
     {"--enable-force-include-usage", false},
     {"--response-role", true},
     {"--help", false},
+    {"--config", true},  // read before the others (with_config_file); here for suggestions
 };
 
 // vLLM flags that have no meaning in serval: accepted, reported once at start-up.
@@ -170,6 +173,64 @@ void fold_compilation_config(const std::string& text, PreprocessedArgs& out) {
   }
 }
 
+// A command-line word as the flag it names: `--x_y=v` → `--x-y`, short forms expanded; "" for
+// a value or the positional model.
+std::string flag_name(std::string_view arg) {
+  if (arg == "-tp") return "--tensor-parallel-size";
+  if (arg == "-q") return "--quantization";
+  if (arg == "-O") return "--compilation-config";
+  if (!arg.starts_with("--")) return "";
+  std::string name(arg.substr(0, arg.find('=')));
+  std::ranges::replace(name, '_', '-');
+  return name;
+}
+
+bool has_no_form(const std::string& flag) {
+  return find_known(flag) != nullptr || find_ignored(flag) != nullptr;
+}
+
+// `--config FILE` (vLLM's): the file's flags (config_file.h) go before the command line's, each
+// one only when the command line does not set that flag (or its --no- form) itself; its `model`
+// only when the command line names none.
+std::vector<std::string> with_config_file(const std::vector<std::string>& in) {
+  std::vector<std::string> cli;
+  std::optional<std::string> path;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (flag_name(in[i]) != "--config") {
+      cli.push_back(in[i]);
+      continue;
+    }
+    if (path) throw InvalidArgument("--config given twice");
+    if (const size_t eq = in[i].find('='); eq != std::string::npos)
+      path = in[i].substr(eq + 1);
+    else if (i + 1 < in.size())
+      path = in[++i];
+    else
+      throw InvalidArgument("--config needs a value");
+  }
+  if (!path) return cli;
+  std::set<std::string> set_here;
+  for (const std::string& arg : cli) {
+    std::string name = flag_name(arg);
+    if (name.starts_with("--no-")) name = "--" + name.substr(5);
+    if (!name.empty()) set_here.insert(name);
+  }
+  if (!cli.empty() && !cli.front().starts_with('-')) set_here.insert("--model");
+  std::vector<std::string> out;
+  for (std::vector<std::string>& group : config_file_flags(*path, has_no_form)) {
+    std::string name = group.front();
+    if (name.starts_with("--no-")) name = "--" + name.substr(5);
+    if (name == "--config")
+      throw InvalidArgument("--config " + *path +
+                            ": a config file names "
+                            "another config file");
+    if (set_here.contains(name)) continue;
+    for (std::string& word : group) out.push_back(std::move(word));
+  }
+  out.insert(out.end(), cli.begin(), cli.end());
+  return out;
+}
+
 }  // namespace
 
 std::string nearest_flag(std::string_view flag) {
@@ -253,7 +314,7 @@ PreprocessedArgs preprocess_serve_args(const std::vector<std::string>& in) {
 ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env_moe_backend,
                            const char* env_api_key) {
   ServeArgs out;
-  PreprocessedArgs pre = preprocess_serve_args(args);
+  PreprocessedArgs pre = preprocess_serve_args(with_config_file(args));
   out.ignored = std::move(pre.ignored);
   auto& e = out.engine;
   auto& s = out.server;

@@ -554,7 +554,9 @@ TEST_F(ServerTest, Llama3JsonAndPythonicToolCallsInChatOutputs) {
     ASSERT_EQ(st.tool_calls.size(), 2u);
     EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], arguments);
     EXPECT_EQ(st.finish_reason, "tool_calls");
-    if (parser == ToolCallParser::kLlama3Json) EXPECT_GT(st.tool_call_entries, 5);
+    if (parser == ToolCallParser::kLlama3Json) {
+      EXPECT_GT(st.tool_call_entries, 5);
+    }
 
     const std::string plain = "It is sunny in Paris.";
     EXPECT_EQ(json::parse(chat(plain, false).body)["choices"][0]["message"]["content"], plain);
