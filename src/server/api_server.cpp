@@ -27,13 +27,27 @@ struct Route {
 };
 // /ping is vLLM's health check for SageMaker-style hosts (GET or POST).
 constexpr Route kRoutes[] = {
-    {"/health", "GET"},          {"/ping", "GET"},
-    {"/ping", "POST"},           {"/version", "GET"},
-    {"/v1/models", "GET"},       {"/metrics", "GET"},
-    {"/tokenize", "POST"},       {"/detokenize", "POST"},
-    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/health", "GET"},
+    {"/ping", "GET"},
+    {"/ping", "POST"},
+    {"/version", "GET"},
+    {"/v1/models", "GET"},
+    {"/metrics", "GET"},
+    {"/tokenize", "POST"},
+    {"/detokenize", "POST"},
+    {"/v1/completions", "POST"},
+    {"/v1/chat/completions", "POST"},
     {"/v1/responses", "POST"},
+    {"/v1/responses/", "GET"},
+    {"/v1/responses/", "DELETE"},
 };
+
+// A route's path ending in '/' takes any one more path segment (an id).
+bool route_matches(std::string_view route, std::string_view path) {
+  if (!route.ends_with('/')) return path == route;
+  return path.starts_with(route) && path.size() > route.size() &&
+         path.find('/', route.size()) == std::string_view::npos;
+}
 
 }  // namespace
 
@@ -44,6 +58,7 @@ ApiServer::ApiServer(runtime::Engine& engine, ApiOptions options)
   ctx_.info = &engine_.info();
   ctx_.tokenizer = engine_.tokenizer();
   ctx_.chat_template = engine_.chat_template();
+  ctx_.response_store = &responses_;
   static_cast<RequestPolicy&>(ctx_) = options_;
 }
 
@@ -62,7 +77,7 @@ void ApiServer::handle(HttpRequest req, std::shared_ptr<Responder> res) {
 void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
   std::vector<std::string_view> methods;  // those the path takes
   for (const auto& r : kRoutes)
-    if (req.path == r.path) methods.push_back(r.method);
+    if (route_matches(r.path, req.path)) methods.push_back(r.method);
   if (methods.empty()) throw ApiError(404, fmt::format("route {} not found", req.path));
   if (std::find(methods.begin(), methods.end(), req.method) == methods.end())
     throw ApiError(405, fmt::format("method {} is not allowed on {}; use {}", req.method, req.path,
@@ -86,7 +101,25 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& 
   if (p == "/v1/completions") return generate(req, res, ApiKind::kCompletion);
   if (p == "/v1/chat/completions") return generate(req, res, ApiKind::kChat);
   if (p == "/v1/responses") return generate(req, res, ApiKind::kResponses);
+  if (p.starts_with("/v1/responses/")) return stored_response(req, *res);
   throw ApiError(404, fmt::format("route {} not found", p));
+}
+
+// GET /v1/responses/{id}: a stored response; DELETE: forget it.
+void ApiServer::stored_response(const HttpRequest& req, Responder& res) {
+  const std::string id = req.path.substr(std::string_view("/v1/responses/").size());
+  const auto not_found = [&] {
+    return ApiError(404, fmt::format("response '{}' not found (serval keeps the last {} stored "
+                                     "responses, in memory)",
+                                     id, ResponseStore::kCapacity));
+  };
+  if (req.method == "DELETE") {
+    if (!responses_.erase(id)) throw not_found();
+    return res.send(200, kJson, Json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump());
+  }
+  std::optional<StoredResponse> stored = responses_.get(id);
+  if (!stored) throw not_found();
+  res.send(200, kJson, stored->response.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 void ApiServer::check_model(const Json& body) const {

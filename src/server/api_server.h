@@ -12,6 +12,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/request_parser.h"
+#include "server/response_store.h"
 
 namespace serval::server {
 
@@ -41,6 +42,7 @@ class ApiServer {
   void route(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   void generate(const HttpRequest& req, const std::shared_ptr<Responder>& res, ApiKind kind);
   void check_model(const Json& body) const;
+  void stored_response(const HttpRequest& req, Responder& res);
   std::string models_json() const;
   std::string tokenize(const std::string& body) const;
   std::string detokenize(const std::string& body) const;
@@ -49,6 +51,7 @@ class ApiServer {
   ApiOptions options_;
   std::vector<std::string> names_;
   ModelContext ctx_;
+  ResponseStore responses_;  // the Responses API's kept responses (ctx_.response_store)
   Metrics metrics_;
   int64_t created_;
   mutable std::mutex mu_;

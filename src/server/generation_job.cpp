@@ -12,6 +12,7 @@
 #include "server/logprobs_json.h"
 #include "server/random_id.h"
 #include "server/reasoning_parser.h"
+#include "server/response_store.h"
 #include "server/stop_matcher.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -494,12 +495,13 @@ void GenerationJob::send_responses_events(Sequence& s) {
 void GenerationJob::complete_response() {
   Sequence& s = *seqs_.front();
   std::string finish_reason = s.finish_reason;
-  const Json message = chat_message(s, finish_reason);
+  Json message = chat_message(s, finish_reason);
   const Json calls = message.value("tool_calls", Json(nullptr));
   if (req_.stream) {
     res_->write_chunk(responses_->finish_events(finish_reason, usage(),
                                                 req_.logprobs >= 0 ? s.logprobs : Json()));
-    return res_->end_stream();
+    res_->end_stream();
+    return store_response(responses_->reply_message(), responses_->final_response());
   }
   const Json reasoning = message.value("reasoning", Json(nullptr));
   const Json content = message["content"];
@@ -513,6 +515,18 @@ void GenerationJob::complete_response() {
       responses_->response(reasoning.is_string() ? reasoning.get<std::string>() : "", text,
                            finish_reason, usage(), calls, req_.logprobs >= 0 ? s.logprobs : Json());
   res_->send(200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace));
+  // The reply for the next turn: its text and calls (past reasoning is not replayed).
+  Json reply = {{"role", "assistant"}, {"content", text.value_or("")}};
+  if (calls.is_array() && !calls.empty()) reply["tool_calls"] = calls;
+  store_response(std::move(reply), body);
+}
+
+// A stored response (request `store`): the conversation through `reply`, and the object sent.
+void GenerationJob::store_response(Json reply, const Json& response) const {
+  if (!req_.responses_store || ctx_.response_store == nullptr) return;
+  Json conversation = req_.responses_conversation;
+  conversation.push_back(std::move(reply));
+  ctx_.response_store->put(id_, {std::move(conversation), response});
 }
 
 void GenerationJob::complete() {

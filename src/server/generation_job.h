@@ -67,6 +67,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   Json envelope(const char* object) const;
   // /v1/responses: a stream chunk's events, and the finished response or its last events.
   void send_responses_events(Sequence& s);
+  void store_response(Json reply, const Json& response) const;
   void complete_response();
 
   runtime::Engine& engine_;

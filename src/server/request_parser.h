@@ -58,6 +58,10 @@ struct GenerationRequest {
   // the last message's role (the turn the model continues).
   std::string response_role = "assistant";
   Json responses_echo;  // kResponses: the request's settings the response repeats
+  // kResponses: the conversation's chat messages so far (a previous response's, then this
+  // input; no instructions), and whether to keep the response (`store`) for a next turn.
+  Json responses_conversation;
+  bool responses_store = false;
 };
 
 // How the server treats requests (serve flags): declared once, carried whole from ServerOptions
@@ -80,11 +84,14 @@ struct RequestPolicy {
   bool priority_scheduling = false;  // --scheduling-policy priority: requests may set `priority`
 };
 
+class ResponseStore;
+
 // What parsing needs to know about the served model, and the server's policy.
 struct ModelContext : RequestPolicy {
   const runtime::ModelInfo* info = nullptr;
   const tokenizer::Tokenizer* tokenizer = nullptr;         // may be null
   const tokenizer::ChatTemplate* chat_template = nullptr;  // may be null
+  ResponseStore* response_store = nullptr;  // the Responses API's kept responses; may be null
 };
 
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.

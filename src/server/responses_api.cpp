@@ -4,6 +4,7 @@
 
 #include "server/api_error.h"
 #include "server/random_id.h"
+#include "server/response_store.h"
 
 namespace serval::server {
 
@@ -159,16 +160,33 @@ Json chat_tool_choice(const Json& choice) {
                     "{\"type\": \"function\", \"name\": ...}");
 }
 
+// The conversation a request continues: its previous response's (404 when not kept), else none.
+Json previous_conversation(const Json& body, const ModelContext& ctx) {
+  const auto prev = body.find("previous_response_id");
+  if (prev == body.end() || prev->is_null()) return Json::array();
+  if (!prev->is_string())
+    throw bad_request("previous_response_id", "'previous_response_id' must be a string");
+  const std::string id = prev->get<std::string>();
+  std::optional<StoredResponse> stored =
+      ctx.response_store ? ctx.response_store->get(id) : std::nullopt;
+  if (!stored)
+    throw ApiError(404,
+                   fmt::format("previous response '{}' not found (serval keeps the last {} "
+                               "responses stored, in memory)",
+                               id, ResponseStore::kCapacity),
+                   "previous_response_id");
+  return std::move(stored->conversation);
+}
+
 }  // namespace
 
 GenerationRequest parse_responses_request(const Json& body, const ModelContext& ctx) {
-  if (const auto prev = body.find("previous_response_id"); prev != body.end() && !prev->is_null())
-    throw bad_request("previous_response_id",
-                      "previous_response_id is not supported: serval stores no responses");
   if (get_bool(body, "background").value_or(false))
     throw bad_request("background", "background responses are not supported");
   if (!body.contains("input")) throw bad_request("input", "'input' is required");
-  Json chat = {{"messages", input_messages(body["input"])}};
+  Json conversation = previous_conversation(body, ctx);
+  for (Json& m : input_messages(body["input"])) conversation.push_back(std::move(m));
+  Json chat = {{"messages", conversation}};
   if (const auto instructions = body.find("instructions");
       instructions != body.end() && !instructions->is_null()) {
     if (!instructions->is_string())
@@ -202,14 +220,16 @@ GenerationRequest parse_responses_request(const Json& body, const ModelContext& 
   }
   GenerationRequest req = parse_chat_request(chat, ctx);
   req.kind = ApiKind::kResponses;
+  req.responses_conversation = std::move(conversation);
+  req.responses_store = ctx.response_store != nullptr && get_bool(body, "store").value_or(true);
   req.responses_echo = {
       {"instructions", body.value("instructions", Json(nullptr))},
       {"max_output_tokens", body.value("max_output_tokens", Json(nullptr))},
       {"metadata", body.value("metadata", Json::object())},
       {"parallel_tool_calls", body.value("parallel_tool_calls", Json(true))},
-      {"previous_response_id", nullptr},
+      {"previous_response_id", body.value("previous_response_id", Json(nullptr))},
       {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
-      {"store", false},
+      {"store", req.responses_store},
       {"temperature", body.value("temperature", Json(1.0))},
       {"text",
        {{"format",
@@ -441,11 +461,23 @@ std::string ResponsesWriter::finish_events(const std::string& finish_reason, con
   // The object as the stream built it: its texts and calls are what the deltas carried.
   Json items = Json::array();
   for (const StreamedCall& call : calls_) items.push_back(call_item(call, "completed"));
-  const Json r = response_of(
+  final_response_ = response_of(
       reasoning_text_, message_opened_ ? std::optional<std::string>(message_text_) : std::nullopt,
       finish_reason, usage, items, logprobs_);
   return out + event(finish_reason == "length" ? "response.incomplete" : "response.completed",
-                     {{"response", r}});
+                     {{"response", final_response_}});
+}
+
+Json ResponsesWriter::reply_message() const {
+  Json message = {{"role", "assistant"}, {"content", message_text_}};
+  if (calls_.empty()) return message;
+  message["tool_calls"] = Json::array();
+  for (const StreamedCall& call : calls_)
+    message["tool_calls"].push_back(
+        {{"id", call.call_id},
+         {"type", "function"},
+         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  return message;
 }
 
 std::string ResponsesWriter::error_event(int status, const std::string& message) {

@@ -11,8 +11,8 @@
 // reasoning item when `serve --reasoning-parser` splits one off, a message item with one
 // output_text part (left out when the reply is only calls), then function_call items (streamed
 // as the tool-call parser reads them: each call's item, then its arguments piece by piece).
-// Refused with a 400: other tool types, previous_response_id (nothing is stored), background,
-// and other input items.
+// Responses are kept (response_store.h) unless `store` is false: `previous_response_id` continues
+// a kept conversation. Refused with a 400: other tool types, background, and other input items.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -56,6 +56,10 @@ class ResponsesWriter {
   std::string finish_events(const std::string& finish_reason, const Json& usage,
                             const Json& trailing_logprobs);
   std::string error_event(int status, const std::string& message);
+  // After finish_events: the response object it ended with, and the reply as a chat assistant
+  // message (its text and calls, as streamed) for a stored conversation.
+  const Json& final_response() const { return final_response_; }
+  Json reply_message() const;
 
  private:
   enum class Item { kNone, kReasoning, kMessage, kCall };
@@ -87,6 +91,7 @@ class ResponsesWriter {
   bool message_opened_ = false;
   const char* item_status_ = "completed";  // the message item's at the end ("incomplete": cut)
   std::vector<StreamedCall> calls_;        // streamed so far; the open one (kCall) last
+  Json final_response_;
 };
 
 }  // namespace serval::server

@@ -409,11 +409,11 @@ await check('responses: create, stream (the SDK assembles the events), text.form
   assert.ok(Number.isInteger(parsed.n) && parsed.n >= 1 && parsed.n <= 5, j.output_text);
   await assert.rejects(
     client.responses.create({ model, input: 'x', previous_response_id: 'resp_1' }),
-    (e) => e.status === 400 && e.param === 'previous_response_id',
+    (e) => e.status === 404 && e.param === 'previous_response_id',
   );
 });
 
-await check('responses: a named function tool gives a function_call item, streamed in pieces; its output feeds the next turn', async () => {
+await check('responses: a named function tool gives a function_call item, streamed in pieces; its output feeds the next turn, also through previous_response_id', async () => {
   const tools = [{
     type: 'function', name: 'get_weather',
     parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'], additionalProperties: false },
@@ -447,6 +447,17 @@ await check('responses: a named function tool gives a function_call item, stream
   });
   assert.equal(typeof next.output_text, 'string');
   assert.ok(next.usage.input_tokens > r.usage.input_tokens);
+  // The same turn through the stored response: previous_response_id and only the call's output.
+  const chained = await client.responses.create({
+    model, tools, tool_choice: 'none', max_output_tokens: 8, temperature: 0, previous_response_id: r.id,
+    input: [{ type: 'function_call_output', call_id: calls[0].call_id, output: 'sunny' }],
+  });
+  assert.equal(chained.previous_response_id, r.id);
+  assert.equal(chained.usage.input_tokens, next.usage.input_tokens, 'the same conversation');
+  assert.equal(chained.output_text, next.output_text);
+  assert.equal((await client.responses.retrieve(r.id)).id, r.id);
+  await client.responses.delete(r.id);
+  await assert.rejects(client.responses.retrieve(r.id), (e) => e.status === 404);
 });
 
 await check('errors surface as openai.APIError with status and body', async () => {

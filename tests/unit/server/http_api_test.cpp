@@ -699,7 +699,7 @@ TEST_F(ServerTest, ResponsesApi) {
   const std::vector<std::pair<json, std::string>> bad = {
       {{{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}, "tools"},
       {{{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"}}}}}, "tool_choice"},
-      {{{"input", "x"}, {"previous_response_id", "resp_1"}}, "previous_response_id"},
+      {{{"input", "x"}, {"previous_response_id", 1}}, "previous_response_id"},
       {{{"instructions", "x"}}, "input"},
       {{{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}, "input"},
       {{{"input", {{{"type", "function_call_output"}}}}}, "input"},
@@ -712,6 +712,55 @@ TEST_F(ServerTest, ResponsesApi) {
       {{{"input", "x"}, {"max_output_tokens", 0}}, "max_output_tokens"},
   };
   for (const auto& [b, param] : bad) expect_error(post("/v1/responses", b), 400, param);
+}
+
+// Stored responses (`store`, true by default): previous_response_id continues the conversation
+// (its instructions not carried over), GET /v1/responses/{id} returns the response, DELETE forgets
+// it; store false keeps nothing; an unknown id is a 404.
+TEST_F(ServerTest, ResponsesApiStoresResponses) {
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", ToolCallParser::kNone, /*max_model_len=*/512);
+  const json first = json::parse(
+      post("/v1/responses", {{"input", "hi"}, {"instructions", "sys"}, {"max_output_tokens", 4}})
+          .body);
+  const std::string id = first["id"];
+  EXPECT_EQ(first["store"], true);
+  EXPECT_EQ(first["output"][0]["content"][0]["text"], "sys<");  // echoed: instructions first
+  const auto got = http(port_, "GET", "/v1/responses/" + id);
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(json::parse(got.body), first);
+
+  // The next turn's prompt: the stored conversation (no instructions), its reply, the new input.
+  const std::string prompt = "<user>hi\n<assistant>sys<\n<user>again\n<assistant>";
+  const json second = json::parse(
+      post("/v1/responses",
+           {{"input", "again"}, {"previous_response_id", id}, {"max_output_tokens", prompt.size()}})
+          .body);
+  EXPECT_EQ(second["previous_response_id"], id);
+  EXPECT_EQ(second["output"][0]["content"][0]["text"], prompt);
+
+  // Streamed responses are kept too, as the stream's final object.
+  const StreamedResponse s = collect_response_stream(
+      post("/v1/responses", {{"input", "hi"}, {"max_output_tokens", 3}, {"stream", true}}).body);
+  const auto streamed =
+      http(port_, "GET", "/v1/responses/" + s.final_response["id"].get<std::string>());
+  ASSERT_EQ(streamed.status, 200);
+  EXPECT_EQ(json::parse(streamed.body), s.final_response);
+
+  const auto deleted = http(port_, "DELETE", "/v1/responses/" + id);
+  ASSERT_EQ(deleted.status, 200) << deleted.body;
+  EXPECT_EQ(json::parse(deleted.body)["deleted"], true);
+  expect_error(http(port_, "GET", "/v1/responses/" + id), 404, "");
+  expect_error(http(port_, "DELETE", "/v1/responses/" + id), 404, "");
+  expect_error(post("/v1/responses", {{"input", "x"}, {"previous_response_id", id}}), 404,
+               "previous_response_id");
+
+  const json unstored = json::parse(
+      post("/v1/responses", {{"input", "hi"}, {"max_output_tokens", 2}, {"store", false}}).body);
+  EXPECT_EQ(unstored["store"], false);
+  expect_error(http(port_, "GET", "/v1/responses/" + unstored["id"].get<std::string>()), 404, "");
+  EXPECT_EQ(http(port_, "PUT", "/v1/responses/" + id).status, 405);
 }
 
 // /v1/responses with function tools (hermes, as chat): calls become function_call items after
