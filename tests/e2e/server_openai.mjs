@@ -305,7 +305,7 @@ await check('completions and chat: guided_grammar (GBNF)', async () => {
   );
 });
 
-await check('chat: a named tool_choice calls the function with arguments of its schema', async () => {
+await check('chat: a named tool_choice calls the function with arguments of its schema; streamed, in pieces the client merges', async () => {
   const tools = [{
     type: 'function',
     function: {
@@ -313,47 +313,30 @@ await check('chat: a named tool_choice calls the function with arguments of its 
       parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] }, days: { type: 'integer' } }, required: ['city', 'days'] },
     },
   }];
-  const r = await client.chat.completions.create({
+  const body = {
     model,
     messages: [{ role: 'user', content: 'Weather?' }],
     max_tokens: maxModelLen - 64,
     temperature: 0,
     tools,
     tool_choice: { type: 'function', function: { name: 'get_weather' } },
-  });
-  const msg = r.choices[0].message;
+  };
+  const msg = (await client.chat.completions.create(body)).choices[0].message;
   assert.equal(msg.content, null);
   assert.equal(msg.tool_calls.length, 1);
   assert.equal(msg.tool_calls[0].function.name, 'get_weather');
   const args = JSON.parse(msg.tool_calls[0].function.arguments);
   assert.ok(['Paris', 'Oslo'].includes(args.city));
   assert.ok(Number.isInteger(args.days));
-});
 
-await check('chat: a streamed named tool call comes piece by piece and merges in the client', async () => {
-  const tools = [{
-    type: 'function',
-    function: {
-      name: 'get_weather',
-      parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] }, days: { type: 'integer' } }, required: ['city', 'days'] },
-    },
-  }];
-  const stream = client.chat.completions.stream({
-    model,
-    messages: [{ role: 'user', content: 'Weather?' }],
-    max_tokens: maxModelLen - 64,
-    temperature: 0,
-    tools,
-    tool_choice: { type: 'function', function: { name: 'get_weather' } },
-  });
+  const stream = client.chat.completions.stream(body);
   let pieces = 0;
   stream.on('tool_calls.function.arguments.delta', () => { pieces += 1; });
   const done = await stream.finalChatCompletion(); // the client checks each call's id, type, name
-  const msg = done.choices[0].message;
-  assert.equal(msg.tool_calls.length, 1);
-  assert.equal(msg.tool_calls[0].function.name, 'get_weather');
-  const args = JSON.parse(msg.tool_calls[0].function.arguments);
-  assert.ok(['Paris', 'Oslo'].includes(args.city));
+  const streamed = done.choices[0].message.tool_calls;
+  assert.equal(streamed.length, 1);
+  assert.equal(streamed[0].function.name, 'get_weather');
+  assert.equal(streamed[0].function.arguments, msg.tool_calls[0].function.arguments, 'greedy: streamed equals non-streamed');
   assert.ok(pieces > 1, `arguments in ${pieces} piece(s)`);
 });
 

@@ -247,45 +247,41 @@ void expect_streamed_calls_contract(ToolCallParser parser, const std::string& te
   EXPECT_EQ(sent.size(), finished.size());
 }
 
-TEST(PythonicToolCallsFuzz, RandomLiteralsRoundTrip) {
-  std::mt19937 rng(serval::testing::fuzz_seed(20261207));
-  const int iterations = serval::testing::fuzz_iterations(3000);
-  for (int it = 0; it < iterations; ++it) {
+// The calls as a reply in `parser`'s format.
+std::string reply_text(ToolCallParser parser, const std::vector<Call>& calls, std::mt19937& rng) {
+  if (parser == ToolCallParser::kPythonic) return pythonic_text(calls, rng);
+  if (parser == ToolCallParser::kHermes) return hermes_text(calls, rng);
+  return llama3_json_text(calls, rng);
+}
+
+// Random calls written as `parser`'s replies parse back to themselves (hermes: after the content
+// before them) and stream by the contract.
+void expect_round_trips(ToolCallParser parser, uint32_t seed, int iterations) {
+  std::mt19937 rng(serval::testing::fuzz_seed(seed));
+  for (int it = 0; it < serval::testing::fuzz_iterations(iterations); ++it) {
     const std::vector<Call> calls = random_calls(rng);
-    const std::string text = pythonic_text(calls, rng);
+    const std::string text = reply_text(parser, calls, rng);
     SCOPED_TRACE(::testing::Message() << "iteration " << it << ": " << text);
-    const ParsedToolCalls parsed = parse_pythonic_tool_calls(text);
+    ParsedToolCalls parsed = parse_tool_calls(parser, text);
+    if (parser == ToolCallParser::kHermes) {
+      EXPECT_TRUE(text.starts_with(parsed.content));
+      parsed.content.clear();
+    }
     expect_calls(parsed, calls, text);
-    expect_streamed_calls_contract(ToolCallParser::kPythonic, text, parsed.calls);
+    expect_streamed_calls_contract(parser, text, parsed.calls);
   }
+}
+
+TEST(PythonicToolCallsFuzz, RandomLiteralsRoundTrip) {
+  expect_round_trips(ToolCallParser::kPythonic, 20261207, 3000);
 }
 
 TEST(Llama3JsonToolCallsFuzz, RandomCallsRoundTrip) {
-  std::mt19937 rng(serval::testing::fuzz_seed(20261208));
-  const int iterations = serval::testing::fuzz_iterations(3000);
-  for (int it = 0; it < iterations; ++it) {
-    const std::vector<Call> calls = random_calls(rng);
-    const std::string text = llama3_json_text(calls, rng);
-    SCOPED_TRACE(::testing::Message() << "iteration " << it << ": " << text);
-    const ParsedToolCalls parsed = parse_llama3_json_tool_calls(text);
-    expect_calls(parsed, calls, text);
-    expect_streamed_calls_contract(ToolCallParser::kLlama3Json, text, parsed.calls);
-  }
+  expect_round_trips(ToolCallParser::kLlama3Json, 20261208, 3000);
 }
 
 TEST(HermesToolCallsFuzz, RandomCallsRoundTripAndStream) {
-  std::mt19937 rng(serval::testing::fuzz_seed(20261210));
-  const int iterations = serval::testing::fuzz_iterations(2000);
-  for (int it = 0; it < iterations; ++it) {
-    const std::vector<Call> calls = random_calls(rng);
-    const std::string text = hermes_text(calls, rng);
-    SCOPED_TRACE(::testing::Message() << "iteration " << it << ": " << text);
-    ParsedToolCalls parsed = parse_hermes_tool_calls(text);
-    EXPECT_TRUE(text.starts_with(parsed.content));
-    parsed.content.clear();
-    expect_calls(parsed, calls, text);
-    expect_streamed_calls_contract(ToolCallParser::kHermes, text, parsed.calls);
-  }
+  expect_round_trips(ToolCallParser::kHermes, 20261210, 2000);
 }
 
 const std::vector<std::string> kPieces = {"[",
@@ -339,9 +335,7 @@ std::string random_text(ToolCallParser parser, std::mt19937& rng) {
   std::string text;
   if (rng() % 2 == 0) {
     const std::vector<Call> calls = random_calls(rng);
-    text = parser == ToolCallParser::kPythonic ? pythonic_text(calls, rng)
-           : parser == ToolCallParser::kHermes ? hermes_text(calls, rng)
-                                               : llama3_json_text(calls, rng);
+    text = reply_text(parser, calls, rng);
     switch (rng() % 4) {
       case 0:
         text.resize(rng() % (text.size() + 1));
