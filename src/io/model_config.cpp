@@ -39,6 +39,8 @@ ArchDefaults arch_defaults(const std::string& model_type, const std::string& arc
     d.num_experts_per_tok = 8;
     d.moe_intermediate_size = 768;
     d.norm_topk_prob = false;
+  } else if (model_type == "mistral" || arch == "MistralForCausalLM") {
+    d.max_position_embeddings = 4096 * 32;
   } else if (model_type == "mixtral" || arch == "MixtralForCausalLM") {
     d.max_position_embeddings = 4096 * 32;
     d.rms_norm_eps = 1e-5f;
@@ -247,6 +249,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   c.max_position_embeddings = opt_int(r, "max_position_embeddings", d.max_position_embeddings, 1);
+  // A null window, or one switched off by use_sliding_window (Qwen's configs), is none.
+  if (const json* w = r.find("sliding_window");
+      w && !w->is_null() && r.opt_bool("use_sliding_window").value_or(true))
+    c.sliding_window = req_int(r, "sliding_window", 1);
   c.rms_norm_eps = positive_float(r, "rms_norm_eps", d.rms_norm_eps);
   parse_rope(r, d.rope_theta, c);
   c.tie_word_embeddings = r.opt_bool("tie_word_embeddings").value_or(false);

@@ -31,6 +31,10 @@ struct ModelConfig {
   int num_key_value_heads = 0;  // defaults to num_attention_heads
   int head_dim = 0;             // defaults to hidden_size / num_attention_heads
   int max_position_embeddings = 0;
+  // Attention over the last sliding_window positions only (Mistral v0.1; Qwen with
+  // use_sliding_window); 0: full attention. serval attends fully, so the engine keeps
+  // max_model_len within the window, where both are the same.
+  int sliding_window = 0;
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;

@@ -15,6 +15,7 @@ struct ArchEntry {
 
 constexpr ArchEntry kArchs[] = {
     {"LlamaForCausalLM", make_llama},
+    {"MistralForCausalLM", make_llama},  // Llama's layers (its sliding window: engine_loader)
     {"Qwen3ForCausalLM", make_qwen3},
     {"Qwen3MoeForCausalLM", make_qwen3_moe},
     {"MixtralForCausalLM", make_mixtral},

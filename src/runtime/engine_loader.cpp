@@ -278,6 +278,20 @@ LoadedModel load_model(const EngineConfig& cfg) {
 
   out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
+  // Attention is full: within the model's sliding window that is the same computation.
+  if (mc.sliding_window > 0 && out.max_model_len > mc.sliding_window) {
+    if (cfg.max_model_len > 0)
+      throw InvalidArgument(fmt::format(
+          "--max-model-len {} exceeds the model's sliding window ({} tokens): serval attends to "
+          "the whole context, which equals the window's attention only within it; pass "
+          "--max-model-len {} or less",
+          cfg.max_model_len, mc.sliding_window, mc.sliding_window));
+    log::warn(
+        "max_model_len lowered from {} to the model's sliding window, {} tokens (serval "
+        "attends to the whole context, which equals the window's attention within it)",
+        out.max_model_len, mc.sliding_window);
+    out.max_model_len = mc.sliding_window;
+  }
   const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend, mc.head_dim);
   out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
   RunnerOptions runner;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -110,11 +111,11 @@ class Golden : public ::testing::TestWithParam<std::string> {
   }
 };
 
-TEST_P(Golden, PromptLogitsMatchTransformers) {
-  const std::string dir = fixture_dir(GetParam());
+// The model of `dir` scores every golden prompt of `golden_dir` as transformers did.
+void expect_prompt_logits(const std::string& dir, const std::string& golden_dir) {
   auto runner = make_runner(dir);
   const int vocab = runner->model().config().vocab_size;
-  auto golden = load_golden(dir);
+  auto golden = load_golden(golden_dir);
   int next_block = 0;
   for (const GoldenPrompt& p : golden) {
     std::vector<int32_t> blocks;
@@ -124,9 +125,31 @@ TEST_P(Golden, PromptLogitsMatchTransformers) {
     std::vector<float> logits = runner->execute({&chunk, 1});
     for (size_t t = 0; t < p.ids.size(); ++t) {
       EXPECT_LT(rel_l2({&logits[t * vocab], size_t(vocab)}, p.logits[t]), 1e-3)
-          << GetParam() << " position " << t;
+          << dir << " position " << t;
     }
   }
+}
+
+TEST_P(Golden, PromptLogitsMatchTransformers) {
+  expect_prompt_logits(fixture_dir(GetParam()), fixture_dir(GetParam()));
+}
+
+// MistralForCausalLM without a sliding window is transformers' Llama decoder under another name
+// (its modeling file is Llama's, generated from it): the llama fixture's weights and config,
+// renamed, must give the llama golden logits.
+TEST(GoldenAliases, MistralIsLlamaWithoutAWindow) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("serval_mistral_golden_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(fixture_dir("llama"), dir);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  config["architectures"] = {"MistralForCausalLM"};
+  config["model_type"] = "mistral";
+  config["sliding_window"] = nullptr;
+  std::ofstream(dir / "config.json", std::ios::trunc) << config.dump();
+  ASSERT_EQ(io::load_model_config(dir.string()).architecture, "MistralForCausalLM");
+  expect_prompt_logits(dir.string(), fixture_dir("llama"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_P(Golden, GreedyTokensMatchSingleAndBatched) {

@@ -314,6 +314,25 @@ TEST(ModelConfig, LoadFromFolder) {
   EXPECT_EQ(load_model_config(dir.str()).vocab_size, 1000);
 }
 
+// sliding_window: a window when set (and not switched off by use_sliding_window), else 0;
+// MistralForCausalLM reads as Llama's keys.
+TEST(ModelConfig, SlidingWindowAndMistral) {
+  json j = llama_json();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["model_type"] = "mistral";
+  EXPECT_EQ(parse(j).sliding_window, 0);
+  EXPECT_EQ(parse(j).max_position_embeddings, 4096 * 32);
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(parse(j).sliding_window, 4096);
+  j["use_sliding_window"] = false;
+  EXPECT_EQ(parse(j).sliding_window, 0);
+  j.erase("use_sliding_window");
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(parse(j).sliding_window, 0);
+  j["sliding_window"] = 0;
+  expect_load_error([&] { parse(j); }, {"cfg/config.json", "'sliding_window'"});
+}
+
 // --hf-overrides: a JSON merge patch over config.json (nested objects merge, null removes).
 TEST(ModelConfig, HfOverridesPatchTheConfig) {
   TempDir dir;
