@@ -63,10 +63,10 @@ Json usage_json(int64_t prompt, int64_t completion, std::optional<int64_t> cache
 }
 
 // OpenAI's message.tool_calls.
-Json tool_calls_json(const std::vector<ToolCall>& calls) {
+Json tool_calls_json(const std::vector<ToolCall>& calls, ToolCallParser parser) {
   Json out = Json::array();
   for (const ToolCall& call : calls)
-    out.push_back({{"id", random_id("chatcmpl-tool-")},
+    out.push_back({{"id", new_tool_call_id(parser)},
                    {"type", "function"},
                    {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
   return out;
@@ -76,12 +76,13 @@ Json tool_calls_json(const std::vector<ToolCall>& calls) {
 // arguments extending what was sent, as the parsers promise): a new call's entry has its index,
 // id, type, name and arguments so far, a begun one's its index and the arguments added since,
 // as OpenAI streams them. Empty when nothing is new.
-Json tool_call_deltas(const std::vector<ToolCall>& calls, std::vector<StreamedToolCall>& sent) {
+Json tool_call_deltas(const std::vector<ToolCall>& calls, std::vector<StreamedToolCall>& sent,
+                      ToolCallParser parser) {
   Json entries = Json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     const std::string& arguments = calls[i].arguments;
     if (i == sent.size()) {
-      sent.push_back({random_id("chatcmpl-tool-"), arguments});
+      sent.push_back({new_tool_call_id(parser), arguments});
       entries.push_back({{"index", i},
                          {"id", sent[i].id},
                          {"type", "function"},
@@ -99,8 +100,8 @@ Json tool_call_deltas(const std::vector<ToolCall>& calls, std::vector<StreamedTo
 
 // Adds the entries of tool_call_deltas to a stream's delta, if there are any.
 void add_tool_call_deltas(Json& delta, const std::vector<ToolCall>& calls,
-                          std::vector<StreamedToolCall>& sent) {
-  Json entries = tool_call_deltas(calls, sent);
+                          std::vector<StreamedToolCall>& sent, ToolCallParser parser) {
+  Json entries = tool_call_deltas(calls, sent, parser);
   if (!entries.empty()) delta["tool_calls"] = std::move(entries);
 }
 
@@ -350,7 +351,7 @@ void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
     delta["content"] = std::string(content.substr(s.content_sent, upto - s.content_sent));
     s.content_sent = upto;
   }
-  add_tool_call_deltas(delta, calls, s.tool_calls_sent);
+  add_tool_call_deltas(delta, calls, s.tool_calls_sent, ctx_.tool_call_parser);
 }
 
 // The reasoning part goes out as `reasoning` (and `reasoning_content`, its earlier vLLM name),
@@ -377,11 +378,11 @@ Json GenerationJob::chat_stream_delta(Sequence& s) const {
     content = parts.content;
   }
   if (!req_.forced_tool.empty()) {  // the output is the call's arguments
-    add_tool_call_deltas(delta, {forced_call(content)}, s.tool_calls_sent);
+    add_tool_call_deltas(delta, {forced_call(content)}, s.tool_calls_sent, ctx_.tool_call_parser);
   } else if (req_.tool_call_list) {  // the calls as they come; a text that is no list: as text
     const std::vector<ToolCall> calls =
         s.finished ? parse_tool_call_list(content) : streamed_tool_call_list(content);
-    add_tool_call_deltas(delta, calls, s.tool_calls_sent);
+    add_tool_call_deltas(delta, calls, s.tool_calls_sent, ctx_.tool_call_parser);
     if (s.finished && !calls.empty()) s.finish_reason = "tool_calls";
     if (s.finished && calls.empty() && !content.empty()) delta["content"] = std::string(content);
   } else if (req_.parse_tool_calls) {
@@ -413,19 +414,19 @@ Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) 
   }
   if (!req_.forced_tool.empty()) {  // as OpenAI: no content beside the forced call
     message["content"] = nullptr;
-    message["tool_calls"] = tool_calls_json({forced_call(content)});
+    message["tool_calls"] = tool_calls_json({forced_call(content)}, ctx_.tool_call_parser);
   } else if (req_.tool_call_list) {
     const std::vector<ToolCall> calls = parse_tool_call_list(content);
     if (!calls.empty()) {  // else (cut short) the text as it came
       message["content"] = nullptr;
-      message["tool_calls"] = tool_calls_json(calls);
+      message["tool_calls"] = tool_calls_json(calls, ctx_.tool_call_parser);
       finish_reason = "tool_calls";
     }
   } else if (req_.parse_tool_calls) {
     const ParsedToolCalls parsed = parse_auto_tool_calls(content);
     if (!parsed.calls.empty()) {  // as vLLM: no content → null; finish "tool_calls"
       message["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
-      message["tool_calls"] = tool_calls_json(parsed.calls);
+      message["tool_calls"] = tool_calls_json(parsed.calls, ctx_.tool_call_parser);
       finish_reason = "tool_calls";
     }
   }

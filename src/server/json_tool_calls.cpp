@@ -176,4 +176,25 @@ JsonCallSequence scan_json_call_sequence(std::string_view text, size_t at, char 
   return seq;
 }
 
+std::vector<ToolCall> finished_json_calls(std::string_view text, const JsonCallSequence& seq) {
+  std::vector<ToolCall> calls;
+  if (seq.malformed) return calls;
+  for (size_t i = 0; i < seq.calls.size(); ++i) {
+    if (!json_call_valid(text, seq.begins[i], seq.calls[i])) return {};
+    calls.push_back({*seq.calls[i].name, seq.calls[i].arguments});
+  }
+  return calls;
+}
+
+void add_named_json_calls(const JsonCallSequence& seq, std::vector<ToolCall>& calls) {
+  for (const JsonCallScan& call : seq.calls) {
+    if (!call.name || call.malformed) return;
+    calls.push_back({*call.name, call.arguments});
+  }
+}
+
+size_t json_object_end(std::string_view text, size_t at) {
+  return bracketed_end(text, at);
+}
+
 }  // namespace serval::server

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "server/tool_call_parser.h"
+
 namespace serval::server {
 
 struct JsonCallScan {
@@ -46,5 +48,15 @@ struct JsonCallSequence {
 JsonCallSequence scan_json_call_sequence(std::string_view text, size_t at, char separator,
                                          char close,
                                          std::span<const std::string_view> argument_keys);
+
+// A scanned sequence's calls, or none unless every one is finished and valid.
+std::vector<ToolCall> finished_json_calls(std::string_view text, const JsonCallSequence& seq);
+// The calls of a sequence a stream has begun, up to the first whose name is not yet known (or
+// that is malformed), each with its arguments so far, appended to `calls`.
+void add_named_json_calls(const JsonCallSequence& seq, std::vector<ToolCall>& calls);
+
+// One past the '}' closing the object that opens at text[at] (strings skipped);
+// std::string_view::npos while the text ends first.
+size_t json_object_end(std::string_view text, size_t at);
 
 }  // namespace serval::server

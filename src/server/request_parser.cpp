@@ -430,6 +430,8 @@ void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequ
                       "\"auto\" tool choice requires --enable-auto-tool-choice and "
                       "--tool-call-parser to be set");
   req.parse_tool_calls = true;
+  // Mistral's [TOOL_CALLS] is a special token: the parser must see it (as vLLM does).
+  if (ctx.tool_call_parser == ToolCallParser::kMistral) req.skip_special_tokens = false;
 }
 
 }  // namespace

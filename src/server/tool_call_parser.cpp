@@ -4,6 +4,7 @@
 
 #include "server/json_tool_calls.h"
 #include "server/marker_tail.h"
+#include "server/random_id.h"
 
 namespace serval::server {
 
@@ -30,25 +31,6 @@ std::optional<ToolCall> whole_json_call(std::string_view body) {
   if (!json_call_valid(body, begin, scan) || skip_reply_spaces(body, scan.end) != body.size())
     return std::nullopt;
   return ToolCall{*scan.name, scan.arguments};
-}
-
-// The calls of a scanned sequence, or none unless every one is finished and valid.
-std::vector<ToolCall> finished_calls(std::string_view text, const JsonCallSequence& seq) {
-  std::vector<ToolCall> calls;
-  if (seq.malformed) return calls;
-  for (size_t i = 0; i < seq.calls.size(); ++i) {
-    if (!json_call_valid(text, seq.begins[i], seq.calls[i])) return {};
-    calls.push_back({*seq.calls[i].name, seq.calls[i].arguments});
-  }
-  return calls;
-}
-
-// The calls of a sequence a stream has begun, up to the first whose name is not yet known.
-void add_named_calls(const JsonCallSequence& seq, std::vector<ToolCall>& calls) {
-  for (const JsonCallScan& call : seq.calls) {
-    if (!call.name || call.malformed) return;
-    calls.push_back({*call.name, call.arguments});
-  }
 }
 
 // llama3_json's calls start here: after blanks and an optional <|python_tag|>.
@@ -80,6 +62,7 @@ std::optional<ToolCallParser> tool_call_parser_from_name(std::string_view name) 
   if (name == "hermes") return ToolCallParser::kHermes;
   if (name == "llama3_json") return ToolCallParser::kLlama3Json;
   if (name == "pythonic") return ToolCallParser::kPythonic;
+  if (name == "mistral") return ToolCallParser::kMistral;
   return std::nullopt;
 }
 
@@ -91,6 +74,8 @@ ParsedToolCalls parse_tool_calls(ToolCallParser parser, std::string_view text) {
       return parse_llama3_json_tool_calls(text);
     case ToolCallParser::kPythonic:
       return parse_pythonic_tool_calls(text);
+    case ToolCallParser::kMistral:
+      return parse_mistral_tool_calls(text);
     case ToolCallParser::kNone:
       break;
   }
@@ -105,6 +90,8 @@ size_t tool_call_content_prefix(ToolCallParser parser, std::string_view text) {
       return leading_calls_content_prefix(text, '{', kPythonTag);
     case ToolCallParser::kPythonic:
       return leading_calls_content_prefix(text, '[', kPythonStart);
+    case ToolCallParser::kMistral:
+      return mistral_content_prefix(text);
     case ToolCallParser::kNone:
       break;
   }
@@ -136,7 +123,7 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
 
 ParsedToolCalls parse_llama3_json_tool_calls(std::string_view text) {
   const JsonCallSequence seq = scan_llama3_json_calls(text);
-  std::vector<ToolCall> calls = finished_calls(text, seq);
+  std::vector<ToolCall> calls = finished_json_calls(text, seq);
   if (calls.empty()) return {std::string(text), {}};
   return {"", std::move(calls)};
 }
@@ -145,7 +132,7 @@ std::vector<ToolCall> parse_tool_call_list(std::string_view text) {
   const JsonCallSequence seq = scan_tool_call_list(text);
   if (seq.end == std::string_view::npos || skip_reply_spaces(text, seq.end) != text.size())
     return {};
-  std::vector<ToolCall> calls = finished_calls(text, seq);
+  std::vector<ToolCall> calls = finished_json_calls(text, seq);
   for (const JsonCallScan& call : seq.calls)
     if (!call.has_arguments) return {};
   return calls;
@@ -153,10 +140,12 @@ std::vector<ToolCall> parse_tool_call_list(std::string_view text) {
 
 std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_view text) {
   std::vector<ToolCall> calls;
-  if (parser == ToolCallParser::kPythonic) {
+  if (parser == ToolCallParser::kMistral) {
+    calls = streamed_mistral_tool_calls(text);
+  } else if (parser == ToolCallParser::kPythonic) {
     calls = streamed_pythonic_tool_calls(text);
   } else if (parser == ToolCallParser::kLlama3Json) {
-    add_named_calls(scan_llama3_json_calls(text), calls);
+    add_named_json_calls(scan_llama3_json_calls(text), calls);
   } else if (parser == ToolCallParser::kHermes) {
     for (size_t open = text.find(kToolCallOpen); open != std::string_view::npos;) {
       const size_t body = open + kToolCallOpen.size();
@@ -178,7 +167,7 @@ std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_vie
 
 std::vector<ToolCall> streamed_tool_call_list(std::string_view text) {
   std::vector<ToolCall> calls;
-  add_named_calls(scan_tool_call_list(text), calls);
+  add_named_json_calls(scan_tool_call_list(text), calls);
   return calls;
 }
 
@@ -186,6 +175,10 @@ size_t hermes_content_prefix(std::string_view text) {
   const size_t open = text.find(kToolCallOpen);
   if (open != std::string_view::npos) return open;
   return text.size() - partial_marker_tail(text, kToolCallOpen);
+}
+
+std::string new_tool_call_id(ToolCallParser parser) {
+  return parser == ToolCallParser::kMistral ? random_alnum_id(9) : random_id("chatcmpl-tool-");
 }
 
 }  // namespace serval::server

@@ -8,6 +8,10 @@
 //   pythonic     Llama 3.2 / 4 and others: the reply is a Python list of calls with keyword
 //                arguments of literal values, [f(a=1, b="x"), g()], optionally between
 //                <|python_start|> and <|python_end|>; no content beside them.
+//   mistral      Mistral: after any content, [TOOL_CALLS] then a JSON list of
+//                {"name": ..., "arguments": {...}} or, from the v11 tokenizers on, each call as
+//                name[ARGS]{...} after its own [TOOL_CALLS]; call ids of 9 letters and digits,
+//                which Mistral's chat templates require of earlier calls.
 // Text that does not parse as the format's calls is content, as it came. A call's arguments are
 // the model's JSON text of them (hermes, llama3_json; see json_tool_calls.h), or, for pythonic,
 // the JSON of its keyword arguments.
@@ -19,16 +23,17 @@
 
 namespace serval::server {
 
-enum class ToolCallParser { kNone, kHermes, kLlama3Json, kPythonic };
+enum class ToolCallParser { kNone, kHermes, kLlama3Json, kPythonic, kMistral };
 
 // `--tool-call-parser` value → parser; nullopt for an unknown name.
 std::optional<ToolCallParser> tool_call_parser_from_name(std::string_view name);
-inline constexpr std::string_view kToolCallParserChoices = "hermes, llama3_json, pythonic";
+inline constexpr std::string_view kToolCallParserChoices = "hermes, llama3_json, pythonic, mistral";
 
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 inline constexpr std::string_view kPythonTag = "<|python_tag|>";  // llama3_json's optional start
 inline constexpr std::string_view kPythonStart = "<|python_start|>";  // pythonic's optional start
 inline constexpr std::string_view kPythonEnd = "<|python_end|>";
+inline constexpr std::string_view kMistralToolCalls = "[TOOL_CALLS]";  // a special token
 inline constexpr std::string_view kReplySpaces = " \t\n\r";  // blanks around and between calls
 
 // The first position at or after `at` that is not one of kReplySpaces (text.size() if none).
@@ -66,6 +71,12 @@ ParsedToolCalls parse_hermes_tool_calls(std::string_view text);
 ParsedToolCalls parse_llama3_json_tool_calls(std::string_view text);
 ParsedToolCalls parse_pythonic_tool_calls(std::string_view text);  // pythonic_tool_calls.cpp
 std::vector<ToolCall> streamed_pythonic_tool_calls(std::string_view text);  // the same file
+ParsedToolCalls parse_mistral_tool_calls(std::string_view text);  // mistral_tool_calls.cpp
+std::vector<ToolCall> streamed_mistral_tool_calls(std::string_view text);
+size_t mistral_content_prefix(std::string_view text);
+
+// A new call's id as the parser's models expect it: "chatcmpl-tool-…", mistral's 9 characters.
+std::string new_tool_call_id(ToolCallParser parser);
 
 // hermes: up to the first <tool_call>, and short of a tail that could begin one.
 size_t hermes_content_prefix(std::string_view text);

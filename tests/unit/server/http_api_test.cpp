@@ -508,11 +508,12 @@ TEST_F(ServerTest, CorsPreflightAndAllowHeaders) {
   EXPECT_EQ(http(port_, "OPTIONS", "/v1/models", "", "Origin: https://a\r\n").status, 405);
 }
 
-// --tool-call-parser llama3_json and pythonic: a reply that is calls becomes tool_calls (content
-// null, finish_reason "tool_calls"), streamed without content (llama3_json's calls as they come,
-// pythonic's each when it is complete); any other reply is content, streamed as it comes. The fake
-// engine echoes the prompt; a system message renders bare, so it is the whole output.
-TEST_F(ServerTest, Llama3JsonAndPythonicToolCallsInChatOutputs) {
+// --tool-call-parser llama3_json, pythonic and mistral: a reply that is calls becomes tool_calls
+// (content null, finish_reason "tool_calls"), streamed without content (llama3_json's and mistral's
+// as they come, pythonic's each when it is complete); any other reply is content, streamed as it
+// comes. The fake engine echoes the prompt; a system message renders bare, so it is the whole
+// output.
+TEST_F(ServerTest, Llama3JsonPythonicAndMistralToolCallsInChatOutputs) {
   const json tools =
       json::array({{{"type", "function"},
                     {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}}});
@@ -528,7 +529,9 @@ TEST_F(ServerTest, Llama3JsonAndPythonicToolCallsInChatOutputs) {
       {ToolCallParser::kLlama3Json,
        "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": "
        "2}}; {\"name\": \"f\", \"parameters\": {}}"},
-      {ToolCallParser::kPythonic, "[get_weather(city='Paris', days=2), f()]"}};
+      {ToolCallParser::kPythonic, "[get_weather(city='Paris', days=2), f()]"},
+      {ToolCallParser::kMistral,
+       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 2}[TOOL_CALLS]f[ARGS]{}"}};
   for (const auto& [parser, output] : cases) {
     SCOPED_TRACE(output);
     server_->shutdown(1.0);
@@ -554,8 +557,12 @@ TEST_F(ServerTest, Llama3JsonAndPythonicToolCallsInChatOutputs) {
     ASSERT_EQ(st.tool_calls.size(), 2u);
     EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], arguments);
     EXPECT_EQ(st.finish_reason, "tool_calls");
-    if (parser == ToolCallParser::kLlama3Json) {
-      EXPECT_GT(st.tool_call_entries, 5);
+    if (parser != ToolCallParser::kPythonic) {
+      EXPECT_GT(st.tool_call_entries, 5);  // the arguments in pieces
+    }
+    if (parser == ToolCallParser::kMistral) {  // Mistral's templates want 9-character ids
+      EXPECT_EQ(calls[0]["id"].get<std::string>().size(), 9u);
+      EXPECT_EQ(st.tool_calls[0]["id"].get<std::string>().size(), 9u);
     }
 
     const std::string plain = "It is sunny in Paris.";

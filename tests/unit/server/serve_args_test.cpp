@@ -74,7 +74,8 @@ TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
   const std::pair<const char*, ToolCallParser> known[] = {
       {"hermes", ToolCallParser::kHermes},
       {"llama3_json", ToolCallParser::kLlama3Json},
-      {"pythonic", ToolCallParser::kPythonic}};
+      {"pythonic", ToolCallParser::kPythonic},
+      {"mistral", ToolCallParser::kMistral}};
   for (const auto& [name, parser] : known) {
     EXPECT_EQ(
         parse_serve_args({"/m", "--enable-auto-tool-choice", "--tool-call-parser", name}, nullptr)
@@ -87,10 +88,10 @@ TEST(ServeArgs, AutoToolChoiceNeedsAKnownParser) {
   }
   EXPECT_THROW(parse_serve_args({"/m", "--enable-auto-tool-choice"}, nullptr), InvalidArgument);
   try {
-    parse_serve_args({"/m", "--enable-auto-tool-choice", "--tool-call-parser", "mistral"}, nullptr);
+    parse_serve_args({"/m", "--enable-auto-tool-choice", "--tool-call-parser", "granite"}, nullptr);
     ADD_FAILURE() << "accepted an unknown parser";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("choices: hermes, llama3_json, pythonic"),
+    EXPECT_NE(std::string(e.what()).find("choices: hermes, llama3_json, pythonic, mistral"),
               std::string::npos)
         << e.what();
   }

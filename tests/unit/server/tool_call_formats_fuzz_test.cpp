@@ -247,10 +247,32 @@ void expect_streamed_calls_contract(ToolCallParser parser, const std::string& te
   EXPECT_EQ(sent.size(), finished.size());
 }
 
+// The calls as a mistral reply: some content, [TOOL_CALLS], then a JSON list of the calls or each
+// one as name[ARGS]{...} after its own [TOOL_CALLS].
+std::string mistral_text(const std::vector<Call>& calls, std::mt19937& rng) {
+  std::string text = rng() % 2 ? "Let me check." : "";
+  const bool list = rng() % 2 == 0;
+  if (list) {
+    text += "[TOOL_CALLS]";
+    text += space(rng);
+    OrderedJson all = OrderedJson::array();
+    for (const Call& c : calls) all.push_back({{"name", c.name}, {"arguments", c.args}});
+    return text + all.dump(rng() % 2 ? -1 : 2);
+  }
+  for (const Call& c : calls) {
+    text += "[TOOL_CALLS]";
+    text += c.name;
+    text += "[ARGS]";
+    text += c.args.dump(rng() % 2 ? -1 : 2);
+  }
+  return text;
+}
+
 // The calls as a reply in `parser`'s format.
 std::string reply_text(ToolCallParser parser, const std::vector<Call>& calls, std::mt19937& rng) {
   if (parser == ToolCallParser::kPythonic) return pythonic_text(calls, rng);
   if (parser == ToolCallParser::kHermes) return hermes_text(calls, rng);
+  if (parser == ToolCallParser::kMistral) return mistral_text(calls, rng);
   return llama3_json_text(calls, rng);
 }
 
@@ -263,7 +285,7 @@ void expect_round_trips(ToolCallParser parser, uint32_t seed, int iterations) {
     const std::string text = reply_text(parser, calls, rng);
     SCOPED_TRACE(::testing::Message() << "iteration " << it << ": " << text);
     ParsedToolCalls parsed = parse_tool_calls(parser, text);
-    if (parser == ToolCallParser::kHermes) {
+    if (parser == ToolCallParser::kHermes || parser == ToolCallParser::kMistral) {
       EXPECT_TRUE(text.starts_with(parsed.content));
       parsed.content.clear();
     }
@@ -282,6 +304,10 @@ TEST(Llama3JsonToolCallsFuzz, RandomCallsRoundTrip) {
 
 TEST(HermesToolCallsFuzz, RandomCallsRoundTripAndStream) {
   expect_round_trips(ToolCallParser::kHermes, 20261210, 2000);
+}
+
+TEST(MistralToolCallsFuzz, RandomCallsRoundTripAndStream) {
+  expect_round_trips(ToolCallParser::kMistral, 20261211, 2000);
 }
 
 const std::vector<std::string> kPieces = {"[",
@@ -320,6 +346,9 @@ const std::vector<std::string> kPieces = {"[",
                                           "<|python_end|>",
                                           "<tool_call>",
                                           "</tool_call>",
+                                          "[TOOL_CALLS]",
+                                          "[ARGS]",
+                                          "[TOOL_",
                                           "{\"name\": \"g\", \"arguments\": {\"b\": [",
                                           "<|python",
                                           "é",
@@ -363,8 +392,8 @@ TEST(ToolCallFormatsFuzz, ParseAndStreamPrefixKeepTheirContracts) {
   std::mt19937 rng(serval::testing::fuzz_seed(20261209));
   const int iterations = serval::testing::fuzz_iterations(20000);
   int with_calls = 0;
-  for (const ToolCallParser parser :
-       {ToolCallParser::kLlama3Json, ToolCallParser::kPythonic, ToolCallParser::kHermes}) {
+  for (const ToolCallParser parser : {ToolCallParser::kLlama3Json, ToolCallParser::kPythonic,
+                                      ToolCallParser::kHermes, ToolCallParser::kMistral}) {
     for (int it = 0; it < iterations; ++it) {
       const std::string text = random_text(parser, rng);
       SCOPED_TRACE(::testing::Message() << "iteration " << it << ", text '" << text << "'");
@@ -373,7 +402,7 @@ TEST(ToolCallFormatsFuzz, ParseAndStreamPrefixKeepTheirContracts) {
       std::string final_content = text;
       if (!parsed.calls.empty()) {
         ++with_calls;
-        if (parser == ToolCallParser::kHermes) {
+        if (parser == ToolCallParser::kHermes || parser == ToolCallParser::kMistral) {
           EXPECT_TRUE(text.starts_with(parsed.content));
         } else {
           EXPECT_EQ(parsed.content, "");

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+
 namespace serval::server {
 namespace {
 
@@ -147,6 +150,52 @@ TEST(PythonicToolCalls, StreamHoldsBackWhatMayBeACall) {
   EXPECT_EQ(prefix("Hello ["), 7u);
   EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kHermes, "hi <tool"), 3u);
   EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kNone, "[f(x=1)]"), 8u);
+}
+
+// mistral: content, then [TOOL_CALLS] and a JSON list of calls, or each call as name[ARGS]{...};
+// ids of 9 letters and digits.
+TEST(MistralToolCalls, BothFormsAndTheirStreams) {
+  const ParsedToolCalls list = parse_tool_calls(
+      ToolCallParser::kMistral,
+      "Checking.[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+      "{\"name\": \"now\", \"arguments\": {}}]");
+  EXPECT_EQ(list.content, "Checking.");
+  ASSERT_EQ(list.calls.size(), 2u);
+  EXPECT_EQ(list.calls[0].name, "get_weather");
+  EXPECT_EQ(list.calls[0].arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(list.calls[1].arguments, "{}");
+
+  const ParsedToolCalls named =
+      parse_tool_calls(ToolCallParser::kMistral,
+                       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]now[ARGS]{}");
+  EXPECT_EQ(named.content, "");
+  ASSERT_EQ(named.calls.size(), 2u);
+  EXPECT_EQ(named.calls[0].name, "get_weather");
+  EXPECT_EQ(named.calls[0].arguments, R"({"city": "Oslo"})");
+  EXPECT_EQ(named.calls[1].name, "now");
+
+  for (const char* bad :
+       {"[TOOL_CALLS]f[ARGS]{\"a\": ", "[TOOL_CALLS]f[ARGS]{\"a\" 1}", "[TOOL_CALLS]f g[ARGS]{}",
+        "[TOOL_CALLS][{\"name\": 1}]", "[TOOL_CALLS]f[ARGS]{} and more", "no calls"}) {
+    const ParsedToolCalls p = parse_tool_calls(ToolCallParser::kMistral, bad);
+    EXPECT_TRUE(p.calls.empty()) << bad;
+    EXPECT_EQ(p.content, bad);
+  }
+
+  const std::vector<ToolCall> streamed = streamed_tool_calls(
+      ToolCallParser::kMistral, "[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]g[ARGS]{\"x\": [1");
+  ASSERT_EQ(streamed.size(), 2u);
+  EXPECT_EQ(streamed[1].name, "g");
+  EXPECT_EQ(streamed[1].arguments, R"({"x": [1)");
+  EXPECT_TRUE(streamed_tool_calls(ToolCallParser::kMistral, "[TOOL_CALLS]get_wea").empty());
+  EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kMistral, "Hi [TOOL_"), 3u);
+
+  const std::string id = new_tool_call_id(ToolCallParser::kMistral);
+  EXPECT_EQ(id.size(), 9u);
+  EXPECT_TRUE(
+      std::ranges::all_of(id, [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }));
+  EXPECT_NE(id, new_tool_call_id(ToolCallParser::kMistral));
+  EXPECT_TRUE(new_tool_call_id(ToolCallParser::kHermes).starts_with("chatcmpl-tool-"));
 }
 
 // A stream's calls as far as its text shows them: a call appears once its name is complete, its
