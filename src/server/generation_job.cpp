@@ -325,7 +325,7 @@ std::optional<int64_t> GenerationJob::cached_if_reported(int64_t cached) const {
 
 // The server's parser's calls, only the first with parallel_tool_calls false.
 ParsedToolCalls GenerationJob::parse_auto_tool_calls(std::string_view content) const {
-  ParsedToolCalls parsed = parse_tool_calls(ctx_.tool_call_parser, content);
+  ParsedToolCalls parsed = parse_tool_calls(ctx_.tool_call_parser, content, req_.tool_types);
   if (req_.single_tool_call && parsed.calls.size() > 1) parsed.calls.resize(1);
   return parsed;
 }
@@ -344,7 +344,7 @@ void GenerationJob::add_tool_stream_delta(Json& delta, Sequence& s,
     upto = calls.empty() ? content.size() : parsed.content.size();
     if (!calls.empty()) s.finish_reason = "tool_calls";
   } else {
-    calls = streamed_tool_calls(ctx_.tool_call_parser, content);
+    calls = streamed_tool_calls(ctx_.tool_call_parser, content, req_.tool_types);
     if (req_.single_tool_call && calls.size() > 1) calls.resize(1);
   }
   if (upto > s.content_sent) {

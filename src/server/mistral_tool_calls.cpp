@@ -15,15 +15,6 @@ namespace {
 constexpr std::string_view kArgs = "[ARGS]";
 constexpr std::string_view kArgumentKeys[] = {"arguments"};
 
-// A name before [ARGS]: a function name's characters only.
-bool call_name(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
-      return false;
-  return true;
-}
-
 // The calls after the first [TOOL_CALLS] (`calls`: the text after it) as far as they go;
 // `finished`: whether they are all complete and valid and nothing else follows.
 struct MistralCalls {
@@ -52,7 +43,8 @@ MistralCalls read_named_form(std::string_view calls, bool whole) {
   size_t at = 0;
   while (true) {
     const size_t args = calls.find(kArgs, at);
-    if (args == std::string_view::npos || !call_name(calls.substr(at, args - at))) return out;
+    if (args == std::string_view::npos || !is_function_name(calls.substr(at, args - at)))
+      return out;
     const std::string name(calls.substr(at, args - at));
     const size_t begin = skip_reply_spaces(calls, args + kArgs.size());
     if (begin == calls.size()) {

@@ -392,6 +392,26 @@ void force_tool_calls(const Json& tools, const std::string& forced, GenerationRe
   req.tool_call_list = true;
 }
 
+// Each function tool's parameter types from its JSON Schema (what is not a string type is left
+// out: the parser then keeps the value as text).
+ToolParameterTypes tool_parameter_types(const Json& tools) {
+  ToolParameterTypes types;
+  for (const Json& tool : tools) {
+    const Json* fn = tool.is_object() ? field(tool, "function") : nullptr;
+    const Json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    const Json* params = fn && fn->is_object() ? field(*fn, "parameters") : nullptr;
+    const Json* props = params && params->is_object() ? field(*params, "properties") : nullptr;
+    if (!name || !name->is_string() || !props || !props->is_object()) continue;
+    auto& out = types[name->get<std::string>()];
+    for (const auto& [key, schema] : props->items()) {
+      const Json* type = schema.is_object() ? field(schema, "type") : nullptr;
+      if (type && type->is_array() && !type->empty()) type = &(*type)[0];
+      if (type && type->is_string()) out[key] = type->get<std::string>();
+    }
+  }
+  return types;
+}
+
 // tool_choice: "none", "auto" (the server's parser reads calls out of free text), a named function
 // or "required" (force_tool_calls).
 void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
@@ -430,6 +450,7 @@ void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequ
                       "\"auto\" tool choice requires --enable-auto-tool-choice and "
                       "--tool-call-parser to be set");
   req.parse_tool_calls = true;
+  req.tool_types = tool_parameter_types(*tools);
   // Mistral's [TOOL_CALLS] is a special token: the parser must see it (as vLLM does).
   if (ctx.tool_call_parser == ToolCallParser::kMistral) req.skip_special_tokens = false;
 }

@@ -380,7 +380,8 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                "Parse tool calls out of chat outputs when a request has tools");
   app.add_option("--tool-call-parser", tool_call_parser,
                  "The tool call format of --enable-auto-tool-choice: hermes (Hermes, Qwen), "
-                 "llama3_json (Llama 3.1-3.3), pythonic (Llama 3.2 and 4) or mistral");
+                 "llama3_json (Llama 3.1-3.3), pythonic (Llama 3.2 and 4), mistral or "
+                 "qwen3_coder (Qwen3-Coder)");
   app.add_flag("--enable-prompt-tokens-details", s.prompt_tokens_details,
                "Report usage.prompt_tokens_details.cached_tokens (prefix-cache hits)");
   app.add_option("--response-role", s.response_role,

@@ -63,10 +63,12 @@ std::optional<ToolCallParser> tool_call_parser_from_name(std::string_view name) 
   if (name == "llama3_json") return ToolCallParser::kLlama3Json;
   if (name == "pythonic") return ToolCallParser::kPythonic;
   if (name == "mistral") return ToolCallParser::kMistral;
+  if (name == "qwen3_coder") return ToolCallParser::kQwen3Coder;
   return std::nullopt;
 }
 
-ParsedToolCalls parse_tool_calls(ToolCallParser parser, std::string_view text) {
+ParsedToolCalls parse_tool_calls(ToolCallParser parser, std::string_view text,
+                                 const ToolParameterTypes& types) {
   switch (parser) {
     case ToolCallParser::kHermes:
       return parse_hermes_tool_calls(text);
@@ -76,6 +78,8 @@ ParsedToolCalls parse_tool_calls(ToolCallParser parser, std::string_view text) {
       return parse_pythonic_tool_calls(text);
     case ToolCallParser::kMistral:
       return parse_mistral_tool_calls(text);
+    case ToolCallParser::kQwen3Coder:
+      return parse_qwen3_coder_tool_calls(text, types);
     case ToolCallParser::kNone:
       break;
   }
@@ -92,6 +96,8 @@ size_t tool_call_content_prefix(ToolCallParser parser, std::string_view text) {
       return leading_calls_content_prefix(text, '[', kPythonStart);
     case ToolCallParser::kMistral:
       return mistral_content_prefix(text);
+    case ToolCallParser::kQwen3Coder:
+      return qwen3_coder_content_prefix(text);
     case ToolCallParser::kNone:
       break;
   }
@@ -138,9 +144,12 @@ std::vector<ToolCall> parse_tool_call_list(std::string_view text) {
   return calls;
 }
 
-std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_view text) {
+std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_view text,
+                                          const ToolParameterTypes& types) {
   std::vector<ToolCall> calls;
-  if (parser == ToolCallParser::kMistral) {
+  if (parser == ToolCallParser::kQwen3Coder) {
+    calls = streamed_qwen3_coder_tool_calls(text, types);
+  } else if (parser == ToolCallParser::kMistral) {
     calls = streamed_mistral_tool_calls(text);
   } else if (parser == ToolCallParser::kPythonic) {
     calls = streamed_pythonic_tool_calls(text);

@@ -508,15 +508,18 @@ TEST_F(ServerTest, CorsPreflightAndAllowHeaders) {
   EXPECT_EQ(http(port_, "OPTIONS", "/v1/models", "", "Origin: https://a\r\n").status, 405);
 }
 
-// --tool-call-parser llama3_json, pythonic and mistral: a reply that is calls becomes tool_calls
-// (content null, finish_reason "tool_calls"), streamed without content (llama3_json's and mistral's
-// as they come, pythonic's each when it is complete); any other reply is content, streamed as it
-// comes. The fake engine echoes the prompt; a system message renders bare, so it is the whole
-// output.
-TEST_F(ServerTest, Llama3JsonPythonicAndMistralToolCallsInChatOutputs) {
+// --tool-call-parser llama3_json, pythonic, mistral and qwen3_coder: a reply that is calls
+// becomes tool_calls (content null, finish_reason "tool_calls"), streamed without content
+// (pythonic's each call when it is complete, the others' arguments as they come); any other reply
+// is content, streamed as it comes. The fake engine echoes the prompt; a system message renders
+// bare, so it is the whole output.
+TEST_F(ServerTest, Llama3JsonPythonicMistralAndQwen3CoderToolCallsInChatOutputs) {
+  const json parameters = {
+      {"type", "object"},
+      {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}}};
   const json tools =
       json::array({{{"type", "function"},
-                    {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}}});
+                    {"function", {{"name", "get_weather"}, {"parameters", parameters}}}}});
   const auto chat = [&](const std::string& output, bool stream) {
     const json body = {{"messages", {{{"role", "system"}, {"content", output}}}},
                        {"add_generation_prompt", false},
@@ -531,7 +534,11 @@ TEST_F(ServerTest, Llama3JsonPythonicAndMistralToolCallsInChatOutputs) {
        "2}}; {\"name\": \"f\", \"parameters\": {}}"},
       {ToolCallParser::kPythonic, "[get_weather(city='Paris', days=2), f()]"},
       {ToolCallParser::kMistral,
-       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 2}[TOOL_CALLS]f[ARGS]{}"}};
+       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 2}[TOOL_CALLS]f[ARGS]{}"},
+      {ToolCallParser::kQwen3Coder,
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter="
+       "days>\n2\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=f>\n</function>\n"
+       "</tool_call>"}};
   for (const auto& [parser, output] : cases) {
     SCOPED_TRACE(output);
     server_->shutdown(1.0);
@@ -557,8 +564,8 @@ TEST_F(ServerTest, Llama3JsonPythonicAndMistralToolCallsInChatOutputs) {
     ASSERT_EQ(st.tool_calls.size(), 2u);
     EXPECT_EQ(st.tool_calls[0]["function"]["arguments"], arguments);
     EXPECT_EQ(st.finish_reason, "tool_calls");
-    if (parser != ToolCallParser::kPythonic) {
-      EXPECT_GT(st.tool_call_entries, 5);  // the arguments in pieces
+    if (parser != ToolCallParser::kPythonic) {  // the arguments in pieces (qwen3_coder: "{",
+      EXPECT_GT(st.tool_call_entries, 3);       // then one per parameter, then "}")
     }
     if (parser == ToolCallParser::kMistral) {  // Mistral's templates want 9-character ids
       EXPECT_EQ(calls[0]["id"].get<std::string>().size(), 9u);

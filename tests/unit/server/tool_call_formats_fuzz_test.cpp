@@ -221,11 +221,12 @@ std::string hermes_text(const std::vector<Call>& calls, std::mt19937& rng) {
 // name and its arguments only grow (as the server's `sent` state would see them); when the
 // finished text is calls, they extend what was sent.
 void expect_streamed_calls_contract(ToolCallParser parser, const std::string& text,
-                                    const std::vector<ToolCall>& finished) {
+                                    const std::vector<ToolCall>& finished,
+                                    const ToolParameterTypes& types = {}) {
   std::vector<ToolCall> sent;
   for (size_t len = 0; len <= text.size(); ++len) {
     const std::vector<ToolCall> now =
-        streamed_tool_calls(parser, std::string_view(text).substr(0, len));
+        streamed_tool_calls(parser, std::string_view(text).substr(0, len), types);
     for (size_t i = 0; i < now.size(); ++i) {
       if (i == sent.size()) {
         sent.push_back(now[i]);
@@ -268,8 +269,38 @@ std::string mistral_text(const std::vector<Call>& calls, std::mt19937& rng) {
   return text;
 }
 
-// The calls as a reply in `parser`'s format.
-std::string reply_text(ToolCallParser parser, const std::vector<Call>& calls, std::mt19937& rng) {
+// The calls as a qwen3_coder reply, with the tools' parameter types that read the values back: a
+// string as text, every other value as its JSON (typed integer, number, boolean, or object).
+// Each call gets a name of its own, so that its types are its own.
+std::string qwen3_coder_text(std::vector<Call>& calls, ToolParameterTypes& types,
+                             std::mt19937& rng) {
+  std::string text = rng() % 2 ? "Let me check.\n" : "";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Call& c = calls[i];
+    c.name += "_" + std::to_string(i);
+    text += rng() % 2 ? "<tool_call>\n" : "";
+    text += "<function=" + c.name + ">\n";
+    for (auto a = c.args.begin(); a != c.args.end(); ++a) {
+      const OrderedJson& v = *a;
+      types[c.name][a.key()] = v.is_string()           ? "string"
+                               : v.is_number_integer() ? "integer"
+                               : v.is_number_float()   ? "number"
+                               : v.is_boolean()        ? "boolean"
+                                                       : "object";
+      text += "<parameter=" + a.key() + ">\n";
+      text += v.is_string() ? v.get<std::string>() : v.dump();
+      text += "\n</parameter>\n";
+    }
+    text += "</function>";
+    text += rng() % 2 ? "\n</tool_call>\n" : "\n";
+  }
+  return text;
+}
+
+// The calls as a reply in `parser`'s format (qwen3_coder: renamed, with `types` to read them).
+std::string reply_text(ToolCallParser parser, std::vector<Call>& calls, std::mt19937& rng,
+                       ToolParameterTypes& types) {
+  if (parser == ToolCallParser::kQwen3Coder) return qwen3_coder_text(calls, types, rng);
   if (parser == ToolCallParser::kPythonic) return pythonic_text(calls, rng);
   if (parser == ToolCallParser::kHermes) return hermes_text(calls, rng);
   if (parser == ToolCallParser::kMistral) return mistral_text(calls, rng);
@@ -281,16 +312,17 @@ std::string reply_text(ToolCallParser parser, const std::vector<Call>& calls, st
 void expect_round_trips(ToolCallParser parser, uint32_t seed, int iterations) {
   std::mt19937 rng(serval::testing::fuzz_seed(seed));
   for (int it = 0; it < serval::testing::fuzz_iterations(iterations); ++it) {
-    const std::vector<Call> calls = random_calls(rng);
-    const std::string text = reply_text(parser, calls, rng);
+    std::vector<Call> calls = random_calls(rng);
+    ToolParameterTypes types;
+    const std::string text = reply_text(parser, calls, rng, types);
     SCOPED_TRACE(::testing::Message() << "iteration " << it << ": " << text);
-    ParsedToolCalls parsed = parse_tool_calls(parser, text);
-    if (parser == ToolCallParser::kHermes || parser == ToolCallParser::kMistral) {
+    ParsedToolCalls parsed = parse_tool_calls(parser, text, types);
+    if (parser != ToolCallParser::kPythonic && parser != ToolCallParser::kLlama3Json) {
       EXPECT_TRUE(text.starts_with(parsed.content));
       parsed.content.clear();
     }
     expect_calls(parsed, calls, text);
-    expect_streamed_calls_contract(parser, text, parsed.calls);
+    expect_streamed_calls_contract(parser, text, parsed.calls, types);
   }
 }
 
@@ -308,6 +340,10 @@ TEST(HermesToolCallsFuzz, RandomCallsRoundTripAndStream) {
 
 TEST(MistralToolCallsFuzz, RandomCallsRoundTripAndStream) {
   expect_round_trips(ToolCallParser::kMistral, 20261211, 2000);
+}
+
+TEST(Qwen3CoderToolCallsFuzz, RandomCallsRoundTripAndStream) {
+  expect_round_trips(ToolCallParser::kQwen3Coder, 20261212, 2000);
 }
 
 const std::vector<std::string> kPieces = {"[",
@@ -347,6 +383,11 @@ const std::vector<std::string> kPieces = {"[",
                                           "<tool_call>",
                                           "</tool_call>",
                                           "[TOOL_CALLS]",
+                                          "<function=f>",
+                                          "<function=",
+                                          "<parameter=x>",
+                                          "</parameter>",
+                                          "</function>",
                                           "[ARGS]",
                                           "[TOOL_",
                                           "{\"name\": \"g\", \"arguments\": {\"b\": [",
@@ -363,8 +404,9 @@ const std::vector<std::string> kPieces = {"[",
 std::string random_text(ToolCallParser parser, std::mt19937& rng) {
   std::string text;
   if (rng() % 2 == 0) {
-    const std::vector<Call> calls = random_calls(rng);
-    text = reply_text(parser, calls, rng);
+    std::vector<Call> calls = random_calls(rng);
+    ToolParameterTypes types;
+    text = reply_text(parser, calls, rng, types);
     switch (rng() % 4) {
       case 0:
         text.resize(rng() % (text.size() + 1));
@@ -390,10 +432,11 @@ std::string random_text(ToolCallParser parser, std::mt19937& rng) {
 
 TEST(ToolCallFormatsFuzz, ParseAndStreamPrefixKeepTheirContracts) {
   std::mt19937 rng(serval::testing::fuzz_seed(20261209));
-  const int iterations = serval::testing::fuzz_iterations(20000);
+  const int iterations = serval::testing::fuzz_iterations(10000);  // per format
   int with_calls = 0;
-  for (const ToolCallParser parser : {ToolCallParser::kLlama3Json, ToolCallParser::kPythonic,
-                                      ToolCallParser::kHermes, ToolCallParser::kMistral}) {
+  for (const ToolCallParser parser :
+       {ToolCallParser::kLlama3Json, ToolCallParser::kPythonic, ToolCallParser::kHermes,
+        ToolCallParser::kMistral, ToolCallParser::kQwen3Coder}) {
     for (int it = 0; it < iterations; ++it) {
       const std::string text = random_text(parser, rng);
       SCOPED_TRACE(::testing::Message() << "iteration " << it << ", text '" << text << "'");
@@ -402,7 +445,7 @@ TEST(ToolCallFormatsFuzz, ParseAndStreamPrefixKeepTheirContracts) {
       std::string final_content = text;
       if (!parsed.calls.empty()) {
         ++with_calls;
-        if (parser == ToolCallParser::kHermes || parser == ToolCallParser::kMistral) {
+        if (parser != ToolCallParser::kPythonic && parser != ToolCallParser::kLlama3Json) {
           EXPECT_TRUE(text.starts_with(parsed.content));
         } else {
           EXPECT_EQ(parsed.content, "");

@@ -198,6 +198,53 @@ TEST(MistralToolCalls, BothFormsAndTheirStreams) {
   EXPECT_TRUE(new_tool_call_id(ToolCallParser::kHermes).starts_with("chatcmpl-tool-"));
 }
 
+// qwen3_coder: XML calls after the content, values typed by the tools' schemas; a stream sends
+// "{", each parameter once complete, then "}".
+TEST(Qwen3CoderToolCalls, TypedValuesAndTheirStream) {
+  const ToolParameterTypes types = {{"get_weather",
+                                     {{"city", "string"},
+                                      {"days", "integer"},
+                                      {"metric", "boolean"},
+                                      {"at", "number"},
+                                      {"tags", "array"},
+                                      {"opts", "object"}}}};
+  const std::string text =
+      "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose\n"
+      "</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=metric>\nfalse\n</parameter>\n"
+      "<parameter=at>\n1.5\n</parameter>\n<parameter=tags>\n['a', \"b\"]\n</parameter>\n"
+      "<parameter=opts>\n{\"x\": null}\n</parameter>\n<parameter=extra>\n42\n</parameter>\n"
+      "</function>\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>";
+  const ParsedToolCalls p = parse_tool_calls(ToolCallParser::kQwen3Coder, text, types);
+  EXPECT_EQ(p.content, "Let me look.\n");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments,
+            R"({"city": "San Jose", "days": 3, "metric": false, "at": 1.5, "tags": ["a","b"], )"
+            R"("opts": {"x":null}, "extra": "42"})");  // no schema for "extra": text
+  EXPECT_EQ(p.calls[1].arguments, "{}");
+  // Typed values that do not read as their type stay text; "null" is null.
+  EXPECT_EQ(parse_tool_calls(ToolCallParser::kQwen3Coder,
+                             "<function=get_weather><parameter=days>three</parameter>"
+                             "<parameter=city>null</parameter></function>",
+                             types)
+                .calls.at(0)
+                .arguments,
+            R"({"days": "three", "city": null})");
+
+  const auto streamed = [&](size_t len) {
+    const std::vector<ToolCall> c = streamed_tool_calls(
+        ToolCallParser::kQwen3Coder, std::string_view(text).substr(0, len), types);
+    return c.empty() ? std::string("-") : c[0].name + "|" + c[0].arguments;
+  };
+  EXPECT_EQ(streamed(text.find("get_weather")), "-");
+  EXPECT_EQ(streamed(text.find("<parameter=city>")), "get_weather|{");
+  EXPECT_EQ(streamed(text.find("<parameter=days>")), R"(get_weather|{"city": "San Jose")");
+  EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kQwen3Coder, "Hi <tool_c"), 3u);
+  EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kQwen3Coder, "Hi <functio"), 3u);
+  EXPECT_TRUE(parse_tool_calls(ToolCallParser::kQwen3Coder, "<function=bad name></function>")
+                  .calls.empty());
+}
+
 // A stream's calls as far as its text shows them: a call appears once its name is complete, its
 // arguments grow as the model writes them (a string's value only when the string is complete).
 TEST(StreamedToolCalls, NamesFirstThenArgumentsAsTheyGrow) {
