@@ -139,6 +139,7 @@ void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder
   GenerationRequest gen = kind == ApiKind::kChat        ? parse_chat_request(body, ctx_)
                           : kind == ApiKind::kResponses ? parse_responses_request(body, ctx_)
                                                         : parse_completion_request(body, ctx_);
+  if (!req.request_id.empty() && kind != ApiKind::kResponses) gen.request_id = req.request_id;
   uint64_t key;
   {
     std::lock_guard lock(mu_);

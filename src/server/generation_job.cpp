@@ -119,9 +119,10 @@ GenerationJob::GenerationJob(runtime::Engine& engine, const ModelContext& ctx,
       metrics_(metrics),
       arrival_s_(arrival_s),
       on_done_(std::move(on_done)),
-      id_(random_id(req_.kind == ApiKind::kChat        ? "chatcmpl-"
-                    : req_.kind == ApiKind::kResponses ? "resp_"
-                                                       : "cmpl-")),
+      id_(req_.kind == ApiKind::kResponses ? random_id("resp_")
+          : req_.request_id.empty()
+              ? random_id(req_.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-")
+              : (req_.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + req_.request_id),
       created_(unix_time_seconds()) {
   if (req_.kind == ApiKind::kResponses)
     responses_ = std::make_unique<ResponsesWriter>(id_, model_name_, created_, req_.responses_echo);

@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "server/random_id.h"
 
 namespace serval::server {
 namespace {
@@ -171,10 +172,14 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
     std::string target(msg.target());
     req.path = target.substr(0, target.find('?'));
     req.authorization = std::string(msg[http::field::authorization]);
+    req.request_id = std::string(msg["X-Request-Id"]);
     req.body = std::move(msg.body());
     req.arrival_s = now_seconds();
     in_response_ = true;
     if (answer_cors(msg)) return;
+    if (shared_->options.request_id_headers)
+      extra_headers_ +=
+          header_lines({{"X-Request-Id", req.request_id.empty() ? random_id("") : req.request_id}});
     try {
       shared_->handler(std::move(req), shared_from_this());
     } catch (const std::exception& e) {

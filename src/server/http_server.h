@@ -15,6 +15,7 @@ struct HttpRequest {
   std::string method;         // "GET", "POST", ...
   std::string path;           // request target without the query string
   std::string authorization;  // the Authorization header, empty if absent
+  std::string request_id;     // the X-Request-Id header, empty if absent
   std::string body;
   double arrival_s = 0;  // serval::now_seconds() when the request was fully read
 };
@@ -50,6 +51,9 @@ struct HttpServerOptions {
   int read_timeout_s = 60;  // headers + body of a request, and keep-alive idle time
   // Preflights answered here and allow headers added to every response (cors.h); none: no CORS.
   std::optional<CorsPolicy> cors;
+  // --enable-request-id-headers: every response carries X-Request-Id, the request's own or a
+  // new one.
+  bool request_id_headers = false;
 };
 
 class HttpServer {

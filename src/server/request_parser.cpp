@@ -207,6 +207,11 @@ void parse_common(const Json& body, const ModelContext& ctx, GenerationRequest& 
     }
   }
   if (auto v = get_int(body, "seed")) s.seed = static_cast<uint64_t>(*v);
+  if (const Json* id = field(body, "request_id"); id && !id->is_null()) {
+    check_range(id->is_string() && !id->get<std::string>().empty(), "request_id",
+                "request_id must be a non-empty string");
+    req.request_id = id->get<std::string>();
+  }
   if (auto v = get_int(body, "priority")) {  // vLLM: lower is served first
     check_range(*v == 0 || ctx.priority_scheduling, "priority",
                 fmt::format("priority {} needs the server's --scheduling-policy priority (it "

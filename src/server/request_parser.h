@@ -59,6 +59,9 @@ struct GenerationRequest {
   // the last message's role (the turn the model continues).
   std::string response_role = "assistant";
   Json responses_echo;  // kResponses: the request's settings the response repeats
+  // Completions and chat: the id after the response id's prefix ("chatcmpl-<request_id>"): the
+  // X-Request-Id header, else the body's request_id (vLLM), else random.
+  std::string request_id;
   // kResponses: the conversation's chat messages so far (a previous response's, then this
   // input; no instructions), and whether to keep the response (`store`) for a next turn.
   Json responses_conversation;

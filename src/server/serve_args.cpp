@@ -72,6 +72,7 @@ constexpr KnownFlag kKnown[] = {
     {"--allowed-methods", true},
     {"--allowed-headers", true},
     {"--allow-credentials", false},
+    {"--enable-request-id-headers", false},
     {"--return-tokens-as-token-ids", false},
     {"--enable-force-include-usage", false},
     {"--response-role", true},
@@ -422,6 +423,8 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--allowed-headers", allowed_headers, "CORS: allowed headers, a JSON list")
       ->capture_default_str();
   app.add_flag("--allow-credentials", s.cors.credentials, "CORS: allow credentials");
+  app.add_flag("--enable-request-id-headers", s.request_id_headers,
+               "Answer every request with an X-Request-Id header (its own, or a new id)");
   std::vector<std::string> reversed(pre.args.rbegin(), pre.args.rend());
   try {
     app.parse(reversed);

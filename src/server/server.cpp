@@ -20,6 +20,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   http.max_body_bytes = options_.max_body_bytes;
   http.read_timeout_s = options_.read_timeout_s;
   http.cors = options_.cors;
+  http.request_id_headers = options_.request_id_headers;
   http_ = std::make_unique<HttpServer>(
       http,
       [api = api_.get()](HttpRequest req, std::shared_ptr<Responder> res) {

@@ -18,6 +18,7 @@ struct ServerOptions : ApiOptions {
   CorsPolicy cors;  // --allowed-origins etc.; vLLM's default allows every origin
   size_t max_body_bytes = size_t{32} << 20;
   int read_timeout_s = 60;
+  bool request_id_headers = false;  // --enable-request-id-headers
 };
 
 class Server {

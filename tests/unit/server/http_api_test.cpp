@@ -1,6 +1,8 @@
 // The OpenAI-compatible server end to end over real sockets, against FakeEngine.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cstdio>
 #include <fstream>
 
@@ -21,7 +23,8 @@ class ServerTest : public ::testing::Test {
   void start(int delay_ms = 0, int queue_cap = 64, std::string api_key = "",
              ToolCallParser tool_call_parser = ToolCallParser::kNone, int max_model_len = 64,
              ReasoningParser reasoning_parser = ReasoningParser::kNone,
-             bool prompt_tokens_details = false) {
+             bool prompt_tokens_details = false,
+             const std::function<void(ServerOptions&)>& more = nullptr) {
     engine_ = std::make_unique<FakeEngine>(delay_ms, queue_cap, max_model_len);
     ServerOptions o;
     o.host = "127.0.0.1";
@@ -31,6 +34,7 @@ class ServerTest : public ::testing::Test {
     o.tool_call_parser = tool_call_parser;
     o.reasoning_parser = reasoning_parser;
     o.prompt_tokens_details = prompt_tokens_details;
+    if (more) more(o);
     server_ = std::make_unique<Server>(*engine_, o);
     port_ = server_->start();
   }
@@ -578,6 +582,35 @@ TEST_F(ServerTest, Llama3JsonPythonicMistralAndQwen3CoderToolCallsInChatOutputs)
     EXPECT_EQ(text.content, plain);
     EXPECT_TRUE(text.tool_calls.empty());
   }
+}
+
+// Request ids (vLLM): a response's id carries the X-Request-Id header or the body's request_id;
+// with --enable-request-id-headers every response has an X-Request-Id header, its own or new.
+TEST_F(ServerTest, RequestIdsFromTheHeaderOrTheBody) {
+  const json body = {{"prompt", "abc"}, {"max_tokens", 2}};
+  const auto plain = http(port_, "POST", "/v1/completions", body.dump());
+  EXPECT_EQ(plain.headers.find("x-request-id"), std::string::npos) << plain.headers;
+  const auto from_header =
+      http(port_, "POST", "/v1/completions", body.dump(), "X-Request-Id: trace-42\r\n");
+  EXPECT_EQ(json::parse(from_header.body)["id"], "cmpl-trace-42");
+  json with_id = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                  {"max_tokens", 2},
+                  {"request_id", "body-7"}};
+  EXPECT_EQ(json::parse(post("/v1/chat/completions", with_id).body)["id"], "chatcmpl-body-7");
+  with_id["request_id"] = 3;
+  expect_error(post("/v1/chat/completions", with_id), 400, "request_id");
+
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", ToolCallParser::kNone, 64, ReasoningParser::kNone, false,
+        [](ServerOptions& o) { o.request_id_headers = true; });
+  const auto echoed =
+      http(port_, "POST", "/v1/completions", body.dump(), "X-Request-Id: trace-42\r\n");
+  EXPECT_NE(echoed.headers.find("x-request-id: trace-42"), std::string::npos) << echoed.headers;
+  const auto fresh = http(port_, "GET", "/v1/models");
+  const size_t at = fresh.headers.find("x-request-id: ");
+  ASSERT_NE(at, std::string::npos) << fresh.headers;
+  EXPECT_EQ(fresh.headers.find("\r\n", at) - at, std::string("x-request-id: ").size() + 32);
 }
 
 // --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens from the engine's

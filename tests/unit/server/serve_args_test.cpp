@@ -208,6 +208,12 @@ TEST(ServeArgs, ApiKeyFromTheFlagOrTheEnvironment) {
             "flag-key");
 }
 
+TEST(ServeArgs, RequestIdHeadersFlag) {
+  EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.request_id_headers);
+  EXPECT_TRUE(
+      parse_serve_args({"/m", "--enable-request-id-headers"}, nullptr).server.request_id_headers);
+}
+
 TEST(ServeArgs, HfOverrides) {
   EXPECT_EQ(parse_serve_args({"/m", "--hf-overrides", R"({"a": 1})"}, nullptr).engine.hf_overrides,
             R"({"a": 1})");
