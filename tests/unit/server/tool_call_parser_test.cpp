@@ -155,24 +155,21 @@ TEST(PythonicToolCalls, StreamHoldsBackWhatMayBeACall) {
 // mistral: content, then [TOOL_CALLS] and a JSON list of calls, or each call as name[ARGS]{...};
 // ids of 9 letters and digits.
 TEST(MistralToolCalls, BothFormsAndTheirStreams) {
-  const ParsedToolCalls list = parse_tool_calls(
-      ToolCallParser::kMistral,
-      "Checking.[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
-      "{\"name\": \"now\", \"arguments\": {}}]");
-  EXPECT_EQ(list.content, "Checking.");
-  ASSERT_EQ(list.calls.size(), 2u);
-  EXPECT_EQ(list.calls[0].name, "get_weather");
-  EXPECT_EQ(list.calls[0].arguments, R"({"city": "Paris"})");
-  EXPECT_EQ(list.calls[1].arguments, "{}");
-
-  const ParsedToolCalls named =
-      parse_tool_calls(ToolCallParser::kMistral,
-                       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]now[ARGS]{}");
-  EXPECT_EQ(named.content, "");
-  ASSERT_EQ(named.calls.size(), 2u);
-  EXPECT_EQ(named.calls[0].name, "get_weather");
-  EXPECT_EQ(named.calls[0].arguments, R"({"city": "Oslo"})");
-  EXPECT_EQ(named.calls[1].name, "now");
+  const std::pair<const char*, const char*> forms[] = {
+      // (text, its content)
+      {"Checking.[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+       "{\"name\": \"now\", \"arguments\": {}}]",
+       "Checking."},
+      {"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]now[ARGS]{}", ""}};
+  for (const auto& [text, content] : forms) {
+    const ParsedToolCalls p = parse_tool_calls(ToolCallParser::kMistral, text);
+    EXPECT_EQ(p.content, content);
+    ASSERT_EQ(p.calls.size(), 2u) << text;
+    EXPECT_EQ(p.calls[0].name, "get_weather");
+    EXPECT_EQ(p.calls[0].arguments, R"({"city": "Paris"})");
+    EXPECT_EQ(p.calls[1].name, "now");
+    EXPECT_EQ(p.calls[1].arguments, "{}");
+  }
 
   for (const char* bad :
        {"[TOOL_CALLS]f[ARGS]{\"a\": ", "[TOOL_CALLS]f[ARGS]{\"a\" 1}", "[TOOL_CALLS]f g[ARGS]{}",
