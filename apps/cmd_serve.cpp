@@ -70,8 +70,13 @@ int run_serve(const std::vector<std::string>& args) {
         "min_p {}, repetition_penalty {}{}",
         d.temperature, d.top_p, d.top_k, d.min_p, d.repetition_penalty,
         info.max_new_tokens > 0 ? fmt::format("; max_tokens at most {}", info.max_new_tokens) : "");
-  log::info("serval serve listening on http://{}:{} (OpenAI API at http://{}:{}/v1)",
-            parsed.server.host, port, parsed.server.host, port);
+  if (!parsed.server.uds.empty())
+    log::info(
+        "serval serve listening on unix:{} (e.g. curl --unix-socket {} http://localhost/v1/models)",
+        parsed.server.uds, parsed.server.uds);
+  else
+    log::info("serval serve listening on http://{}:{} (OpenAI API at http://{}:{}/v1)",
+              parsed.server.host, port, parsed.server.host, port);
   int sig = server::wait_for_shutdown_signal();
   log::info("received signal {}; shutting down", sig);
   http.shutdown(2.0);

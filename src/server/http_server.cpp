@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -25,6 +26,9 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+// TCP or a Unix domain socket (--uds), one socket type for both.
+using Protocol = asio::generic::stream_protocol;
+using Socket = Protocol::socket;
 
 class Session;
 
@@ -42,10 +46,10 @@ std::string status_line(int status) {
   return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason) + "\r\n";
 }
 
-// One TCP connection. Every member runs on the connection's strand.
+// One connection. Every member runs on the connection's strand.
 class Session final : public Responder, public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, std::shared_ptr<Shared> shared)
+  Session(Socket socket, std::shared_ptr<Shared> shared)
       : stream_(std::move(socket)), shared_(std::move(shared)) {}
 
   ~Session() override {
@@ -293,12 +297,12 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
     if (closed_) return;
     closed_ = true;
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket().shutdown(Socket::shutdown_send, ignored);
     stream_.socket().close(ignored);
   }
 
   std::string extra_headers_;  // header lines of the current response (CORS), "\r\n"-ended
-  beast::tcp_stream stream_;
+  beast::basic_stream<Protocol> stream_;
   std::shared_ptr<Shared> shared_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -320,18 +324,18 @@ struct HttpServer::Impl {
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  tcp::acceptor acceptor{ioc};
+  asio::basic_socket_acceptor<Protocol> acceptor{ioc};
   std::vector<std::thread> threads;
   bool stopped = false;
 
   void do_accept() {
-    acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
+    acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, Socket s) {
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
         log::warn("accept failed: {}", ec.message());
       } else {
         beast::error_code ignored;
-        s.set_option(tcp::no_delay(true), ignored);
+        if (shared->options.uds.empty()) s.set_option(tcp::no_delay(true), ignored);
         std::make_shared<Session>(std::move(s), shared)->start();
       }
       do_accept();
@@ -350,22 +354,43 @@ HttpServer::~HttpServer() {
   stop();
 }
 
+namespace {
+
+// The port of a bound TCP endpoint (IPv4 or IPv6).
+int bound_port(const Protocol::endpoint& ep) {
+  const sockaddr* sa = ep.data();
+  if (sa->sa_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+  return ntohs(reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port);
+}
+
+}  // namespace
+
 int HttpServer::start() {
   const auto& opt = impl_->shared->options;
   beast::error_code ec;
-  tcp::resolver resolver(impl_->ioc);
-  auto results = resolver.resolve(opt.host, std::to_string(opt.port), ec);
-  if (ec || results.empty())
-    throw InvalidArgument("cannot resolve host '" + opt.host + "': " + ec.message());
-  tcp::endpoint ep = results.begin()->endpoint();
+  Protocol::endpoint ep;
+  std::string where;
+  if (!opt.uds.empty()) {
+    // A socket file left by an earlier server is replaced; any other file is not.
+    std::error_code fs_ec;
+    if (std::filesystem::is_socket(opt.uds, fs_ec)) std::filesystem::remove(opt.uds, fs_ec);
+    ep = asio::local::stream_protocol::endpoint(opt.uds);
+    where = "unix:" + opt.uds;
+  } else {
+    tcp::resolver resolver(impl_->ioc);
+    auto results = resolver.resolve(opt.host, std::to_string(opt.port), ec);
+    if (ec || results.empty())
+      throw InvalidArgument("cannot resolve host '" + opt.host + "': " + ec.message());
+    ep = results.begin()->endpoint();
+    where = opt.host + ":" + std::to_string(opt.port);
+  }
   impl_->acceptor.open(ep.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec && opt.uds.empty())
+    impl_->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl_->acceptor.bind(ep, ec);
   if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    throw Error("cannot listen on " + opt.host + ":" + std::to_string(opt.port) + ": " +
-                ec.message());
-  int port = impl_->acceptor.local_endpoint().port();
+  if (ec) throw Error("cannot listen on " + where + ": " + ec.message());
+  const int port = opt.uds.empty() ? bound_port(impl_->acceptor.local_endpoint()) : 0;
   impl_->work.emplace(impl_->ioc.get_executor());
   impl_->do_accept();
   for (int i = 0; i < std::max(1, opt.num_threads); ++i)
@@ -397,6 +422,10 @@ void HttpServer::stop() {
     impl_->ioc.stop();
     for (auto& t : impl_->threads) t.join();
     impl_->threads.clear();
+    if (const std::string& uds = impl_->shared->options.uds; !uds.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove(uds, ignored);
+    }
   }
 }
 

@@ -45,6 +45,7 @@ using ErrorBodyFn = std::function<std::string(int status, const std::string& mes
 struct HttpServerOptions {
   std::string host = "0.0.0.0";
   int port = 8000;  // 0: any free port
+  std::string uds;  // a Unix domain socket's path to listen on instead of host:port
   int num_threads = 4;
   size_t max_body_bytes = size_t{32} << 20;
   size_t max_header_bytes = size_t{64} << 10;
@@ -63,7 +64,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds, listens and starts the I/O threads. Returns the bound port. Throws serval::Error.
+  // Binds, listens and starts the I/O threads. Returns the bound port (0 on a Unix domain
+  // socket). Throws serval::Error.
   int start();
   // Stops accepting new connections; open connections keep being served.
   void stop_accepting();

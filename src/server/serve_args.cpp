@@ -24,6 +24,7 @@ struct KnownFlag {
 constexpr KnownFlag kKnown[] = {
     {"--host", true},
     {"--port", true},
+    {"--uds", true},
     {"--model", true},
     {"--tokenizer", true},
     {"--served-model-name", true},
@@ -326,6 +327,7 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--model", e.model_dir, "Model folder (same as the positional argument)");
   app.add_option("--host", s.host, "Host to listen on")->capture_default_str();
   app.add_option("--port", s.port, "Port to listen on")->capture_default_str();
+  app.add_option("--uds", s.uds, "Listen on this Unix domain socket instead of --host and --port");
   app.add_option("--served-model-name", s.served_model_names,
                  "Names the API accepts in 'model'; the first is reported");
   app.add_option("--dtype", e.dtype, "auto, bfloat16, float16 or float32")

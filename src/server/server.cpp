@@ -16,6 +16,7 @@ Server::Server(runtime::Engine& engine, ServerOptions options) : options_(std::m
   HttpServerOptions http;
   http.host = options_.host;
   http.port = options_.port;
+  http.uds = options_.uds;
   http.num_threads = options_.num_http_threads;
   http.max_body_bytes = options_.max_body_bytes;
   http.read_timeout_s = options_.read_timeout_s;

@@ -14,6 +14,7 @@ namespace serval::server {
 struct ServerOptions : ApiOptions {
   std::string host = "0.0.0.0";
   int port = 8000;  // 0: any free port
+  std::string uds;  // --uds: a Unix domain socket instead of host and port
   int num_http_threads = 4;
   CorsPolicy cors;  // --allowed-origins etc.; vLLM's default allows every origin
   size_t max_body_bytes = size_t{32} << 20;

@@ -1,6 +1,10 @@
 // The OpenAI-compatible server end to end over real sockets, against FakeEngine.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <filesystem>
 #include <functional>
 
 #include <cstdio>
@@ -582,6 +586,50 @@ TEST_F(ServerTest, Llama3JsonPythonicMistralAndQwen3CoderToolCallsInChatOutputs)
     EXPECT_EQ(text.content, plain);
     EXPECT_TRUE(text.tool_calls.empty());
   }
+}
+
+// One request over a Unix domain socket; the whole response as read until the server closes.
+std::string unix_socket_exchange(const std::string& path, const std::string& request) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  (void)::write(fd, request.data(), request.size());
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, size_t(n));
+  ::close(fd);
+  return response;
+}
+
+// --uds: the server listens on a Unix domain socket instead of a TCP port; the socket file is
+// removed when it stops.
+TEST_F(ServerTest, ServesOnAUnixDomainSocket) {
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("serval_uds_test_" + std::to_string(::getpid()) + ".sock"))
+                               .string();
+  start(0, 64, "", ToolCallParser::kNone, 64, ReasoningParser::kNone, false,
+        [&](ServerOptions& o) { o.uds = path; });
+  EXPECT_EQ(port_, 0);
+  EXPECT_TRUE(std::filesystem::is_socket(path));
+  const std::string body = R"({"prompt": "abc", "max_tokens": 2})";
+  const std::string response = unix_socket_exchange(
+      path,
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+          std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_TRUE(response.starts_with("HTTP/1.1 200")) << response;
+  EXPECT_NE(response.find("\"text_completion\""), std::string::npos) << response;
+  server_->shutdown(1.0);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  engine_->shutdown();
+  start();  // for TearDown
 }
 
 // Request ids (vLLM): a response's id carries the X-Request-Id header or the body's request_id;

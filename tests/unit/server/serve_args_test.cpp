@@ -208,6 +208,11 @@ TEST(ServeArgs, ApiKeyFromTheFlagOrTheEnvironment) {
             "flag-key");
 }
 
+TEST(ServeArgs, UnixDomainSocket) {
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.uds, "");
+  EXPECT_EQ(parse_serve_args({"/m", "--uds", "/tmp/s.sock"}, nullptr).server.uds, "/tmp/s.sock");
+}
+
 TEST(ServeArgs, RequestIdHeadersFlag) {
   EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).server.request_id_headers);
   EXPECT_TRUE(
