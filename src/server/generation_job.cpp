@@ -497,7 +497,7 @@ void GenerationJob::send_responses_events(Sequence& s) {
 void GenerationJob::complete_response() {
   Sequence& s = *seqs_.front();
   std::string finish_reason = s.finish_reason;
-  Json message = chat_message(s, finish_reason);
+  const Json message = chat_message(s, finish_reason);
   const Json calls = message.value("tool_calls", Json(nullptr));
   if (req_.stream) {
     res_->write_chunk(responses_->finish_events(finish_reason, usage(),
