@@ -54,7 +54,15 @@ void register_bench_serve(CLI::App& bench) {
   cmd->add_option("--port", flags->port, "Server port")->capture_default_str();
   cmd->add_option("--endpoint", o.endpoint, "API path")->capture_default_str();
   cmd->add_option("--model", o.model, "Model name (default: first of /v1/models)");
-  cmd->add_option("--dataset-name", o.dataset_name, "Dataset (random)")->capture_default_str();
+  cmd->add_option("--dataset-name", o.dataset_name, "Dataset: random, custom or sharegpt")
+      ->capture_default_str();
+  cmd->add_option("--dataset-path", o.dataset_path,
+                  "custom: a JSONL file of {\"prompt\": ...}; sharegpt: a ShareGPT JSON file");
+  cmd->add_option("--custom-output-len", o.custom_output_len)->capture_default_str();
+  cmd->add_option("--sharegpt-output-len", o.sharegpt_output_len,
+                  "Output tokens of every request (default: each reference reply's)");
+  cmd->add_flag("--skip-chat-template", o.skip_chat_template,
+                "custom: send prompts as they are, not as chat user messages");
   cmd->add_option("--random-input-len", o.random_input_len)->capture_default_str();
   cmd->add_option("--random-output-len", o.random_output_len)->capture_default_str();
   cmd->add_option("--random-range-ratio", o.random_range_ratio)->capture_default_str();

@@ -16,6 +16,7 @@
 #include "clients/bench_plot.h"
 #include "clients/bench_report.h"
 #include "clients/bench_runner.h"
+#include "clients/bench_text_dataset.h"
 #include "clients/http_client.h"
 
 namespace serval::clients {
@@ -71,6 +72,47 @@ ServerInfo discover(const BenchServeOptions& o) {
         "pass --vocab-size",
         r.error.empty() ? fmt::format("HTTP {}", r.status) : r.error));
   return info;
+}
+
+// Token ids of a text by the server's POST /tokenize: as it is, or as a chat user message.
+std::vector<int> server_tokens(const BenchServeOptions& o, const std::string& model,
+                               const std::string& text, bool as_chat) {
+  nlohmann::json body = {{"model", model}};
+  if (as_chat) {
+    body["messages"] = {{{"role", "user"}, {"content", text}}};
+    body["add_generation_prompt"] = true;
+  } else {
+    body["prompt"] = text;
+  }
+  const HttpResponse r = http_post_json(o.base_url + "/tokenize", body.dump(), 60);
+  const auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (!r.ok() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
+    throw Error(fmt::format("cannot tokenize a dataset prompt at {}/tokenize: {:.200}", o.base_url,
+                            r.error.empty() ? r.body : r.error));
+  return j["tokens"].get<std::vector<int>>();
+}
+
+std::vector<BenchRequest> dataset_requests(const BenchServeOptions& o, const ServerInfo& info) {
+  if (o.dataset_name == "random")
+    return random_requests({.num_prompts = o.num_prompts,
+                            .input_len = o.random_input_len,
+                            .output_len = o.random_output_len,
+                            .range_ratio = o.random_range_ratio,
+                            .prefix_len = o.random_prefix_len,
+                            .seed = o.seed},
+                           info.vocab_size, info.pool);
+  const bool sharegpt = o.dataset_name == "sharegpt";
+  TextDatasetOptions d{
+      .num_prompts = o.num_prompts,
+      .output_len = sharegpt ? o.sharegpt_output_len : std::optional<int>(o.custom_output_len),
+      .chat_template = !sharegpt && !o.skip_chat_template,
+      .sharegpt_filter = sharegpt,
+      .seed = o.seed};
+  return text_requests(
+      sharegpt ? read_sharegpt_dataset(o.dataset_path) : read_custom_dataset(o.dataset_path), d,
+      [&](const std::string& text, bool as_chat) {
+        return server_tokens(o, info.model, text, as_chat);
+      });
 }
 
 std::string rate_word(double rate) {  // as Python prints a float: 10.0, 2.5, inf
@@ -130,6 +172,10 @@ void check_numbers(const BenchServeOptions& o) {
   if (o.max_concurrency && *o.max_concurrency < 1)
     fail(fmt::format("--max-concurrency must be >= 1, got {}", *o.max_concurrency));
   if (o.num_warmups < 0) fail(fmt::format("--num-warmups must be >= 0, got {}", o.num_warmups));
+  if (o.custom_output_len < 1)
+    fail(fmt::format("--custom-output-len must be >= 1, got {}", o.custom_output_len));
+  if (o.sharegpt_output_len && *o.sharegpt_output_len < 1)
+    fail(fmt::format("--sharegpt-output-len must be >= 1, got {}", *o.sharegpt_output_len));
   if (!(o.request_timeout_s > 0))
     fail(fmt::format("--request-timeout must be > 0 seconds, got {}", o.request_timeout_s));
 }
@@ -138,9 +184,11 @@ void check_numbers(const BenchServeOptions& o) {
 
 int bench_serve(const BenchServeOptions& o) {
   check_numbers(o);
-  if (o.dataset_name != "random")
+  if (o.dataset_name != "random" && o.dataset_name != "custom" && o.dataset_name != "sharegpt")
     throw InvalidArgument(
-        fmt::format("--dataset-name {}: only 'random' is supported", o.dataset_name));
+        fmt::format("--dataset-name {}: serval has random, custom and sharegpt", o.dataset_name));
+  if (o.dataset_name != "random" && o.dataset_path.empty())
+    throw InvalidArgument(fmt::format("--dataset-name {} needs --dataset-path", o.dataset_name));
   for (const std::string& m : o.percentile_metrics)
     if (m != "ttft" && m != "tpot" && m != "itl" && m != "e2el")
       throw InvalidArgument(fmt::format("--percentile-metrics: unknown metric '{}'", m));
@@ -153,13 +201,7 @@ int bench_serve(const BenchServeOptions& o) {
         "--plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
 
   ServerInfo info = discover(o);
-  RandomDatasetOptions d{.num_prompts = o.num_prompts,
-                         .input_len = o.random_input_len,
-                         .output_len = o.random_output_len,
-                         .range_ratio = o.random_range_ratio,
-                         .prefix_len = o.random_prefix_len,
-                         .seed = o.seed};
-  std::vector<BenchRequest> requests = random_requests(d, info.vocab_size, info.pool);
+  const std::vector<BenchRequest> requests = dataset_requests(o, info);
   LoadOptions load{.url = o.base_url + o.endpoint,
                    .model = info.model,
                    .ignore_eos = o.ignore_eos,

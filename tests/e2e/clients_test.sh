@@ -22,6 +22,22 @@ cat "$work/bench.out"
 [[ $(value_of "Total generated tokens:" "$work/bench.out") == 320 ]] || fail "expected 320 generated tokens"
 grep -q "^============ Serving Benchmark Result ============$" "$work/bench.out" || fail "no report title"
 
+# File datasets, tokenized by the server: custom JSONL (through the chat template) and ShareGPT.
+printf '%s\n' '{"prompt": "What is 2 + 3?"}' '{"prompt": "Name a color."}' >"$work/custom.jsonl"
+"$serval" bench serve --port "$port" --dataset-name custom --dataset-path "$work/custom.jsonl" \
+  --num-prompts 5 --custom-output-len 8 --ignore-eos --disable-tqdm >"$work/custom.out" 2>&1 || {
+  cat "$work/custom.out"; fail "bench serve --dataset-name custom exited non-zero"; }
+[[ $(value_of "Successful requests:" "$work/custom.out") == 5 ]] || { cat "$work/custom.out"; fail "custom: expected 5 successful requests"; }
+[[ $(value_of "Total generated tokens:" "$work/custom.out") == 40 ]] || fail "custom: expected 40 generated tokens"
+cat >"$work/sharegpt.json" <<'JSON'
+[{"conversations": [{"from": "human", "value": "Tell me about the sea and its waves."},
+                    {"from": "gpt", "value": "The sea is wide and its waves roll in all day long."}]}]
+JSON
+"$serval" bench serve --port "$port" --dataset-name sharegpt --dataset-path "$work/sharegpt.json" \
+  --num-prompts 3 --sharegpt-output-len 6 --ignore-eos --disable-tqdm >"$work/sharegpt.out" 2>&1 || {
+  cat "$work/sharegpt.out"; fail "bench serve --dataset-name sharegpt exited non-zero"; }
+[[ $(value_of "Total generated tokens:" "$work/sharegpt.out") == 18 ]] || { cat "$work/sharegpt.out"; fail "sharegpt: expected 18 generated tokens"; }
+
 "$serval" eval gsm8k --port "$port" --num-questions 10 --data-dir "${SERVAL_GSM8K_DIR:-$root/../shared/data/gsm8k}" \
   --disable-tqdm >"$work/eval.out" 2>"$work/eval.err" || {
   cat "$work/eval.out" "$work/eval.err"; fail "eval gsm8k exited non-zero"; }
