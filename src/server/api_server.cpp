@@ -110,8 +110,8 @@ void ApiServer::stored_response(const HttpRequest& req, Responder& res) {
   const std::string id = req.path.substr(std::string_view("/v1/responses/").size());
   const auto not_found = [&] {
     return ApiError(404, fmt::format("response '{}' not found (serval keeps the last {} stored "
-                                     "responses, in memory)",
-                                     id, ResponseStore::kCapacity));
+                                     "responses within {} MiB, in memory)",
+                                     id, ResponseStore::kCapacity, ResponseStore::kMaxBytes >> 20));
   };
   if (req.method == "DELETE") {
     if (!responses_.erase(id)) throw not_found();

@@ -172,8 +172,8 @@ Json previous_conversation(const Json& body, const ModelContext& ctx) {
   if (!stored)
     throw ApiError(404,
                    fmt::format("previous response '{}' not found (serval keeps the last {} "
-                               "responses stored, in memory)",
-                               id, ResponseStore::kCapacity),
+                               "stored responses within {} MiB, in memory)",
+                               id, ResponseStore::kCapacity, ResponseStore::kMaxBytes >> 20),
                    "previous_response_id");
   return std::move(stored->conversation);
 }
