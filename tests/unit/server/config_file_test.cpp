@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 #include "server/serve_args.h"
+#include "support/fuzz_budget.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval::server {
@@ -90,6 +92,38 @@ TEST(ConfigFile, ErrorsNameTheFileAndLine) {
   EXPECT_THROW(parse_serve_args({"/m", "--config", (dir / "missing.yaml").string()}, nullptr),
                InvalidArgument);
   EXPECT_THROW(parse_serve_args({"/m", "--config"}, nullptr), InvalidArgument);
+}
+
+// Damaged and hostile files (stitched YAML pieces, anchors and aliases, deep nesting, random
+// bytes) give flags or an InvalidArgument, never another exception or a crash.
+TEST(ConfigFile, FuzzedFilesFailCleanly) {
+  static const char* kPieces[] = {"port",  ": ",    "8001",   "\n",  "- ",   "[",   "]",
+                                  "{",     "}",     ", ",     "&a ", "*a",   "'",   "\"",
+                                  "true",  "null",  "~",      "  ",  "#",    "|\n", ">\n",
+                                  "---\n", "...\n", "!!str ", "\t",  "\xff", "é",   "?"};
+  TempDir dir;
+  std::mt19937 rng(serval::testing::fuzz_seed(20261213));
+  const auto any_flag = [](const std::string&) { return true; };
+  int parsed = 0;
+  for (int it = 0; it < serval::testing::fuzz_iterations(3000); ++it) {
+    std::string text;
+    for (int n = int(rng() % 24); n > 0; --n) {
+      if (rng() % 12 == 0)
+        text += char(rng() % 256);
+      else
+        text += kPieces[rng() % (sizeof kPieces / sizeof *kPieces)];
+    }
+    if (it % 100 == 0) text = "a: &x [" + std::string(200, '[') + "*x";  // deep and recursive
+    const std::string path = config(dir, text);
+    try {
+      (void)config_file_flags(path, any_flag);
+      ++parsed;
+    } catch (const InvalidArgument&) {
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "iteration " << it << ": " << e.what() << " for '" << text << "'";
+    }
+  }
+  EXPECT_GT(parsed, 100);  // the generator reaches files that read
 }
 
 #else
