@@ -517,6 +517,9 @@ std::string render_chat(const Json& body, const ModelContext& ctx, bool default_
   const Json* msgs = field(body, "messages");
   if (!msgs || !msgs->is_array() || msgs->empty())
     throw bad_request("messages", "'messages' must be a non-empty list");
+  const bool content_as_parts = ctx.content_format == ContentFormat::kOpenAi ||
+                                (ctx.content_format == ContentFormat::kAuto && ctx.chat_template &&
+                                 ctx.chat_template->iterates_message_content());
   Json messages = Json::array();
   for (const auto& m : *msgs) {
     if (!m.is_object()) throw bad_request("messages", "each message must be an object");
@@ -531,6 +534,7 @@ std::string render_chat(const Json& body, const ModelContext& ctx, bool default_
     auto content = m.find("content");
     if (content != m.end() && content->is_array()) {
       std::string text;
+      Json parts = Json::array();
       for (const auto& part : *content) {
         // find() is end() for a non-object; Json::value() would throw a type_error (a 500) for a
         // "type" that is not a string.
@@ -541,12 +545,15 @@ std::string render_chat(const Json& body, const ModelContext& ctx, bool default_
           throw bad_request("messages", "content parts must be {\"type\":\"text\",\"text\":...}");
         if (!text.empty()) text += "\n";
         text += part_text->get<std::string>();
+        parts.push_back({{"type", "text"}, {"text", *part_text}});
       }
-      out["content"] = text;
+      out["content"] = content_as_parts ? parts : Json(text);
     } else if (content != m.end() && !content->is_string() && !content->is_null()) {
       throw bad_request("messages", "message 'content' must be a string or a list of text parts");
     } else if (content == m.end() && r != "assistant") {
       throw bad_request("messages", fmt::format("a '{}' message needs 'content'", r));
+    } else if (content != m.end() && content->is_string() && content_as_parts) {
+      out["content"] = Json::array({{{"type", "text"}, {"text", *content}}});  // as vLLM
     }
     messages.push_back(std::move(out));
   }

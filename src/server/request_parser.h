@@ -68,6 +68,8 @@ struct GenerationRequest {
   bool responses_store = false;
 };
 
+enum class ContentFormat { kAuto, kString, kOpenAi };
+
 // How the server treats requests (serve flags): declared once, carried whole from ServerOptions
 // through ApiOptions into ModelContext.
 struct RequestPolicy {
@@ -86,6 +88,10 @@ struct RequestPolicy {
   bool force_include_usage = false;
   std::string response_role = "assistant";  // --response-role
   bool priority_scheduling = false;  // --scheduling-policy priority: requests may set `priority`
+  // --chat-template-content-format: how message content reaches the chat template: kString (text
+  // parts joined by newlines), kOpenAi (a list of {"type": "text", "text"} parts, a string
+  // content too), kAuto (kOpenAi when the template loops over a message's content).
+  ContentFormat content_format = ContentFormat::kAuto;
 };
 
 class ResponseStore;

@@ -54,6 +54,7 @@ constexpr KnownFlag kKnown[] = {
     {"--override-generation-config", true},
     {"--hf-overrides", true},
     {"--chat-template", true},
+    {"--chat-template-content-format", true},
     {"--max-logprobs", true},
     {"--enable-auto-tool-choice", false},
     {"--tool-call-parser", true},
@@ -377,6 +378,12 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--chat-template", e.chat_template,
                  "Chat template: a file, or the template itself (default: the tokenizer's)");
   app.add_option("--max-logprobs", e.max_logprobs, "Max logprobs per token")->capture_default_str();
+  std::string content_format = "auto";
+  app.add_option("--chat-template-content-format", content_format,
+                 "Message content for the chat template: string, openai (a list of text parts) "
+                 "or auto (openai when the template loops over a message's content)")
+      ->check(CLI::IsMember({"auto", "string", "openai"}))
+      ->capture_default_str();
   bool auto_tool_choice = false;
   std::string tool_call_parser;
   app.add_flag("--enable-auto-tool-choice", auto_tool_choice,
@@ -449,6 +456,9 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   e.enable_prefix_caching = !no_prefix;
   if (s.api_key.empty() && env_api_key != nullptr) s.api_key = env_api_key;
   e.priority_scheduling = s.priority_scheduling = scheduling_policy == "priority";
+  s.content_format = content_format == "string"   ? ContentFormat::kString
+                     : content_format == "openai" ? ContentFormat::kOpenAi
+                                                  : ContentFormat::kAuto;
   // Ranges before anything loads (load_model checks again): --block-size 0 used to divide by
   // zero at engine start, --gpu-memory-utilization 2 was taken as given.
   runtime::check_engine_config(e);

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "base/error.h"
@@ -31,6 +32,9 @@ std::string chat_template_from_arg(const std::string& value) {
 
 ChatTemplate::ChatTemplate(std::string source) : source_(std::move(source)) {
   body_ = jinja::parse(jinja::tokenize(source_));
+  static const std::regex kContentLoop(
+      R"(\bfor\s+\w+(\s*,\s*\w+)?\s+in\s+\w+\s*(\.\s*content\b|\[\s*['"]content['"]\s*\]))");
+  iterates_content_ = std::regex_search(source_, kContentLoop);
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,

@@ -25,9 +25,15 @@ class ChatTemplate {
 
   const std::string& source() const { return source_; }
 
+  // Whether the template loops over a message's content (`for part in message['content']`,
+  // `… in m.content`): it then expects content as a list of parts, OpenAI's form, rather than a
+  // string (vLLM's --chat-template-content-format auto asks the same of the template).
+  bool iterates_message_content() const { return iterates_content_; }
+
  private:
   std::string source_;
   jinja::Body body_;
+  bool iterates_content_ = false;
 };
 
 // The template source of `serve --chat-template VALUE`, as vLLM reads the flag: the contents of

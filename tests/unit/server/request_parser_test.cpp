@@ -157,6 +157,33 @@ TEST_F(RequestParserTest, ResponseRole) {
             "assistant");
 }
 
+// --chat-template-content-format: a template that loops over content gets OpenAI's parts (auto or
+// openai), a string content as one part; string joins text parts.
+TEST_F(RequestParserTest, ContentFormatFollowsTheTemplate) {
+  tokenizer::ChatTemplate parts_template(
+      "{% for m in messages %}[{% for p in m['content'] %}{{ p.text }};{% endfor %}]{% endfor %}");
+  ctx_.chat_template = &parts_template;
+  const Json body = {
+      {"messages",
+       Json::array({Json{{"role", "system"}, {"content", "sys"}},
+                    Json{{"role", "user"},
+                         {"content", Json::array({Json{{"type", "text"}, {"text", "a"}},
+                                                  Json{{"type", "text"}, {"text", "b"}}})}}})},
+      {"max_tokens", 2}};
+  const auto text = [&] {
+    const GenerationRequest req = parse_chat_request(body, ctx_);
+    return tok_->decode(req.prompts[0].token_ids, false);
+  };
+  EXPECT_EQ(text(), "[sys;][a;b;]");  // auto: the template loops over content
+  ctx_.content_format = ContentFormat::kString;
+  EXPECT_EQ(text(), "[;;;][;;;]");  // strings: the loop walks characters, which have no .text
+  ctx_.content_format = ContentFormat::kOpenAi;
+  EXPECT_EQ(text(), "[sys;][a;b;]");
+  ctx_.chat_template = tmpl_.get();  // joins content: auto gives it strings
+  ctx_.content_format = ContentFormat::kAuto;
+  EXPECT_EQ(text(), "sysa\nb");
+}
+
 // vLLM's `priority`: refused (400, param "priority") unless the server schedules by priority.
 TEST_F(RequestParserTest, PriorityNeedsThePriorityPolicy) {
   const Json body = {{"prompt", "hi"}, {"priority", -2}};

@@ -208,6 +208,18 @@ TEST(ServeArgs, ApiKeyFromTheFlagOrTheEnvironment) {
             "flag-key");
 }
 
+TEST(ServeArgs, ChatTemplateContentFormat) {
+  EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.content_format, ContentFormat::kAuto);
+  EXPECT_EQ(parse_serve_args({"/m", "--chat-template-content-format", "openai"}, nullptr)
+                .server.content_format,
+            ContentFormat::kOpenAi);
+  EXPECT_EQ(parse_serve_args({"/m", "--chat-template-content-format", "string"}, nullptr)
+                .server.content_format,
+            ContentFormat::kString);
+  EXPECT_THROW(parse_serve_args({"/m", "--chat-template-content-format", "xml"}, nullptr),
+               InvalidArgument);
+}
+
 TEST(ServeArgs, UnixDomainSocket) {
   EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.uds, "");
   EXPECT_EQ(parse_serve_args({"/m", "--uds", "/tmp/s.sock"}, nullptr).server.uds, "/tmp/s.sock");

