@@ -14,4 +14,11 @@ inline size_t partial_marker_tail(std::string_view text, std::string_view marker
   return 0;
 }
 
+// How much of a stream's text may go out before `marker`: up to it, or, while it has not come,
+// short of a tail that may begin it.
+inline size_t text_before_marker(std::string_view text, std::string_view marker) {
+  const size_t at = text.find(marker);
+  return at != std::string_view::npos ? at : text.size() - partial_marker_tail(text, marker);
+}
+
 }  // namespace serval::server

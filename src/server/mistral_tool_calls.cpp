@@ -92,9 +92,7 @@ std::vector<ToolCall> streamed_mistral_tool_calls(std::string_view text) {
 }
 
 size_t mistral_content_prefix(std::string_view text) {
-  const size_t marker = text.find(kMistralToolCalls);
-  if (marker != std::string_view::npos) return marker;
-  return text.size() - partial_marker_tail(text, kMistralToolCalls);
+  return text_before_marker(text, kMistralToolCalls);
 }
 
 }  // namespace serval::server

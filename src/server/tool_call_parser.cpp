@@ -24,6 +24,25 @@ size_t leading_calls_content_prefix(std::string_view text, char open, std::strin
   return text.size();
 }
 
+// The insides of hermes' <tool_call> blocks, in order; the last may be unclosed (cut short), and
+// while `streaming` it stops short of a tail that may begin its </tool_call>.
+std::vector<std::string_view> hermes_call_bodies(std::string_view text, bool streaming) {
+  std::vector<std::string_view> bodies;
+  for (size_t open = text.find(kToolCallOpen); open != std::string_view::npos;) {
+    const size_t body = open + kToolCallOpen.size();
+    const size_t close = text.find(kToolCallClose, body);
+    if (close == std::string_view::npos) {
+      std::string_view rest = text.substr(body);
+      if (streaming) rest.remove_suffix(partial_marker_tail(rest, kToolCallClose));
+      bodies.push_back(rest);
+      break;
+    }
+    bodies.push_back(text.substr(body, close - body));
+    open = text.find(kToolCallOpen, close + kToolCallClose.size());
+  }
+  return bodies;
+}
+
 // `body` (a hermes <tool_call> block's inside) as one call, blanks around it allowed.
 std::optional<ToolCall> whole_json_call(std::string_view body) {
   const size_t begin = skip_reply_spaces(body, 0);
@@ -105,25 +124,14 @@ size_t tool_call_content_prefix(ToolCallParser parser, std::string_view text) {
 }
 
 ParsedToolCalls parse_hermes_tool_calls(std::string_view text) {
-  ParsedToolCalls out;
-  const size_t first = text.find(kToolCallOpen);
-  if (first == std::string_view::npos) {
-    out.content = std::string(text);
-    return out;
-  }
-  size_t at = first;
-  while (at != std::string_view::npos) {
-    const size_t body = at + kToolCallOpen.size();
-    const size_t close = text.find(kToolCallClose, body);
-    const std::string_view inner =
-        text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body);
-    std::optional<ToolCall> call = whole_json_call(inner);
+  const std::vector<std::string_view> bodies = hermes_call_bodies(text, /*streaming=*/false);
+  if (bodies.empty()) return {std::string(text), {}};
+  ParsedToolCalls out{std::string(text.substr(0, text.find(kToolCallOpen))), {}};
+  for (std::string_view body : bodies) {
+    std::optional<ToolCall> call = whole_json_call(body);
     if (!call) return {std::string(text), {}};
     out.calls.push_back(std::move(*call));
-    if (close == std::string_view::npos) break;
-    at = text.find(kToolCallOpen, close + kToolCallClose.size());
   }
-  out.content = std::string(text.substr(0, first));
   return out;
 }
 
@@ -156,19 +164,10 @@ std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_vie
   } else if (parser == ToolCallParser::kLlama3Json) {
     add_named_json_calls(scan_llama3_json_calls(text), calls);
   } else if (parser == ToolCallParser::kHermes) {
-    for (size_t open = text.find(kToolCallOpen); open != std::string_view::npos;) {
-      const size_t body = open + kToolCallOpen.size();
-      const size_t close = text.find(kToolCallClose, body);
-      // An unclosed call's text short of what may begin its </tool_call>.
-      std::string_view inner = text.substr(
-          body, close == std::string_view::npos ? std::string_view::npos : close - body);
-      if (close == std::string_view::npos)
-        inner.remove_suffix(partial_marker_tail(inner, kToolCallClose));
-      const JsonCallScan scan = scan_json_call(inner, 0, kHermesArgumentKeys);
+    for (std::string_view body : hermes_call_bodies(text, /*streaming=*/true)) {
+      const JsonCallScan scan = scan_json_call(body, 0, kHermesArgumentKeys);
       if (scan.malformed || !scan.name) break;
       calls.push_back({*scan.name, scan.arguments});
-      if (close == std::string_view::npos) break;
-      open = text.find(kToolCallOpen, close + kToolCallClose.size());
     }
   }
   return calls;
@@ -181,9 +180,7 @@ std::vector<ToolCall> streamed_tool_call_list(std::string_view text) {
 }
 
 size_t hermes_content_prefix(std::string_view text) {
-  const size_t open = text.find(kToolCallOpen);
-  if (open != std::string_view::npos) return open;
-  return text.size() - partial_marker_tail(text, kToolCallOpen);
+  return text_before_marker(text, kToolCallOpen);
 }
 
 std::string new_tool_call_id(ToolCallParser parser) {
