@@ -108,11 +108,7 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& 
 // GET /v1/responses/{id}: a stored response; DELETE: forget it.
 void ApiServer::stored_response(const HttpRequest& req, Responder& res) {
   const std::string id = req.path.substr(std::string_view("/v1/responses/").size());
-  const auto not_found = [&] {
-    return ApiError(404, fmt::format("response '{}' not found (serval keeps the last {} stored "
-                                     "responses within {} MiB, in memory)",
-                                     id, ResponseStore::kCapacity, ResponseStore::kMaxBytes >> 20));
-  };
+  const auto not_found = [&] { return ApiError(404, ResponseStore::not_kept_message(id)); };
   if (req.method == "DELETE") {
     if (!responses_.erase(id)) throw not_found();
     return res.send(200, kJson, Json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump());

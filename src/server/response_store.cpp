@@ -1,5 +1,7 @@
 #include "server/response_store.h"
 
+#include <fmt/format.h>
+
 namespace serval::server {
 
 void ResponseStore::put(const std::string& id, StoredResponse stored) {
@@ -21,6 +23,13 @@ std::optional<StoredResponse> ResponseStore::get(const std::string& id) const {
   auto it = stored_.find(id);
   if (it == stored_.end()) return std::nullopt;
   return it->second.stored;
+}
+
+std::string ResponseStore::not_kept_message(std::string_view id) {
+  return fmt::format(
+      "response '{}' not found (serval keeps the last {} stored responses within {} "
+      "MiB, in memory)",
+      id, kCapacity, kMaxBytes >> 20);
 }
 
 bool ResponseStore::erase(const std::string& id) {

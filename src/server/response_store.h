@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "server/request_parser.h"
@@ -31,7 +32,9 @@ class ResponseStore {
   void put(const std::string& id, StoredResponse stored);
   std::optional<StoredResponse> get(const std::string& id) const;
   bool erase(const std::string& id);  // false when unknown
-  size_t bytes() const;               // what the kept responses hold
+  // What a 404 for an id not kept says.
+  static std::string not_kept_message(std::string_view id);
+  size_t bytes() const;  // what the kept responses hold
 
  private:
   struct Entry {

@@ -170,11 +170,7 @@ Json previous_conversation(const Json& body, const ModelContext& ctx) {
   std::optional<StoredResponse> stored =
       ctx.response_store ? ctx.response_store->get(id) : std::nullopt;
   if (!stored)
-    throw ApiError(404,
-                   fmt::format("previous response '{}' not found (serval keeps the last {} "
-                               "stored responses within {} MiB, in memory)",
-                               id, ResponseStore::kCapacity, ResponseStore::kMaxBytes >> 20),
-                   "previous_response_id");
+    throw ApiError(404, "previous " + ResponseStore::not_kept_message(id), "previous_response_id");
   return std::move(stored->conversation);
 }
 

@@ -176,12 +176,19 @@ void fold_compilation_config(const std::string& text, PreprocessedArgs& out) {
   }
 }
 
+// vLLM's short flags as their long names; any other word as it is.
+std::string_view expand_short_flag(std::string_view arg) {
+  if (arg == "-tp") return "--tensor-parallel-size";
+  if (arg == "-h") return "--help";
+  if (arg == "-O") return "--compilation-config";
+  if (arg == "-q") return "--quantization";
+  return arg;
+}
+
 // A command-line word as the flag it names: `--x_y=v` → `--x-y`, short forms expanded; "" for
 // a value or the positional model.
 std::string flag_name(std::string_view arg) {
-  if (arg == "-tp") return "--tensor-parallel-size";
-  if (arg == "-q") return "--quantization";
-  if (arg == "-O") return "--compilation-config";
+  arg = expand_short_flag(arg);
   if (!arg.starts_with("--")) return "";
   std::string name(arg.substr(0, arg.find('=')));
   std::ranges::replace(name, '_', '-');
@@ -224,9 +231,7 @@ std::vector<std::string> with_config_file(const std::vector<std::string>& in) {
     std::string name = group.front();
     if (name.starts_with("--no-")) name = "--" + name.substr(5);
     if (name == "--config")
-      throw InvalidArgument("--config " + *path +
-                            ": a config file names "
-                            "another config file");
+      throw InvalidArgument("--config " + *path + ": a config file names another config file");
     if (set_here.contains(name)) continue;
     for (std::string& word : group) out.push_back(std::move(word));
   }
@@ -251,11 +256,7 @@ std::string nearest_flag(std::string_view flag) {
 PreprocessedArgs preprocess_serve_args(const std::vector<std::string>& in) {
   PreprocessedArgs out;
   for (size_t i = 0; i < in.size(); ++i) {
-    std::string arg = in[i];
-    if (arg == "-tp") arg = "--tensor-parallel-size";
-    if (arg == "-h") arg = "--help";
-    if (arg == "-O") arg = "--compilation-config";
-    if (arg == "-q") arg = "--quantization";
+    std::string arg(expand_short_flag(in[i]));
     if (arg.size() < 3 || !arg.starts_with("--")) {  // positional (the model) or a value
       if (arg.starts_with("-") && arg.size() > 1 &&
           !std::isdigit(static_cast<unsigned char>(arg[1])))
@@ -263,14 +264,10 @@ PreprocessedArgs preprocess_serve_args(const std::vector<std::string>& in) {
       out.args.push_back(arg);
       continue;
     }
-    std::string name = arg, value;
-    bool has_value = false;
-    if (auto eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    std::replace(name.begin(), name.end(), '_', '-');
+    const std::string name = flag_name(arg);
+    const size_t eq = arg.find('=');
+    const bool has_value = eq != std::string::npos;
+    const std::string value = has_value ? arg.substr(eq + 1) : "";
     auto take_value = [&]() -> std::string {
       if (has_value) return value;
       if (i + 1 >= in.size()) throw InvalidArgument(fmt::format("{} needs a value", name));
