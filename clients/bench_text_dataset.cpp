@@ -80,11 +80,11 @@ std::vector<BenchRequest> text_requests(std::vector<TextPrompt> prompts,
     if (static_cast<int>(out.size()) == o.num_prompts) break;
     BenchRequest r;
     r.prompt = tokenize(p.prompt, o.chat_template);
-    const size_t reference_len = p.reference ? tokenize(*p.reference, false).size() : 0;
-    if (o.sharegpt_filter &&
-        !sharegpt_pair_ok(r.prompt.size(), o.output_len.value_or(reference_len)))
-      continue;
-    r.output_len = o.output_len.value_or(static_cast<int>(reference_len));
+    // The output length: the option's, else the reference reply's (tokenized only then).
+    r.output_len = o.output_len  ? *o.output_len
+                   : p.reference ? static_cast<int>(tokenize(*p.reference, false).size())
+                                 : 0;
+    if (o.sharegpt_filter && !sharegpt_pair_ok(r.prompt.size(), size_t(r.output_len))) continue;
     if (r.prompt.empty() || r.output_len < 1) continue;
     out.push_back(std::move(r));
   }

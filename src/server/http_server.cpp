@@ -301,7 +301,8 @@ class Session final : public Responder, public std::enable_shared_from_this<Sess
     stream_.socket().close(ignored);
   }
 
-  std::string extra_headers_;  // header lines of the current response (CORS), "\r\n"-ended
+  // Header lines of the current response (CORS, X-Request-Id), "\r\n"-ended.
+  std::string extra_headers_;
   beast::basic_stream<Protocol> stream_;
   std::shared_ptr<Shared> shared_;
   beast::flat_buffer buffer_;
