@@ -455,7 +455,8 @@ void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequ
                       "\"auto\" tool choice requires --enable-auto-tool-choice and "
                       "--tool-call-parser to be set");
   req.parse_tool_calls = true;
-  req.tool_types = tool_parameter_types(*tools);
+  if (ctx.tool_call_parser == ToolCallParser::kQwen3Coder)  // the one parser that types values
+    req.tool_types = tool_parameter_types(*tools);
   // Mistral's [TOOL_CALLS] is a special token: the parser must see it (as vLLM does).
   if (ctx.tool_call_parser == ToolCallParser::kMistral) req.skip_special_tokens = false;
 }

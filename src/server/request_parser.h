@@ -46,7 +46,7 @@ struct GenerationRequest {
   // tool_choice "required": the output, guided, is a JSON list of {"name", "parameters"} calls.
   bool tool_call_list = false;
   bool single_tool_call = false;  // parallel_tool_calls false: at most one call per reply
-  ToolParameterTypes tool_types;  // with parse_tool_calls: the tools' parameter types
+  ToolParameterTypes tool_types;  // qwen3_coder with parse_tool_calls: the tools' parameter types
   // Chat with `serve --reasoning-parser`: the output split into reasoning and content
   // (reasoning_parser.h), the reply starting inside the reasoning block or not; the reasoning
   // sent unless the request's include_reasoning is false.
