@@ -98,6 +98,14 @@ Json tool_call_deltas(const std::vector<ToolCall>& calls, std::vector<StreamedTo
   return entries;
 }
 
+// The response's id: its kind's prefix, then the request's own id (completions and chat) or a
+// random one.
+std::string response_id(const GenerationRequest& req) {
+  if (req.kind == ApiKind::kResponses) return random_id("resp_");
+  const char* prefix = req.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-";
+  return req.request_id.empty() ? random_id(prefix) : prefix + req.request_id;
+}
+
 // Adds the entries of tool_call_deltas to a stream's delta, if there are any.
 void add_tool_call_deltas(Json& delta, const std::vector<ToolCall>& calls,
                           std::vector<StreamedToolCall>& sent, ToolCallParser parser) {
@@ -119,10 +127,7 @@ GenerationJob::GenerationJob(runtime::Engine& engine, const ModelContext& ctx,
       metrics_(metrics),
       arrival_s_(arrival_s),
       on_done_(std::move(on_done)),
-      id_(req_.kind == ApiKind::kResponses ? random_id("resp_")
-          : req_.request_id.empty()
-              ? random_id(req_.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-")
-              : (req_.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + req_.request_id),
+      id_(response_id(req_)),
       created_(unix_time_seconds()) {
   if (req_.kind == ApiKind::kResponses)
     responses_ = std::make_unique<ResponsesWriter>(id_, model_name_, created_, req_.responses_echo);
