@@ -49,6 +49,7 @@ struct Sequence {
   size_t reasoning_sent = 0;                      // parsed stream: bytes of the reasoning part sent
   std::vector<StreamedToolCall> tool_calls_sent;  // parsed stream: the calls begun, in order
   bool echo_logprobs_added = false;
+  bool role_sent = false;  // chat stream: the chunk with the reply's role went out
 };
 
 namespace {
@@ -190,20 +191,24 @@ void GenerationJob::start() {
   if (!req_.stream) return;
   res_->start_stream("text/event-stream");
   if (responses_) return res_->write_chunk(responses_->start_events());
-  for (auto& s : seqs_) {
-    if (req_.kind == ApiKind::kChat) {
-      Json chunk = envelope("chat.completion.chunk");
-      chunk["choices"] =
-          Json::array({Json{{"index", s->index},
-                            {"delta", {{"role", req_.response_role}, {"content", ""}}},
-                            {"logprobs", nullptr},
-                            {"finish_reason", nullptr}}});
-      add_continuous_usage(chunk, *s);
-      res_->write_chunk("data: " + chunk.dump() + "\n\n");
-    } else if (req_.echo) {
-      s->delta = req_.prompts[s->prompt_index].text;
-    }
-  }
+  if (req_.kind == ApiKind::kCompletion && req_.echo)
+    for (auto& s : seqs_) s->delta = req_.prompts[s->prompt_index].text;
+}
+
+// The chat chunk that names the reply's role. Sent with a choice's first output, as vLLM does,
+// not when the request arrives: benchmarks that time the first chunk (vLLM's `bench serve`)
+// then measure the time to the first token.
+void GenerationJob::send_role_chunk(Sequence& s) {
+  Json chunk = envelope("chat.completion.chunk");
+  chunk["choices"] = Json::array({Json{{"index", s.index},
+                                       {"delta", {{"role", req_.response_role}, {"content", ""}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}}});
+  if (req_.include_usage && req_.continuous_usage)  // before its tokens, as vLLM counts them
+    chunk["usage"] = usage_json(static_cast<int64_t>(req_.prompts[s.prompt_index].token_ids.size()),
+                                0, cached_if_reported(s.num_cached_tokens));
+  res_->write_chunk("data: " + chunk.dump() + "\n\n");
+  s.role_sent = true;
 }
 
 void GenerationJob::abort_all() {
@@ -457,6 +462,7 @@ void GenerationJob::send_chunk(Sequence& s, bool had_tokens) {
       req_.logprobs >= 0 &&
       (req_.kind == ApiKind::kChat ? !s.logprobs.empty() : !s.logprobs["tokens"].empty());
   if (s.delta.empty() && !has_logprobs && !s.finished && !had_tokens) return;
+  if (req_.kind == ApiKind::kChat && !s.role_sent) send_role_chunk(s);
   Json choice = {{"index", s.index}};
   Json lp = nullptr;
   if (has_logprobs) lp = req_.kind == ApiKind::kChat ? Json{{"content", s.logprobs}} : s.logprobs;

@@ -41,6 +41,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void add_logprobs(Sequence& s, const runtime::LogprobEntry& e);
   void emit_text(Sequence& s, const std::string& text);
   void finish(Sequence& s, const std::string& reason);
+  void send_role_chunk(Sequence& s);
   void send_chunk(Sequence& s, bool had_tokens);
   void complete();
   void fail(int status, const std::string& message);

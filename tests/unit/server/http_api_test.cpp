@@ -1,6 +1,7 @@
 // The OpenAI-compatible server end to end over real sockets, against FakeEngine.
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -1066,6 +1067,44 @@ TEST_F(ServerTest, StreamingChatStartsWithRoleAndHoldsBackStops) {
   EXPECT_EQ(text, "<user>");  // prompt "<user>xy\n<assistant>" echoed up to the stop string
   EXPECT_EQ(reason, "stop");
   EXPECT_EQ(ev.back(), "[DONE]");
+}
+
+// The role chunk goes out with the first output, not on arrival: clients that time the first
+// chunk (vLLM's bench serve) measure the time to the first token.
+TEST_F(ServerTest, StreamingChatRoleChunkWaitsForTheFirstToken) {
+  engine_->set_paused(true);
+  const int fd = testing::connect_to(port_);
+  const std::string body = json({{"messages", {{{"role", "user"}, {"content", "ab"}}}},
+                                 {"max_tokens", 2},
+                                 {"stream", true}})
+                               .dump();
+  testing::send_all(fd, testing::request_text("POST", "/v1/chat/completions", body, ""));
+  for (int i = 0; i < 400 && engine_->num_active() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(engine_->num_active(), 1);
+  std::string raw;
+  char buf[4096];
+  const auto read_for = [&](int ms) {  // what arrives within `ms`
+    pollfd p{fd, POLLIN, 0};
+    while (::poll(&p, 1, ms) > 0) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      raw.append(buf, static_cast<size_t>(n));
+    }
+  };
+  read_for(100);
+  EXPECT_EQ(raw.find("data:"), std::string::npos) << raw;
+  engine_->set_paused(false);
+  while (raw.find("[DONE]") == std::string::npos) {
+    const size_t before = raw.size();
+    read_for(2000);
+    ASSERT_GT(raw.size(), before) << raw;
+  }
+  ::close(fd);
+  const size_t first = raw.find("data: ");
+  ASSERT_NE(first, std::string::npos);
+  const json chunk = json::parse(raw.substr(first + 6, raw.find('\n', first) - first - 6));
+  EXPECT_EQ(chunk["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
 }
 
 TEST_F(ServerTest, TokenizeAndDetokenize) {

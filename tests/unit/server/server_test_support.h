@@ -128,6 +128,12 @@ class FakeEngine final : public runtime::Engine {
   }
 
   void set_healthy(bool h) { healthy_ = h; }
+  // While paused, requests are accepted but no step runs (no output reaches the server).
+  void set_paused(bool paused) {
+    std::lock_guard lock(mu_);
+    paused_ = paused;
+    cv_.notify_all();
+  }
   void set_max_new_tokens(int n) { info_.max_new_tokens = n; }  // the generation config's cap
   std::set<uint64_t> aborted() const {
     std::lock_guard lock(mu_);
@@ -154,7 +160,7 @@ class FakeEngine final : public runtime::Engine {
   void loop() {
     std::unique_lock lock(mu_);
     while (!stop_) {
-      if (active_.empty()) {
+      if (active_.empty() || paused_) {
         cv_.wait(lock);
         continue;
       }
@@ -225,6 +231,7 @@ class FakeEngine final : public runtime::Engine {
   int64_t generated_ = 0;
   uint64_t next_id_ = 1;
   bool stop_ = false;
+  bool paused_ = false;
   std::atomic<bool> healthy_{true};
   std::thread thread_;
 };
