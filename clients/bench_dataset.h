@@ -1,6 +1,7 @@
 // The "random" dataset of `serval bench serve`: token-id prompts of sampled lengths.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace serval::clients {
@@ -8,6 +9,7 @@ namespace serval::clients {
 struct BenchRequest {
   std::vector<int> prompt;  // token ids, shared prefix first
   int output_len = 0;       // max_tokens
+  std::string text;         // chat runs: the user message (the prompt's text)
 };
 
 struct RandomDatasetOptions {

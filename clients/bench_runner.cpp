@@ -15,12 +15,23 @@
 namespace serval::clients {
 namespace {
 
+// A chat chunk that only announces the reply's role: not a token (servers that send it before
+// the first token would otherwise report a time to first token of ~0).
+bool is_role_only(const nlohmann::json& choice) {
+  const auto d = choice.find("delta");
+  if (d == choice.end() || !d->is_object() || !d->contains("role")) return false;
+  for (const auto& [key, value] : d->items())
+    if (key != "role" && !(value.is_null() || value == "")) return false;
+  return choice.value("finish_reason", nlohmann::json()).is_null();
+}
+
 // Streaming state of one request while its SSE events arrive.
 struct Live {
   RequestOutcome* out = nullptr;
   double last_chunk_s = 0;
   int content_chunks = 0;
   std::optional<int> usage_tokens;
+  std::optional<int> usage_prompt_tokens;
   bool done_marker = false;  // saw "data: [DONE]"
   std::string parse_error;
 
@@ -35,7 +46,8 @@ struct Live {
       return;
     }
     auto choices = j.find("choices");
-    if (choices != j.end() && choices->is_array() && !choices->empty()) {
+    if (choices != j.end() && choices->is_array() && !choices->empty() &&
+        !is_role_only((*choices)[0])) {
       if (content_chunks == 0) {
         out->ttft_s = t - out->start_s;
       } else {
@@ -54,6 +66,8 @@ struct Live {
     if (auto usage = j.find("usage"); usage != j.end() && usage->is_object()) {
       if (auto n = usage->find("completion_tokens"); n != usage->end() && n->is_number_integer())
         usage_tokens = n->get<int>();
+      if (auto n = usage->find("prompt_tokens"); n != usage->end() && n->is_number_integer())
+        usage_prompt_tokens = n->get<int>();
     }
   }
 
@@ -79,16 +93,25 @@ struct Live {
     out->latency_s = content_chunks > 0 ? last_chunk_s - out->start_s : t - out->start_s;
     out->output_tokens = usage_tokens.value_or(content_chunks);
   }
+
+  // Chat: the prompt as the server's template made it, when the server says.
+  void count_prompt_from_usage() {
+    if (usage_prompt_tokens) out->prompt_len = *usage_prompt_tokens;
+  }
 };
 
 }  // namespace
 
 std::string request_body(const BenchRequest& r, const LoadOptions& o) {
-  nlohmann::json j = {{"prompt", r.prompt},
-                      {"max_tokens", r.output_len},
-                      {"temperature", 0.0},
-                      {"stream", true},
-                      {"stream_options", {{"include_usage", true}}}};
+  nlohmann::json j = {
+      {"temperature", 0.0}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  if (o.chat) {
+    j["messages"] = {{{"role", "user"}, {"content", r.text}}};
+    j["max_completion_tokens"] = r.output_len;
+  } else {
+    j["prompt"] = r.prompt;
+    j["max_tokens"] = r.output_len;
+  }
   if (!o.model.empty()) j["model"] = o.model;
   if (o.ignore_eos) j["ignore_eos"] = true;
   return j.dump();
@@ -136,6 +159,7 @@ BenchRun run_requests(const std::vector<BenchRequest>& requests, const LoadOptio
           req, [&l = live[i]](std::string_view d, double t) { l.on_event(d, t); },
           [&, i](HttpResponse&& r, double t) {
             live[i].on_done(std::move(r), t);
+            if (o.chat) live[i].count_prompt_from_usage();
             if (!run.outcomes[i].success) errors.record(run.outcomes[i].error);
             last_done = std::max(last_done, t);
             ++finished;

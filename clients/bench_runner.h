@@ -15,6 +15,7 @@ namespace serval::clients {
 struct LoadOptions {
   std::string url;    // full endpoint URL, e.g. http://127.0.0.1:8000/v1/completions
   std::string model;  // "model" field; empty: left out
+  bool chat = false;  // chat completions (each request's text as one user message)
   bool ignore_eos = false;
   double request_rate = std::numeric_limits<double>::infinity();  // req/s; inf: all at once
   double burstiness = 1;  // gamma shape of the gaps (1: Poisson)
@@ -30,7 +31,8 @@ struct BenchRun {
   double duration_s = 0;                 // first dispatch -> last completion
 };
 
-// The JSON body of one request: stream with usage, temperature 0, max_tokens = output_len.
+// The JSON body of one request: stream with usage, temperature 0, at most output_len tokens;
+// completions send the prompt's token ids, chat its text as one user message.
 std::string request_body(const BenchRequest& r, const LoadOptions& o);
 
 // Arrival offsets (s, from the first dispatch) of `n` requests: all 0 for an infinite rate,

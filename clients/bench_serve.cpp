@@ -92,15 +92,32 @@ std::vector<int> server_tokens(const BenchServeOptions& o, const std::string& mo
   return j["tokens"].get<std::vector<int>>();
 }
 
-std::vector<BenchRequest> dataset_requests(const BenchServeOptions& o, const ServerInfo& info) {
-  if (o.dataset_name == "random")
-    return random_requests({.num_prompts = o.num_prompts,
-                            .input_len = o.random_input_len,
-                            .output_len = o.random_output_len,
-                            .range_ratio = o.random_range_ratio,
-                            .prefix_len = o.random_prefix_len,
-                            .seed = o.seed},
-                           info.vocab_size, info.pool);
+// The text of token ids by the server's POST /detokenize (random prompts sent as chat).
+std::string server_text(const BenchServeOptions& o, const std::string& model,
+                        const std::vector<int>& ids) {
+  const nlohmann::json body = {{"model", model}, {"tokens", ids}};
+  const HttpResponse r = http_post_json(o.base_url + "/detokenize", body.dump(), 60);
+  const auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (!r.ok() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
+    throw Error(fmt::format("cannot detokenize a random prompt at {}/detokenize: {:.200}",
+                            o.base_url, r.error.empty() ? r.body : r.error));
+  return j["prompt"].get<std::string>();
+}
+
+std::vector<BenchRequest> dataset_requests(const BenchServeOptions& o, const ServerInfo& info,
+                                           bool chat) {
+  if (o.dataset_name == "random") {
+    std::vector<BenchRequest> requests = random_requests({.num_prompts = o.num_prompts,
+                                                          .input_len = o.random_input_len,
+                                                          .output_len = o.random_output_len,
+                                                          .range_ratio = o.random_range_ratio,
+                                                          .prefix_len = o.random_prefix_len,
+                                                          .seed = o.seed},
+                                                         info.vocab_size, info.pool);
+    if (chat)  // a chat message is text: the ids' text, as vLLM sends random prompts
+      for (BenchRequest& r : requests) r.text = server_text(o, info.model, r.prompt);
+    return requests;
+  }
   const bool sharegpt = o.dataset_name == "sharegpt";
   TextDatasetOptions d{
       .num_prompts = o.num_prompts,
@@ -182,8 +199,31 @@ void check_numbers(const BenchServeOptions& o) {
 
 }  // namespace
 
+// The endpoint path of the run, from --backend and --endpoint; throws InvalidArgument when they
+// disagree (a completions body sent to a chat endpoint or the other way round).
+std::string resolve_endpoint(const BenchServeOptions& o) {
+  if (o.backend != "openai" && o.backend != "vllm" && o.backend != "openai-chat")
+    throw InvalidArgument(fmt::format(
+        "--backend {}: serval has openai, vllm (completions) and openai-chat", o.backend));
+  const bool chat = o.backend == "openai-chat";
+  if (o.endpoint.empty()) return chat ? "/v1/chat/completions" : "/v1/completions";
+  const bool chat_path = o.endpoint.ends_with("chat/completions");
+  if (chat && !chat_path)
+    throw InvalidArgument(fmt::format(
+        "--backend openai-chat needs an endpoint ending in chat/completions, got {}", o.endpoint));
+  if (!chat && chat_path)
+    throw InvalidArgument(
+        fmt::format("--endpoint {} takes chat requests: add --backend openai-chat", o.endpoint));
+  return o.endpoint;
+}
+
 int bench_serve(const BenchServeOptions& o) {
   check_numbers(o);
+  const std::string endpoint = resolve_endpoint(o);
+  const bool chat = o.backend == "openai-chat";
+  if (chat && o.skip_chat_template)
+    throw InvalidArgument(
+        "--skip-chat-template with --backend openai-chat: the server applies the chat template");
   if (o.dataset_name != "random" && o.dataset_name != "custom" && o.dataset_name != "sharegpt")
     throw InvalidArgument(
         fmt::format("--dataset-name {}: serval has random, custom and sharegpt", o.dataset_name));
@@ -201,9 +241,10 @@ int bench_serve(const BenchServeOptions& o) {
         "--plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
 
   ServerInfo info = discover(o);
-  const std::vector<BenchRequest> requests = dataset_requests(o, info);
-  LoadOptions load{.url = o.base_url + o.endpoint,
+  const std::vector<BenchRequest> requests = dataset_requests(o, info, chat);
+  LoadOptions load{.url = o.base_url + endpoint,
                    .model = info.model,
+                   .chat = chat,
                    .ignore_eos = o.ignore_eos,
                    .request_rate = o.request_rate,
                    .burstiness = o.burstiness,
@@ -249,8 +290,8 @@ int bench_serve(const BenchServeOptions& o) {
   if (o.save_result) {
     nlohmann::json header = {
         {"date", date},
-        {"backend", "serval"},
-        {"endpoint_type", "serval"},
+        {"backend", o.backend},
+        {"endpoint_type", o.backend},
         {"label", nullptr},
         {"model_id", info.model},
         {"tokenizer_id", info.model},

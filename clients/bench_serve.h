@@ -12,13 +12,15 @@ namespace serval::clients {
 
 struct BenchServeOptions {
   std::string base_url = "http://127.0.0.1:8000";
-  std::string endpoint = "/v1/completions";
-  std::string model;                    // empty: the first id of GET /v1/models
+  std::string backend = "openai";  // openai or vllm: completions; openai-chat: chat completions
+  std::string endpoint;            // empty: /v1/completions, or /v1/chat/completions for chat
+  std::string model;               // empty: the first id of GET /v1/models
   std::string dataset_name = "random";  // random, custom or sharegpt (bench_text_dataset.h)
   std::string dataset_path;             // custom, sharegpt: the file
   int custom_output_len = 256;
   std::optional<int> sharegpt_output_len;  // unset: each reference reply's length
   bool skip_chat_template = false;         // custom: send prompts without the chat template
+                                           // (not with openai-chat: the server applies it)
   int random_input_len = 1024;
   int random_output_len = 128;
   double random_range_ratio = 0;

@@ -80,6 +80,7 @@ std::vector<BenchRequest> text_requests(std::vector<TextPrompt> prompts,
     if (static_cast<int>(out.size()) == o.num_prompts) break;
     BenchRequest r;
     r.prompt = tokenize(p.prompt, o.chat_template);
+    r.text = p.prompt;
     // The output length: the option's, else the reference reply's (tokenized only then).
     r.output_len = o.output_len  ? *o.output_len
                    : p.reference ? static_cast<int>(tokenize(*p.reference, false).size())

@@ -38,6 +38,19 @@ JSON
   cat "$work/sharegpt.out"; fail "bench serve --dataset-name sharegpt exited non-zero"; }
 [[ $(value_of "Total generated tokens:" "$work/sharegpt.out") == 18 ]] || { cat "$work/sharegpt.out"; fail "sharegpt: expected 18 generated tokens"; }
 
+# The chat endpoint: random prompts as text (the server's /detokenize), then the custom prompts.
+"$serval" bench serve --port "$port" --backend openai-chat --num-prompts 6 --max-concurrency 3 \
+  --random-input-len 16 --random-output-len 8 --ignore-eos --disable-tqdm >"$work/chat.out" 2>&1 || {
+  cat "$work/chat.out"; fail "bench serve --backend openai-chat exited non-zero"; }
+[[ $(value_of "Successful requests:" "$work/chat.out") == 6 ]] || { cat "$work/chat.out"; fail "chat: expected 6 successful requests"; }
+[[ $(value_of "Total generated tokens:" "$work/chat.out") == 48 ]] || { cat "$work/chat.out"; fail "chat: expected 48 generated tokens"; }
+(( $(value_of "Total input tokens:" "$work/chat.out") > 6 * 16 )) || { cat "$work/chat.out"; fail "chat: the prompts' template tokens are not counted"; }
+"$serval" bench serve --port "$port" --backend openai-chat --endpoint /v1/chat/completions \
+  --dataset-name custom --dataset-path "$work/custom.jsonl" --num-prompts 4 --custom-output-len 5 \
+  --ignore-eos --disable-tqdm >"$work/chat-custom.out" 2>&1 || {
+  cat "$work/chat-custom.out"; fail "bench serve --backend openai-chat (custom) exited non-zero"; }
+[[ $(value_of "Total generated tokens:" "$work/chat-custom.out") == 20 ]] || { cat "$work/chat-custom.out"; fail "chat custom: expected 20 generated tokens"; }
+
 "$serval" eval gsm8k --port "$port" --num-questions 10 --data-dir "${SERVAL_GSM8K_DIR:-$root/../shared/data/gsm8k}" \
   --disable-tqdm >"$work/eval.out" 2>"$work/eval.err" || {
   cat "$work/eval.out" "$work/eval.err"; fail "eval gsm8k exited non-zero"; }

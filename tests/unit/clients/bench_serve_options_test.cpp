@@ -1,5 +1,5 @@
-// `bench serve` refuses out-of-range numbers before it contacts the server (the base URL below
-// has nothing listening: reaching it would give a connection error instead).
+// `bench serve` refuses out-of-range numbers and mismatched backends before it contacts the server
+// (the base URL below has nothing listening: reaching it would give a connection error instead).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -24,6 +24,19 @@ TEST(BenchServeOptions, OutOfRangeNumbersFailBeforeConnecting) {
       {[](BenchServeOptions& o) { o.max_concurrency = -3; }, "--max-concurrency must be >= 1"},
       {[](BenchServeOptions& o) { o.num_warmups = -1; }, "--num-warmups must be >= 0"},
       {[](BenchServeOptions& o) { o.request_timeout_s = 0; }, "--request-timeout must be > 0"},
+      {[](BenchServeOptions& o) { o.backend = "tgi"; }, "--backend tgi: serval has openai"},
+      {[](BenchServeOptions& o) { o.endpoint = "/v1/chat/completions"; },
+       "takes chat requests: add --backend openai-chat"},
+      {[](BenchServeOptions& o) {
+         o.backend = "openai-chat";
+         o.endpoint = "/v1/completions";
+       },
+       "needs an endpoint ending in chat/completions"},
+      {[](BenchServeOptions& o) {
+         o.backend = "openai-chat";
+         o.skip_chat_template = true;
+       },
+       "the server applies the chat template"},
   };
   for (const auto& [set, needle] : bad) {
     BenchServeOptions o;

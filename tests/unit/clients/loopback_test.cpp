@@ -120,6 +120,7 @@ class FakeServer {
     bool stream = body.find("\"stream\":true") != std::string::npos;
     int kind = 1;
     if (size_t p = body.find("\"prompt\":["); p != std::string::npos) kind = body[p + 10] - '0';
+    const bool chat = body.find("\"messages\":[") != std::string::npos;
     if (!stream) {  // gsm8k-style: answer "The answer is 18."
       std::string json =
           R"({"choices":[{"index":0,"text":" so 9 * 2 = 18.","finish_reason":"stop"}]})";
@@ -148,19 +149,24 @@ class FakeServer {
       }
       return;
     }
+    if (chat)  // the role first, before any token, as some servers send it
+      send_all(fd, chunked("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+                           "\"content\":\"\"},\"finish_reason\":null}]}\n\n"));
     std::this_thread::sleep_for(kFirstDelay);
     for (int i = 0; i < kChunks; ++i) {
       if (i > 0) std::this_thread::sleep_for(kGap);
       // Split the event across two TCP writes to exercise the parser.
+      const std::string piece = "\"t" + std::to_string(i) + "\"";
       std::string ev =
-          "data: {\"choices\":[{\"index\":0,\"text\":\"t" + std::to_string(i) + "\"}]}\n\n";
+          chat ? "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":" + piece + "}}]}\n\n"
+               : "data: {\"choices\":[{\"index\":0,\"text\":" + piece + "}]}\n\n";
       send_all(fd, chunked(ev.substr(0, 9)));
       send_all(fd, chunked(ev.substr(9)));
       if (kind == 3) return;  // drop: close without the terminating chunk
     }
-    send_all(fd, chunked("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,"
-                         "\"completion_tokens\":" +
-                         std::to_string(kChunks) + "}}\n\n"));
+    send_all(fd, chunked("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":" +
+                         std::string(chat ? "9" : "1") +
+                         ",\"completion_tokens\":" + std::to_string(kChunks) + "}}\n\n"));
     release();
     send_all(fd, chunked("data: [DONE]\n\n") + "0\r\n\r\n");
   }
@@ -230,6 +236,31 @@ TEST(Loopback, MixedOutcomes) {
   EXPECT_FALSE(run.outcomes[5].success);
   EXPECT_NE(run.outcomes[5].error.find("imeout"), std::string::npos) << run.outcomes[5].error;
   EXPECT_GE(run.duration_s, 0.45);
+}
+
+// Chat: the text as a user message; the role chunk is not the first token; the prompt's
+// length is the server's count (the chat template adds tokens).
+TEST(Loopback, ChatStreams) {
+  FakeServer server;
+  LoadOptions o = load(server.url() + "/v1/chat/completions");
+  o.chat = true;
+  BenchRequest r{{1, 100, 200}, kChunks, "three tokens"};
+  const std::string body = request_body(r, o);
+  EXPECT_NE(body.find(R"("messages":[{"content":"three tokens","role":"user"}])"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find(R"("max_completion_tokens":5)"), std::string::npos) << body;
+  EXPECT_EQ(body.find("\"prompt\""), std::string::npos) << body;
+  BenchRun run = run_requests({r, r}, o);
+  ASSERT_EQ(run.outcomes.size(), 2u);
+  for (const RequestOutcome& out : run.outcomes) {
+    ASSERT_TRUE(out.success) << out.error;
+    EXPECT_EQ(out.generated_text, "t0t1t2t3t4");
+    EXPECT_EQ(out.output_tokens, kChunks);
+    EXPECT_EQ(out.prompt_len, 9);
+    EXPECT_GE(out.ttft_s, 0.9 * std::chrono::duration<double>(kFirstDelay).count());
+    EXPECT_EQ(out.itl_s.size(), size_t(kChunks - 1));
+  }
 }
 
 TEST(Loopback, MaxConcurrencyIsRespected) {
