@@ -375,12 +375,13 @@ bool GenerationJob::parsed_output() const {
 
 Json GenerationJob::chat_stream_delta(Sequence& s) const {
   Json delta = Json::object();
+  ReasoningParts parts;
   std::string_view content = s.text;
   if (req_.split_reasoning) {
-    const ReasoningParts parts = split_reasoning(s.text, req_.starts_in_reasoning, s.finished);
+    parts = split_reasoning(ctx_.reasoning_parser, s.text, req_.starts_in_reasoning, s.finished);
     if (parts.reasoning.size() > s.reasoning_sent) {
       if (req_.include_reasoning) {
-        const std::string piece(parts.reasoning.substr(s.reasoning_sent));
+        const std::string piece = parts.reasoning.substr(s.reasoning_sent);
         delta["reasoning"] = piece;
         delta["reasoning_content"] = piece;
       }
@@ -411,15 +412,15 @@ ToolCall GenerationJob::forced_call(std::string_view arguments) const {
 
 Json GenerationJob::chat_message(const Sequence& s, std::string& finish_reason) const {
   Json message = {{"role", req_.response_role}, {"content", s.text}};
+  ReasoningParts parts;
   std::string_view content = s.text;
   if (req_.split_reasoning) {
-    const ReasoningParts parts = split_reasoning(s.text, req_.starts_in_reasoning, true);
+    parts = split_reasoning(ctx_.reasoning_parser, s.text, req_.starts_in_reasoning, true);
     content = parts.content;
     // As vLLM: an empty part is null.
     message["content"] = content.empty() ? Json(nullptr) : Json(std::string(content));
-    const Json reasoning = parts.reasoning.empty() || !req_.include_reasoning
-                               ? Json(nullptr)
-                               : Json(std::string(parts.reasoning));
+    const Json reasoning =
+        parts.reasoning.empty() || !req_.include_reasoning ? Json(nullptr) : Json(parts.reasoning);
     message["reasoning"] = reasoning;
     message["reasoning_content"] = reasoning;
   }

@@ -624,6 +624,8 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
         enable_thinking = v->get<bool>();
     req.split_reasoning = true;
     req.starts_in_reasoning = starts_in_reasoning(ctx.reasoning_parser, enable_thinking);
+    // Markers that are special tokens must reach the parser (as vLLM keeps them).
+    if (reasoning_markers_are_special(ctx.reasoning_parser)) req.skip_special_tokens = false;
   }
   req.include_reasoning = get_bool(body, "include_reasoning").value_or(true);
   // A thinking reply's JSON comes after its thoughts, as with vLLM's reasoning parsers.

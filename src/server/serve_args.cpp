@@ -401,7 +401,7 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                "overrides it)");
   std::string reasoning_parser;
   app.add_option("--reasoning-parser", reasoning_parser,
-                 "Split chat outputs into reasoning and content: deepseek_r1 or qwen3");
+                 "Split chat outputs into reasoning and content: deepseek_r1, mistral or qwen3");
   app.add_option("--device", e.device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--enforce-eager", e.enforce_eager, "Disable CUDA graphs");

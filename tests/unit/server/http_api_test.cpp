@@ -984,6 +984,35 @@ TEST_F(ServerTest, ResponsesApiReasoning) {
   EXPECT_EQ(streamed_items, items) << "the same items, ids aside";
 }
 
+// --reasoning-parser mistral (Magistral): the reply starts as content; [THINK] … [/THINK] is the
+// reasoning, content around it; with the mistral tool parser a call after the block is a call.
+TEST_F(ServerTest, MistralReasoningParserSplitsChatOutputs) {
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", ToolCallParser::kMistral, /*max_model_len=*/512, ReasoningParser::kMistral);
+  const std::string message = "[THINK]plan [TOOL_CALLS]g{}[/THINK]Sure.";
+  const std::string prompt = "<user>" + message + "\n<assistant>";
+  json body = {{"messages", {{{"role", "user"}, {"content", message}}}},
+               {"max_tokens", prompt.size()}};
+  json msg = json::parse(post("/v1/chat/completions", body).body)["choices"][0]["message"];
+  EXPECT_EQ(msg["reasoning"], "plan [TOOL_CALLS]g{}");
+  EXPECT_EQ(msg["content"], "<user>Sure.\n<assistant>");
+  body["stream"] = true;
+  const StreamedChat s = collect_chat_stream(post("/v1/chat/completions", body).body);
+  EXPECT_EQ(s.reasoning, msg["reasoning"]);
+  EXPECT_EQ(s.content, msg["content"]);
+
+  const std::string with_call = "[THINK]plan[/THINK][TOOL_CALLS]f[ARGS]{\"a\": 1}";
+  body = {{"messages", {{{"role", "system"}, {"content", with_call}}}},
+          {"tools", json::array({{{"type", "function"},
+                                  {"function", {{"name", "f"}, {"parameters", json::object()}}}}})},
+          {"max_tokens", with_call.size()}};
+  const json choice = json::parse(post("/v1/chat/completions", body).body)["choices"][0];
+  EXPECT_EQ(choice["message"]["reasoning"], "plan");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice.dump();
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], "{\"a\": 1}");
+}
+
 TEST_F(ServerTest, ReasoningParserSplitsChatOutputs) {
   server_->shutdown(1.0);
   engine_->shutdown();

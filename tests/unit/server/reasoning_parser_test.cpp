@@ -12,9 +12,12 @@
 namespace serval::server {
 namespace {
 
+constexpr ReasoningParser kR1 = ReasoningParser::kDeepSeekR1;
+constexpr ReasoningParser kMistral = ReasoningParser::kMistral;
+
 void expect_split(std::string_view text, bool in_reasoning, std::string_view reasoning,
                   std::string_view content) {
-  const ReasoningParts p = split_reasoning(text, in_reasoning, /*finished=*/true);
+  const ReasoningParts p = split_reasoning(kR1, text, in_reasoning, /*finished=*/true);
   EXPECT_EQ(p.reasoning, reasoning) << text;
   EXPECT_EQ(p.content, content) << text;
 }
@@ -22,6 +25,7 @@ void expect_split(std::string_view text, bool in_reasoning, std::string_view rea
 TEST(ReasoningParser, Names) {
   EXPECT_EQ(reasoning_parser_from_name("qwen3"), ReasoningParser::kQwen3);
   EXPECT_EQ(reasoning_parser_from_name("deepseek_r1"), ReasoningParser::kDeepSeekR1);
+  EXPECT_EQ(reasoning_parser_from_name("mistral"), ReasoningParser::kMistral);
   EXPECT_FALSE(reasoning_parser_from_name("granite").has_value());
   EXPECT_FALSE(reasoning_parser_from_name("").has_value());
 }
@@ -34,6 +38,10 @@ TEST(ReasoningParser, StartState) {
   EXPECT_FALSE(starts_in_reasoning(ReasoningParser::kQwen3, false));
   EXPECT_TRUE(starts_in_reasoning(ReasoningParser::kDeepSeekR1, false));
   EXPECT_FALSE(starts_in_reasoning(ReasoningParser::kNone, std::nullopt));
+  EXPECT_FALSE(starts_in_reasoning(kMistral, std::nullopt));
+  EXPECT_FALSE(starts_in_reasoning(kMistral, true));
+  EXPECT_TRUE(reasoning_markers_are_special(kMistral));
+  EXPECT_FALSE(reasoning_markers_are_special(ReasoningParser::kQwen3));
 }
 
 TEST(ReasoningParser, FinishedSplits) {
@@ -53,11 +61,11 @@ TEST(ReasoningParser, FinishedSplits) {
 }
 
 TEST(ReasoningParser, StreamHoldsBackPossibleTags) {
-  EXPECT_EQ(split_reasoning("<thi", true, false).reasoning, "");
-  EXPECT_EQ(split_reasoning("<think>ab</", true, false).reasoning, "ab");
-  EXPECT_EQ(split_reasoning("<think>ab</x", true, false).reasoning, "ab</x");
-  EXPECT_EQ(split_reasoning("ab<", true, false).reasoning, "ab");
-  const ReasoningParts closed = split_reasoning("ab</think>c</thi", true, false);
+  EXPECT_EQ(split_reasoning(kR1, "<thi", true, false).reasoning, "");
+  EXPECT_EQ(split_reasoning(kR1, "<think>ab</", true, false).reasoning, "ab");
+  EXPECT_EQ(split_reasoning(kR1, "<think>ab</x", true, false).reasoning, "ab</x");
+  EXPECT_EQ(split_reasoning(kR1, "ab<", true, false).reasoning, "ab");
+  const ReasoningParts closed = split_reasoning(kR1, "ab</think>c</thi", true, false);
   EXPECT_EQ(closed.reasoning, "ab");
   EXPECT_EQ(closed.content, "c</thi");  // content holds nothing back
 }
@@ -73,11 +81,11 @@ TEST(ReasoningParser, StreamPartsArePrefixesOfTheFinishedSplit) {
     const int n = 1 + int(rng() % 12);
     for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
     for (const bool in_reasoning : {true, false}) {
-      const ReasoningParts full = split_reasoning(text, in_reasoning, true);
+      const ReasoningParts full = split_reasoning(kR1, text, in_reasoning, true);
       size_t sent_reasoning = 0, sent_content = 0;
       for (size_t len = 0; len <= text.size(); ++len) {
         const ReasoningParts p =
-            split_reasoning(std::string_view(text).substr(0, len), in_reasoning, false);
+            split_reasoning(kR1, std::string_view(text).substr(0, len), in_reasoning, false);
         ASSERT_TRUE(full.reasoning.starts_with(p.reasoning)) << text << " at " << len;
         ASSERT_TRUE(full.content.starts_with(p.content)) << text << " at " << len;
         ASSERT_GE(p.reasoning.size(), sent_reasoning) << text << " at " << len;
@@ -85,6 +93,60 @@ TEST(ReasoningParser, StreamPartsArePrefixesOfTheFinishedSplit) {
         sent_reasoning = p.reasoning.size();
         sent_content = p.content.size();
       }
+    }
+  }
+}
+
+void expect_mistral(std::string_view text, std::string_view reasoning, std::string_view content) {
+  const ReasoningParts p = split_reasoning(kMistral, text, false, /*finished=*/true);
+  EXPECT_EQ(p.reasoning, reasoning) << text;
+  EXPECT_EQ(p.content, content) << text;
+}
+
+TEST(ReasoningParser, MistralFinishedSplits) {
+  expect_mistral("[THINK]plan[/THINK]Answer.", "plan", "Answer.");
+  expect_mistral("[THINK][/THINK]Answer.", "", "Answer.");
+  expect_mistral("Hi [THINK]plan[/THINK] there", "plan", "Hi  there");  // content around it
+  expect_mistral("[THINK]cut short [/THI", "cut short [/THI", "");
+  expect_mistral("no thinking at all", "", "no thinking at all");
+  expect_mistral("stray[/THINK] close", "", "stray close");  // a close without an open: dropped
+  expect_mistral("[THINK]a[/THINK]b[THINK]c[/THINK]", "a", "b[THINK]c[/THINK]");  // one block
+  expect_mistral("<think>a</think>b", "", "<think>a</think>b");  // other models' tags are text
+  expect_mistral("", "", "");
+}
+
+TEST(ReasoningParser, MistralStreamHoldsBackPossibleMarkers) {
+  EXPECT_EQ(split_reasoning(kMistral, "ab[TH", false, false).content, "ab");
+  EXPECT_EQ(split_reasoning(kMistral, "ab[/TH", false, false).content, "ab");
+  EXPECT_EQ(split_reasoning(kMistral, "ab[x", false, false).content, "ab[x");
+  const ReasoningParts open = split_reasoning(kMistral, "ab[THINK]cd[/", false, false);
+  EXPECT_EQ(open.content, "ab");
+  EXPECT_EQ(open.reasoning, "cd");
+  const ReasoningParts closed = split_reasoning(kMistral, "ab[THINK]cd[/THINK]e[TH", false, false);
+  EXPECT_EQ(closed.reasoning, "cd");
+  EXPECT_EQ(closed.content, "abe[TH");  // after the block nothing is held back
+}
+
+// As for the tags above: every prefix splits into prefixes of the finished split, growing only.
+TEST(ReasoningParser, MistralStreamPartsArePrefixesOfTheFinishedSplit) {
+  const std::vector<std::string> pieces = {"[THINK]", "[/THINK]", "[", "[/", "[/TH", "[THI",
+                                           "INK]",    "]",        "a", "\n", "é",    "/"};
+  std::mt19937 rng(20261208);
+  for (int trial = 0; trial < 600; ++trial) {
+    std::string text;
+    const int n = 1 + int(rng() % 12);
+    for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
+    const ReasoningParts full = split_reasoning(kMistral, text, false, true);
+    size_t sent_reasoning = 0, sent_content = 0;
+    for (size_t len = 0; len <= text.size(); ++len) {
+      const ReasoningParts p =
+          split_reasoning(kMistral, std::string_view(text).substr(0, len), false, false);
+      ASSERT_TRUE(full.reasoning.starts_with(p.reasoning)) << text << " at " << len;
+      ASSERT_TRUE(full.content.starts_with(p.content)) << text << " at " << len;
+      ASSERT_GE(p.reasoning.size(), sent_reasoning) << text << " at " << len;
+      ASSERT_GE(p.content.size(), sent_content) << text << " at " << len;
+      sent_reasoning = p.reasoning.size();
+      sent_content = p.content.size();
     }
   }
 }
