@@ -7,7 +7,9 @@ text (shared by all fixtures), and golden.json with reference logits (fp32 math,
 for a few prompts and a 32-token greedy continuation of each, with the top-1/top-2 logit margin
 of every greedy step (a near-tie cannot be expected to match bit for bit).
 
-usage: make_fixtures.py --gsm8k PATH/train.jsonl --out tests/fixtures
+usage: make_fixtures.py --gsm8k PATH/train.jsonl --out tests/fixtures [--only qwen2,llama_bias]
+       make_fixtures.py --tokenizer tests/fixtures/llama/tokenizer.json --out DIR --only qwen2
+       (--tokenizer: the fixtures' tokenizer as it is, instead of training it again)
 """
 import argparse
 import json
@@ -56,6 +58,13 @@ ARCHS = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", torch.float16,
                 base_config(num_local_experts=4, num_experts_per_tok=2, intermediate_size=96,
                             rope_theta=1000000.0)),
+    # Biases on q, k and v (not o); the window is off, as in Qwen2.5's configs.
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", torch.bfloat16,
+              base_config(tie_word_embeddings=True, rope_theta=1000000.0,
+                          use_sliding_window=False, sliding_window=4096)),
+    # Llama with attention_bias: biases on q, k, v and o.
+    "llama_bias": ("LlamaConfig", "LlamaForCausalLM", torch.bfloat16,
+                   base_config(attention_bias=True, rope_theta=500000.0)),
 }
 
 
@@ -73,22 +82,39 @@ def greedy(model, prompt, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gsm8k", required=True)
+    ap.add_argument("--gsm8k")
+    ap.add_argument("--tokenizer", help="an existing fixture tokenizer.json, used as it is")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", help="comma-separated fixture names (default: all)")
     args = ap.parse_args()
-    tok = train_tokenizer(args.gsm8k)
+    if args.tokenizer:
+        import tokenizers
+        tok = tokenizers.Tokenizer.from_file(args.tokenizer)
+    elif args.gsm8k:
+        tok = train_tokenizer(args.gsm8k)
+    else:
+        ap.error("one of --gsm8k and --tokenizer is needed")
+    only = set(args.only.split(",")) if args.only else set(ARCHS)
+    unknown = only - set(ARCHS)
+    if unknown:
+        ap.error(f"unknown fixtures {sorted(unknown)} (known: {sorted(ARCHS)})")
     gen = torch.Generator().manual_seed(1234)
     prompts = [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in (5, 11, 17)]
     prompts.append(tok.encode("Question: Tom has 3 apples and buys 5 more. How many?\nAnswer:").ids)
     for name, (cfg_cls, model_cls, dtype, cfg) in ARCHS.items():
+        if name not in only:
+            continue
         torch.manual_seed(sum(map(ord, name)))
         config = getattr(transformers, cfg_cls)(**cfg)
         config.torch_dtype = dtype
         model = getattr(transformers, model_cls)(config).to(dtype).eval()
         # Widen the random init so logits are not all near zero (clearer argmax margins).
-        for p in model.parameters():
+        # Biases too (initialized to zero, a missing bias would go unnoticed).
+        for pname, p in model.named_parameters():
             if p.dim() >= 2:
                 p.data.normal_(0.0, 0.08, generator=torch.Generator().manual_seed(p.numel()))
+            elif pname.endswith(".bias"):
+                p.data.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(p.numel() + 1))
         folder = os.path.join(args.out, name)
         os.makedirs(folder, exist_ok=True)
         model.save_pretrained(folder, safe_serialization=True)

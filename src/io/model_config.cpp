@@ -22,6 +22,7 @@ struct ArchDefaults {
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   bool qk_norm = false;
+  bool qkv_bias = false;
   // MoE defaults; num_experts == 0 means the architecture is dense unless the config says so.
   int num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
   bool norm_topk_prob = true;
@@ -39,6 +40,9 @@ ArchDefaults arch_defaults(const std::string& model_type, const std::string& arc
     d.num_experts_per_tok = 8;
     d.moe_intermediate_size = 768;
     d.norm_topk_prob = false;
+  } else if (model_type == "qwen2" || arch == "Qwen2ForCausalLM") {
+    d.max_position_embeddings = 32768;
+    d.qkv_bias = true;
   } else if (model_type == "mistral" || arch == "MistralForCausalLM") {
     d.max_position_embeddings = 4096 * 32;
   } else if (model_type == "mixtral" || arch == "MixtralForCausalLM") {
@@ -191,6 +195,7 @@ __int128 parameter_count(const ModelConfig& c) {
              kv_dim = i128(c.num_key_value_heads) * c.head_dim;
   i128 attn = h * q_dim + 2 * h * kv_dim + q_dim * h;  // q, k, v, o
   if (c.attention_bias) attn += q_dim + 2 * kv_dim + h;
+  if (c.qkv_bias && !c.attention_bias) attn += q_dim + 2 * kv_dim;
   if (c.qk_norm) attn += 2 * i128(c.head_dim);
   const i128 dense_mlp =
       3 * h * c.intermediate_size + (c.mlp_bias ? 2 * i128(c.intermediate_size) + h : 0);
@@ -259,6 +264,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.attention_bias = r.opt_bool("attention_bias").value_or(false);
   c.mlp_bias = r.opt_bool("mlp_bias").value_or(false);
   c.qk_norm = d.qk_norm;
+  c.qkv_bias = d.qkv_bias;
   c.hidden_act = r.opt_string("hidden_act").value_or("silu");
 
   const char* dtype_key = r.has("torch_dtype") ? "torch_dtype" : "dtype";

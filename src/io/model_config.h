@@ -40,6 +40,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // biases on q, k, v and o projections
+  bool qkv_bias = false;        // biases on q, k and v only (Qwen2: always, whatever the config)
   bool mlp_bias = false;        // biases on gate, up and down projections (Llama)
   bool qk_norm = false;         // per-head RMSNorm on q and k, weight [head_dim] (Qwen3 family)
   std::string hidden_act = "silu";

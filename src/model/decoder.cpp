@@ -48,6 +48,12 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
                  backend::Backend& b, const LoadOptions& options)
     : c_(c), b_(b), shard_(options.shard) {
   validate_shard(shard_);
+  // What the layers do not compute is refused, not ignored: the outputs would be wrong.
+  if (c.mlp_bias)
+    throw LoadError("config.json: mlp_bias true (biases on the MLP projections) is not supported");
+  if (c.hidden_act != "silu" && c.hidden_act != "swish")
+    throw LoadError("config.json: hidden_act '" + c.hidden_act +
+                    "' is not supported (serval's MLPs are SwiGLU: silu)");
   const dist::TpLayout tp = shard_.tp();
   const int64_t H = c.hidden_size, V = c.vocab_size;
   local_kv_heads_ =

@@ -231,6 +231,7 @@ int64_t model_weight_bytes(const io::ModelConfig& c, const quant::QuantConfig& q
     total += linear(p + "self_attn.q_proj", q_dim, h) + linear(p + "self_attn.k_proj", kv_dim, h) +
              linear(p + "self_attn.v_proj", kv_dim, h) + linear(p + "self_attn.o_proj", h, q_dim);
     if (c.attention_bias) total += dense(q_dim + 2 * kv_dim + h);
+    if (c.qkv_bias && !c.attention_bias) total += dense(q_dim + 2 * kv_dim);
     if (c.qk_norm) total += dense(2 * int64_t(c.head_dim));
     total += dense(2 * h);  // input and post-attention norms
     if (c.is_moe_layer(i)) {

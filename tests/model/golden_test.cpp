@@ -13,6 +13,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "base/error.h"
 #include "io/model_config.h"
 #include "model/model.h"
 #include "quant/kv_scales.h"
@@ -149,6 +150,29 @@ TEST(GoldenAliases, MistralIsLlamaWithoutAWindow) {
   std::ofstream(dir / "config.json", std::ios::trunc) << config.dump();
   ASSERT_EQ(io::load_model_config(dir.string()).architecture, "MistralForCausalLM");
   expect_prompt_logits(dir.string(), fixture_dir("llama"));
+  std::filesystem::remove_all(dir);
+}
+
+// Config settings the layers do not compute are refused at load, with the key, not ignored.
+TEST(GoldenAliases, UnsupportedMlpSettingsAreRefused) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("serval_mlp_refused_" + std::to_string(getpid()));
+  const nlohmann::json original =
+      nlohmann::json::parse(std::ifstream(fixture_dir("llama") + "/config.json"));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"mlp_bias", true}, {"hidden_act", "gelu_pytorch_tanh"}}) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(fixture_dir("llama"), dir);
+    nlohmann::json config = original;
+    config[key] = value;
+    std::ofstream(dir / "config.json", std::ios::trunc) << config.dump();
+    try {
+      make_runner(dir.string());
+      ADD_FAILURE() << "loaded a model with " << key << " = " << value;
+    } catch (const LoadError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -63,7 +63,9 @@ Tensor rope_inv_freq(const io::ModelConfig& c) {
 
 Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
                      const std::string& prefix, bool qk_norm, const dist::TpLayout& tp)
-    : b_(b), has_bias_(c.attention_bias) {
+    : b_(b),
+      has_qkv_bias_(c.attention_bias || c.qkv_bias),
+      has_o_bias_(c.attention_bias && tp.rank == 0) {
   const dist::AttentionShard shard =
       dist::shard_attention(tp, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
   params_.num_q_heads = int(shard.q_heads.size());
@@ -81,12 +83,13 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
                                {prefix + ".v_proj", kv_dim, shard.kv_rows}},
                               H, {0, H});
   wo_ = load_linear_sharded(w, b, {{prefix + ".o_proj", H, {0, H}}}, full_q, shard.o_cols);
-  if (has_bias_) {
+  if (has_qkv_bias_) {
     bqkv_ = load_dense_rows(w, b,
                             {{prefix + ".q_proj.bias", {full_q}, shard.q_rows},
                              {prefix + ".k_proj.bias", {kv_dim}, shard.kv_rows},
                              {prefix + ".v_proj.bias", {kv_dim}, shard.kv_rows}});
   }
+  if (has_o_bias_) bo_ = load_dense(w, b, prefix + ".o_proj.bias", {H});
   if (qk_norm) {
     q_norm_ = load_dense(w, b, prefix + ".q_norm.weight", {c.head_dim});
     k_norm_ = load_dense(w, b, prefix + ".k_norm.weight", {c.head_dim});
@@ -99,12 +102,12 @@ void Attention::forward(const Tensor& x, const backend::StepMetadata& meta, cons
                         backend::KvCacheLayer& cache, Tensor& out) {
   const DType act = b_.activation_dtype();
   Tensor qkv = b_.empty(act, {x.dim(0), wqkv_.out_features()});
-  b_.linear(x, wqkv_, has_bias_ ? &bqkv_ : nullptr, qkv);
+  b_.linear(x, wqkv_, has_qkv_bias_ ? &bqkv_ : nullptr, qkv);
   Tensor attn = b_.empty(act, {qkv.dim(0), q_dim_});
   backend::AttentionParams p = params_;
   p.inv_freq = &inv_freq;
   b_.attention(qkv, p, cache, meta, attn);
-  b_.linear(attn, wo_, nullptr, out);
+  b_.linear(attn, wo_, has_o_bias_ ? &bo_ : nullptr, out);
 }
 
 Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,

@@ -24,7 +24,8 @@ class Attention {
  public:
   // prefix: "model.layers.N.self_attn". tp: this rank's shard (dist::shard_attention): it loads
   // its q/k/v rows and o_proj columns, and forward() returns its partial o_proj output (the
-  // caller all-reduces when tp.size > 1).
+  // caller all-reduces when tp.size > 1). Biases: q/k/v's when c.attention_bias or c.qkv_bias,
+  // o's when c.attention_bias (added by rank 0 only, so that the all-reduce adds it once).
   Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
             const std::string& prefix, bool qk_norm, const dist::TpLayout& tp = {});
   // x [T, hidden] → out [T, hidden]
@@ -37,8 +38,8 @@ class Attention {
   int q_dim_;
   backend::Weight wqkv_;  // q, k, v projections fused along the output rows (dense or quantized)
   backend::Weight wo_;
-  Tensor bqkv_, q_norm_, k_norm_;
-  bool has_bias_;
+  Tensor bqkv_, bo_, q_norm_, k_norm_;
+  bool has_qkv_bias_, has_o_bias_;
 };
 
 class Mlp {

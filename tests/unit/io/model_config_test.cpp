@@ -203,6 +203,24 @@ TEST(ModelConfig, BiasesAndDefaults) {
   EXPECT_EQ(c.num_parameters(), 64000 + 64 + 2 * layer);
 }
 
+// Qwen2: biases on q, k and v whatever the config says (its config has no attention_bias key),
+// none on o; Qwen2Config's context default.
+TEST(ModelConfig, Qwen2HasQkvBiases) {
+  json j = llama_json();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";
+  j["num_key_value_heads"] = 2;
+  j["tie_word_embeddings"] = true;
+  const ModelConfig c = parse(j);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  // Per layer: q 64*64+64, k 64*32+32, v 64*32+32, o 64*64, mlp 3*64*128, norms 128.
+  const int64_t layer = (4096 + 64) + 2 * (2048 + 32) + 4096 + 24576 + 128;
+  EXPECT_EQ(c.num_parameters(), 64000 + 64 + 2 * layer);
+  EXPECT_FALSE(parse(llama_json()).qkv_bias);
+}
+
 TEST(ModelConfig, RopeVariants) {
   json j = llama_json();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
