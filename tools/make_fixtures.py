@@ -7,7 +7,7 @@ text (shared by all fixtures), and golden.json with reference logits (fp32 math,
 for a few prompts and a 32-token greedy continuation of each, with the top-1/top-2 logit margin
 of every greedy step (a near-tie cannot be expected to match bit for bit).
 
-usage: make_fixtures.py --gsm8k PATH/train.jsonl --out tests/fixtures [--only qwen2,llama_bias]
+usage: make_fixtures.py --gsm8k PATH/train.jsonl --out tests/fixtures [--only qwen2,qwen2_moe]
        make_fixtures.py --tokenizer tests/fixtures/llama/tokenizer.json --out DIR --only qwen2
        (--tokenizer: the fixtures' tokenizer as it is, instead of training it again)
 """
@@ -62,6 +62,13 @@ ARCHS = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", torch.bfloat16,
               base_config(tie_word_embeddings=True, rope_theta=1000000.0,
                           use_sliding_window=False, sliding_window=4096)),
+    # Qwen2's attention, routed experts not renormalized, a sigmoid-gated shared expert; layer 2
+    # dense.
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", torch.bfloat16,
+                  base_config(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                              shared_expert_intermediate_size=48, norm_topk_prob=False,
+                              decoder_sparse_step=1, mlp_only_layers=[2], rope_theta=1000000.0,
+                              use_sliding_window=False, sliding_window=4096)),
     # Llama with attention_bias: biases on q, k, v and o.
     "llama_bias": ("LlamaConfig", "LlamaForCausalLM", torch.bfloat16,
                    base_config(attention_bias=True, rope_theta=500000.0)),

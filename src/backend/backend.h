@@ -283,6 +283,9 @@ class Backend {
                          const StepMetadata& meta, Tensor& out) = 0;
   // out[r] = silu(x[r, :I]) · x[r, I:]
   virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
+  // out[r, :] += sigmoid(gate[r]) · x[r, :]; gate [R, 1], x and out [R, C] (a gated shared
+  // expert's output added to the routed experts' sum).
+  virtual void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) = 0;
   // out [T, I] = silu(x · gateᵀ) · (x · upᵀ) for a gate/up weight [2I, k] (QuantizedWeight::
   // gate_up when quantized). The default runs linear and silu_mul through a [T, 2I] temporary; a
   // backend may fuse them (the CUDA backend does in its quantized decode GEMV).

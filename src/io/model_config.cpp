@@ -25,6 +25,7 @@ struct ArchDefaults {
   bool qkv_bias = false;
   // MoE defaults; num_experts == 0 means the architecture is dense unless the config says so.
   int num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
+  int shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
 };
 
@@ -39,6 +40,14 @@ ArchDefaults arch_defaults(const std::string& model_type, const std::string& arc
     d.num_experts = 128;
     d.num_experts_per_tok = 8;
     d.moe_intermediate_size = 768;
+    d.norm_topk_prob = false;
+  } else if (model_type == "qwen2_moe" || arch == "Qwen2MoeForCausalLM") {
+    d.max_position_embeddings = 32768;
+    d.qkv_bias = true;
+    d.num_experts = 60;
+    d.num_experts_per_tok = 4;
+    d.moe_intermediate_size = 1408;
+    d.shared_expert_intermediate_size = 5632;
     d.norm_topk_prob = false;
   } else if (model_type == "qwen2" || arch == "Qwen2ForCausalLM") {
     d.max_position_embeddings = 32768;
@@ -156,6 +165,8 @@ void parse_moe(const JsonReader& r, const ArchDefaults& d, ModelConfig& c) {
   int expert_default = d.moe_intermediate_size ? d.moe_intermediate_size : c.intermediate_size;
   c.moe_intermediate_size = opt_int(r, "moe_intermediate_size", expert_default, 1);
   c.norm_topk_prob = r.opt_bool("norm_topk_prob").value_or(d.norm_topk_prob);
+  c.shared_expert_intermediate_size =
+      opt_int(r, "shared_expert_intermediate_size", d.shared_expert_intermediate_size, 0);
   c.decoder_sparse_step = opt_int(r, "decoder_sparse_step", 1, 1);
   c.mlp_only_layers.clear();
   if (const json* v = r.find("mlp_only_layers")) {
@@ -199,8 +210,11 @@ __int128 parameter_count(const ModelConfig& c) {
   if (c.qk_norm) attn += 2 * i128(c.head_dim);
   const i128 dense_mlp =
       3 * h * c.intermediate_size + (c.mlp_bias ? 2 * i128(c.intermediate_size) + h : 0);
-  const i128 moe = i128(c.num_experts) * h                                         // router
-                   + i128(c.num_experts) * 3 * h * i128(c.moe_intermediate_size);  // experts
+  const i128 moe = i128(c.num_experts) * h                                        // router
+                   + i128(c.num_experts) * 3 * h * i128(c.moe_intermediate_size)  // experts
+                   + (c.shared_expert_intermediate_size > 0                       // shared one
+                          ? 3 * h * i128(c.shared_expert_intermediate_size) + h
+                          : 0);
   i128 total = i128(c.vocab_size) * h + h;  // embeddings, final norm
   if (!c.tie_word_embeddings) total += i128(c.vocab_size) * h;
   for (int i = 0; i < c.num_hidden_layers; ++i)
@@ -264,7 +278,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.attention_bias = r.opt_bool("attention_bias").value_or(false);
   c.mlp_bias = r.opt_bool("mlp_bias").value_or(false);
   c.qk_norm = d.qk_norm;
-  c.qkv_bias = d.qkv_bias;
+  c.qkv_bias = r.opt_bool("qkv_bias").value_or(d.qkv_bias);  // Qwen2-MoE's newer configs say
   c.hidden_act = r.opt_string("hidden_act").value_or("silu");
 
   const char* dtype_key = r.has("torch_dtype") ? "torch_dtype" : "dtype";

@@ -53,6 +53,9 @@ struct ModelConfig {
   int num_experts_per_tok = 0;
   int moe_intermediate_size = 0;  // per-expert width; for Mixtral copied from intermediate_size
   bool norm_topk_prob = true;     // Mixtral: true (softmax over the top-k)
+  // Qwen2-MoE: on every MoE layer a dense SwiGLU "shared expert" of this width beside the routed
+  // ones, its output scaled by sigmoid(shared_expert_gate · x); 0: none.
+  int shared_expert_intermediate_size = 0;
   int decoder_sparse_step = 1;
   std::vector<int> mlp_only_layers;
 

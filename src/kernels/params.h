@@ -114,6 +114,15 @@ struct SiluMulParams {
   int rows, inter;
 };
 
+// out[r, :] += sigmoid(gate[r]) · x[r, :] (a gated shared expert's output added to the routed
+// experts' sum, Qwen2-MoE).
+struct SigmoidGateAddParams {
+  const float* gate;  // [rows] (the gate linear's [rows, 1] output)
+  const float* x;     // [rows, cols]
+  float* out;         // [rows, cols]
+  int rows, cols;
+};
+
 enum class RoutingMethod : uint8_t {
   kSoftmaxTopK,         // softmax over all experts, top-k, optionally renormalized
   kTopKSoftmax,         // top-k on logits, softmax over the k

@@ -84,6 +84,23 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
       layer.moe =
           std::make_unique<MoeBlock>(c, spec.moe_inter, w, b, *moe, options.moe_backend, moe_shard);
       moe_backend_ = options.moe_backend;
+      if (spec.shared_expert) {
+        if (c.shared_expert_intermediate_size <= 0)
+          throw LoadError("config.json: " + c.architecture +
+                          " needs shared_expert_intermediate_size > 0");
+        // Under tensor parallel the shared expert is split like a dense MLP: its partial sum
+        // joins the experts' in the block's all-reduce. Expert parallel would add it once per
+        // rank: not supported.
+        if (shard_.parallel.enable_expert_parallel)
+          throw LoadError(c.architecture +
+                          ": shared experts are not supported with --enable-expert-parallel");
+        const std::string mlp = prefix + ".mlp.shared_expert";
+        layer.shared_expert = std::make_unique<Mlp>(
+            c, c.shared_expert_intermediate_size, w, b, mlp + ".gate_proj.weight",
+            mlp + ".up_proj.weight", mlp + ".down_proj.weight", tp);
+        layer.shared_expert_gate =
+            load_dense(w, b, prefix + ".mlp.shared_expert_gate.weight", {1, H});
+      }
     } else {
       layer.mlp = std::make_unique<Mlp>(
           c, c.intermediate_size, w, b, prefix + ".mlp.gate_proj.weight",
@@ -91,6 +108,15 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
     }
     layers_.push_back(std::move(layer));
   }
+}
+
+void Decoder::add_shared_expert(Layer& layer, const Tensor& x, Tensor& out) {
+  const DType act = b_.activation_dtype();
+  Tensor shared = b_.empty(act, {x.dim(0), c_.hidden_size});
+  layer.shared_expert->forward(x, shared);
+  Tensor gate = b_.empty(act, {x.dim(0), 1});
+  b_.linear(x, layer.shared_expert_gate, nullptr, gate);
+  b_.sigmoid_gate_add(gate, shared, out);
 }
 
 KvGeometry Decoder::kv_geometry() const {
@@ -167,10 +193,11 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
       if (delta_partial) shard_.comm->all_reduce_sum(delta);
       delta_partial = shard_.moe_all_reduce();
       const Tensor* next_norm = nullptr;
-      if (!delta_partial)
+      if (!delta_partial && !layer.shared_expert)
         next_norm = i + 1 < layers_.size() ? &layers_[i + 1].input_norm : &final_norm_;
       x_ready = layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm,
                                             c_.rms_norm_eps, x, delta, next_norm);
+      if (layer.shared_expert) add_shared_expert(layer, x, delta);  // x: the experts' input
     } else {
       add_norm(layer.post_attention_norm);
       layer.mlp->forward(x, delta);

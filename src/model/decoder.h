@@ -16,6 +16,9 @@ struct DecoderSpec {
   // MoE names for layer i, or nullopt for a dense MLP layer.
   std::function<std::optional<MoeNames>(int layer)> moe_names;
   int moe_inter = 0;  // expert intermediate size
+  // Qwen2-MoE: beside the experts of every MoE layer, the dense MLP "{mlp}.shared_expert" gated
+  // by sigmoid("{mlp}.shared_expert_gate" · x) (config shared_expert_intermediate_size).
+  bool shared_expert = false;
 };
 
 class Decoder final : public Model {
@@ -32,9 +35,13 @@ class Decoder final : public Model {
   struct Layer {
     Tensor input_norm, post_attention_norm;
     std::unique_ptr<Attention> attn;
-    std::unique_ptr<Mlp> mlp;       // dense layers
-    std::unique_ptr<MoeBlock> moe;  // sparse layers
+    std::unique_ptr<Mlp> mlp;            // dense layers
+    std::unique_ptr<MoeBlock> moe;       // sparse layers
+    std::unique_ptr<Mlp> shared_expert;  // sparse layers with DecoderSpec::shared_expert
+    Tensor shared_expert_gate;           // [1, hidden]
   };
+  // out += sigmoid(x · gateᵀ) · shared_expert(x): the gated shared expert's part of the block.
+  void add_shared_expert(Layer& layer, const Tensor& x, Tensor& out);
   io::ModelConfig c_;
   backend::Backend& b_;
   ShardSpec shard_;

@@ -241,6 +241,11 @@ int64_t model_weight_bytes(const io::ModelConfig& c, const quant::QuantConfig& q
       total += E * (linear(e + (mixtral ? "w1" : "gate_proj"), moe_inter, h) +
                     linear(e + (mixtral ? "w3" : "up_proj"), moe_inter, h) +
                     linear(e + (mixtral ? "w2" : "down_proj"), h, moe_inter));
+      if (const int64_t S = c.shared_expert_intermediate_size; S > 0) {
+        const std::string s = p + "mlp.shared_expert.";
+        total += linear(s + "gate_proj", S, h) + linear(s + "up_proj", S, h) +
+                 linear(s + "down_proj", h, S) + dense(h);  // and its gate
+      }
     } else {
       const int64_t I = c.intermediate_size;
       total += linear(p + "mlp.gate_proj", I, h) + linear(p + "mlp.up_proj", I, h) +

@@ -1,7 +1,10 @@
-// CUDA silu_mul, embedding and gather_rows against CPU references.
+// CUDA silu_mul, sigmoid_gate_add, embedding and gather_rows against CPU references.
 #include "kernels/cuda/misc/elementwise.h"
 
 #include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/cpu/ops.h"
@@ -52,6 +55,30 @@ TEST(CudaSiluMul, TiledLayoutMatchesCpu) {
     EXPECT_LT(rel_l2(d_out.download(), want), kTol);
   }
   EXPECT_THROW(kernels::cuda::silu_mul({nullptr, nullptr, 1, 24, 16}, nullptr), InvalidArgument);
+}
+
+// out += sigmoid(gate) · x per row: the 16-byte path (cols 2048) and the scalar one (cols 20,
+// and 2048 with x one element off alignment).
+TEST(CudaSigmoidGateAdd, MatchesCpu) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (const auto& [cols, offset] :
+       std::vector<std::pair<int, int>>{{2048, 0}, {20, 0}, {2048, 1}}) {
+    for (int rows : {1, 7, 64}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "rows=" << rows << " cols=" << cols << " offset=" << offset);
+      const size_t n = size_t(rows) * cols;
+      auto gate = random_bf16(size_t(rows), uint32_t(rows + cols), -6.0f, 6.0f);
+      auto x = random_bf16(n + offset, uint32_t(rows * 3 + cols), -2.0f, 2.0f);
+      auto out = random_bf16(n, uint32_t(rows * 5 + cols), -2.0f, 2.0f);
+      const std::vector<float> gate_f = to_float(gate), x_f = to_float(x);
+      std::vector<float> want = to_float(out);
+      kernels::cpu::sigmoid_gate_add({gate_f.data(), x_f.data() + offset, want.data(), rows, cols});
+      DeviceBuffer<bf16> d_gate(gate), d_x(x), d_out(out);
+      kernels::cuda::sigmoid_gate_add({d_gate.get(), d_x.get() + offset, d_out.get(), rows, cols},
+                                      nullptr);
+      EXPECT_LT(rel_l2(d_out.download(), want), kTol);
+    }
+  }
 }
 
 TEST(CudaEmbedding, CopiesTableRowsExactly) {

@@ -138,6 +138,12 @@ class CpuBackend final : public Backend {
     kernels::cpu::silu_mul({x.as<float>(), out.as<float>(), int(out.numel() / inter), inter});
   }
 
+  void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) override {
+    const int cols = int(out.dim(-1));
+    kernels::cpu::sigmoid_gate_add(
+        {gate.as<float>(), x.as<float>(), out.as<float>(), int(out.numel() / cols), cols});
+  }
+
   void prepare_moe(MoeWeights&) override {}
 
   void moe(const Tensor& x, const MoeWeights& w, Tensor& out) override {

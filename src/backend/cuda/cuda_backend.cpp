@@ -535,6 +535,13 @@ class CudaBackend final : public Backend {
     kernels::cuda::silu_mul({bf(x), bf_mut(out), int(out.numel() / inter), inter}, stream_);
   }
 
+  void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "sigmoid_gate_add", stream_, capturing_);
+    const int cols = int(out.dim(-1));
+    kernels::cuda::sigmoid_gate_add({bf(gate), bf(x), bf_mut(out), int(out.numel() / cols), cols},
+                                    stream_);
+  }
+
   // The expert kernels need hidden % 128 == 0 and inter % 64 == 0: other shapes (the tiny test
   // models) get zero-padded weights, which leave every real output unchanged. NVFP4 experts are
   // repacked into the GEMMs' fragment order (moe_cuda.h, prepare_nvfp4_experts), padded with

@@ -72,6 +72,17 @@ void silu_mul(const SiluMulParams& p) {
   });
 }
 
+void sigmoid_gate_add(const SigmoidGateAddParams& p) {
+  ThreadPool::global().parallel_for(p.rows, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float g = 1.0f / (1.0f + std::exp(-p.gate[r]));
+      const float* x = p.x + r * p.cols;
+      float* out = p.out + r * p.cols;
+      for (int i = 0; i < p.cols; ++i) out[i] += g * x[i];
+    }
+  });
+}
+
 namespace {
 
 void rotate(float* head, const float* cos, const float* sin, int half) {

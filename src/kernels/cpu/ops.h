@@ -13,6 +13,7 @@ void rope(const RopeParams& p);
 void kv_append(const KvAppendParams& p);
 void paged_attention(const PagedAttentionParams& p);
 void silu_mul(const SiluMulParams& p);
+void sigmoid_gate_add(const SigmoidGateAddParams& p);
 void route(const RouterParams& p);
 
 // Converts n elements of a float-typed buffer to fp32.

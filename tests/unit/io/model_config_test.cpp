@@ -221,6 +221,31 @@ TEST(ModelConfig, Qwen2HasQkvBiases) {
   EXPECT_FALSE(parse(llama_json()).qkv_bias);
 }
 
+// Qwen2-MoE: Qwen2's q/k/v biases (unless its qkv_bias says otherwise), experts not
+// renormalized, and a shared expert of shared_expert_intermediate_size with a one-row gate.
+TEST(ModelConfig, Qwen2MoeSharedExpert) {
+  json j = llama_json();
+  j["architectures"] = {"Qwen2MoeForCausalLM"};
+  j["model_type"] = "qwen2_moe";
+  j["num_experts"] = 4;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 16;
+  j["shared_expert_intermediate_size"] = 32;
+  j["tie_word_embeddings"] = true;
+  ModelConfig c = parse(j);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 32);
+  // Per layer: attention 4 · 64² + 3 · 64 biases, router 4 · 64, experts 4 · 3 · 64 · 16,
+  // shared expert 3 · 64 · 32 and its gate 64, norms 128.
+  const int64_t layer = 4 * 4096 + 3 * 64 + 256 + 12288 + 6144 + 64 + 128;
+  EXPECT_EQ(c.num_parameters(), 64000 + 64 + 2 * layer);
+  j["qkv_bias"] = false;
+  EXPECT_FALSE(parse(j).qkv_bias);
+  j.erase("shared_expert_intermediate_size");
+  EXPECT_EQ(parse(j).shared_expert_intermediate_size, 5632);  // Qwen2MoeConfig's default
+}
+
 TEST(ModelConfig, RopeVariants) {
   json j = llama_json();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};

@@ -87,6 +87,9 @@ class RecordingBackend final : public backend::Backend {
     inner_->attention(qkv, p, cache, meta, out);
   }
   void silu_mul(const Tensor& x, Tensor& out) override { inner_->silu_mul(x, out); }
+  void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) override {
+    inner_->sigmoid_gate_add(gate, x, out);
+  }
   void prepare_moe(backend::MoeWeights& w) override { inner_->prepare_moe(w); }
   void moe(const Tensor& x, const backend::MoeWeights& w, Tensor& out) override {
     inner_->moe(x, w, out);

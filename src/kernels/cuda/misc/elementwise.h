@@ -1,4 +1,5 @@
-// Small bf16 kernels: SiLU-and-mul and row gathers (embedding, logits rows).
+// Small bf16 kernels: SiLU-and-mul, the sigmoid-gated add and row gathers (embedding, logits
+// rows).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -18,6 +19,16 @@ struct SiluMulParams {
   int tile = 0;  // 0 or 16
 };
 void silu_mul(const SiluMulParams& p, cudaStream_t stream);
+
+// out[r, :] += sigmoid(gate[r]) · x[r, :], fp32 math, rounded once to bf16 (a gated shared
+// expert's output added to the routed experts' sum, Qwen2-MoE).
+struct SigmoidGateAddParams {
+  const bf16* gate;  // [rows] (the gate linear's [rows, 1] output)
+  const bf16* x;     // [rows, cols]
+  bf16* out;         // [rows, cols]
+  int rows, cols;
+};
+void sigmoid_gate_add(const SigmoidGateAddParams& p, cudaStream_t stream);
 
 // out[i] = src[rows[i]] for i < num_rows. Row indices are trusted (the host validates token
 // ids against the vocabulary before upload). Serves the embedding lookup and logits gathers.
