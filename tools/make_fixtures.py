@@ -69,6 +69,12 @@ ARCHS = {
                               shared_expert_intermediate_size=48, norm_topk_prob=False,
                               decoder_sparse_step=1, mlp_only_layers=[2], rope_theta=1000000.0,
                               use_sliding_window=False, sliding_window=4096)),
+    # Qwen3 with YaRN: a ramp over the dimensions between the correction bounds of a 64-token
+    # original context (head_dim 16, theta 10000: dimensions 0 to 2), attention factor 1.139.
+    "qwen3_yarn": ("Qwen3Config", "Qwen3ForCausalLM", torch.bfloat16,
+                   base_config(rope_theta=10000.0,
+                               rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                             "original_max_position_embeddings": 64})),
     # Llama with attention_bias: biases on q, k, v and o.
     "llama_bias": ("LlamaConfig", "LlamaForCausalLM", torch.bfloat16,
                    base_config(attention_bias=True, rope_theta=500000.0)),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -110,8 +111,41 @@ std::vector<int32_t> token_ids(const JsonReader& r, std::string_view key) {
   return ids;
 }
 
+// YaRN's magnitude correction for a context stretched `scale` times (the paper's 0.1·ln s + 1).
+double yarn_mscale(double scale, double mscale = 1.0) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+// The yarn keys of a rope dict (transformers' _compute_yarn_parameters reads them alike).
+void parse_yarn(const JsonReader& r, int max_position_embeddings, RopeScaling& s) {
+  s.original_max_position_embeddings =
+      opt_int(r, "original_max_position_embeddings", max_position_embeddings, 1);
+  // Without a factor (DeepSeek-V3-style configs): the ratio of the two lengths.
+  s.factor = float(r.opt_number("factor").value_or(double(max_position_embeddings) /
+                                                   s.original_max_position_embeddings));
+  if (!(s.factor > 0)) r.fail("factor", fmt::format("must be > 0, got {}", s.factor));
+  s.beta_fast = float(r.opt_number("beta_fast").value_or(32));
+  s.beta_slow = float(r.opt_number("beta_slow").value_or(1));
+  if (!(s.beta_fast > 0) || !(s.beta_slow > 0))
+    r.fail("beta_fast", fmt::format("beta_fast and beta_slow must be > 0 (got {} and {})",
+                                    s.beta_fast, s.beta_slow));
+  s.truncate = r.opt_bool("truncate").value_or(true);
+  const double mscale = r.opt_number("mscale").value_or(0);
+  const double mscale_all_dim = r.opt_number("mscale_all_dim").value_or(0);
+  if (const auto a = r.opt_number("attention_factor")) {
+    s.attention_factor = float(*a);
+  } else if (mscale != 0 && mscale_all_dim != 0) {
+    s.attention_factor =
+        float(yarn_mscale(s.factor, mscale) / yarn_mscale(s.factor, mscale_all_dim));
+  } else {
+    s.attention_factor = float(yarn_mscale(s.factor));
+  }
+  if (!(s.attention_factor > 0))
+    r.fail("attention_factor", fmt::format("must be > 0, got {}", s.attention_factor));
+}
+
 // One rope dict: rope_scaling (type key required) or rope_parameters (type defaults to default).
-RopeScaling parse_rope_dict(const JsonReader& r, bool type_required) {
+RopeScaling parse_rope_dict(const JsonReader& r, bool type_required, int max_position_embeddings) {
   RopeScaling s;
   auto type = r.opt_string("rope_type");
   if (!type) type = r.opt_string("type");
@@ -121,9 +155,13 @@ RopeScaling parse_rope_dict(const JsonReader& r, bool type_required) {
   }
   s.type = *type;
   if (s.type == "default") return s;
+  if (s.type == "yarn") {
+    parse_yarn(r, max_position_embeddings, s);
+    return s;
+  }
   if (s.type != "linear" && s.type != "llama3") {
     r.fail("rope_type",
-           fmt::format("'{}' is not supported (supported: default, linear, llama3)", s.type));
+           fmt::format("'{}' is not supported (supported: default, linear, llama3, yarn)", s.type));
   }
   s.factor = float(r.get_number("factor"));
   if (!(s.factor > 0)) r.fail("factor", fmt::format("must be > 0, got {}", s.factor));
@@ -145,9 +183,10 @@ void parse_rope(const JsonReader& top, float default_theta, ModelConfig& c) {
   if (const json* p = top.find("rope_parameters")) {
     JsonReader r(*p, top.path(), "rope_parameters.");
     c.rope_theta = positive_float(r, "rope_theta", c.rope_theta);
-    c.rope_scaling = parse_rope_dict(r, /*type_required=*/false);
+    c.rope_scaling = parse_rope_dict(r, /*type_required=*/false, c.max_position_embeddings);
   } else if (const json* s = top.find("rope_scaling")) {
-    c.rope_scaling = parse_rope_dict(JsonReader(*s, top.path(), "rope_scaling."), true);
+    c.rope_scaling = parse_rope_dict(JsonReader(*s, top.path(), "rope_scaling."), true,
+                                     c.max_position_embeddings);
   }
 }
 

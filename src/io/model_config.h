@@ -11,11 +11,16 @@ namespace serval::io {
 
 // rope_scaling of config.json. type "default" means none.
 struct RopeScaling {
-  std::string type = "default";  // default | llama3 | linear
+  std::string type = "default";  // default | linear | llama3 | yarn
   float factor = 1.0f;
   float low_freq_factor = 1.0f;                 // llama3
   float high_freq_factor = 4.0f;                // llama3
-  int original_max_position_embeddings = 8192;  // llama3
+  int original_max_position_embeddings = 8192;  // llama3; yarn (default max_position_embeddings)
+  float beta_fast = 32.0f, beta_slow = 1.0f;    // yarn: the ramp between the correction bounds
+  bool truncate = true;                         // yarn: bounds rounded outwards to integers
+  // yarn: cos and sin are scaled by it (attention_factor, else from mscale / mscale_all_dim as
+  // transformers derives it); attention folds its square into the softmax scale. 1 otherwise.
+  float attention_factor = 1.0f;
 };
 
 // Everything the architectures need from config.json. Missing optional keys get the

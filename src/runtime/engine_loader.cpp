@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -121,6 +122,16 @@ class DeviceBoundRunner final : public StepRunner {
   std::unique_ptr<StepRunner> inner_;
   int device_;
 };
+
+// The context a config supports, as vLLM derives it: max_position_embeddings, stretched by a
+// linear rope factor; for yarn the original context times the factor.
+int default_max_model_len(const io::ModelConfig& mc) {
+  const io::RopeScaling& rs = mc.rope_scaling;
+  double len = mc.max_position_embeddings;
+  if (rs.type == "linear") len *= rs.factor;
+  if (rs.type == "yarn") len = double(rs.original_max_position_embeddings) * rs.factor;
+  return int(std::min<double>(len, std::numeric_limits<int>::max()));
+}
 
 }  // namespace
 
@@ -276,7 +287,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
   const dist::ParallelConfig parallel{cfg.tensor_parallel_size, dp, cfg.enable_expert_parallel};
   dist::validate(parallel);
 
-  out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
+  out.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : default_max_model_len(mc);
   if (out.max_model_len <= 0) throw LoadError(cfg.model_dir + ": no max_position_embeddings");
   // Attention is full: within the model's sliding window that is the same computation.
   if (mc.sliding_window > 0 && out.max_model_len > mc.sliding_window) {

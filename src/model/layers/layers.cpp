@@ -1,5 +1,6 @@
 #include "model/layers/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -35,11 +36,46 @@ std::string module_of(const std::string& weight_name) {
   return weight_name.substr(0, weight_name.size() - kSuffix.size());
 }
 
+namespace {
+
+// YaRN (transformers' _compute_yarn_parameters): frequencies below the correction range keep
+// their value (extrapolation), those above it are divided by the factor (interpolation), with a
+// linear ramp over the range of dimension indices between.
+double yarn_inv_freq(const io::ModelConfig& c, int i) {
+  const io::RopeScaling& rs = c.rope_scaling;
+  const double dim = c.head_dim, base = c.rope_theta;
+  // The dimension index whose wavelength turns `rotations` times over the original context.
+  const auto correction_dim = [&](double rotations) {
+    return dim *
+           std::log(rs.original_max_position_embeddings / (rotations * 2 * std::numbers::pi)) /
+           (2 * std::log(base));
+  };
+  double low = correction_dim(rs.beta_fast), high = correction_dim(rs.beta_slow);
+  if (rs.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // no zero-width ramp
+  const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+  const double extrapolation = 1.0 / std::pow(base, 2 * i / dim);
+  const double extrapolation_weight = 1 - ramp;
+  return extrapolation / rs.factor * (1 - extrapolation_weight) +
+         extrapolation * extrapolation_weight;
+}
+
+}  // namespace
+
 Tensor rope_inv_freq(const io::ModelConfig& c) {
   const int half = c.head_dim / 2;
   Tensor t = host_empty(DType::kF32, {half});
   const io::RopeScaling& rs = c.rope_scaling;
   for (int i = 0; i < half; ++i) {
+    if (rs.type == "yarn") {
+      t.as<float>()[i] = float(yarn_inv_freq(c, i));
+      continue;
+    }
     // Same expression as the reference: base^(2i/d) in double, inverted in float.
     double freq = 1.0 / std::pow(double(c.rope_theta), double(2 * i) / c.head_dim);
     if (rs.type == "linear") {
@@ -71,7 +107,9 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
   params_.num_q_heads = int(shard.q_heads.size());
   params_.num_kv_heads = int(shard.kv_heads.size());
   params_.head_dim = c.head_dim;
-  params_.scale = 1.0f / std::sqrt(float(c.head_dim));
+  // YaRN scales cos and sin by its attention factor: q·k by its square, folded in here.
+  const float rope_factor = c.rope_scaling.attention_factor;
+  params_.scale = rope_factor * rope_factor / std::sqrt(float(c.head_dim));
   params_.rms_norm_eps = c.rms_norm_eps;
   const int64_t H = c.hidden_size;
   const int64_t full_q = int64_t(c.num_attention_heads) * c.head_dim;

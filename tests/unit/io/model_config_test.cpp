@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -267,6 +269,38 @@ TEST(ModelConfig, RopeVariants) {
   EXPECT_EQ(c.rope_theta, 1e6f);
 }
 
+// YaRN as transformers reads it: the original context (default max_position_embeddings), the
+// factor (default their ratio), betas, and the attention factor 0.1·ln(factor) + 1 unless given
+// or derived from mscale / mscale_all_dim.
+TEST(ModelConfig, YarnRope) {
+  json j = llama_json();
+  j["max_position_embeddings"] = 32768;
+  j["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  RopeScaling s = parse(j).rope_scaling;
+  EXPECT_EQ(s.type, "yarn");
+  EXPECT_EQ(s.factor, 4.0f);
+  EXPECT_EQ(s.original_max_position_embeddings, 32768);
+  EXPECT_EQ(s.beta_fast, 32.0f);
+  EXPECT_EQ(s.beta_slow, 1.0f);
+  EXPECT_TRUE(s.truncate);
+  EXPECT_NEAR(s.attention_factor, 0.1 * std::log(4.0) + 1, 1e-6);
+  j["rope_scaling"] = {{"type", "yarn"},
+                       {"original_max_position_embeddings", 4096},
+                       {"mscale", 1.0},
+                       {"mscale_all_dim", 1.0},
+                       {"beta_fast", 16},
+                       {"truncate", false}};
+  s = parse(j).rope_scaling;
+  EXPECT_EQ(s.factor, 8.0f);  // 32768 / 4096
+  EXPECT_EQ(s.attention_factor, 1.0f);
+  EXPECT_EQ(s.beta_fast, 16.0f);
+  EXPECT_FALSE(s.truncate);
+  j["rope_scaling"]["attention_factor"] = 1.5;
+  EXPECT_EQ(parse(j).rope_scaling.attention_factor, 1.5f);
+  EXPECT_EQ(parse(llama_json()).rope_scaling.attention_factor, 1.0f);
+}
+
 TEST(ModelConfig, ErrorsNameFileAndKey) {
   auto expect_bad = [](json j, std::vector<std::string> needles) {
     needles.push_back("cfg/config.json");
@@ -324,8 +358,11 @@ TEST(ModelConfig, ErrorsNameFileAndKey) {
   j["eos_token_id"] = {1, "2"};
   expect_bad(j, {"'eos_token_id'"});
   j = llama_json();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_bad(j, {"'rope_scaling.rope_type'", "yarn"});
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+  expect_bad(j, {"'rope_scaling.rope_type'", "dynamic"});
+  j = llama_json();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", -4.0}};
+  expect_bad(j, {"'rope_scaling.factor'", "> 0"});
   j = llama_json();
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", "8"}};
   expect_bad(j, {"'rope_scaling.factor'", "number"});
