@@ -70,31 +70,35 @@ TEST(ReasoningParser, StreamHoldsBackPossibleTags) {
   EXPECT_EQ(closed.content, "c</thi");  // content holds nothing back
 }
 
-// Every prefix of random texts built from tag fragments splits into prefixes of the finished
-// split's parts, and the parts only grow: a stream never sends what it must take back.
-TEST(ReasoningParser, StreamPartsArePrefixesOfTheFinishedSplit) {
-  const std::vector<std::string> pieces = {"<think>", "</think>", "<", "</", "</th", "<thi",
-                                           "think>",  ">",        "a", "\n", "é",    "/"};
-  std::mt19937 rng(20261207);
-  for (int trial = 0; trial < 400; ++trial) {
+// Every prefix of random texts built from `pieces` (marker fragments) splits into prefixes of the
+// finished split's parts, and the parts only grow: a stream never sends what it must take back.
+void expect_stream_prefixes(ReasoningParser parser, const std::vector<std::string>& pieces,
+                            bool in_reasoning, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 500; ++trial) {
     std::string text;
     const int n = 1 + int(rng() % 12);
     for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
-    for (const bool in_reasoning : {true, false}) {
-      const ReasoningParts full = split_reasoning(kR1, text, in_reasoning, true);
-      size_t sent_reasoning = 0, sent_content = 0;
-      for (size_t len = 0; len <= text.size(); ++len) {
-        const ReasoningParts p =
-            split_reasoning(kR1, std::string_view(text).substr(0, len), in_reasoning, false);
-        ASSERT_TRUE(full.reasoning.starts_with(p.reasoning)) << text << " at " << len;
-        ASSERT_TRUE(full.content.starts_with(p.content)) << text << " at " << len;
-        ASSERT_GE(p.reasoning.size(), sent_reasoning) << text << " at " << len;
-        ASSERT_GE(p.content.size(), sent_content) << text << " at " << len;
-        sent_reasoning = p.reasoning.size();
-        sent_content = p.content.size();
-      }
+    const ReasoningParts full = split_reasoning(parser, text, in_reasoning, true);
+    size_t sent_reasoning = 0, sent_content = 0;
+    for (size_t len = 0; len <= text.size(); ++len) {
+      const ReasoningParts p =
+          split_reasoning(parser, std::string_view(text).substr(0, len), in_reasoning, false);
+      ASSERT_TRUE(full.reasoning.starts_with(p.reasoning)) << text << " at " << len;
+      ASSERT_TRUE(full.content.starts_with(p.content)) << text << " at " << len;
+      ASSERT_GE(p.reasoning.size(), sent_reasoning) << text << " at " << len;
+      ASSERT_GE(p.content.size(), sent_content) << text << " at " << len;
+      sent_reasoning = p.reasoning.size();
+      sent_content = p.content.size();
     }
   }
+}
+
+TEST(ReasoningParser, StreamPartsArePrefixesOfTheFinishedSplit) {
+  const std::vector<std::string> pieces = {"<think>", "</think>", "<", "</", "</th", "<thi",
+                                           "think>",  ">",        "a", "\n", "é",    "/"};
+  expect_stream_prefixes(kR1, pieces, true, 20261207);
+  expect_stream_prefixes(kR1, pieces, false, 20261207);
 }
 
 void expect_mistral(std::string_view text, std::string_view reasoning, std::string_view content) {
@@ -127,28 +131,11 @@ TEST(ReasoningParser, MistralStreamHoldsBackPossibleMarkers) {
   EXPECT_EQ(closed.content, "abe[TH");  // after the block nothing is held back
 }
 
-// As for the tags above: every prefix splits into prefixes of the finished split, growing only.
 TEST(ReasoningParser, MistralStreamPartsArePrefixesOfTheFinishedSplit) {
-  const std::vector<std::string> pieces = {"[THINK]", "[/THINK]", "[", "[/", "[/TH", "[THI",
-                                           "INK]",    "]",        "a", "\n", "é",    "/"};
-  std::mt19937 rng(20261208);
-  for (int trial = 0; trial < 600; ++trial) {
-    std::string text;
-    const int n = 1 + int(rng() % 12);
-    for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
-    const ReasoningParts full = split_reasoning(kMistral, text, false, true);
-    size_t sent_reasoning = 0, sent_content = 0;
-    for (size_t len = 0; len <= text.size(); ++len) {
-      const ReasoningParts p =
-          split_reasoning(kMistral, std::string_view(text).substr(0, len), false, false);
-      ASSERT_TRUE(full.reasoning.starts_with(p.reasoning)) << text << " at " << len;
-      ASSERT_TRUE(full.content.starts_with(p.content)) << text << " at " << len;
-      ASSERT_GE(p.reasoning.size(), sent_reasoning) << text << " at " << len;
-      ASSERT_GE(p.content.size(), sent_content) << text << " at " << len;
-      sent_reasoning = p.reasoning.size();
-      sent_content = p.content.size();
-    }
-  }
+  expect_stream_prefixes(
+      kMistral,
+      {"[THINK]", "[/THINK]", "[", "[/", "[/TH", "[THI", "INK]", "]", "a", "\n", "é", "/"}, false,
+      20261208);
 }
 
 }  // namespace
