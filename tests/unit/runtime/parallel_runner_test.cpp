@@ -123,7 +123,18 @@ TEST_P(ParallelFixtureTest, MatchesSingleRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelFixtureTest,
-                         ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral"));
+                         ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral", "qwen2",
+                                           "llama_bias"));
+
+// Qwen2-MoE's shared expert is split like a dense MLP under tensor parallel (its partial sum
+// joins the experts' all-reduce); expert parallel is refused at load.
+TEST(ParallelSharedExpert, TensorParallelMatchesAndExpertParallelIsRefused) {
+  expect_cases_match("qwen2_moe", {
+                                      {"tp2", {2, 1, false}},
+                                      {"tp4 (kv heads replicated)", {4, 1, false}},
+                                      {"tp2+ep", {2, 1, true}, "expert-parallel"},
+                                  });
+}
 
 // Quantized checkpoints: tensor parallel slices the packed codes and their scales (the CPU
 // backend dequantizes them exactly, so TP=1 is the oracle). A slice that would cut an NVFP4
