@@ -88,12 +88,14 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
         if (c.shared_expert_intermediate_size <= 0)
           throw LoadError("config.json: " + c.architecture +
                           " needs shared_expert_intermediate_size > 0");
-        // Under tensor parallel the shared expert is split like a dense MLP: its partial sum
-        // joins the experts' in the block's all-reduce. Expert parallel would add it once per
-        // rank: not supported.
-        if (shard_.parallel.enable_expert_parallel)
+        // The shared expert is split like a dense MLP over the tensor-parallel group: its
+        // partial sum joins the experts' in the block's all-reduce over that group (with expert
+        // parallel inside one replica too). Across data-parallel replicas the experts' combine
+        // spans ranks that each hold the whole shared expert: not supported.
+        if (shard_.parallel.enable_expert_parallel && shard_.parallel.dp_size > 1)
           throw LoadError(c.architecture +
-                          ": shared experts are not supported with --enable-expert-parallel");
+                          ": shared experts are not supported with --enable-expert-parallel "
+                          "across data-parallel replicas");
         const std::string mlp = prefix + ".mlp.shared_expert";
         layer.shared_expert = std::make_unique<Mlp>(
             c, c.shared_expert_intermediate_size, w, b, mlp + ".gate_proj.weight",

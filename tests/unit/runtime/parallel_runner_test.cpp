@@ -126,14 +126,18 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelFixtureTest,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral", "qwen2",
                                            "llama_bias"));
 
-// Qwen2-MoE's shared expert is split like a dense MLP under tensor parallel (its partial sum
-// joins the experts' all-reduce); expert parallel is refused at load.
-TEST(ParallelSharedExpert, TensorParallelMatchesAndExpertParallelIsRefused) {
-  expect_cases_match("qwen2_moe", {
-                                      {"tp2", {2, 1, false}},
-                                      {"tp4 (kv heads replicated)", {4, 1, false}},
-                                      {"tp2+ep", {2, 1, true}, "expert-parallel"},
-                                  });
+// Qwen2-MoE's shared expert is split like a dense MLP over the tensor-parallel group (its partial
+// sum joins the experts' all-reduce, expert parallel or not); expert parallel across
+// data-parallel replicas is refused at load.
+TEST(ParallelSharedExpert, TensorParallelMatchesAndDataParallelExpertsAreRefused) {
+  expect_cases_match(
+      "qwen2_moe", {
+                       {"tp2", {2, 1, false}},
+                       {"tp4 (kv heads replicated)", {4, 1, false}},
+                       {"tp2+ep", {2, 1, true}},
+                       {"tp4+ep", {4, 1, true}},
+                       {"ep over 2 replicas (tp1)", {1, 2, true}, "across data-parallel replicas"},
+                   });
 }
 
 // Quantized checkpoints: tensor parallel slices the packed codes and their scales (the CPU
