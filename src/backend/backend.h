@@ -283,6 +283,8 @@ class Backend {
                          const StepMetadata& meta, Tensor& out) = 0;
   // out[r] = silu(x[r, :I]) · x[r, I:]
   virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
+  // out = x as fp32; x in the activation dtype, out kF32 of the same shape.
+  virtual void to_float(const Tensor& x, Tensor& out) = 0;
   // out[r, :] += sigmoid(gate[r]) · x[r, :]; gate [R, 1], x and out [R, C] (a gated shared
   // expert's output added to the routed experts' sum).
   virtual void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) = 0;

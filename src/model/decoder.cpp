@@ -46,7 +46,7 @@ void validate_shard(const ShardSpec& s) {
 
 Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const WeightSource& w,
                  backend::Backend& b, const LoadOptions& options)
-    : c_(c), b_(b), shard_(options.shard) {
+    : c_(c), b_(b), pooling_(options.pooling), shard_(options.shard) {
   validate_shard(shard_);
   // What the layers do not compute is refused, not ignored: the outputs would be wrong.
   if (c.mlp_bias)
@@ -210,6 +210,11 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
   if (!x_ready) add_norm(final_norm_);
   Tensor last = b_.empty(act, {meta.num_logits, H});
   b_.gather_rows(x, meta.logits_indices, last);
+  if (pooling_) {  // embeddings: the rows' final hidden states (whole on every rank)
+    Tensor hidden = b_.empty(DType::kF32, {meta.num_logits, H});
+    b_.to_float(last, hidden);
+    return hidden;
+  }
   Tensor logits = b_.empty(DType::kF32, {meta.num_logits, c_.vocab_size});
   if (shard_.parallel.tp_size == 1) {
     b_.linear(last, lm_head_, nullptr, logits);

@@ -30,6 +30,7 @@ class Decoder final : public Model {
   Tensor forward(const backend::StepMetadata& meta,
                  std::vector<backend::KvCacheLayer>& kv_cache) override;
   std::string moe_backend() const override { return moe_backend_; }
+  bool pooling() const { return pooling_; }
 
  private:
   struct Layer {
@@ -44,6 +45,7 @@ class Decoder final : public Model {
   void add_shared_expert(Layer& layer, const Tensor& x, Tensor& out);
   io::ModelConfig c_;
   backend::Backend& b_;
+  bool pooling_ = false;  // LoadOptions::pooling
   ShardSpec shard_;
   int local_kv_heads_ = 0;
   dist::Range vocab_;  // LM-head rows (vocabulary entries) this rank computes logits for

@@ -71,6 +71,9 @@ struct ShardSpec {
 struct LoadOptions {
   std::string moe_backend = "latency";
   ShardSpec shard;
+  // --runner pooling (embeddings): forward returns the final hidden states (after the final
+  // norm, fp32) of the logits rows, [num_logits, hidden], instead of their logits.
+  bool pooling = false;
 };
 
 // Builds the architecture named by config.architecture (see registry.cpp). Throws LoadError for

@@ -182,6 +182,8 @@ class EngineImpl final : public Engine {
     info_.num_parameters = config_.num_parameters();
     info_.max_model_len = m.max_model_len;
     info_.vocab_size = config_.vocab_size;
+    info_.pooling = cfg_.pooling;
+    info_.hidden_size = config_.hidden_size;
     info_.kv_cache_tokens = int64_t(m.num_blocks) * cfg_.block_size;
     io::GenerationConfig gen = io::load_generation_config(cfg_.model_dir);
     info_.eos_token_ids = !gen.eos_token_ids.empty() ? gen.eos_token_ids : config_.eos_token_ids;
@@ -220,7 +222,10 @@ class EngineImpl final : public Engine {
         throw InvalidArgument(fmt::format("prompt token id {} is outside the vocabulary [0, {})",
                                           id, config_.vocab_size));
     if (p.max_tokens < 1) throw InvalidArgument("max_tokens must be at least 1");
-    if (int64_t(prompt.size()) + p.max_tokens > info_.max_model_len)
+    if (cfg_.pooling && int64_t(prompt.size()) > info_.max_model_len)
+      throw InvalidArgument(fmt::format("the prompt ({} tokens) exceeds max_model_len ({})",
+                                        prompt.size(), info_.max_model_len));
+    if (!cfg_.pooling && int64_t(prompt.size()) + p.max_tokens > info_.max_model_len)
       throw InvalidArgument(
           fmt::format("prompt ({} tokens) + max_tokens ({}) exceeds max_model_len ({})",
                       prompt.size(), p.max_tokens, info_.max_model_len));
@@ -436,9 +441,11 @@ class EngineImpl final : public Engine {
       logits = runner_->execute(chunks);
     }
     const double model_seconds = now_seconds() - model_start;
-    count_generated(size_t(std::count_if(out.chunks.begin(), out.chunks.end(),
-                                         [](const auto& c) { return c.samples_token; })));
-    const size_t vocab = size_t(config_.vocab_size);
+    if (!cfg_.pooling)
+      count_generated(size_t(std::count_if(out.chunks.begin(), out.chunks.end(),
+                                           [](const auto& c) { return c.samples_token; })));
+    // A row's width: the vocabulary's (logits) or, pooling, the hidden size.
+    const size_t vocab = size_t(cfg_.pooling ? config_.hidden_size : config_.vocab_size);
     size_t row = 0;
     // Each chunk's rows in order: one per position (kAll), its last (kLast) or none; a sampling
     // chunk samples from its last row.
@@ -455,6 +462,8 @@ class EngineImpl final : public Engine {
         const size_t last = row + rows - 1;
         if (all_greedy)
           emit_token(r, greedy_ids[last], std::nullopt);
+        else if (cfg_.pooling)
+          emit_embedding(r, std::span<const float>(&logits[last * vocab], vocab));
         else
           sample_token(r, std::span<float>(&logits[last * vocab], vocab));
       }
@@ -481,6 +490,7 @@ class EngineImpl final : public Engine {
   // True when the request's next token is the plain argmax of its logits: greedy, no logprobs,
   // no penalties, nothing banned by min_tokens, no prompt logprobs still to compute.
   bool plain_greedy(const EngineRequest& r) const {
+    if (cfg_.pooling) return false;  // the rows are hidden states, taken on the host
     const SamplingParams& p = r.params;
     return p.temperature < 1e-5f && p.logprobs < 0 && !r.wants_prompt_logits() &&
            p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
@@ -577,6 +587,20 @@ class EngineImpl final : public Engine {
       scheduler_->finish_request(id);
       requests_.erase(id);
     }
+  }
+
+  // Pooling: the request's one update, its prompt's last hidden state; it is done.
+  void emit_embedding(EngineRequest& r, std::span<const float> hidden) {
+    RequestOutput o;
+    o.request_id = r.req.id;
+    o.embedding.assign(hidden.begin(), hidden.end());
+    o.finish = FinishReason::kStop;
+    o.num_prompt_tokens = r.req.num_prompt_tokens;
+    o.num_cached_tokens = std::max(0, r.req.num_cached_tokens);
+    const uint64_t id = r.req.id;
+    deliver(r.on_output, std::move(o));
+    scheduler_->finish_request(id);
+    requests_.erase(id);
   }
 
   // Ends request `id` early (abort or error) with a final update.

@@ -100,6 +100,9 @@ struct RequestOutput {
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;  // prompt tokens served from the prefix cache
   std::string error;          // non-empty if the request failed inside the engine
+  // EngineConfig::pooling: the final hidden state (after the final norm) of the prompt's last
+  // token, [hidden], not normalized; on the request's only update, with FinishReason::kStop.
+  std::vector<float> embedding;
 };
 using OutputCallback = std::function<void(const RequestOutput&)>;
 
@@ -159,6 +162,9 @@ struct EngineConfig {
   // runner allows it (engine.cpp), outputs delivered on their own thread (output_queue.h).
   bool async_scheduling = true;
   std::string cudagraph_mode = "FULL_DECODE_ONLY";
+  // --runner pooling: an embedding model. Each request is its prompt alone; its one update
+  // carries RequestOutput::embedding and finishes it. No tokens are generated.
+  bool pooling = false;
 };
 
 // Throws InvalidArgument, naming the `serve` flag, when a numeric field is out of range (sizes
@@ -183,6 +189,8 @@ struct ModelInfo {
   std::vector<int32_t> eos_token_ids;
   SamplingParams default_sampling;  // from generation_config.json
   int max_new_tokens = 0;  // generation config's cap on every request's max_tokens (0: none)
+  bool pooling = false;    // EngineConfig::pooling: requests return embeddings
+  int hidden_size = 0;     // an embedding's length
 };
 
 struct EngineStats {

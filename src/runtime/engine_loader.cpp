@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "backend/communicator.h"
@@ -317,7 +317,8 @@ LoadedModel load_model(const EngineConfig& cfg) {
   if (backend->device() == Device::kCuda) {
     runner.max_model_len = out.max_model_len;
     runner.max_decode_batch = cfg.max_num_seqs;
-    runner.cuda_graphs = !cfg.enforce_eager && cfg.cudagraph_mode != "NONE";
+    // Pooling runs prompts only: no decode step to capture.
+    runner.cuda_graphs = !cfg.enforce_eager && cfg.cudagraph_mode != "NONE" && !cfg.pooling;
     if (runner.cuda_graphs && cfg.cudagraph_mode == "FULL")
       log::warn(
           "cudagraph_mode FULL: serval captures pure-decode steps only; prefill and mixed "
@@ -328,7 +329,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
   // allows it: one rank or a tensor-parallel group on one node. Data-parallel replicas sharing
   // experts and several nodes (their step plans carry token values) take steps in turn, so their
   // runners get no feedback buffer and their graphs no resolve kernel.
-  if (cfg.async_scheduling && dp == 1 && cfg.nnodes == 1)
+  if (cfg.async_scheduling && dp == 1 && cfg.nnodes == 1 && !cfg.pooling)
     runner.token_feedback_rows = cfg.max_num_seqs;
   // KV blocks per rank from the backend's budget, once the (rank's) weights are loaded.
   auto num_blocks_for = [&](backend::Backend& b, const model::Model& model) {
@@ -366,6 +367,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
     po.device = backend->device() == Device::kCuda ? "cuda" : "cpu";
     po.parallel = parallel;
     po.moe_backend = out.moe_backend;
+    po.pooling = cfg.pooling;
     po.block_size = cfg.block_size;
     po.runner = runner;
     po.num_blocks = num_blocks_for;
@@ -403,6 +405,7 @@ LoadedModel load_model(const EngineConfig& cfg) {
   }
   model::LoadOptions options;
   options.moe_backend = out.moe_backend;
+  options.pooling = cfg.pooling;
   const double weights_start = now_seconds();
   auto model = model::create_model(mc, *weights, *backend, options);
   log::info("weights {} in {:.1f} s",

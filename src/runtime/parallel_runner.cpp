@@ -327,6 +327,7 @@ std::unique_ptr<ParallelRunner> load_parallel_runner(const io::ModelConfig& conf
     if (bind) bind(r);
     model::LoadOptions lo;
     lo.moe_backend = options.moe_backend;
+    lo.pooling = options.pooling;
     lo.shard.parallel = options.parallel;
     lo.shard.coord = dist::rank_coord(options.parallel, options.first_rank + r);
     if (dp > 1) {

@@ -115,6 +115,7 @@ struct ParallelLoadOptions {
   std::string device = "cpu";  // "cpu" (threads + in-process all-reduce) or "cuda" (NCCL)
   dist::ParallelConfig parallel;
   std::string moe_backend = "latency";
+  bool pooling = false;  // model::LoadOptions::pooling
   int block_size = 16;
   RunnerOptions runner;  // cuda_graphs is ignored for now (see load_parallel_runner)
   // KV blocks of every rank, decided from rank 0's backend and model once the weights are

@@ -81,6 +81,19 @@ TEST(CudaSigmoidGateAdd, MatchesCpu) {
   }
 }
 
+// bf16 → fp32 is exact: every value comes back bit for bit.
+TEST(CudaBf16ToFloat, IsExact) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  for (int64_t n : {1, 1000, 70001}) {
+    const auto x = random_bf16(size_t(n), uint32_t(n), -100.0f, 100.0f);
+    DeviceBuffer<bf16> d_x(x);
+    DeviceBuffer<float> d_out(size_t(n));
+    d_out.poison();
+    kernels::cuda::bf16_to_float({d_x.get(), d_out.get(), n}, nullptr);
+    EXPECT_EQ(d_out.download(), to_float(x)) << n;
+  }
+}
+
 TEST(CudaEmbedding, CopiesTableRowsExactly) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   for (int hidden : {2048, 20}) {  // vector and scalar paths

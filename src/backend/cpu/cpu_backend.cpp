@@ -138,6 +138,11 @@ class CpuBackend final : public Backend {
     kernels::cpu::silu_mul({x.as<float>(), out.as<float>(), int(out.numel() / inter), inter});
   }
 
+  void to_float(const Tensor& x, Tensor& out) override {
+    expect_f32(x, "to_float input");
+    std::memcpy(out.data, x.data, size_t(x.numel()) * sizeof(float));
+  }
+
   void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) override {
     const int cols = int(out.dim(-1));
     kernels::cpu::sigmoid_gate_add(

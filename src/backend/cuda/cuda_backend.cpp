@@ -535,6 +535,11 @@ class CudaBackend final : public Backend {
     kernels::cuda::silu_mul({bf(x), bf_mut(out), int(out.numel() / inter), inter}, stream_);
   }
 
+  void to_float(const Tensor& x, Tensor& out) override {
+    cuda::OpScope scope(profiler_, "to_float", stream_, capturing_);
+    kernels::cuda::bf16_to_float({bf(x), static_cast<float*>(out.data), x.numel()}, stream_);
+  }
+
   void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) override {
     cuda::OpScope scope(profiler_, "sigmoid_gate_add", stream_, capturing_);
     const int cols = int(out.dim(-1));

@@ -87,6 +87,7 @@ class RecordingBackend final : public backend::Backend {
     inner_->attention(qkv, p, cache, meta, out);
   }
   void silu_mul(const Tensor& x, Tensor& out) override { inner_->silu_mul(x, out); }
+  void to_float(const Tensor& x, Tensor& out) override { inner_->to_float(x, out); }
   void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) override {
     inner_->sigmoid_gate_add(gate, x, out);
   }

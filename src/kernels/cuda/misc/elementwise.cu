@@ -74,6 +74,15 @@ __global__ void sigmoid_gate_add_kernel(const __nv_bfloat16* __restrict__ gate,
   }
 }
 
+__global__ void bf16_to_float_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ out,
+                                     int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(x[i]);
+}
+
 // One CTA per output row; copies `units` elements of type Unit (uint4 = 16 bytes or bf16).
 template <typename Unit>
 __global__ void gather_rows_kernel(const Unit* __restrict__ src, const int32_t* __restrict__ rows,
@@ -116,6 +125,12 @@ void sigmoid_gate_add(const SigmoidGateAddParams& p, cudaStream_t stream) {
     launch_pdl("sigmoid_gate_add", sigmoid_gate_add_kernel<1>, grid_for(int64_t(p.rows) * p.cols),
                kThreads, 0, stream, gate, x, out, p.rows, p.cols);
   }
+}
+
+void bf16_to_float(const Bf16ToFloatParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  launch_pdl("bf16_to_float", bf16_to_float_kernel, grid_for(p.n), kThreads, 0, stream,
+             reinterpret_cast<const __nv_bfloat16*>(p.x), p.out, p.n);
 }
 
 void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {

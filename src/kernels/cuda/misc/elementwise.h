@@ -30,6 +30,14 @@ struct SigmoidGateAddParams {
 };
 void sigmoid_gate_add(const SigmoidGateAddParams& p, cudaStream_t stream);
 
+// out[i] = float(x[i]) for i < n.
+struct Bf16ToFloatParams {
+  const bf16* x;
+  float* out;
+  int64_t n;
+};
+void bf16_to_float(const Bf16ToFloatParams& p, cudaStream_t stream);
+
 // out[i] = src[rows[i]] for i < num_rows. Row indices are trusted (the host validates token
 // ids against the vocabulary before upload). Serves the embedding lookup and logits gathers.
 struct GatherRowsParams {
