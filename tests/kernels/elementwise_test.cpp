@@ -87,7 +87,7 @@ TEST(CudaBf16ToFloat, IsExact) {
   for (int64_t n : {1, 1000, 70001}) {
     const auto x = random_bf16(size_t(n), uint32_t(n), -100.0f, 100.0f);
     DeviceBuffer<bf16> d_x(x);
-    DeviceBuffer<float> d_out(size_t(n));
+    DeviceBuffer<float> d_out(static_cast<size_t>(n));
     d_out.poison();
     kernels::cuda::bf16_to_float({d_x.get(), d_out.get(), n}, nullptr);
     EXPECT_EQ(d_out.download(), to_float(x)) << n;
