@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/api_error.h"
+#include "server/embeddings_api.h"
 #include "server/generation_job.h"
 #include "server/responses_api.h"
 #include "tokenizer/tokenizer.h"
@@ -27,19 +28,13 @@ struct Route {
 };
 // /ping is vLLM's health check for SageMaker-style hosts (GET or POST).
 constexpr Route kRoutes[] = {
-    {"/health", "GET"},
-    {"/ping", "GET"},
-    {"/ping", "POST"},
-    {"/version", "GET"},
-    {"/v1/models", "GET"},
-    {"/metrics", "GET"},
-    {"/tokenize", "POST"},
-    {"/detokenize", "POST"},
-    {"/v1/completions", "POST"},
-    {"/v1/chat/completions", "POST"},
-    {"/v1/responses", "POST"},
-    {"/v1/responses/", "GET"},
-    {"/v1/responses/", "DELETE"},
+    {"/health", "GET"},          {"/ping", "GET"},
+    {"/ping", "POST"},           {"/version", "GET"},
+    {"/v1/models", "GET"},       {"/metrics", "GET"},
+    {"/tokenize", "POST"},       {"/detokenize", "POST"},
+    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/v1/responses", "POST"},   {"/v1/embeddings", "POST"},
+    {"/v1/responses/", "GET"},   {"/v1/responses/", "DELETE"},
 };
 
 // A route's path ending in '/' takes any one more path segment (an id).
@@ -98,6 +93,7 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& 
                      metrics_.render(engine_.info(), engine_.stats(), engine_.replica_stats()));
   if (p == "/tokenize") return res->send(200, kJson, tokenize(req.body));
   if (p == "/detokenize") return res->send(200, kJson, detokenize(req.body));
+  if (p == "/v1/embeddings") return embeddings(req, res);
   if (p == "/v1/completions") return generate(req, res, ApiKind::kCompletion);
   if (p == "/v1/chat/completions") return generate(req, res, ApiKind::kChat);
   if (p == "/v1/responses") return generate(req, res, ApiKind::kResponses);
@@ -130,22 +126,52 @@ void ApiServer::check_model(const Json& body) const {
 
 void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder>& res,
                          ApiKind kind) {
+  if (engine_.info().pooling)  // as vLLM answers a generation request to an embedding model
+    throw ApiError(400, fmt::format("The model does not support {} API (it runs with --runner "
+                                    "pooling: use /v1/embeddings)",
+                                    kind == ApiKind::kChat        ? "Chat Completions"
+                                    : kind == ApiKind::kResponses ? "Responses"
+                                                                  : "Completions"));
   Json body = parse_body(req.body);
   check_model(body);
   GenerationRequest gen = kind == ApiKind::kChat        ? parse_chat_request(body, ctx_)
                           : kind == ApiKind::kResponses ? parse_responses_request(body, ctx_)
                                                         : parse_completion_request(body, ctx_);
   if (!req.request_id.empty() && kind != ApiKind::kResponses) gen.request_id = req.request_id;
-  uint64_t key;
-  {
-    std::lock_guard lock(mu_);
-    key = next_job_++;
-  }
+  const uint64_t key = next_job_key();
   auto job = std::make_shared<GenerationJob>(engine_, ctx_, std::move(gen), model_name(), res,
-                                             metrics_, req.arrival_s, [this, key] {
-                                               std::lock_guard lock(mu_);
-                                               in_flight_.erase(key);
-                                             });
+                                             metrics_, req.arrival_s, forget_job(key));
+  run_job(key, job, res, [&job] { job->start(); });
+}
+
+void ApiServer::embeddings(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+  if (!engine_.info().pooling)
+    throw ApiError(400,
+                   "The model does not support Embeddings API (serve it with --runner "
+                   "pooling)");
+  Json body = parse_body(req.body);
+  check_model(body);
+  EmbeddingRequest request = parse_embedding_request(body, ctx_);
+  const uint64_t key = next_job_key();
+  auto job = std::make_shared<EmbeddingJob>(engine_, std::move(request), model_name(), res,
+                                            forget_job(key));
+  run_job(key, job, res, [&job] { job->start(); });
+}
+
+uint64_t ApiServer::next_job_key() {
+  std::lock_guard lock(mu_);
+  return next_job_++;
+}
+
+std::function<void()> ApiServer::forget_job(uint64_t key) {
+  return [this, key] {
+    std::lock_guard lock(mu_);
+    in_flight_.erase(key);
+  };
+}
+
+void ApiServer::run_job(uint64_t key, const std::shared_ptr<InFlightJob>& job,
+                        const std::shared_ptr<Responder>& res, const std::function<void()>& start) {
   bool aborting;
   {
     std::lock_guard lock(mu_);
@@ -153,7 +179,7 @@ void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder
     aborting = aborting_;
   }
   try {
-    job->start();
+    start();
   } catch (...) {
     std::lock_guard lock(mu_);
     in_flight_.erase(key);
@@ -197,6 +223,7 @@ std::string ApiServer::models_json() const {
            {"device", info.device},
            {"moe_backend", info.moe_backend.empty() ? Json(nullptr) : Json(info.moe_backend)},
            {"num_parameters", info.num_parameters},
+           {"runner", info.pooling ? "pooling" : "generate"},
            {"kv_cache_tokens", info.kv_cache_tokens}}}});
   }
   return Json{{"object", "list"}, {"data", std::move(data)}}.dump();

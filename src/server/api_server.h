@@ -2,6 +2,7 @@
 // /detokenize, /health, /version, /metrics. Transport-free: it handles HttpRequest/Responder.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,7 +17,7 @@
 
 namespace serval::server {
 
-class GenerationJob;
+class InFlightJob;
 
 struct ApiOptions : RequestPolicy {
   std::vector<std::string> served_model_names;  // empty: info().served_model_name
@@ -41,6 +42,14 @@ class ApiServer {
  private:
   void route(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   void generate(const HttpRequest& req, const std::shared_ptr<Responder>& res, ApiKind kind);
+  void embeddings(const HttpRequest& req, const std::shared_ptr<Responder>& res);
+  // Registers `job` for abort_all, starts it (start may throw: then it is unregistered) and
+  // aborts it at once when shutdown began meanwhile. `key` came from next_job_key().
+  void run_job(uint64_t key, const std::shared_ptr<InFlightJob>& job,
+               const std::shared_ptr<Responder>& res, const std::function<void()>& start);
+  uint64_t next_job_key();
+  // A job's on_done: forget it.
+  std::function<void()> forget_job(uint64_t key);
   void check_model(const Json& body) const;
   void stored_response(const HttpRequest& req, Responder& res);
   std::string models_json() const;
@@ -57,7 +66,7 @@ class ApiServer {
   mutable std::mutex mu_;
   uint64_t next_job_ = 0;
   struct InFlight {
-    std::weak_ptr<GenerationJob> job;
+    std::weak_ptr<InFlightJob> job;
     std::shared_ptr<Responder> res;
   };
   std::unordered_map<uint64_t, InFlight> in_flight_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/http_server.h"
+#include "server/in_flight_job.h"
 #include "server/logprobs_json.h"
 #include "server/metrics.h"
 #include "server/request_parser.h"
@@ -23,7 +24,7 @@ struct Sequence;
 
 // Lives until every sequence finished; owned by the engine callbacks and the disconnect hook.
 // Every method runs on the connection's strand.
-class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+class GenerationJob : public InFlightJob, public std::enable_shared_from_this<GenerationJob> {
  public:
   GenerationJob(runtime::Engine& engine, const ModelContext& ctx, GenerationRequest req,
                 std::string model_name, std::shared_ptr<Responder> responder, Metrics& metrics,
@@ -34,7 +35,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // does not fit, 503 on QueueFull) after aborting what was already submitted.
   void start();
   // Aborts every unfinished sequence (client gone or server shutting down).
-  void abort_all();
+  void abort_all() override;
 
  private:
   void on_output(size_t seq, const runtime::RequestOutput& out);

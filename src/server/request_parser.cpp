@@ -42,52 +42,58 @@ std::vector<int32_t> token_list(const Json& arr, const ModelContext& ctx, const 
   return ids;
 }
 
-PromptInput text_prompt(const std::string& text, const ModelContext& ctx, bool add_special) {
+PromptInput text_prompt(const std::string& text, const ModelContext& ctx, bool add_special,
+                        const char* key) {
   PromptInput p;
   p.text = text;
-  p.token_ids = need_tokenizer(ctx, "prompt").encode(text, add_special);
+  p.token_ids = need_tokenizer(ctx, key).encode(text, add_special);
   return p;
 }
 
-PromptInput id_prompt(const Json& arr, const ModelContext& ctx, bool echo) {
+PromptInput id_prompt(const Json& arr, const ModelContext& ctx, bool echo, const char* key) {
   PromptInput p;
-  p.token_ids = token_list(arr, ctx, "prompt");
+  p.token_ids = token_list(arr, ctx, key);
   if (echo && ctx.tokenizer) p.text = ctx.tokenizer->decode(p.token_ids, true);
   return p;
 }
 
+}  // namespace
+
 std::vector<PromptInput> parse_prompts(const Json& body, const ModelContext& ctx, bool echo,
-                                       bool add_special) {
-  const Json* prompt = field(body, "prompt");
-  if (!prompt) throw bad_request("prompt", "'prompt' is required");
+                                       bool add_special, const char* key) {
+  const Json* prompt = field(body, key);
+  if (!prompt) throw bad_request(key, fmt::format("'{}' is required", key));
   std::vector<PromptInput> out;
   if (prompt->is_string()) {
-    out.push_back(text_prompt(prompt->get<std::string>(), ctx, add_special));
+    out.push_back(text_prompt(prompt->get<std::string>(), ctx, add_special, key));
   } else if (prompt->is_array() && !prompt->empty()) {
     const Json& first = (*prompt)[0];
     if (first.is_number_integer()) {
-      out.push_back(id_prompt(*prompt, ctx, echo));
+      out.push_back(id_prompt(*prompt, ctx, echo, key));
     } else {
       for (const auto& p : *prompt) {
         if (p.is_string()) {
-          out.push_back(text_prompt(p.get<std::string>(), ctx, add_special));
+          out.push_back(text_prompt(p.get<std::string>(), ctx, add_special, key));
         } else if (p.is_array() && (p.empty() || p[0].is_number_integer())) {
-          out.push_back(id_prompt(p, ctx, echo));
+          out.push_back(id_prompt(p, ctx, echo, key));
         } else {
-          throw bad_request("prompt",
-                            "'prompt' must be a string, a list of strings, a list of token ids "
-                            "or a list of lists of token ids");
+          throw bad_request(key, fmt::format("'{}' must be a string, a list of strings, a list of "
+                                             "token ids or a list of lists of token ids",
+                                             key));
         }
       }
     }
   } else {
-    throw bad_request("prompt",
-                      "'prompt' must be a non-empty string, list of strings or list of token ids");
+    throw bad_request(
+        key,
+        fmt::format("'{}' must be a non-empty string, list of strings or list of token ids", key));
   }
   for (const auto& p : out)
-    if (p.token_ids.empty()) throw bad_request("prompt", "the prompt cannot be empty");
+    if (p.token_ids.empty()) throw bad_request(key, fmt::format("the {} cannot be empty", key));
   return out;
 }
+
+namespace {
 
 void check_range(bool ok, const char* param, const std::string& message) {
   if (!ok) throw bad_request(param, message);
@@ -335,12 +341,8 @@ std::optional<bool> get_bool(const Json& body, const char* name) {
   return v->get<bool>();
 }
 
-namespace {
-
-// vLLM's truncate_prompt_tokens: k >= 1 keeps the last k tokens of every prompt, -1 the last
-// max_model_len; absent or null, no truncation. The echoed text of a truncated prompt is that of
-// the tokens kept.
-void truncate_prompts(const Json& body, const ModelContext& ctx, GenerationRequest& req) {
+void truncate_prompts(const Json& body, const ModelContext& ctx,
+                      std::vector<PromptInput>& prompts) {
   const auto k = get_int(body, "truncate_prompt_tokens");
   if (!k) return;
   check_range(*k == -1 || *k >= 1, "truncate_prompt_tokens",
@@ -350,12 +352,14 @@ void truncate_prompts(const Json& body, const ModelContext& ctx, GenerationReque
       *k <= max_len, "truncate_prompt_tokens",
       fmt::format("truncate_prompt_tokens ({}) is greater than max_model_len ({})", *k, max_len));
   const size_t keep = size_t(*k == -1 ? max_len : *k);
-  for (PromptInput& p : req.prompts) {
+  for (PromptInput& p : prompts) {
     if (p.token_ids.size() <= keep) continue;
     p.token_ids.erase(p.token_ids.begin(), p.token_ids.end() - long(keep));
     if (ctx.tokenizer) p.text = ctx.tokenizer->decode(p.token_ids, false);
   }
 }
+
+namespace {
 
 // A tool's function (an object with a string "name"), or null.
 const Json* tool_function(const Json& tool) {
@@ -480,7 +484,7 @@ GenerationRequest parse_completion_request(const Json& body, const ModelContext&
   }
   bool add_special = get_bool(body, "add_special_tokens").value_or(true);
   req.prompts = parse_prompts(body, ctx, req.echo, add_special);
-  truncate_prompts(body, ctx, req);
+  truncate_prompts(body, ctx, req.prompts);
   return req;
 }
 
@@ -641,7 +645,7 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
   p.text = std::move(text);
   if (p.token_ids.empty()) throw bad_request("messages", "the rendered prompt is empty");
   req.prompts.push_back(std::move(p));
-  truncate_prompts(body, ctx, req);
+  truncate_prompts(body, ctx, req.prompts);
   return req;
 }
 

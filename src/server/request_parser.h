@@ -104,6 +104,16 @@ struct ModelContext : RequestPolicy {
   ResponseStore* response_store = nullptr;  // the Responses API's kept responses; may be null
 };
 
+// The prompts of body[key] ("prompt"; the embeddings API's "input"): a string, a list of strings,
+// a list of token ids or a list of lists of them; texts tokenized with add_special. 400 naming
+// `key` when it is absent, empty or of another shape.
+std::vector<PromptInput> parse_prompts(const Json& body, const ModelContext& ctx, bool echo,
+                                       bool add_special, const char* key = "prompt");
+// vLLM's truncate_prompt_tokens: k >= 1 keeps the last k tokens of every prompt, -1 the last
+// max_model_len; absent or null, no truncation. The text of a truncated prompt is that of the
+// tokens kept.
+void truncate_prompts(const Json& body, const ModelContext& ctx, std::vector<PromptInput>& prompts);
+
 // Parses JSON, rejecting bodies nested deeper than `max_depth` (400) before building the tree.
 Json parse_body(const std::string& body, int max_depth = 64);
 

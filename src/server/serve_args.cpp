@@ -69,6 +69,9 @@ constexpr KnownFlag kKnown[] = {
     {"--cudagraph-mode", true},
     {"--max-waiting-requests", true},
     {"--scheduling-policy", true},
+    {"--runner", true},
+    {"--task", true},
+    {"--convert", true},
     {"--http-threads", true},
     {"--allowed-origins", true},
     {"--allowed-methods", true},
@@ -414,6 +417,19 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                  "CUDA graph mode (also --compilation-config.cudagraph_mode)");
   app.add_option("--max-waiting-requests", e.max_waiting_requests, "Queue size before 503")
       ->capture_default_str();
+  std::string runner = "auto", task = "auto", convert = "auto";
+  app.add_option("--runner", runner,
+                 "generate (text generation) or pooling (an embedding model: /v1/embeddings, each "
+                 "input's last-token hidden state); auto: generate")
+      ->check(CLI::IsMember({"auto", "generate", "pooling"}))
+      ->capture_default_str();
+  app.add_option("--task", task, "vLLM's older name for the runner: generate, or embed (pooling)")
+      ->check(CLI::IsMember({"auto", "generate", "embed", "embedding"}))
+      ->capture_default_str();
+  app.add_option("--convert", convert,
+                 "with --runner pooling: embed (the only conversion; last-token pooling)")
+      ->check(CLI::IsMember({"auto", "none", "embed"}))
+      ->capture_default_str();
   std::string scheduling_policy = "fcfs";
   app.add_option("--scheduling-policy", scheduling_policy,
                  "fcfs (first come, first served) or priority (by each request's `priority`, "
@@ -453,6 +469,12 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   e.enable_prefix_caching = !no_prefix;
   if (s.api_key.empty() && env_api_key != nullptr) s.api_key = env_api_key;
   e.priority_scheduling = s.priority_scheduling = scheduling_policy == "priority";
+  const bool embed_task = task == "embed" || task == "embedding";
+  if ((runner == "generate" && (embed_task || convert == "embed")) ||
+      (task == "generate" && runner == "pooling"))
+    throw InvalidArgument(
+        fmt::format("--runner {} contradicts --task {} / --convert {}", runner, task, convert));
+  e.pooling = runner == "pooling" || embed_task || convert == "embed";
   s.content_format = content_format == "string"   ? ContentFormat::kString
                      : content_format == "openai" ? ContentFormat::kOpenAi
                                                   : ContentFormat::kAuto;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end: `serval serve` on the fixture model through the openai npm client (server_openai.mjs),
 # MoE backend selection at run time, greedy output == `serval generate`, promtool on /metrics,
-# the vLLM reference command line, and SIGTERM with a request in flight.
+# an embedding model (--runner pooling) through the client, the vLLM reference command line,
+# and SIGTERM with a request in flight.
 # Usage: server_openai_test.sh SERVAL_BINARY REPO_ROOT
 set -euo pipefail
 serval=$1
@@ -119,6 +120,21 @@ SERVAL_MOE_BACKEND=throughput start_server flag_latency "$model" --moe-backend l
   fail "--moe-backend latency did not override SERVAL_MOE_BACKEND=throughput"
 stop_server "$server_pid"
 echo "ok   SERVAL_MOE_BACKEND=throughput in effect; --moe-backend overrides it"
+
+# --- An embedding model: --runner pooling, through the openai client. ---
+start_server pooling "$model" --runner pooling
+[[ $(curl -sf "http://127.0.0.1:$port/v1/models" | jq -r '.data[0].serval.runner') == pooling ]] ||
+  fail "--runner pooling not in effect"
+if command -v node >/dev/null && [[ -f $npm_modules/openai/index.mjs ]]; then
+  node "$here/embeddings_openai.mjs" "http://127.0.0.1:$port/v1" "$npm_modules" ||
+    fail "openai client embeddings checks failed"
+else
+  resp=$(curl -sf "http://127.0.0.1:$port/v1/embeddings" -d '{"input":["a b","c"]}') ||
+    fail "embeddings request failed"
+  [[ $(jq '.data | length' <<<"$resp") == 2 ]] || fail "embeddings: $resp"
+  echo "SKIP: openai client embeddings checks (node or $npm_modules/openai missing)"
+fi
+stop_server "$server_pid"
 
 # --- The vLLM reference command line, as pasted (max-model-len capped by the fixture). ---
 ref_len=$((max_model_len < 2058 ? max_model_len : 2058))

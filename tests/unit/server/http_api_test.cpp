@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "server/embeddings_api.h"
 #include "server/server.h"
 #include "server_test_support.h"
 #include "unit/server/promtool_check.h"
@@ -1134,6 +1135,69 @@ TEST_F(ServerTest, StreamingChatRoleChunkWaitsForTheFirstToken) {
   ASSERT_NE(first, std::string::npos);
   const json chunk = json::parse(raw.substr(first + 6, raw.find('\n', first) - first - 6));
   EXPECT_EQ(chunk["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+}
+
+// --runner pooling: /v1/embeddings takes OpenAI's inputs (a string, strings, token ids, lists of
+// them), returns each input's vector normalized (or raw with normalize false), cut to
+// `dimensions`, as floats or base64; generation routes are refused, as the other way round.
+TEST_F(ServerTest, EmbeddingsApi) {
+  expect_error(post("/v1/embeddings", {{"input", "ab"}}), 400, "");
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", ToolCallParser::kNone, 64, ReasoningParser::kNone, false);
+  engine_->set_pooling();
+  const auto raw = [](const std::vector<int32_t>& ids) { return FakeEngine::fake_embedding(ids); };
+  const auto unit = [](std::vector<float> v) {
+    double n = 0;
+    for (float x : v) n += double(x) * x;
+    for (float& x : v) x = float(x / std::sqrt(n));
+    return v;
+  };
+  const auto floats = [](const json& e) { return e.get<std::vector<float>>(); };
+  const auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+  };
+
+  auto r = post("/v1/embeddings", {{"input", {"ab", "xyz"}}, {"model", "fake-model"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["model"], "fake-model");
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][1]["index"], 1);
+  EXPECT_EQ(j["data"][1]["object"], "embedding");
+  expect_near(floats(j["data"][0]["embedding"]), unit(raw({'a', 'b'})));
+  expect_near(floats(j["data"][1]["embedding"]), unit(raw({'x', 'y', 'z'})));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["total_tokens"], 5);
+
+  j = json::parse(post("/v1/embeddings", {{"input", {7, 8, 9}}, {"normalize", false}}).body);
+  expect_near(floats(j["data"][0]["embedding"]), raw({7, 8, 9}));
+  j = json::parse(post("/v1/embeddings", {{"input", {{7, 8}, {9}}}, {"dimensions", 2}}).body);
+  expect_near(floats(j["data"][0]["embedding"]), unit({2, 15}));
+  expect_near(floats(j["data"][1]["embedding"]), unit({1, 9}));
+
+  // base64: the float32 bytes, little-endian.
+  j = json::parse(post("/v1/embeddings",
+                       {{"input", {7, 8, 9}}, {"encoding_format", "base64"}, {"normalize", false}})
+                      .body);
+  const std::vector<float> want = raw({7, 8, 9});
+  EXPECT_EQ(j["data"][0]["embedding"], base64_encode(want.data(), want.size() * sizeof(float)));
+  EXPECT_EQ(base64_encode("Ma", 2), "TWE=");
+  EXPECT_EQ(base64_encode("Man", 3), "TWFu");
+
+  expect_error(post("/v1/embeddings", {{"input", "ab"}, {"dimensions", 5}}), 400, "dimensions");
+  expect_error(post("/v1/embeddings", {{"input", "ab"}, {"encoding_format", "hex"}}), 400,
+               "encoding_format");
+  expect_error(post("/v1/embeddings", {{"input", json::array()}}), 400, "input");
+  expect_error(post("/v1/embeddings", {{"input", std::string(65, 'a')}}), 400, "input");
+  expect_error(post("/v1/embeddings", {{"input", "ab"}, {"model", "other"}}), 404, "model");
+  expect_error(post("/v1/completions", {{"prompt", "ab"}}), 400, "");
+  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "a"}}}}}),
+               400, "");
+  EXPECT_EQ(json::parse(http(port_, "GET", "/v1/models").body)["data"][0]["serval"]["runner"],
+            "pooling");
 }
 
 TEST_F(ServerTest, TokenizeAndDetokenize) {

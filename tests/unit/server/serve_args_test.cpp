@@ -146,6 +146,19 @@ TEST(ServeArgs, CorsFlags) {
 }
 
 // vLLM's --reasoning-parser: deepseek_r1 and qwen3 are known; another name lists the choices.
+// --runner pooling (and vLLM's older --task embed, --convert embed) serve an embedding model;
+// contradicting values are refused.
+TEST(ServeArgs, RunnerPooling) {
+  EXPECT_FALSE(parse_serve_args({"/m"}, nullptr).engine.pooling);
+  EXPECT_TRUE(parse_serve_args({"/m", "--runner", "pooling"}, nullptr).engine.pooling);
+  EXPECT_TRUE(parse_serve_args({"/m", "--task", "embed"}, nullptr).engine.pooling);
+  EXPECT_TRUE(parse_serve_args({"/m", "--convert", "embed"}, nullptr).engine.pooling);
+  EXPECT_FALSE(parse_serve_args({"/m", "--runner", "generate"}, nullptr).engine.pooling);
+  EXPECT_THROW(parse_serve_args({"/m", "--runner", "generate", "--task", "embed"}, nullptr),
+               InvalidArgument);
+  EXPECT_ANY_THROW(parse_serve_args({"/m", "--runner", "classify"}, nullptr));
+}
+
 TEST(ServeArgs, ReasoningParser) {
   EXPECT_EQ(parse_serve_args({"/m"}, nullptr).server.reasoning_parser, ReasoningParser::kNone);
   // Older vLLM command lines: --enable-reasoning beside the parser, a guided decoding backend.

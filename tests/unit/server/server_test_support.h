@@ -135,6 +135,17 @@ class FakeEngine final : public runtime::Engine {
     cv_.notify_all();
   }
   void set_max_new_tokens(int n) { info_.max_new_tokens = n; }  // the generation config's cap
+  // --runner pooling: each request's one update is fake_embedding(prompt).
+  void set_pooling() {
+    info_.pooling = true;
+    info_.hidden_size = 4;
+  }
+  // A pooling request's "hidden state": its length, the sum, the first and the last of its ids.
+  static std::vector<float> fake_embedding(const std::vector<int32_t>& prompt) {
+    float sum = 0;
+    for (int32_t id : prompt) sum += float(id);
+    return {float(prompt.size()), sum, float(prompt.front()), float(prompt.back())};
+  }
   std::set<uint64_t> aborted() const {
     std::lock_guard lock(mu_);
     return aborted_;
@@ -173,6 +184,9 @@ class FakeEngine final : public runtime::Engine {
         o.num_cached_tokens = fake_cached_tokens(r.prompt.size());
         if (r.aborted) {
           o.finish = runtime::FinishReason::kAbort;
+        } else if (info_.pooling) {
+          o.embedding = fake_embedding(r.prompt);
+          o.finish = runtime::FinishReason::kStop;
         } else {
           if (r.generated == 0 && r.params.prompt_logprobs >= 0) {
             for (size_t i = 1; i < r.prompt.size(); ++i) {
