@@ -34,11 +34,14 @@ std::string fixture_dir(const std::string& name) {
   return std::string(SERVAL_SOURCE_DIR) + "/tests/fixtures/" + name;
 }
 
-std::unique_ptr<runtime::ModelRunner> make_runner(const std::string& dir, bool gpu) {
+std::unique_ptr<runtime::ModelRunner> make_runner(const std::string& dir, bool gpu,
+                                                  bool pooling = false) {
   io::ModelConfig config = io::load_model_config(dir);
   auto b = gpu ? backend::make_cuda_backend() : backend::make_cpu_backend();
   auto weights = model::open_checkpoint_weights(dir);
-  auto m = model::create_model(config, *weights, *b, {});
+  model::LoadOptions options;
+  options.pooling = pooling;
+  auto m = model::create_model(config, *weights, *b, options);
   return std::make_unique<runtime::ModelRunner>(std::move(b), std::move(m), 1024, kBlockSize);
 }
 
@@ -65,6 +68,28 @@ TEST_P(GpuModel, PromptLogitsMatchTransformers) {
       EXPECT_LT(testing::rel_l2({&logits[t * vocab], want[t].size()}, want[t]), kLogitsRelTol)
           << GetParam() << " pos " << t;
   }
+}
+
+// --runner pooling: the final hidden states of every prompt position (fp32 out of bf16) within
+// bf16 tolerance of the CPU's.
+TEST_P(GpuModel, PoolingHiddenStatesMatchCpu) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  const std::string dir = fixture_dir(GetParam());
+  auto cpu = make_runner(dir, false, true);
+  auto gpu = make_runner(dir, true, true);
+  const int hidden = cpu->model().config().hidden_size;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 21; ++i) ids.push_back((37 * i + 11) % cpu->model().config().vocab_size);
+  const std::vector<int32_t> blocks = {0, 1};
+  const runtime::SeqChunk chunk{ids, 0, int(ids.size()), blocks, runtime::SeqChunk::Logits::kAll};
+  const std::vector<float> want = cpu->execute({&chunk, 1}), got = gpu->execute({&chunk, 1});
+  ASSERT_EQ(want.size(), ids.size() * size_t(hidden));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t t = 0; t < ids.size(); ++t)
+    EXPECT_LT(
+        testing::rel_l2({&got[t * hidden], size_t(hidden)}, {&want[t * hidden], size_t(hidden)}),
+        kLogitsRelTol)
+        << GetParam() << " pos " << t;
 }
 
 // Sequence i has a prompt of 3 + 5·(i mod 12) tokens and joins the batch at step i, so every
