@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "server/api_error.h"
 #include "server/random_id.h"
+#include "server/submit_error.h"
 
 namespace serval::server {
 
@@ -91,14 +92,10 @@ void EmbeddingJob::start() {
                                       res->post([self, i, out] { self->on_output(i, out); });
                                     }));
     }
-  } catch (const runtime::QueueFull& e) {
+  } catch (...) {
     done_ = true;
     abort_all();
-    throw ApiError(503, std::string("the server is overloaded: ") + e.what());
-  } catch (const InvalidArgument& e) {
-    done_ = true;
-    abort_all();
-    throw bad_request("input", e.what());
+    rethrow_submit_error("input");
   }
 }
 

@@ -14,6 +14,7 @@
 #include "server/reasoning_parser.h"
 #include "server/response_store.h"
 #include "server/stop_matcher.h"
+#include "server/submit_error.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
 
@@ -170,18 +171,10 @@ void GenerationJob::start() {
                             });
       s.submitted = true;
     }
-  } catch (const runtime::QueueFull& e) {
-    done_ = true;
-    abort_all();
-    throw ApiError(503, std::string("the server is overloaded: ") + e.what());
-  } catch (const InvalidArgument& e) {
-    done_ = true;
-    abort_all();
-    throw bad_request("", e.what());
   } catch (...) {
     done_ = true;
     abort_all();
-    throw;
+    rethrow_submit_error("");
   }
   res_->on_disconnect([self] {
     log::info("client disconnected; aborting {}", self->id_);
