@@ -75,6 +75,9 @@ ARCHS = {
                    base_config(rope_theta=10000.0,
                                rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                              "original_max_position_embeddings": 64})),
+    # Phi-3: Llama's layers with one qkv_proj and one gate_up_proj per layer.
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", torch.bfloat16,
+             base_config(pad_token_id=0, rope_theta=10000.0)),
     # Llama with attention_bias: biases on q, k, v and o.
     "llama_bias": ("LlamaConfig", "LlamaForCausalLM", torch.bfloat16,
                    base_config(attention_bias=True, rope_theta=500000.0)),

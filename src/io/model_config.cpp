@@ -24,6 +24,7 @@ struct ArchDefaults {
   float rope_theta = 10000.0f;
   bool qk_norm = false;
   bool qkv_bias = false;
+  bool fused_projections = false;
   // MoE defaults; num_experts == 0 means the architecture is dense unless the config says so.
   int num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
   int shared_expert_intermediate_size = 0;
@@ -53,6 +54,10 @@ ArchDefaults arch_defaults(const std::string& model_type, const std::string& arc
   } else if (model_type == "qwen2" || arch == "Qwen2ForCausalLM") {
     d.max_position_embeddings = 32768;
     d.qkv_bias = true;
+  } else if (model_type == "phi3" || arch == "Phi3ForCausalLM") {
+    d.max_position_embeddings = 4096;
+    d.rms_norm_eps = 1e-5f;
+    d.fused_projections = true;
   } else if (model_type == "mistral" || arch == "MistralForCausalLM") {
     d.max_position_embeddings = 4096 * 32;
   } else if (model_type == "mixtral" || arch == "MixtralForCausalLM") {
@@ -318,6 +323,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.mlp_bias = r.opt_bool("mlp_bias").value_or(false);
   c.qk_norm = d.qk_norm;
   c.qkv_bias = r.opt_bool("qkv_bias").value_or(d.qkv_bias);  // Qwen2-MoE's newer configs say
+  c.fused_projections = d.fused_projections;
+  // RoPE on part of each head (Phi-3.5, Phi-4-mini) is not computed: refused, not ignored.
+  if (const auto f = r.opt_number("partial_rotary_factor"); f && *f != 1.0)
+    r.fail("partial_rotary_factor",
+           fmt::format("{} is not supported (RoPE on whole heads only)", *f));
   c.hidden_act = r.opt_string("hidden_act").value_or("silu");
 
   const char* dtype_key = r.has("torch_dtype") ? "torch_dtype" : "dtype";

@@ -46,8 +46,10 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // biases on q, k, v and o projections
   bool qkv_bias = false;        // biases on q, k and v only (Qwen2: always, whatever the config)
-  bool mlp_bias = false;        // biases on gate, up and down projections (Llama)
-  bool qk_norm = false;         // per-head RMSNorm on q and k, weight [head_dim] (Qwen3 family)
+  // Phi-3: one qkv_proj [q + 2·kv, hidden] and one gate_up_proj [2·inter, hidden] per layer.
+  bool fused_projections = false;
+  bool mlp_bias = false;  // biases on gate, up and down projections (Llama)
+  bool qk_norm = false;   // per-head RMSNorm on q and k, weight [head_dim] (Qwen3 family)
   std::string hidden_act = "silu";
   DType torch_dtype = DType::kBF16;    // "torch_dtype" or "dtype"
   std::vector<int32_t> eos_token_ids;  // eos_token_id (int or list)

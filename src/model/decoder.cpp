@@ -104,9 +104,11 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
             load_dense(w, b, prefix + ".mlp.shared_expert_gate.weight", {1, H});
       }
     } else {
-      layer.mlp = std::make_unique<Mlp>(
-          c, c.intermediate_size, w, b, prefix + ".mlp.gate_proj.weight",
-          prefix + ".mlp.up_proj.weight", prefix + ".mlp.down_proj.weight", tp);
+      const std::string mlp = prefix + ".mlp.";
+      const std::string gate = mlp + (c.fused_projections ? "gate_up_proj" : "gate_proj");
+      const std::string up = mlp + (c.fused_projections ? "gate_up_proj" : "up_proj");
+      layer.mlp = std::make_unique<Mlp>(c, c.intermediate_size, w, b, gate + ".weight",
+                                        up + ".weight", mlp + "down_proj.weight", tp);
     }
     layers_.push_back(std::move(layer));
   }

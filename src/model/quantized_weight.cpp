@@ -228,8 +228,11 @@ int64_t model_weight_bytes(const io::ModelConfig& c, const quant::QuantConfig& q
   if (!c.tie_word_embeddings) total += dense(int64_t(c.vocab_size) * h);  // lm_head: dense
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    total += linear(p + "self_attn.q_proj", q_dim, h) + linear(p + "self_attn.k_proj", kv_dim, h) +
-             linear(p + "self_attn.v_proj", kv_dim, h) + linear(p + "self_attn.o_proj", h, q_dim);
+    total += c.fused_projections ? linear(p + "self_attn.qkv_proj", q_dim + 2 * kv_dim, h)
+                                 : linear(p + "self_attn.q_proj", q_dim, h) +
+                                       linear(p + "self_attn.k_proj", kv_dim, h) +
+                                       linear(p + "self_attn.v_proj", kv_dim, h);
+    total += linear(p + "self_attn.o_proj", h, q_dim);
     if (c.attention_bias) total += dense(q_dim + 2 * kv_dim + h);
     if (c.qkv_bias && !c.attention_bias) total += dense(q_dim + 2 * kv_dim);
     if (c.qk_norm) total += dense(2 * int64_t(c.head_dim));
@@ -248,8 +251,10 @@ int64_t model_weight_bytes(const io::ModelConfig& c, const quant::QuantConfig& q
       }
     } else {
       const int64_t I = c.intermediate_size;
-      total += linear(p + "mlp.gate_proj", I, h) + linear(p + "mlp.up_proj", I, h) +
-               linear(p + "mlp.down_proj", h, I);
+      total += c.fused_projections
+                   ? linear(p + "mlp.gate_up_proj", 2 * I, h)
+                   : linear(p + "mlp.gate_proj", I, h) + linear(p + "mlp.up_proj", I, h);
+      total += linear(p + "mlp.down_proj", h, I);
       if (c.mlp_bias) total += dense(2 * I + h);
     }
   }

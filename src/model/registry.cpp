@@ -15,8 +15,10 @@ struct ArchEntry {
 
 constexpr ArchEntry kArchs[] = {
     {"LlamaForCausalLM", make_llama},
-    {"MistralForCausalLM", make_llama},  // Llama's layers (its sliding window: engine_loader)
-    {"Qwen2ForCausalLM", make_llama},    // Llama's layers, q/k/v biases (ModelConfig::qkv_bias)
+    {"MistralForCausalLM", make_llama},
+    {"Phi3ForCausalLM", make_llama},   // fused qkv / gate_up (ModelConfig::fused_projections)  //
+                                       // Llama's layers (its sliding window: engine_loader)
+    {"Qwen2ForCausalLM", make_llama},  // Llama's layers, q/k/v biases (ModelConfig::qkv_bias)
     {"Qwen2MoeForCausalLM", make_qwen2_moe},
     {"Qwen3ForCausalLM", make_qwen3},
     {"Qwen3MoeForCausalLM", make_qwen3_moe},

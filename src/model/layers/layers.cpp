@@ -38,6 +38,10 @@ std::string module_of(const std::string& weight_name) {
 
 namespace {
 
+dist::Range shifted(dist::Range r, int64_t by) {
+  return {r.begin + by, r.end + by};
+}
+
 // YaRN (transformers' _compute_yarn_parameters): frequencies below the correction range keep
 // their value (extrapolation), those above it are divided by the factor (interpolation), with a
 // linear ramp over the range of dimension indices between.
@@ -115,11 +119,21 @@ Attention::Attention(const io::ModelConfig& c, const WeightSource& w, backend::B
   const int64_t full_q = int64_t(c.num_attention_heads) * c.head_dim;
   const int64_t kv_dim = int64_t(c.num_key_value_heads) * c.head_dim;
   q_dim_ = int(shard.q_rows.size());
-  wqkv_ = load_linear_sharded(w, b,
-                              {{prefix + ".q_proj", full_q, shard.q_rows},
-                               {prefix + ".k_proj", kv_dim, shard.kv_rows},
-                               {prefix + ".v_proj", kv_dim, shard.kv_rows}},
-                              H, {0, H});
+  if (c.fused_projections) {  // one qkv_proj [q + 2·kv, H]: each part its rows of it
+    const std::string qkv = prefix + ".qkv_proj";
+    const int64_t rows = full_q + 2 * kv_dim;
+    wqkv_ = load_linear_sharded(w, b,
+                                {{qkv, rows, shard.q_rows},
+                                 {qkv, rows, shifted(shard.kv_rows, full_q)},
+                                 {qkv, rows, shifted(shard.kv_rows, full_q + kv_dim)}},
+                                H, {0, H});
+  } else {
+    wqkv_ = load_linear_sharded(w, b,
+                                {{prefix + ".q_proj", full_q, shard.q_rows},
+                                 {prefix + ".k_proj", kv_dim, shard.kv_rows},
+                                 {prefix + ".v_proj", kv_dim, shard.kv_rows}},
+                                H, {0, H});
+  }
   wo_ = load_linear_sharded(w, b, {{prefix + ".o_proj", H, {0, H}}}, full_q, shard.o_cols);
   if (has_qkv_bias_) {
     bqkv_ = load_dense_rows(w, b,
@@ -154,8 +168,13 @@ Mlp::Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Ba
     : b_(b), hidden_(c.hidden_size) {
   const dist::Range keep = dist::shard_intermediate(tp, inter);
   inter_ = int(keep.size());
+  // gate == up: one fused gate_up_proj [2·inter, H], gate rows first.
+  const bool fused = gate == up;
+  const int64_t rows = fused ? 2 * int64_t(inter) : inter;
   gate_up_ = load_linear_sharded(
-      w, b, {{module_of(gate), inter, keep}, {module_of(up), inter, keep}}, hidden_, {0, hidden_},
+      w, b,
+      {{module_of(gate), rows, keep}, {module_of(up), rows, fused ? shifted(keep, inter) : keep}},
+      hidden_, {0, hidden_},
       /*gate_up=*/true);
   down_ = load_linear_sharded(w, b, {{module_of(down), hidden_, {0, hidden_}}}, inter, keep);
 }

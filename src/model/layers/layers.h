@@ -44,7 +44,8 @@ class Attention {
 
 class Mlp {
  public:
-  // gate/up/down are full names of the three projections' weights ("....gate_proj.weight").
+  // gate/up/down are full names of the three projections' weights ("....gate_proj.weight"); gate
+  // == up names one fused gate_up_proj [2·inter, hidden], gate rows first (Phi-3).
   // tp: this rank keeps gate/up rows and down columns of dist::shard_intermediate; its output is
   // partial when tp.size > 1.
   Mlp(const io::ModelConfig& c, int inter, const WeightSource& w, backend::Backend& b,

@@ -248,6 +248,23 @@ TEST(ModelConfig, Qwen2MoeSharedExpert) {
   EXPECT_EQ(parse(j).shared_expert_intermediate_size, 5632);  // Qwen2MoeConfig's default
 }
 
+// Phi-3: fused qkv_proj and gate_up_proj; RoPE on part of the heads (Phi-3.5, Phi-4-mini) and
+// LongRoPE are refused by name.
+TEST(ModelConfig, Phi3FusedProjections) {
+  json j = llama_json();
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["model_type"] = "phi3";
+  EXPECT_TRUE(parse(j).fused_projections);
+  EXPECT_FALSE(parse(llama_json()).fused_projections);
+  j["partial_rotary_factor"] = 1.0;
+  EXPECT_TRUE(parse(j).fused_projections);
+  j["partial_rotary_factor"] = 0.75;
+  expect_load_error([&] { parse(j); }, {"'partial_rotary_factor'", "0.75"});
+  j.erase("partial_rotary_factor");
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  expect_load_error([&] { parse(j); }, {"'rope_scaling.rope_type'", "longrope"});
+}
+
 TEST(ModelConfig, RopeVariants) {
   json j = llama_json();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
@@ -285,12 +302,9 @@ TEST(ModelConfig, YarnRope) {
   EXPECT_EQ(s.beta_slow, 1.0f);
   EXPECT_TRUE(s.truncate);
   EXPECT_NEAR(s.attention_factor, 0.1 * std::log(4.0) + 1, 1e-6);
-  j["rope_scaling"] = {{"type", "yarn"},
-                       {"original_max_position_embeddings", 4096},
-                       {"mscale", 1.0},
-                       {"mscale_all_dim", 1.0},
-                       {"beta_fast", 16},
-                       {"truncate", false}};
+  j["rope_scaling"] = {{"type", "yarn"},  {"original_max_position_embeddings", 4096},
+                       {"mscale", 1.0},   {"mscale_all_dim", 1.0},
+                       {"beta_fast", 16}, {"truncate", false}};
   s = parse(j).rope_scaling;
   EXPECT_EQ(s.factor, 8.0f);  // 32768 / 4096
   EXPECT_EQ(s.attention_factor, 1.0f);
