@@ -124,7 +124,7 @@ TEST_P(ParallelFixtureTest, MatchesSingleRank) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelFixtureTest,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral", "qwen2",
-                                           "llama_bias"));
+                                           "llama_bias", "phi3"));
 
 // Qwen2-MoE's shared expert is split like a dense MLP over the tensor-parallel group (its partial
 // sum joins the experts' all-reduce, expert parallel or not); expert parallel across
