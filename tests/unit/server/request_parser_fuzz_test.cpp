@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/api_error.h"
+#include "server/embeddings_api.h"
 #include "server/request_parser.h"
 #include "server/responses_api.h"
 #include "server/server.h"
@@ -328,6 +329,37 @@ TEST_F(RequestParserFuzzTest, MutatedBodiesParseOrGiveA4xx) {
     if (HasFailure()) return;  // the first failing body is the useful one
   }
   // The mutations must leave a fair share valid, or the fuzzer only tests the first check.
+  EXPECT_GT(parsed, iterations / 20);
+  EXPECT_LT(parsed, iterations);
+}
+
+// /v1/embeddings bodies (--runner pooling): parsed, or a 4xx naming what is wrong; a parsed one's
+// embedding takes its dimensions.
+TEST_F(RequestParserFuzzTest, MutatedEmbeddingBodiesParseOrGiveA4xx) {
+  info_.hidden_size = 8;
+  const Json base = Json::parse(R"({"model": "m", "input": ["hello", [1, 2, 3]], "dimensions": 4,
+      "encoding_format": "float", "normalize": false, "truncate_prompt_tokens": 4,
+      "add_special_tokens": true})");
+  Fuzzer f(fuzz_seed(20261207));
+  int parsed = 0;
+  const int iterations = fuzz_iterations() / 4;
+  for (int i = 0; i < iterations && !HasFailure(); ++i) {
+    Json body = base;
+    f.mutate(body);
+    try {
+      const EmbeddingRequest req = parse_embedding_request(body, ctx_);
+      ASSERT_FALSE(req.prompts.empty());
+      const Json e = embedding_value(req, std::vector<float>(8, 0.5f));
+      if (!req.base64) EXPECT_EQ(e.size(), size_t(req.dimensions.value_or(8)));
+      ++parsed;
+    } catch (const ApiError& e) {
+      EXPECT_GE(e.status(), 400) << body.dump(-1, ' ', false, Json::error_handler_t::replace);
+      EXPECT_LT(e.status(), 500) << body.dump(-1, ' ', false, Json::error_handler_t::replace);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not an ApiError: " << e.what()
+                    << "\nbody: " << body.dump(-1, ' ', false, Json::error_handler_t::replace);
+    }
+  }
   EXPECT_GT(parsed, iterations / 20);
   EXPECT_LT(parsed, iterations);
 }
