@@ -222,6 +222,8 @@ class EngineImpl final : public Engine {
         throw InvalidArgument(fmt::format("prompt token id {} is outside the vocabulary [0, {})",
                                           id, config_.vocab_size));
     if (p.max_tokens < 1) throw InvalidArgument("max_tokens must be at least 1");
+    if (cfg_.pooling && (p.logprobs >= 0 || p.prompt_logprobs >= 0 || p.json_grammar))
+      throw InvalidArgument("a pooling engine computes embeddings: no logprobs or guided decoding");
     if (cfg_.pooling && int64_t(prompt.size()) > info_.max_model_len)
       throw InvalidArgument(fmt::format("the prompt ({} tokens) exceeds max_model_len ({})",
                                         prompt.size(), info_.max_model_len));

@@ -100,6 +100,9 @@ TEST(Pooling, LastHiddenStateReproducesTheGoldenLogits) {
   SamplingParams p;
   EXPECT_THROW(engine->submit(std::vector<int32_t>(129, 5), p, [](const RequestOutput&) {}),
                InvalidArgument);
+  p.prompt_logprobs = 1;  // rows are hidden states, not logits
+  EXPECT_THROW(engine->submit({1, 2}, p, [](const RequestOutput&) {}), InvalidArgument);
+  p.prompt_logprobs = -1;
   EXPECT_EQ(embed(*engine, {std::vector<int32_t>(128, 5)})[0].size(), size_t(H));
 }
 
