@@ -14,6 +14,7 @@
 #include "server/embeddings_api.h"
 #include "server/generation_job.h"
 #include "server/responses_api.h"
+#include "server/score_api.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serval::server {
@@ -28,13 +29,26 @@ struct Route {
 };
 // /ping is vLLM's health check for SageMaker-style hosts (GET or POST).
 constexpr Route kRoutes[] = {
-    {"/health", "GET"},          {"/ping", "GET"},
-    {"/ping", "POST"},           {"/version", "GET"},
-    {"/v1/models", "GET"},       {"/metrics", "GET"},
-    {"/tokenize", "POST"},       {"/detokenize", "POST"},
-    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-    {"/v1/responses", "POST"},   {"/v1/embeddings", "POST"},
-    {"/v1/responses/", "GET"},   {"/v1/responses/", "DELETE"},
+    {"/health", "GET"},
+    {"/ping", "GET"},
+    {"/ping", "POST"},
+    {"/version", "GET"},
+    {"/v1/models", "GET"},
+    {"/metrics", "GET"},
+    {"/tokenize", "POST"},
+    {"/detokenize", "POST"},
+    {"/v1/completions", "POST"},
+    {"/v1/chat/completions", "POST"},
+    {"/v1/responses", "POST"},
+    {"/v1/embeddings", "POST"},
+    {"/v1/responses/", "GET"},
+    {"/v1/responses/", "DELETE"},
+    // vLLM's score and rerank APIs (embedding models: cosine similarity)
+    {"/score", "POST"},
+    {"/v1/score", "POST"},
+    {"/rerank", "POST"},
+    {"/v1/rerank", "POST"},
+    {"/v2/rerank", "POST"},
 };
 
 // A route's path ending in '/' takes any one more path segment (an id).
@@ -93,7 +107,8 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<Responder>& 
                      metrics_.render(engine_.info(), engine_.stats(), engine_.replica_stats()));
   if (p == "/tokenize") return res->send(200, kJson, tokenize(req.body));
   if (p == "/detokenize") return res->send(200, kJson, detokenize(req.body));
-  if (p == "/v1/embeddings") return embeddings(req, res);
+  if (p == "/v1/embeddings" || p.ends_with("score") || p.ends_with("rerank"))
+    return pooling(req, res);
   if (p == "/v1/completions") return generate(req, res, ApiKind::kCompletion);
   if (p == "/v1/chat/completions") return generate(req, res, ApiKind::kChat);
   if (p == "/v1/responses") return generate(req, res, ApiKind::kResponses);
@@ -144,16 +159,34 @@ void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder
   run_job(key, job, res, [&job] { job->start(); });
 }
 
-void ApiServer::embeddings(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+void ApiServer::pooling(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+  const std::string& p = req.path;
+  const bool score = p.ends_with("score"), rerank = p.ends_with("rerank");
   if (!engine_.info().pooling)
-    throw ApiError(400,
-                   "The model does not support Embeddings API (serve it with --runner "
-                   "pooling)");
+    throw ApiError(400, fmt::format("The model does not support {} API (serve an embedding model "
+                                    "with --runner pooling)",
+                                    score    ? "Score"
+                                    : rerank ? "Rerank"
+                                             : "Embeddings"));
   Json body = parse_body(req.body);
   check_model(body);
-  EmbeddingRequest request = parse_embedding_request(body, ctx_);
+  std::vector<PromptInput> prompts;
+  EmbeddingResponder respond;
+  if (score) {
+    ScoreRequest request = parse_score_request(body, ctx_);
+    prompts = std::move(request.texts);
+    respond = score_responder(std::move(request), model_name());
+  } else if (rerank) {
+    RerankRequest request = parse_rerank_request(body, ctx_);
+    prompts = std::move(request.score.texts);
+    respond = rerank_responder(std::move(request), model_name());
+  } else {
+    EmbeddingRequest request = parse_embedding_request(body, ctx_);
+    prompts = std::move(request.prompts);
+    respond = embeddings_responder(std::move(request), model_name());
+  }
   const uint64_t key = next_job_key();
-  auto job = std::make_shared<EmbeddingJob>(engine_, std::move(request), model_name(), res,
+  auto job = std::make_shared<EmbeddingJob>(engine_, std::move(prompts), std::move(respond), res,
                                             forget_job(key));
   run_job(key, job, res, [&job] { job->start(); });
 }

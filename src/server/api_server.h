@@ -42,7 +42,8 @@ class ApiServer {
  private:
   void route(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   void generate(const HttpRequest& req, const std::shared_ptr<Responder>& res, ApiKind kind);
-  void embeddings(const HttpRequest& req, const std::shared_ptr<Responder>& res);
+  // /v1/embeddings, /score and /rerank: jobs of pooling requests (--runner pooling).
+  void pooling(const HttpRequest& req, const std::shared_ptr<Responder>& res);
   // Registers `job` for abort_all, starts it (start may throw: then it is unregistered) and
   // aborts it at once when shutdown began meanwhile. `key` came from next_job_key().
   void run_job(uint64_t key, const std::shared_ptr<InFlightJob>& job,

@@ -17,17 +17,26 @@
 
 namespace serval::server {
 
+std::vector<PromptInput> pooling_prompts(const Json& body, const Json& texts,
+                                         const ModelContext& ctx, const char* key) {
+  const bool add_special = get_bool(body, "add_special_tokens").value_or(true);
+  std::vector<PromptInput> prompts =
+      parse_prompts(Json{{key, texts}}, ctx, /*echo=*/false, add_special, key);
+  truncate_prompts(body, ctx, prompts);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (int64_t(prompts[i].token_ids.size()) > ctx.info->max_model_len)
+      throw bad_request(key,
+                        fmt::format("{} {} has {} tokens, more than max_model_len ({}); "
+                                    "truncate_prompt_tokens can shorten it",
+                                    key, i, prompts[i].token_ids.size(), ctx.info->max_model_len));
+  return prompts;
+}
+
 EmbeddingRequest parse_embedding_request(const Json& body, const ModelContext& ctx) {
   EmbeddingRequest req;
-  const bool add_special = get_bool(body, "add_special_tokens").value_or(true);
-  req.prompts = parse_prompts(body, ctx, /*echo=*/false, add_special, "input");
-  truncate_prompts(body, ctx, req.prompts);
-  for (size_t i = 0; i < req.prompts.size(); ++i)
-    if (int64_t(req.prompts[i].token_ids.size()) > ctx.info->max_model_len)
-      throw bad_request("input",
-                        fmt::format("input {} has {} tokens, more than max_model_len ({}); "
-                                    "truncate_prompt_tokens can shorten it",
-                                    i, req.prompts[i].token_ids.size(), ctx.info->max_model_len));
+  const Json* input = field(body, "input");
+  if (!input) throw bad_request("input", "'input' is required");
+  req.prompts = pooling_prompts(body, *input, ctx, "input");
   if (auto v = get_bool(body, "normalize")) req.normalize = *v;
   if (auto d = get_int(body, "dimensions")) {
     if (*d < 1 || *d > ctx.info->hidden_size)
@@ -67,27 +76,48 @@ Json embedding_value(const EmbeddingRequest& req, std::vector<float> hidden) {
   return Json(hidden);
 }
 
-EmbeddingJob::EmbeddingJob(runtime::Engine& engine, EmbeddingRequest req, std::string model_name,
-                           std::shared_ptr<Responder> responder, std::function<void()> on_done)
+EmbeddingResponder embeddings_responder(EmbeddingRequest req, std::string model_name) {
+  return [req = std::move(req), model_name = std::move(model_name)](
+             std::vector<std::vector<float>> hidden, int64_t prompt_tokens) {
+    Json data = Json::array();
+    for (size_t k = 0; k < hidden.size(); ++k)
+      data.push_back({{"index", k},
+                      {"object", "embedding"},
+                      {"embedding", embedding_value(req, std::move(hidden[k]))}});
+    return Json{{"id", random_id("embd-")},
+                {"object", "list"},
+                {"created", int64_t(std::time(nullptr))},
+                {"model", model_name},
+                {"data", std::move(data)},
+                {"usage",
+                 {{"prompt_tokens", prompt_tokens},
+                  {"total_tokens", prompt_tokens},
+                  {"completion_tokens", 0}}}};
+  };
+}
+
+EmbeddingJob::EmbeddingJob(runtime::Engine& engine, std::vector<PromptInput> prompts,
+                           EmbeddingResponder respond, std::shared_ptr<Responder> responder,
+                           std::function<void()> on_done)
     : engine_(engine),
-      req_(std::move(req)),
-      model_name_(std::move(model_name)),
+      prompts_(std::move(prompts)),
+      respond_(std::move(respond)),
       res_(std::move(responder)),
       on_done_(std::move(on_done)) {}
 
 void EmbeddingJob::start() {
-  hidden_.resize(req_.prompts.size());
-  remaining_ = int(req_.prompts.size());
+  hidden_.resize(prompts_.size());
+  remaining_ = int(prompts_.size());
   auto self = shared_from_this();
   res_->on_disconnect([self] {
     self->done_ = true;
     self->abort_all();
   });
   try {
-    for (size_t i = 0; i < req_.prompts.size(); ++i) {
+    for (size_t i = 0; i < prompts_.size(); ++i) {
       runtime::SamplingParams params;
       params.max_tokens = 1;
-      ids_.push_back(engine_.submit(req_.prompts[i].token_ids, params,
+      ids_.push_back(engine_.submit(prompts_[i].token_ids, params,
                                     [self, i, res = res_](const runtime::RequestOutput& out) {
                                       res->post([self, i, out] { self->on_output(i, out); });
                                     }));
@@ -114,25 +144,12 @@ void EmbeddingJob::on_output(size_t i, const runtime::RequestOutput& out) {
   } else if (!done_) {
     hidden_[i] = out.embedding;
     if (remaining_ == 0) {
-      Json data = Json::array();
       int64_t prompt_tokens = 0;
-      for (size_t k = 0; k < hidden_.size(); ++k) {
-        data.push_back({{"index", k},
-                        {"object", "embedding"},
-                        {"embedding", embedding_value(req_, std::move(hidden_[k]))}});
-        prompt_tokens += int64_t(req_.prompts[k].token_ids.size());
-      }
-      const Json body = {{"id", random_id("embd-")},
-                         {"object", "list"},
-                         {"created", int64_t(std::time(nullptr))},
-                         {"model", model_name_},
-                         {"data", std::move(data)},
-                         {"usage",
-                          {{"prompt_tokens", prompt_tokens},
-                           {"total_tokens", prompt_tokens},
-                           {"completion_tokens", 0}}}};
+      for (const PromptInput& p : prompts_) prompt_tokens += int64_t(p.token_ids.size());
       done_ = true;
-      res_->send(200, "application/json", body.dump());
+      res_->send(200, "application/json",
+                 respond_(std::move(hidden_), prompt_tokens)
+                     .dump(-1, ' ', false, Json::error_handler_t::replace));
     }
   }
   if (remaining_ == 0) finish_job();

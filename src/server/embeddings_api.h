@@ -28,6 +28,12 @@ struct EmbeddingRequest {
 // completions; a prompt longer than max_model_len is a 400.
 EmbeddingRequest parse_embedding_request(const Json& body, const ModelContext& ctx);
 
+// The prompts of a pooling route from `texts` (body[key]'s value, or texts gathered from several
+// fields, named `key` in errors): tokenized with body's add_special_tokens (default true),
+// truncated by its truncate_prompt_tokens, each at most max_model_len tokens (else a 400).
+std::vector<PromptInput> pooling_prompts(const Json& body, const Json& texts,
+                                         const ModelContext& ctx, const char* key);
+
 // One embedding as the response carries it: `hidden` cut to the request's dimensions and
 // normalized (a zero vector stays zero), as floats or their base64 text.
 Json embedding_value(const EmbeddingRequest& req, std::vector<float> hidden);
@@ -35,12 +41,21 @@ Json embedding_value(const EmbeddingRequest& req, std::vector<float> hidden);
 // Standard base64 (with '=' padding) of bytes.
 std::string base64_encode(const void* data, size_t n);
 
-// The engine requests of one /v1/embeddings call, gathered into one response. Every method runs
-// on the connection's strand.
+// The body of a pooling route's response from its prompts' raw embeddings (in prompt order) and
+// their token count.
+using EmbeddingResponder =
+    std::function<Json(std::vector<std::vector<float>> hidden, int64_t prompt_tokens)>;
+
+// /v1/embeddings' response body.
+EmbeddingResponder embeddings_responder(EmbeddingRequest req, std::string model_name);
+
+// The engine requests of one pooling call (/v1/embeddings, /score, /rerank), gathered into one
+// response. Every method runs on the connection's strand.
 class EmbeddingJob : public InFlightJob, public std::enable_shared_from_this<EmbeddingJob> {
  public:
-  EmbeddingJob(runtime::Engine& engine, EmbeddingRequest req, std::string model_name,
-               std::shared_ptr<Responder> responder, std::function<void()> on_done);
+  EmbeddingJob(runtime::Engine& engine, std::vector<PromptInput> prompts,
+               EmbeddingResponder respond, std::shared_ptr<Responder> responder,
+               std::function<void()> on_done);
   // Submits every input. Throws ApiError (503 on QueueFull, 400 on InvalidArgument) after
   // aborting what was already submitted.
   void start();
@@ -52,8 +67,8 @@ class EmbeddingJob : public InFlightJob, public std::enable_shared_from_this<Emb
   void finish_job();
 
   runtime::Engine& engine_;
-  EmbeddingRequest req_;
-  std::string model_name_;
+  std::vector<PromptInput> prompts_;
+  EmbeddingResponder respond_;
   std::shared_ptr<Responder> res_;
   std::function<void()> on_done_;
   std::vector<uint64_t> ids_;               // engine request of each input (submitted ones)

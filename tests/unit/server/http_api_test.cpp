@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "server/embeddings_api.h"
+#include "server/score_api.h"
 #include "server/server.h"
 #include "server_test_support.h"
 #include "unit/server/promtool_check.h"
@@ -1198,6 +1199,55 @@ TEST_F(ServerTest, EmbeddingsApi) {
                400, "");
   EXPECT_EQ(json::parse(http(port_, "GET", "/v1/models").body)["data"][0]["serval"]["runner"],
             "pooling");
+}
+
+// /score and /rerank on an embedding model: cosine similarities of the texts' embeddings (1:N
+// and N:N pairs; documents ranked, top_n), and their errors.
+TEST_F(ServerTest, ScoreAndRerank) {
+  expect_error(post("/score", {{"text_1", "a"}, {"text_2", "b"}}), 400, "");
+  engine_->set_pooling();
+  const auto emb = [](const std::string& s) {
+    return FakeEngine::fake_embedding(std::vector<int32_t>(s.begin(), s.end()));
+  };
+  const auto cosine = [&](const std::string& a, const std::string& b) {
+    return cosine_similarity(emb(a), emb(b));
+  };
+  json j = json::parse(post("/v1/score", {{"text_1", "ab"}, {"text_2", {"ab", "zzzz", "b"}}}).body);
+  ASSERT_EQ(j["data"].size(), 3u) << j.dump();
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["data"][1]["object"], "score");
+  EXPECT_NEAR(j["data"][0]["score"].get<double>(), 1.0, 1e-6);  // a text with itself
+  EXPECT_NEAR(j["data"][1]["score"].get<double>(), cosine("ab", "zzzz"), 1e-6);
+  EXPECT_NEAR(j["data"][2]["score"].get<double>(), cosine("ab", "b"), 1e-6);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2 + 2 + 4 + 1);
+  j = json::parse(post("/score", {{"text_1", {"ab", "c"}}, {"text_2", {"b", "cc"}}}).body);
+  EXPECT_NEAR(j["data"][1]["score"].get<double>(), cosine("c", "cc"), 1e-6);
+  expect_error(post("/score", {{"text_1", {"a", "b"}}, {"text_2", {"a", "b", "c"}}}), 400,
+               "text_2");
+  expect_error(post("/score", {{"text_1", 3}, {"text_2", "b"}}), 400, "text_1");
+
+  const std::vector<std::string> docs = {"zzzz", "ab", "abc", "b"};
+  std::vector<size_t> order = {0, 1, 2, 3};
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return cosine("ab", docs[a]) > cosine("ab", docs[b]);
+  });
+  j = json::parse(post("/v2/rerank", {{"query", "ab"}, {"documents", docs}, {"top_n", 2}}).body);
+  ASSERT_EQ(j["results"].size(), 2u) << j.dump();
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(j["results"][r]["index"], order[r]);
+    EXPECT_EQ(j["results"][r]["document"]["text"], docs[order[r]]);
+    EXPECT_NEAR(j["results"][r]["relevance_score"].get<double>(), cosine("ab", docs[order[r]]),
+                1e-6);
+  }
+  EXPECT_EQ(j["usage"]["total_tokens"], 2 + 4 + 2 + 3 + 1);
+  EXPECT_EQ(
+      json::parse(post("/rerank", {{"query", "ab"}, {"documents", docs}}).body)["results"].size(),
+      4u);
+  expect_error(post("/v1/rerank", {{"query", "ab"}, {"documents", json::array()}}), 400,
+               "documents");
+  expect_error(post("/rerank", {{"documents", docs}}), 400, "query");
+  expect_error(post("/rerank", {{"query", "ab"}, {"documents", docs}, {"top_n", -1}}), 400,
+               "top_n");
 }
 
 TEST_F(ServerTest, TokenizeAndDetokenize) {
