@@ -16,6 +16,7 @@
 #include "server/embeddings_api.h"
 #include "server/request_parser.h"
 #include "server/responses_api.h"
+#include "server/score_api.h"
 #include "server/server.h"
 #include "server_test_support.h"
 #include "support/fuzz_budget.h"
@@ -333,24 +334,39 @@ TEST_F(RequestParserFuzzTest, MutatedBodiesParseOrGiveA4xx) {
   EXPECT_LT(parsed, iterations);
 }
 
-// /v1/embeddings bodies (--runner pooling): parsed, or a 4xx naming what is wrong; a parsed one's
-// embedding takes its dimensions.
-TEST_F(RequestParserFuzzTest, MutatedEmbeddingBodiesParseOrGiveA4xx) {
+// The pooling routes' bodies (--runner pooling): /v1/embeddings, /score and /rerank bodies parse,
+// or give a 4xx naming what is wrong; a parsed embedding takes its dimensions, a parsed score or
+// rerank pairs only texts it has.
+TEST_F(RequestParserFuzzTest, MutatedPoolingBodiesParseOrGiveA4xx) {
   info_.hidden_size = 8;
-  const Json base = Json::parse(R"({"model": "m", "input": ["hello", [1, 2, 3]], "dimensions": 4,
+  const Json embed = Json::parse(R"({"model": "m", "input": ["hello", [1, 2, 3]], "dimensions": 4,
       "encoding_format": "float", "normalize": false, "truncate_prompt_tokens": 4,
       "add_special_tokens": true})");
+  const Json score = Json::parse(R"({"model": "m", "text_1": ["a b", "c"], "text_2": ["d", "e f"],
+      "truncate_prompt_tokens": 3})");
+  const Json rerank = Json::parse(R"({"model": "m", "query": "q", "documents": ["a", "b c", "d"],
+      "top_n": 2})");
   Fuzzer f(fuzz_seed(20261207));
   int parsed = 0;
   const int iterations = fuzz_iterations() / 4;
   for (int i = 0; i < iterations && !HasFailure(); ++i) {
-    Json body = base;
+    Json body = i % 3 == 0 ? embed : i % 3 == 1 ? score : rerank;
     f.mutate(body);
     try {
-      const EmbeddingRequest req = parse_embedding_request(body, ctx_);
-      ASSERT_FALSE(req.prompts.empty());
-      const Json e = embedding_value(req, std::vector<float>(8, 0.5f));
-      if (!req.base64) EXPECT_EQ(e.size(), size_t(req.dimensions.value_or(8)));
+      if (i % 3 == 0) {
+        const EmbeddingRequest req = parse_embedding_request(body, ctx_);
+        ASSERT_FALSE(req.prompts.empty());
+        const Json e = embedding_value(req, std::vector<float>(8, 0.5f));
+        if (!req.base64) EXPECT_EQ(e.size(), size_t(req.dimensions.value_or(8)));
+      } else {
+        const ScoreRequest req =
+            i % 3 == 1 ? parse_score_request(body, ctx_) : parse_rerank_request(body, ctx_).score;
+        ASSERT_FALSE(req.pairs.empty());
+        for (const auto& [a, b] : req.pairs) {
+          EXPECT_LT(a, req.texts.size());
+          EXPECT_LT(b, req.texts.size());
+        }
+      }
       ++parsed;
     } catch (const ApiError& e) {
       EXPECT_GE(e.status(), 400) << body.dump(-1, ' ', false, Json::error_handler_t::replace);
