@@ -54,10 +54,11 @@ void register_bench_serve(CLI::App& bench) {
   cmd->add_option("--port", flags->port, "Server port")->capture_default_str();
   cmd->add_option("--backend", o.backend,
                   "openai or vllm: completions; openai-chat: chat completions, each prompt's text "
-                  "as a user message")
+                  "as a user message; openai-embeddings: /v1/embeddings of each prompt")
       ->capture_default_str();
   cmd->add_option("--endpoint", o.endpoint,
-                  "API path (default: /v1/completions, /v1/chat/completions for openai-chat)");
+                  "API path (default: /v1/completions; /v1/chat/completions for openai-chat, "
+                  "/v1/embeddings for openai-embeddings)");
   cmd->add_option("--model", o.model, "Model name (default: first of /v1/models)");
   cmd->add_option("--dataset-name", o.dataset_name, "Dataset: random, custom or sharegpt")
       ->capture_default_str();

@@ -55,11 +55,13 @@ std::string format_report(const BenchMetrics& m, const ReportOptions& o) {
     line_float(out, "Request rate configured (RPS):", o.request_rate);
   line_float(out, "Benchmark duration (s):", m.duration_s);
   line_int(out, "Total input tokens:", m.total_input);
-  line_int(out, "Total generated tokens:", m.total_output);
+  if (!o.embeddings) line_int(out, "Total generated tokens:", m.total_output);
   line_float(out, "Request throughput (req/s):", m.request_throughput);
   if (o.goodput) line_float(out, "Request goodput (req/s):", m.request_goodput);
-  line_float(out, "Output token throughput (tok/s):", m.output_throughput);
-  line_float(out, "Peak output token throughput (tok/s):", m.max_output_tokens_per_s);
+  if (!o.embeddings) {
+    line_float(out, "Output token throughput (tok/s):", m.output_throughput);
+    line_float(out, "Peak output token throughput (tok/s):", m.max_output_tokens_per_s);
+  }
   line_float(out, "Peak concurrent requests:", m.max_concurrent_requests);
   line_float(out, "Total token throughput (tok/s):", m.total_token_throughput);
   for (const MetricSection& s : kSections) {

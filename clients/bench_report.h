@@ -15,6 +15,7 @@ struct ReportOptions {
   double request_rate = 0;             // +inf: all at once (no "configured" line)
   bool goodput = false;                // show "Request goodput (req/s):"
   std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl"};  // sections shown
+  bool embeddings = false;  // no generated tokens: their lines are left out
 };
 
 // The block, lines joined by '\n' with a final '\n': labels padded to 40, one space, the

@@ -71,6 +71,26 @@ struct Live {
     }
   }
 
+  // An embeddings response: a whole JSON body with the input's embedding.
+  void on_embedding_done(HttpResponse&& r, double t) {
+    out->end_s = t;
+    out->latency_s = out->ttft_s = t - out->start_s;
+    const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+    if (!r.error.empty()) {
+      out->error = r.error;
+    } else if (r.status != 200) {
+      out->error = fmt::format("HTTP {}: {:.300}", r.status, r.body);
+    } else if (!j.is_object() || !j.contains("data") || !j["data"].is_array() ||
+               j["data"].empty()) {
+      out->error = fmt::format("no embedding in the response: {:.200}", r.body);
+    } else if (j.contains("usage") && j["usage"].is_object() &&
+               j["usage"].value("prompt_tokens", nlohmann::json()).is_number_integer()) {
+      out->prompt_len = j["usage"]["prompt_tokens"].get<int>();
+    }
+    out->success = out->error.empty();
+    out->output_tokens = 0;
+  }
+
   void on_done(HttpResponse&& r, double t) {
     out->end_s = t;
     if (!r.error.empty()) {
@@ -103,6 +123,11 @@ struct Live {
 }  // namespace
 
 std::string request_body(const BenchRequest& r, const LoadOptions& o) {
+  if (o.embeddings) {
+    nlohmann::json j = {{"input", r.prompt}};
+    if (!o.model.empty()) j["model"] = o.model;
+    return j.dump();
+  }
   nlohmann::json j = {
       {"temperature", 0.0}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
   if (o.chat) {
@@ -152,13 +177,16 @@ BenchRun run_requests(const std::vector<BenchRequest>& requests, const LoadOptio
       HttpRequest req{.url = o.url,
                       .body = request_body(requests[i], o),
                       .timeout_s = o.request_timeout_s,
-                      .sse = true};
+                      .sse = !o.embeddings};
       out.start_s = now_seconds();
       if (first_dispatch < 0) first_dispatch = out.start_s;
       driver.start(
           req, [&l = live[i]](std::string_view d, double t) { l.on_event(d, t); },
           [&, i](HttpResponse&& r, double t) {
-            live[i].on_done(std::move(r), t);
+            if (o.embeddings)
+              live[i].on_embedding_done(std::move(r), t);
+            else
+              live[i].on_done(std::move(r), t);
             if (o.chat) live[i].count_prompt_from_usage();
             if (!run.outcomes[i].success) errors.record(run.outcomes[i].error);
             last_done = std::max(last_done, t);

@@ -16,6 +16,9 @@ struct LoadOptions {
   std::string url;    // full endpoint URL, e.g. http://127.0.0.1:8000/v1/completions
   std::string model;  // "model" field; empty: left out
   bool chat = false;  // chat completions (each request's text as one user message)
+  // /v1/embeddings: one non-streamed request per prompt (its token ids as `input`); success is a
+  // response with its embedding, latency the time to it, no output tokens.
+  bool embeddings = false;
   bool ignore_eos = false;
   double request_rate = std::numeric_limits<double>::infinity();  // req/s; inf: all at once
   double burstiness = 1;  // gamma shape of the gaps (1: Poisson)
@@ -32,7 +35,8 @@ struct BenchRun {
 };
 
 // The JSON body of one request: stream with usage, temperature 0, at most output_len tokens;
-// completions send the prompt's token ids, chat its text as one user message.
+// completions send the prompt's token ids, chat its text as one user message; embeddings only
+// the ids, as `input`.
 std::string request_body(const BenchRequest& r, const LoadOptions& o);
 
 // Arrival offsets (s, from the first dispatch) of `n` requests: all 0 for an infinite rate,

@@ -202,10 +202,21 @@ void check_numbers(const BenchServeOptions& o) {
 // The endpoint path of the run, from --backend and --endpoint; throws InvalidArgument when they
 // disagree (a completions body sent to a chat endpoint or the other way round).
 std::string resolve_endpoint(const BenchServeOptions& o) {
-  if (o.backend != "openai" && o.backend != "vllm" && o.backend != "openai-chat")
-    throw InvalidArgument(fmt::format(
-        "--backend {}: serval has openai, vllm (completions) and openai-chat", o.backend));
+  if (o.backend != "openai" && o.backend != "vllm" && o.backend != "openai-chat" &&
+      o.backend != "openai-embeddings")
+    throw InvalidArgument(
+        fmt::format("--backend {}: serval has openai, vllm (completions), "
+                    "openai-chat and openai-embeddings",
+                    o.backend));
   const bool chat = o.backend == "openai-chat";
+  if (o.backend == "openai-embeddings") {
+    if (o.endpoint.empty()) return "/v1/embeddings";
+    if (!o.endpoint.ends_with("embeddings"))
+      throw InvalidArgument(
+          fmt::format("--backend openai-embeddings needs an endpoint ending in embeddings, got {}",
+                      o.endpoint));
+    return o.endpoint;
+  }
   if (o.endpoint.empty()) return chat ? "/v1/chat/completions" : "/v1/completions";
   const bool chat_path = o.endpoint.ends_with("chat/completions");
   if (chat && !chat_path)
@@ -242,9 +253,11 @@ int bench_serve(const BenchServeOptions& o) {
 
   ServerInfo info = discover(o);
   const std::vector<BenchRequest> requests = dataset_requests(o, info, chat);
+  const bool embeddings = o.backend == "openai-embeddings";
   LoadOptions load{.url = o.base_url + endpoint,
                    .model = info.model,
                    .chat = chat,
+                   .embeddings = embeddings,
                    .ignore_eos = o.ignore_eos,
                    .request_rate = o.request_rate,
                    .burstiness = o.burstiness,
@@ -274,7 +287,9 @@ int bench_serve(const BenchServeOptions& o) {
   ReportOptions ro{.max_concurrency = o.max_concurrency,
                    .request_rate = o.request_rate,
                    .goodput = slo.any(),
-                   .percentile_metrics = o.percentile_metrics};
+                   .percentile_metrics = o.percentile_metrics,
+                   .embeddings = embeddings};
+  if (embeddings) ro.percentile_metrics = {"e2el"};  // a whole response: no token timings
   fmt::print("{}", format_report(m, ro));
   std::fflush(stdout);
 

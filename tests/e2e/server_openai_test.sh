@@ -134,6 +134,14 @@ else
   [[ $(jq '.data | length' <<<"$resp") == 2 ]] || fail "embeddings: $resp"
   echo "SKIP: openai client embeddings checks (node or $npm_modules/openai missing)"
 fi
+# bench serve of the embeddings endpoint (vLLM's --backend openai-embeddings).
+"$serval" bench serve --port "$port" --backend openai-embeddings --num-prompts 6 \
+  --max-concurrency 3 --random-input-len 16 --disable-tqdm >"$work/bench-embed.out" 2>&1 || {
+  cat "$work/bench-embed.out"; fail "bench serve --backend openai-embeddings exited non-zero"; }
+grep -Eq '^Successful requests: +6$' "$work/bench-embed.out" &&
+  grep -q 'End-to-end Latency' "$work/bench-embed.out" &&
+  ! grep -q 'generated' "$work/bench-embed.out" || {
+  cat "$work/bench-embed.out"; fail "bench serve --backend openai-embeddings: unexpected report"; }
 stop_server "$server_pid"
 
 # --- The vLLM reference command line, as pasted (max-model-len capped by the fixture). ---

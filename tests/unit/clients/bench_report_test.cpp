@@ -116,6 +116,23 @@ TEST(BenchReport, OptionalLinesAndSections) {
       << got;
 }
 
+// An embeddings run (--backend openai-embeddings) generates nothing: no token lines.
+TEST(BenchReport, EmbeddingsLeaveOutTheGeneratedTokens) {
+  const ReportOptions o{.max_concurrency = 8,
+                        .request_rate = INFINITY,
+                        .percentile_metrics = {"e2el"},
+                        .embeddings = true};
+  const std::string got = format_report(spec_metrics(), o);
+  EXPECT_EQ(got.find("generated"), std::string::npos) << got;
+  EXPECT_EQ(got.find("Output token throughput"), std::string::npos) << got;
+  EXPECT_NE(got.find("Total input tokens:                      40920\n"
+                     "Request throughput (req/s):              1.53\n"
+                     "Peak concurrent requests:"),
+            std::string::npos)
+      << got;
+  EXPECT_NE(got.find("End-to-end Latency"), std::string::npos) << got;
+}
+
 TEST(BenchReport, ResultJsonKeys) {
   ReportOptions o{.max_concurrency = 8, .request_rate = INFINITY};
   RequestOutcome r;

@@ -25,6 +25,11 @@ TEST(BenchServeOptions, OutOfRangeNumbersFailBeforeConnecting) {
       {[](BenchServeOptions& o) { o.num_warmups = -1; }, "--num-warmups must be >= 0"},
       {[](BenchServeOptions& o) { o.request_timeout_s = 0; }, "--request-timeout must be > 0"},
       {[](BenchServeOptions& o) { o.backend = "tgi"; }, "--backend tgi: serval has openai"},
+      {[](BenchServeOptions& o) {
+         o.backend = "openai-embeddings";
+         o.endpoint = "/v1/completions";
+       },
+       "needs an endpoint ending in embeddings"},
       {[](BenchServeOptions& o) { o.endpoint = "/v1/chat/completions"; },
        "takes chat requests: add --backend openai-chat"},
       {[](BenchServeOptions& o) {

@@ -263,6 +263,15 @@ TEST(Loopback, ChatStreams) {
   }
 }
 
+// Embeddings: the token ids as `input`, no stream; success is a response with an embedding.
+TEST(Loopback, EmbeddingsBody) {
+  LoadOptions o = load("http://127.0.0.1:1/v1/embeddings");
+  o.embeddings = true;
+  o.model = "m";
+  EXPECT_EQ(request_body(BenchRequest{{1, 100, 200}, 4, "text"}, o),
+            R"({"input":[1,100,200],"model":"m"})");
+}
+
 TEST(Loopback, MaxConcurrencyIsRespected) {
   FakeServer server;
   LoadOptions o = load(server.url() + "/v1/completions");
