@@ -34,6 +34,7 @@ std::vector<PromptInput> pooling_prompts(const Json& body, const Json& texts,
 
 EmbeddingRequest parse_embedding_request(const Json& body, const ModelContext& ctx) {
   EmbeddingRequest req;
+  req.normalize = ctx.embed_normalize;
   const Json* input = field(body, "input");
   if (!input) throw bad_request("input", "'input' is required");
   req.prompts = pooling_prompts(body, *input, ctx, "input");

@@ -18,7 +18,7 @@ namespace serval::server {
 
 struct EmbeddingRequest {
   std::vector<PromptInput> prompts;  // `input`: a string, strings, token ids or lists of them
-  bool normalize = true;             // vLLM's `normalize`
+  bool normalize = true;             // vLLM's `normalize` (default: --pooler-config's)
   std::optional<int> dimensions;     // keep the first d values, 1 <= d <= hidden size
   bool base64 = false;               // encoding_format "base64": little-endian float32 bytes
 };

@@ -92,6 +92,8 @@ struct RequestPolicy {
   // parts joined by newlines), kOpenAi (a list of {"type": "text", "text"} parts, a string
   // content too), kAuto (kOpenAi when the template loops over a message's content).
   ContentFormat content_format = ContentFormat::kAuto;
+  // --pooler-config's normalize: the default of an embeddings request's `normalize`.
+  bool embed_normalize = true;
 };
 
 class ResponseStore;

@@ -70,6 +70,7 @@ constexpr KnownFlag kKnown[] = {
     {"--max-waiting-requests", true},
     {"--scheduling-policy", true},
     {"--runner", true},
+    {"--pooler-config", true},
     {"--task", true},
     {"--convert", true},
     {"--http-threads", true},
@@ -117,6 +118,27 @@ constexpr IgnoredFlag kIgnored[] = {
     {"--tokenizer-revision", true, "models are local folders"},
     {"--code-revision", true, "models are local folders"},
 };
+
+// --pooler-config: a JSON object of vLLM's pooler settings that serval has; returns `normalize`.
+bool parse_pooler_config(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw InvalidArgument("--pooler-config must be a JSON object, got: " + text);
+  bool normalize = true;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "pooling_type") {
+      if (!value.is_string() || (value != "LAST" && value != "last"))
+        throw InvalidArgument("--pooler-config pooling_type " + value.dump() +
+                              ": serval pools the last token only (LAST)");
+    } else if (key == "normalize") {
+      if (!value.is_boolean()) throw InvalidArgument("--pooler-config normalize must be a boolean");
+      normalize = value.get<bool>();
+    } else {
+      throw InvalidArgument("--pooler-config: '" + key +
+                            "' is not supported (serval has pooling_type LAST and normalize)");
+    }
+  }
+  return normalize;
+}
 
 constexpr const char* kCudagraphModes[] = {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
                                            "FULL_AND_PIECEWISE"};
@@ -430,6 +452,11 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
                  "with --runner pooling: embed (the only conversion; last-token pooling)")
       ->check(CLI::IsMember({"auto", "none", "embed"}))
       ->capture_default_str();
+  std::string pooler_config;
+  app.add_option(
+      "--pooler-config", pooler_config,
+      "With --runner pooling, vLLM's pooler settings as JSON: pooling_type LAST (the only "
+      "one), normalize (the default of requests' `normalize`)");
   std::string scheduling_policy = "fcfs";
   app.add_option("--scheduling-policy", scheduling_policy,
                  "fcfs (first come, first served) or priority (by each request's `priority`, "
@@ -475,6 +502,7 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
     throw InvalidArgument(
         fmt::format("--runner {} contradicts --task {} / --convert {}", runner, task, convert));
   e.pooling = runner == "pooling" || embed_task || convert == "embed";
+  if (!pooler_config.empty()) s.embed_normalize = parse_pooler_config(pooler_config);
   s.content_format = content_format == "string"   ? ContentFormat::kString
                      : content_format == "openai" ? ContentFormat::kOpenAi
                                                   : ContentFormat::kAuto;

@@ -1199,6 +1199,17 @@ TEST_F(ServerTest, EmbeddingsApi) {
                400, "");
   EXPECT_EQ(json::parse(http(port_, "GET", "/v1/models").body)["data"][0]["serval"]["runner"],
             "pooling");
+
+  // --pooler-config '{"normalize": false}': raw vectors unless a request asks otherwise.
+  server_->shutdown(1.0);
+  engine_->shutdown();
+  start(0, 64, "", ToolCallParser::kNone, 64, ReasoningParser::kNone, false,
+        [](ServerOptions& o) { o.embed_normalize = false; });
+  engine_->set_pooling();
+  j = json::parse(post("/v1/embeddings", {{"input", {7, 8, 9}}}).body);
+  expect_near(floats(j["data"][0]["embedding"]), raw({7, 8, 9}));
+  j = json::parse(post("/v1/embeddings", {{"input", {7, 8, 9}}, {"normalize", true}}).body);
+  expect_near(floats(j["data"][0]["embedding"]), unit(raw({7, 8, 9})));
 }
 
 // /score and /rerank on an embedding model: cosine similarities of the texts' embeddings (1:N

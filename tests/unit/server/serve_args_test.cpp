@@ -157,6 +157,15 @@ TEST(ServeArgs, RunnerPooling) {
   EXPECT_THROW(parse_serve_args({"/m", "--runner", "generate", "--task", "embed"}, nullptr),
                InvalidArgument);
   EXPECT_ANY_THROW(parse_serve_args({"/m", "--runner", "classify"}, nullptr));
+  // --pooler-config: LAST pooling only; normalize sets the requests' default.
+  EXPECT_TRUE(parse_serve_args({"/m", "--runner", "pooling"}, nullptr).server.embed_normalize);
+  EXPECT_FALSE(parse_serve_args({"/m", "--runner", "pooling", "--pooler-config",
+                                 R"({"pooling_type": "LAST", "normalize": false})"},
+                                nullptr)
+                   .server.embed_normalize);
+  for (const char* bad :
+       {R"({"pooling_type": "MEAN"})", R"({"softmax": true})", "[1]", R"({"normalize": 1})"})
+    EXPECT_THROW(parse_serve_args({"/m", "--pooler-config", bad}, nullptr), InvalidArgument) << bad;
 }
 
 TEST(ServeArgs, ReasoningParser) {
