@@ -122,7 +122,8 @@ std::vector<BenchRequest> dataset_requests(const BenchServeOptions& o, const Ser
   TextDatasetOptions d{
       .num_prompts = o.num_prompts,
       .output_len = sharegpt ? o.sharegpt_output_len : std::optional<int>(o.custom_output_len),
-      .chat_template = !sharegpt && !o.skip_chat_template,
+      // Embeddings take the text as it is: no chat template around it.
+      .chat_template = !sharegpt && !o.skip_chat_template && o.backend != "openai-embeddings",
       .sharegpt_filter = sharegpt,
       .seed = o.seed};
   return text_requests(

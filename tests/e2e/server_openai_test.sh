@@ -142,6 +142,18 @@ grep -Eq '^Successful requests: +6$' "$work/bench-embed.out" &&
   grep -q 'End-to-end Latency' "$work/bench-embed.out" &&
   ! grep -q 'generated' "$work/bench-embed.out" || {
   cat "$work/bench-embed.out"; fail "bench serve --backend openai-embeddings: unexpected report"; }
+# A file dataset goes as its text is (no chat template): the input tokens are the texts' own.
+printf '%s\n' '{"prompt": "What is 2 + 3?"}' '{"prompt": "Name a color."}' >"$work/embed.jsonl"
+want=0
+for text in "What is 2 + 3?" "Name a color."; do
+  n=$(curl -sf "http://127.0.0.1:$port/tokenize" -d "$(jq -nc --arg p "$text" '{prompt: $p}')" | jq .count)
+  want=$((want + 2 * n))
+done
+"$serval" bench serve --port "$port" --backend openai-embeddings --dataset-name custom \
+  --dataset-path "$work/embed.jsonl" --num-prompts 4 --disable-tqdm >"$work/bench-embed2.out" 2>&1 || {
+  cat "$work/bench-embed2.out"; fail "bench serve --backend openai-embeddings (custom) failed"; }
+grep -Eq "^Total input tokens: +$want\$" "$work/bench-embed2.out" || {
+  cat "$work/bench-embed2.out"; fail "embeddings of a custom dataset: expected $want input tokens"; }
 stop_server "$server_pid"
 
 # --- The vLLM reference command line, as pasted (max-model-len capped by the fixture). ---
