@@ -25,6 +25,19 @@ bool is_role_only(const nlohmann::json& choice) {
   return choice.value("finish_reason", nlohmann::json()).is_null();
 }
 
+// Why a response failed before its body was read: the transport's error, or the HTTP status with
+// the OpenAI error's message (else the body); empty for a 200.
+std::string transport_failure(const HttpResponse& r) {
+  if (!r.error.empty()) return r.error;
+  if (r.status == 200) return {};
+  std::string msg = r.body;
+  const auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message") && j["error"]["message"].is_string())
+    msg = j["error"]["message"].get<std::string>();
+  return fmt::format("HTTP {}: {:.300}", r.status, msg);
+}
+
 // Streaming state of one request while its SSE events arrive.
 struct Live {
   RequestOutcome* out = nullptr;
@@ -71,44 +84,35 @@ struct Live {
     }
   }
 
+  // What is wrong with a stream that arrived whole: empty when nothing.
+  std::string stream_failure() const {
+    if (!parse_error.empty()) return parse_error;
+    if (content_chunks == 0) return "Never received a valid chunk to calculate TTFT.";
+    if (!done_marker) return "stream ended before data: [DONE]";
+    return {};
+  }
+
   // An embeddings response: a whole JSON body with the input's embedding.
   void on_embedding_done(HttpResponse&& r, double t) {
     out->end_s = t;
     out->latency_s = out->ttft_s = t - out->start_s;
-    const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
-    if (!r.error.empty()) {
-      out->error = r.error;
-    } else if (r.status != 200) {
-      out->error = fmt::format("HTTP {}: {:.300}", r.status, r.body);
-    } else if (!j.is_object() || !j.contains("data") || !j["data"].is_array() ||
-               j["data"].empty()) {
-      out->error = fmt::format("no embedding in the response: {:.200}", r.body);
-    } else if (j.contains("usage") && j["usage"].is_object() &&
-               j["usage"].value("prompt_tokens", nlohmann::json()).is_number_integer()) {
-      out->prompt_len = j["usage"]["prompt_tokens"].get<int>();
-    }
-    out->success = out->error.empty();
     out->output_tokens = 0;
+    out->error = transport_failure(r);
+    const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+    const bool has_data =
+        j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty();
+    if (out->error.empty() && !has_data)
+      out->error = fmt::format("no embedding in the response: {:.200}", r.body);
+    out->success = out->error.empty();
+    if (out->success && j.contains("usage") && j["usage"].is_object() &&
+        j["usage"].value("prompt_tokens", nlohmann::json()).is_number_integer())
+      out->prompt_len = j["usage"]["prompt_tokens"].get<int>();
   }
 
   void on_done(HttpResponse&& r, double t) {
     out->end_s = t;
-    if (!r.error.empty()) {
-      out->error = r.error;
-    } else if (r.status != 200) {
-      std::string msg = r.body;
-      auto j = nlohmann::json::parse(r.body, nullptr, false);
-      if (j.is_object() && j.contains("error") && j["error"].is_object() &&
-          j["error"].contains("message") && j["error"]["message"].is_string())
-        msg = j["error"]["message"].get<std::string>();
-      out->error = fmt::format("HTTP {}: {:.300}", r.status, msg);
-    } else if (!parse_error.empty()) {
-      out->error = parse_error;
-    } else if (content_chunks == 0) {
-      out->error = "Never received a valid chunk to calculate TTFT.";
-    } else if (!done_marker) {
-      out->error = "stream ended before data: [DONE]";
-    }
+    out->error = transport_failure(r);
+    if (out->error.empty()) out->error = stream_failure();
     out->success = out->error.empty();
     out->latency_s = content_chunks > 0 ? last_chunk_s - out->start_s : t - out->start_s;
     out->output_tokens = usage_tokens.value_or(content_chunks);
@@ -123,13 +127,15 @@ struct Live {
 }  // namespace
 
 std::string request_body(const BenchRequest& r, const LoadOptions& o) {
+  nlohmann::json j = nlohmann::json::object();
+  if (!o.model.empty()) j["model"] = o.model;
   if (o.embeddings) {
-    nlohmann::json j = {{"input", r.prompt}};
-    if (!o.model.empty()) j["model"] = o.model;
+    j["input"] = r.prompt;
     return j.dump();
   }
-  nlohmann::json j = {
-      {"temperature", 0.0}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  j["temperature"] = 0.0;
+  j["stream"] = true;
+  j["stream_options"] = {{"include_usage", true}};
   if (o.chat) {
     j["messages"] = {{{"role", "user"}, {"content", r.text}}};
     j["max_completion_tokens"] = r.output_len;
@@ -137,7 +143,6 @@ std::string request_body(const BenchRequest& r, const LoadOptions& o) {
     j["prompt"] = r.prompt;
     j["max_tokens"] = r.output_len;
   }
-  if (!o.model.empty()) j["model"] = o.model;
   if (o.ignore_eos) j["ignore_eos"] = true;
   return j.dump();
 }

@@ -156,7 +156,7 @@ void ApiServer::generate(const HttpRequest& req, const std::shared_ptr<Responder
   const uint64_t key = next_job_key();
   auto job = std::make_shared<GenerationJob>(engine_, ctx_, std::move(gen), model_name(), res,
                                              metrics_, req.arrival_s, forget_job(key));
-  run_job(key, job, res, [&job] { job->start(); });
+  run_job(key, job, res);
 }
 
 void ApiServer::pooling(const HttpRequest& req, const std::shared_ptr<Responder>& res) {
@@ -188,7 +188,7 @@ void ApiServer::pooling(const HttpRequest& req, const std::shared_ptr<Responder>
   const uint64_t key = next_job_key();
   auto job = std::make_shared<EmbeddingJob>(engine_, std::move(prompts), std::move(respond), res,
                                             forget_job(key));
-  run_job(key, job, res, [&job] { job->start(); });
+  run_job(key, job, res);
 }
 
 uint64_t ApiServer::next_job_key() {
@@ -204,7 +204,7 @@ std::function<void()> ApiServer::forget_job(uint64_t key) {
 }
 
 void ApiServer::run_job(uint64_t key, const std::shared_ptr<InFlightJob>& job,
-                        const std::shared_ptr<Responder>& res, const std::function<void()>& start) {
+                        const std::shared_ptr<Responder>& res) {
   bool aborting;
   {
     std::lock_guard lock(mu_);
@@ -212,7 +212,7 @@ void ApiServer::run_job(uint64_t key, const std::shared_ptr<InFlightJob>& job,
     aborting = aborting_;
   }
   try {
-    start();
+    job->start();
   } catch (...) {
     std::lock_guard lock(mu_);
     in_flight_.erase(key);

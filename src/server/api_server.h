@@ -47,7 +47,7 @@ class ApiServer {
   // Registers `job` for abort_all, starts it (start may throw: then it is unregistered) and
   // aborts it at once when shutdown began meanwhile. `key` came from next_job_key().
   void run_job(uint64_t key, const std::shared_ptr<InFlightJob>& job,
-               const std::shared_ptr<Responder>& res, const std::function<void()>& start);
+               const std::shared_ptr<Responder>& res);
   uint64_t next_job_key();
   // A job's on_done: forget it.
   std::function<void()> forget_job(uint64_t key);

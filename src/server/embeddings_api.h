@@ -56,9 +56,7 @@ class EmbeddingJob : public InFlightJob, public std::enable_shared_from_this<Emb
   EmbeddingJob(runtime::Engine& engine, std::vector<PromptInput> prompts,
                EmbeddingResponder respond, std::shared_ptr<Responder> responder,
                std::function<void()> on_done);
-  // Submits every input. Throws ApiError (503 on QueueFull, 400 on InvalidArgument) after
-  // aborting what was already submitted.
-  void start();
+  void start() override;  // submits every input
   void abort_all() override;
 
  private:

@@ -33,7 +33,7 @@ class GenerationJob : public InFlightJob, public std::enable_shared_from_this<Ge
 
   // Submits n sequences per prompt and starts the stream. Throws ApiError (400 when the prompt
   // does not fit, 503 on QueueFull) after aborting what was already submitted.
-  void start();
+  void start() override;
   // Aborts every unfinished sequence (client gone or server shutting down).
   void abort_all() override;
 

@@ -28,10 +28,6 @@ std::vector<std::string> text_list(const Json& body, const char* key) {
   return out;
 }
 
-Json score_usage(int64_t prompt_tokens) {
-  return {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}};
-}
-
 }  // namespace
 
 double cosine_similarity(const std::vector<float>& a, const std::vector<float>& b) {
@@ -74,7 +70,7 @@ EmbeddingResponder score_responder(ScoreRequest req, std::string model_name) {
                 {"created", int64_t(std::time(nullptr))},
                 {"model", model_name},
                 {"data", std::move(data)},
-                {"usage", score_usage(prompt_tokens)}};
+                {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
   };
 }
 
