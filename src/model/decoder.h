@@ -30,7 +30,6 @@ class Decoder final : public Model {
   Tensor forward(const backend::StepMetadata& meta,
                  std::vector<backend::KvCacheLayer>& kv_cache) override;
   std::string moe_backend() const override { return moe_backend_; }
-  bool pooling() const { return pooling_; }
 
  private:
   struct Layer {
