@@ -40,6 +40,8 @@ def base_config(**kw):
                max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=10000.0,
                bos_token_id=None, eos_token_id=0, tie_word_embeddings=False)
     cfg.update(kw)
+    if cfg["head_dim"] is None:  # left to the architecture's own rule
+        del cfg["head_dim"]
     return cfg
 
 
@@ -81,6 +83,33 @@ ARCHS = {
     # Llama with attention_bias: biases on q, k, v and o.
     "llama_bias": ("LlamaConfig", "LlamaForCausalLM", torch.bfloat16,
                    base_config(attention_bias=True, rope_theta=500000.0)),
+    # DeepSeek-V3: multi-head latent attention (q through a rank-48 bottleneck, keys and values
+    # from a rank-32 latent plus an 8-wide rotary key shared by the heads, interleaved rotary
+    # dimensions, DeepSeek's YaRN whose mscale_all_dim scales the softmax), layer 0 dense, then
+    # 8 routed experts in 4 groups (sigmoid scores, selection bias, top-2 groups, top-2 experts,
+    # renormalized and scaled by 2.5) beside one shared expert. head_dim is the rotary width
+    # there (transformers sets it so): left out.
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", torch.bfloat16,
+                    base_config(head_dim=None, num_key_value_heads=4, q_lora_rank=48,
+                                kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                v_head_dim=16, n_routed_experts=8, n_shared_experts=1,
+                                num_experts_per_tok=2, moe_intermediate_size=32, n_group=4,
+                                topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                first_k_dense_replace=1, rope_theta=10000.0,
+                                rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                              "original_max_position_embeddings": 64,
+                                              "mscale": 1.0, "mscale_all_dim": 1.0,
+                                              "beta_fast": 32.0, "beta_slow": 1.0})),
+    # DeepSeek-V2-Lite's shape: q from one q_proj (no bottleneck), softmax routing, top-2 of 8
+    # experts not renormalized and scaled by 1.5, two shared experts, no rope scaling.
+    "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM", torch.bfloat16,
+                    base_config(head_dim=None, num_key_value_heads=4, q_lora_rank=None,
+                                kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                v_head_dim=16, n_routed_experts=8, n_shared_experts=2,
+                                num_experts_per_tok=2, moe_intermediate_size=32,
+                                topk_method="greedy", routed_scaling_factor=1.5,
+                                norm_topk_prob=False, first_k_dense_replace=1,
+                                rope_theta=10000.0)),
 }
 
 
@@ -131,6 +160,10 @@ def main():
                 p.data.normal_(0.0, 0.08, generator=torch.Generator().manual_seed(p.numel()))
             elif pname.endswith(".bias"):
                 p.data.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(p.numel() + 1))
+        # DeepSeek's expert-selection bias is a buffer, zero at init (it would go unnoticed).
+        for bname, buf in model.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                buf.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(buf.numel() + 2))
         folder = os.path.join(args.out, name)
         os.makedirs(folder, exist_ok=True)
         model.save_pretrained(folder, safe_serialization=True)
