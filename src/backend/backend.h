@@ -100,6 +100,11 @@ struct MoeWeights {
   int num_experts = 0, top_k = 0, hidden = 0, inter = 0;
   kernels::RoutingMethod routing = kernels::RoutingMethod::kSoftmaxTopK;
   bool renormalize = true;
+  // kSigmoidGroupedTopK (DeepSeek-V3): the selection bias f32 [num_experts] (undefined: none),
+  // the expert groups and how many of them a token picks from.
+  Tensor correction_bias;
+  int num_groups = 1, topk_groups = 1;
+  float routed_scaling_factor = 1.0f;  // every routed weight is multiplied by it (DeepSeek)
   // Expert-parallel slice: this rank holds experts [local_offset, local_offset + num_local).
   int local_offset = 0, num_local = 0;
   // Expert backend of this layer: "latency" or "throughput" (SPEC §1).
@@ -140,6 +145,18 @@ struct AttentionParams {
   const Tensor* q_norm = nullptr;  // [head_dim] or null
   const Tensor* k_norm = nullptr;
   const Tensor* inv_freq = nullptr;  // [head_dim / 2] f32
+};
+
+// Per-layer constants of MLA attention (the absorbed form of kernels::MlaPrepareParams).
+struct MlaParams {
+  int num_heads = 0, latent_dim = 0, rope_dim = 0;
+  int q_stride = 0, q_rope_offset = 0;  // q projection: values per head, its rope part's offset
+  float scale = 1.0f;                   // softmax scale
+  float rms_norm_eps = 1e-6f;           // of kv_norm
+  float rope_scale = 1.0f;              // rotated vectors are multiplied by it (YaRN)
+  bool rope_interleaved = false;
+  const Tensor* kv_norm = nullptr;   // [latent_dim]
+  const Tensor* inv_freq = nullptr;  // [rope_dim / 2] f32
 };
 
 // A quantized dummy linear or expert stack. `meta` holds everything but the tensors (format,
@@ -281,6 +298,20 @@ class Backend {
   // the paged cache at meta.slot_mapping, causal paged attention → out [T, Hq·D].
   virtual void attention(const Tensor& qkv, const AttentionParams& p, KvCacheLayer& cache,
                          const StepMetadata& meta, Tensor& out) = 0;
+  // The MLA attention core of one layer (kernels::MlaPrepareParams states the math):
+  // q [T, H·q_stride] the q projection (its rope parts are read), q_lat [T, H·latent] its no-rope
+  // parts taken into the latent space (head_linear), kv [T, latent + rope] the kv_a projection →
+  // the tokens' rows appended to cache.k ([num_blocks, block_size, 1, latent + rope]; cache.v is
+  // not used, the values are the rows' latent part) at meta.slot_mapping, then causal attention
+  // → out [T, H·latent]. An fp8 cache stores rows / k_scale.
+  virtual void mla_attention(const Tensor& q, const Tensor& q_lat, const Tensor& kv,
+                             const MlaParams& p, KvCacheLayer& cache, const StepMetadata& meta,
+                             Tensor& out) = 0;
+  // One small linear per head: y[t, h·n + i] = Σ_j w[h, i, j] · x[t, h·x_stride + j] (j < k), for
+  // w [H, n, k], x [T, H·x_stride] with x_stride ≥ k, y [T, H·n].
+  virtual void head_linear(const Tensor& x, int x_stride, const Tensor& w, Tensor& y) = 0;
+  // out += x, elementwise (same shapes, the activation dtype).
+  virtual void add(const Tensor& x, Tensor& out) = 0;
   // out[r] = silu(x[r, :I]) · x[r, I:]
   virtual void silu_mul(const Tensor& x, Tensor& out) = 0;
   // out = x as fp32; x in the activation dtype, out kF32 of the same shape.

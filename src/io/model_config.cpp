@@ -29,6 +29,7 @@ struct ArchDefaults {
   int num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0;
   int shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
+  bool deepseek = false, deepseek_v3 = false;  // MLA and DeepSeek's MoE keys (parse_deepseek)
 };
 
 ArchDefaults arch_defaults(const std::string& model_type, const std::string& arch) {
@@ -60,6 +61,20 @@ ArchDefaults arch_defaults(const std::string& model_type, const std::string& arc
     d.fused_projections = true;
   } else if (model_type == "mistral" || arch == "MistralForCausalLM") {
     d.max_position_embeddings = 4096 * 32;
+  } else if (model_type == "deepseek_v2" || arch == "DeepseekV2ForCausalLM") {
+    d.max_position_embeddings = 2048;
+    d.num_experts = 64;
+    d.moe_intermediate_size = 1407;
+    d.norm_topk_prob = false;
+    d.deepseek = true;
+  } else if (model_type == "deepseek_v3" || arch == "DeepseekV3ForCausalLM") {
+    d.max_position_embeddings = 4096;
+    d.num_experts = 256;
+    d.num_experts_per_tok = 8;
+    d.moe_intermediate_size = 2048;
+    d.norm_topk_prob = true;
+    d.deepseek = true;
+    d.deepseek_v3 = true;
   } else if (model_type == "mixtral" || arch == "MixtralForCausalLM") {
     d.max_position_embeddings = 4096 * 32;
     d.rms_norm_eps = 1e-5f;
@@ -137,6 +152,7 @@ void parse_yarn(const JsonReader& r, int max_position_embeddings, RopeScaling& s
   s.truncate = r.opt_bool("truncate").value_or(true);
   const double mscale = r.opt_number("mscale").value_or(0);
   const double mscale_all_dim = r.opt_number("mscale_all_dim").value_or(0);
+  s.mscale_all_dim = float(mscale_all_dim);
   if (const auto a = r.opt_number("attention_factor")) {
     s.attention_factor = float(*a);
   } else if (mscale != 0 && mscale_all_dim != 0) {
@@ -196,7 +212,9 @@ void parse_rope(const JsonReader& top, float default_theta, ModelConfig& c) {
 }
 
 void parse_moe(const JsonReader& r, const ArchDefaults& d, ModelConfig& c) {
-  const char* experts_key = r.has("num_local_experts") ? "num_local_experts" : "num_experts";
+  const char* experts_key = r.has("num_local_experts")  ? "num_local_experts"
+                            : r.has("n_routed_experts") ? "n_routed_experts"
+                                                        : "num_experts";
   c.num_experts = opt_int(r, experts_key, d.num_experts, 0);
   check_count(r, experts_key, c.num_experts);
   if (c.num_experts == 0) return;
@@ -229,10 +247,57 @@ void parse_moe(const JsonReader& r, const ArchDefaults& d, ModelConfig& c) {
   }
 }
 
+// DeepSeek-V2/V3: multi-head latent attention and the MoE keys of their configs.
+void parse_deepseek(const JsonReader& r, const ArchDefaults& d, ModelConfig& c) {
+  MlaConfig& m = c.mla;
+  const json* q_lora = r.find("q_lora_rank");
+  m.q_lora_rank = q_lora && !q_lora->is_null() ? req_int(r, "q_lora_rank", 1) : 0;
+  if (!q_lora && d.deepseek_v3) m.q_lora_rank = 1536;
+  m.kv_lora_rank = opt_int(r, "kv_lora_rank", 512, 1);
+  m.qk_nope_head_dim = opt_int(r, "qk_nope_head_dim", 128, 1);
+  m.qk_rope_head_dim = opt_int(r, "qk_rope_head_dim", 64, 2);
+  m.v_head_dim = opt_int(r, "v_head_dim", 128, 1);
+  if (m.qk_rope_head_dim % 2 != 0)
+    r.fail("qk_rope_head_dim", fmt::format("must be even, got {}", m.qk_rope_head_dim));
+  // V2's rotary is always interleaved (complex pairs); V3's unless the config says otherwise.
+  m.rope_interleave = !d.deepseek_v3 || r.opt_bool("rope_interleave").value_or(true);
+  c.head_dim = m.qk_rope_head_dim;  // the rotary tables' width (transformers sets it so too)
+  if (c.num_experts == 0) return;
+  c.first_k_dense_replace = opt_int(r, "first_k_dense_replace", d.deepseek_v3 ? 3 : 0, 0);
+  c.moe_layer_freq = opt_int(r, "moe_layer_freq", 1, 1);
+  c.n_shared_experts = opt_int(r, "n_shared_experts", d.deepseek_v3 ? 1 : 2, 0);
+  check_count(r, "n_shared_experts", c.n_shared_experts);
+  c.shared_expert_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
+  c.routed_scaling_factor = positive_float(r, "routed_scaling_factor", d.deepseek_v3 ? 2.5f : 1.0f);
+  const std::string scoring =
+      r.opt_string("scoring_func").value_or(d.deepseek_v3 ? "sigmoid" : "softmax");
+  std::string method = r.opt_string("topk_method").value_or(d.deepseek_v3 ? "noaux_tc" : "greedy");
+  const json* groups = r.find("n_group");
+  c.n_group = groups && !groups->is_null() ? req_int(r, "n_group", 1) : 1;
+  const json* topk_groups = r.find("topk_group");
+  c.topk_group = topk_groups && !topk_groups->is_null() ? req_int(r, "topk_group", 1) : c.n_group;
+  if (c.topk_group > c.n_group)
+    r.fail("topk_group", fmt::format("({}) must not exceed n_group ({})", c.topk_group, c.n_group));
+  // Limiting the groups to all of them is plain greedy top-k.
+  if (method == "group_limited_greedy" && c.topk_group == c.n_group) method = "greedy";
+  if (method == "noaux_tc" && scoring == "sigmoid") {
+    c.moe_sigmoid_grouped = true;
+    if (c.num_experts % c.n_group != 0)
+      r.fail("n_group",
+             fmt::format("({}) must divide n_routed_experts ({})", c.n_group, c.num_experts));
+  } else if (method != "greedy" || scoring != "softmax") {
+    r.fail("topk_method",
+           fmt::format("'{}' with scoring_func '{}' is not supported (supported: greedy with "
+                       "softmax, noaux_tc with sigmoid)",
+                       method, scoring));
+  }
+}
+
 }  // namespace
 
 bool ModelConfig::is_moe_layer(int i) const {
   if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
+  if (i < first_k_dense_replace || i % moe_layer_freq != 0) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), i) != mlp_only_layers.end()) {
     return false;
   }
@@ -249,6 +314,16 @@ __int128 parameter_count(const ModelConfig& c) {
   const i128 h = c.hidden_size, q_dim = i128(c.num_attention_heads) * c.head_dim,
              kv_dim = i128(c.num_key_value_heads) * c.head_dim;
   i128 attn = h * q_dim + 2 * h * kv_dim + q_dim * h;  // q, k, v, o
+  if (c.is_mla()) {
+    const MlaConfig& m = c.mla;
+    const i128 heads = c.num_attention_heads, qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    const i128 q = m.q_lora_rank > 0
+                       ? h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
+                       : h * heads * qk;
+    attn = q + h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank        // kv_a, its norm
+           + i128(m.kv_lora_rank) * heads * (m.qk_nope_head_dim + m.v_head_dim)  // kv_b
+           + heads * m.v_head_dim * h;                                           // o
+  }
   if (c.attention_bias) attn += q_dim + 2 * kv_dim + h;
   if (c.qkv_bias && !c.attention_bias) attn += q_dim + 2 * kv_dim;
   if (c.qk_norm) attn += 2 * i128(c.head_dim);
@@ -342,6 +417,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (!bos.empty()) c.bos_token_id = bos[0];
 
   parse_moe(r, d, c);
+  if (d.deepseek) parse_deepseek(r, d, c);
   if (parameter_count(c) > kMaxParameters) {
     const __int128 n = parameter_count(c);
     throw LoadError(fmt::format(

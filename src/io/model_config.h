@@ -21,6 +21,18 @@ struct RopeScaling {
   // yarn: cos and sin are scaled by it (attention_factor, else from mscale / mscale_all_dim as
   // transformers derives it); attention folds its square into the softmax scale. 1 otherwise.
   float attention_factor = 1.0f;
+  // yarn, DeepSeek: the softmax scale of MLA is multiplied by mscale(factor, mscale_all_dim)²
+  // (0: key absent, no change).
+  float mscale_all_dim = 0.0f;
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3): q through an optional q_lora_rank bottleneck
+// (0: one q_proj), keys and values from a kv_lora_rank latent (kv_b_proj per head: qk_nope
+// key dims then v_head_dim value dims) plus a qk_rope_head_dim rotary key shared by the heads.
+struct MlaConfig {
+  int q_lora_rank = 0, kv_lora_rank = 0;
+  int qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool rope_interleave = true;  // rotary dims pair as (2i, 2i+1)
 };
 
 // Everything the architectures need from config.json. Missing optional keys get the
@@ -65,8 +77,23 @@ struct ModelConfig {
   int shared_expert_intermediate_size = 0;
   int decoder_sparse_step = 1;
   std::vector<int> mlp_only_layers;
+  // DeepSeek MoE: layers [0, first_k_dense_replace) dense, then every moe_layer_freq-th an MoE
+  // layer; n_shared_experts ungated shared experts (shared_expert_intermediate_size holds their
+  // total width); routing by softmax top-k, or (moe_sigmoid_grouped: DeepSeek-V3's noaux_tc)
+  // sigmoid scores plus the router's e_score_correction_bias for selection within topk_group of
+  // n_group groups; the routed weights times routed_scaling_factor.
+  int first_k_dense_replace = 0, moe_layer_freq = 1;
+  int n_shared_experts = 0;
+  bool moe_sigmoid_grouped = false;
+  int n_group = 1, topk_group = 1;
+  float routed_scaling_factor = 1.0f;
 
-  // True if layer `i` uses the MoE block (Qwen3-MoE rule, also right for Mixtral).
+  // Multi-head latent attention; is_mla() then, and head_dim is the rotary width.
+  MlaConfig mla;
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+
+  // True if layer `i` uses the MoE block (Qwen3-MoE rule, also right for Mixtral; DeepSeek's
+  // first_k_dense_replace and moe_layer_freq).
   bool is_moe_layer(int i) const;
   // Number of parameters the weights hold (embeddings and LM head counted once if tied).
   int64_t num_parameters() const;

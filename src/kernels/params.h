@@ -107,6 +107,54 @@ struct PagedAttentionParams {
   float v_scale = 1.0f;  // applied to the output (the stored v is v / v_scale)
 };
 
+// MLA (multi-head latent attention, DeepSeek-V2/V3) in its absorbed form. A token's cache row is
+// [latent_dim + rope_dim]: its normalized compressed KV c, then its rotated rope key k_pe. Query
+// head h scores row j as (q_lat[h] · c_j + q_pe[h] · k_pe_j) · scale, and its output is
+// Σ_j p_j · c_j: the value is the row's first latent_dim entries (the per-head key and value
+// projections are folded into q_lat before and applied to the output after).
+//
+// Rotary: the rope dims of a vector x pair as (x[i], x[i + rope_dim/2]) (neox), or, when
+// rope_interleaved, as (x[2i], x[2i+1]); either way the rotated vector is stored in neox order
+// (out[i], out[i + rope_dim/2]) = (x_a·cos − x_b·sin, x_b·cos + x_a·sin), angle position ·
+// inv_freq[i], times rope_scale (YaRN's attention factor). Scores only take dot products of
+// rotated vectors, so the order is free.
+
+// Step 1 of a layer: the new tokens' cache rows (c = RMSNorm(kv[:, :latent_dim]) · kv_norm,
+// k_pe = rotated kv[:, latent_dim:]), stored / k_scale in cache_dtype at slot_mapping (slots < 0
+// skipped), and the queries' rope parts rotated.
+struct MlaPrepareParams {
+  const float* kv;      // [num_tokens, latent_dim + rope_dim]: the kv_a projection's output
+  const void* kv_norm;  // [latent_dim], kv_norm_dtype
+  DType kv_norm_dtype;
+  const float* q;               // [num_tokens, num_heads, q_stride]: rope part at q_rope_offset
+  float* q_pe;                  // out [num_tokens, num_heads, rope_dim]: rotated
+  const int32_t* positions;     // [num_tokens]
+  const int32_t* slot_mapping;  // [num_tokens]
+  const float* inv_freq;        // [rope_dim / 2]
+  void* cache;                  // [num_blocks · block_size, latent_dim + rope_dim], cache_dtype
+  DType cache_dtype = DType::kF32;
+  float k_scale = 1.0f;
+  int num_tokens, num_heads, latent_dim, rope_dim, q_stride, q_rope_offset;
+  float eps = 1e-6f, rope_scale = 1.0f;
+  bool rope_interleaved = false;
+};
+
+// Step 2: causal attention of every new token's heads over its sequence's cache rows.
+struct MlaAttentionParams {
+  const float* q_lat;  // [num_tokens, num_heads, latent_dim]
+  const float* q_pe;   // [num_tokens, num_heads, rope_dim] (rotated: MlaPrepareParams::q_pe)
+  const void* cache;   // as MlaPrepareParams::cache
+  DType cache_dtype = DType::kF32;
+  float* out;                   // [num_tokens, num_heads, latent_dim]
+  const int32_t* query_start;   // [num_seqs + 1]
+  const int32_t* context_lens;  // [num_seqs]
+  const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
+  int num_seqs, max_blocks_per_seq, block_size;
+  int num_heads, latent_dim, rope_dim;
+  float scale;           // softmax scale, times k_scale for fp8 caches
+  float v_scale = 1.0f;  // output multiplier: k_scale for fp8 caches (values are stored rows)
+};
+
 // out = silu(x[:, :inter]) * x[:, inter:]
 struct SiluMulParams {
   const float* x;  // [rows, 2 * inter]

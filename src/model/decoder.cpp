@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "model/layers/dummy_load.h"
+#include "model/layers/mla.h"
 #include "model/layers/shard.h"
 
 namespace serval::model {
@@ -56,9 +57,14 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
                     "' is not supported (serval's MLPs are SwiGLU: silu)");
   const dist::TpLayout tp = shard_.tp();
   const int64_t H = c.hidden_size, V = c.vocab_size;
-  local_kv_heads_ =
-      int(dist::shard_attention(tp, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
-              .kv_heads.size());
+  if (spec.mla) {  // one latent row per token, no values
+    kv_ = {c.num_hidden_layers, 1, c.mla.kv_lora_rank + c.mla.qk_rope_head_dim, false};
+  } else {
+    const int heads =
+        int(dist::shard_attention(tp, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+                .kv_heads.size());
+    kv_ = {c.num_hidden_layers, heads, c.head_dim};
+  }
   const std::string embed_name = "model.embed_tokens.weight";
   const std::string head_name = c.tie_word_embeddings ? embed_name : "lm_head.weight";
   embed_ = load_dense(w, b, embed_name, {V, H});
@@ -78,13 +84,17 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
     Layer layer;
     layer.input_norm = load_dense(w, b, prefix + ".input_layernorm.weight", {H});
     layer.post_attention_norm = load_dense(w, b, prefix + ".post_attention_layernorm.weight", {H});
-    layer.attn = std::make_unique<Attention>(c, w, b, prefix + ".self_attn", spec.qk_norm, tp);
+    if (spec.mla) {
+      layer.attn = std::make_unique<MlaAttention>(c, w, b, prefix + ".self_attn", tp);
+    } else {
+      layer.attn = std::make_unique<Attention>(c, w, b, prefix + ".self_attn", spec.qk_norm, tp);
+    }
     std::optional<MoeNames> moe = spec.moe_names ? spec.moe_names(i) : std::nullopt;
     if (moe) {
       layer.moe =
           std::make_unique<MoeBlock>(c, spec.moe_inter, w, b, *moe, options.moe_backend, moe_shard);
       moe_backend_ = options.moe_backend;
-      if (spec.shared_expert) {
+      if (!spec.shared_expert.empty()) {
         if (c.shared_expert_intermediate_size <= 0)
           throw LoadError("config.json: " + c.architecture +
                           " needs shared_expert_intermediate_size > 0");
@@ -96,12 +106,13 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
           throw LoadError(c.architecture +
                           ": shared experts are not supported with --enable-expert-parallel "
                           "across data-parallel replicas");
-        const std::string mlp = prefix + ".mlp.shared_expert";
+        const std::string mlp = prefix + ".mlp." + spec.shared_expert;
         layer.shared_expert = std::make_unique<Mlp>(
             c, c.shared_expert_intermediate_size, w, b, mlp + ".gate_proj.weight",
             mlp + ".up_proj.weight", mlp + ".down_proj.weight", tp);
-        layer.shared_expert_gate =
-            load_dense(w, b, prefix + ".mlp.shared_expert_gate.weight", {1, H});
+        if (spec.shared_expert_gated)
+          layer.shared_expert_gate =
+              load_dense(w, b, prefix + ".mlp.shared_expert_gate.weight", {1, H});
       }
     } else {
       const std::string mlp = prefix + ".mlp.";
@@ -118,13 +129,17 @@ void Decoder::add_shared_expert(Layer& layer, const Tensor& x, Tensor& out) {
   const DType act = b_.activation_dtype();
   Tensor shared = b_.empty(act, {x.dim(0), c_.hidden_size});
   layer.shared_expert->forward(x, shared);
+  if (!layer.shared_expert_gate.data) {
+    b_.add(shared, out);
+    return;
+  }
   Tensor gate = b_.empty(act, {x.dim(0), 1});
   b_.linear(x, layer.shared_expert_gate, nullptr, gate);
   b_.sigmoid_gate_add(gate, shared, out);
 }
 
 KvGeometry Decoder::kv_geometry() const {
-  return {c_.num_hidden_layers, local_kv_heads_, c_.head_dim};
+  return kv_;
 }
 
 Tensor Decoder::forward(const backend::StepMetadata& meta,

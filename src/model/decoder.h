@@ -16,9 +16,13 @@ struct DecoderSpec {
   // MoE names for layer i, or nullopt for a dense MLP layer.
   std::function<std::optional<MoeNames>(int layer)> moe_names;
   int moe_inter = 0;  // expert intermediate size
-  // Qwen2-MoE: beside the experts of every MoE layer, the dense MLP "{mlp}.shared_expert" gated
-  // by sigmoid("{mlp}.shared_expert_gate" · x) (config shared_expert_intermediate_size).
-  bool shared_expert = false;
+  // Beside the experts of every MoE layer, a dense MLP of width shared_expert_intermediate_size:
+  // "{mlp}.{shared_expert}" ("": none), gated by sigmoid("{mlp}.shared_expert_gate" · x) when
+  // shared_expert_gated (Qwen2-MoE's "shared_expert"), else added (DeepSeek's "shared_experts").
+  std::string shared_expert;
+  bool shared_expert_gated = false;
+  // Multi-head latent attention (ModelConfig::mla, DeepSeek) instead of Attention.
+  bool mla = false;
 };
 
 class Decoder final : public Model {
@@ -34,19 +38,19 @@ class Decoder final : public Model {
  private:
   struct Layer {
     Tensor input_norm, post_attention_norm;
-    std::unique_ptr<Attention> attn;
+    std::unique_ptr<AttentionLayer> attn;
     std::unique_ptr<Mlp> mlp;            // dense layers
     std::unique_ptr<MoeBlock> moe;       // sparse layers
     std::unique_ptr<Mlp> shared_expert;  // sparse layers with DecoderSpec::shared_expert
-    Tensor shared_expert_gate;           // [1, hidden]
+    Tensor shared_expert_gate;           // [1, hidden]; undefined: not gated
   };
-  // out += sigmoid(x · gateᵀ) · shared_expert(x): the gated shared expert's part of the block.
+  // out += shared_expert(x), scaled by sigmoid(x · gateᵀ) when gated: the shared expert's part.
   void add_shared_expert(Layer& layer, const Tensor& x, Tensor& out);
   io::ModelConfig c_;
   backend::Backend& b_;
   bool pooling_ = false;  // LoadOptions::pooling
   ShardSpec shard_;
-  int local_kv_heads_ = 0;
+  KvGeometry kv_;      // this rank's cache geometry
   dist::Range vocab_;  // LM-head rows (vocabulary entries) this rank computes logits for
   // lm_head_: rows vocab_ of the LM head (of the embedding when tied); embed_ is replicated.
   Tensor embed_, final_norm_, lm_head_, inv_freq_;

@@ -15,6 +15,8 @@ namespace serval::model {
 // KV cache geometry the runner allocates for a model.
 struct KvGeometry {
   int num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  // False: one cache tensor per layer (KvCacheLayer::k; MLA's latent rows), no value cache.
+  bool values = true;
 };
 
 class Model {

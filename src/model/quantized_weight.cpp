@@ -213,6 +213,32 @@ backend::QuantizedWeight stack_experts(const std::vector<backend::QuantizedWeigh
   return out;
 }
 
+namespace {
+
+// One MLA layer's attention weights under `attn` ("model.layers.N.self_attn."): kv_b_proj is
+// always dense (MlaAttention refuses it quantized).
+template <typename Linear, typename Dense>
+int64_t mla_attention_bytes(const io::ModelConfig& c, const std::string& attn, Linear linear,
+                            Dense dense) {
+  const io::MlaConfig& m = c.mla;
+  const int64_t h = c.hidden_size, heads = c.num_attention_heads;
+  const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  int64_t total = 0;
+  if (m.q_lora_rank > 0) {
+    total += linear(attn + "q_a_proj", m.q_lora_rank, h) + dense(m.q_lora_rank) +
+             linear(attn + "q_b_proj", heads * qk, m.q_lora_rank);
+  } else {
+    total += linear(attn + "q_proj", heads * qk, h);
+  }
+  total += linear(attn + "kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim, h) +
+           dense(m.kv_lora_rank) +
+           dense(heads * (m.qk_nope_head_dim + m.v_head_dim) * int64_t(m.kv_lora_rank)) +
+           linear(attn + "o_proj", h, heads * m.v_head_dim);
+  return total;
+}
+
+}  // namespace
+
 int64_t model_weight_bytes(const io::ModelConfig& c, const quant::QuantConfig& q, DType dtype) {
   const int64_t bits = dtype_bits(dtype);
   auto dense = [&](int64_t elements) { return elements * bits / 8; };
@@ -228,11 +254,15 @@ int64_t model_weight_bytes(const io::ModelConfig& c, const quant::QuantConfig& q
   if (!c.tie_word_embeddings) total += dense(int64_t(c.vocab_size) * h);  // lm_head: dense
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    total += c.fused_projections ? linear(p + "self_attn.qkv_proj", q_dim + 2 * kv_dim, h)
-                                 : linear(p + "self_attn.q_proj", q_dim, h) +
-                                       linear(p + "self_attn.k_proj", kv_dim, h) +
-                                       linear(p + "self_attn.v_proj", kv_dim, h);
-    total += linear(p + "self_attn.o_proj", h, q_dim);
+    if (c.is_mla()) {
+      total += mla_attention_bytes(c, p + "self_attn.", linear, dense);
+    } else {
+      total += c.fused_projections ? linear(p + "self_attn.qkv_proj", q_dim + 2 * kv_dim, h)
+                                   : linear(p + "self_attn.q_proj", q_dim, h) +
+                                         linear(p + "self_attn.k_proj", kv_dim, h) +
+                                         linear(p + "self_attn.v_proj", kv_dim, h);
+      total += linear(p + "self_attn.o_proj", h, q_dim);
+    }
     if (c.attention_bias) total += dense(q_dim + 2 * kv_dim + h);
     if (c.qkv_bias && !c.attention_bias) total += dense(q_dim + 2 * kv_dim);
     if (c.qk_norm) total += dense(2 * int64_t(c.head_dim));
@@ -245,9 +275,11 @@ int64_t model_weight_bytes(const io::ModelConfig& c, const quant::QuantConfig& q
                     linear(e + (mixtral ? "w3" : "up_proj"), moe_inter, h) +
                     linear(e + (mixtral ? "w2" : "down_proj"), h, moe_inter));
       if (const int64_t S = c.shared_expert_intermediate_size; S > 0) {
-        const std::string s = p + "mlp.shared_expert.";
+        // Qwen2-MoE's one gated shared expert, or DeepSeek's ungated ones (one MLP of width S).
+        const std::string s =
+            p + (c.n_shared_experts > 0 ? "mlp.shared_experts." : "mlp.shared_expert.");
         total += linear(s + "gate_proj", S, h) + linear(s + "up_proj", S, h) +
-                 linear(s + "down_proj", h, S) + dense(h);  // and its gate
+                 linear(s + "down_proj", h, S) + (c.n_shared_experts > 0 ? 0 : dense(h));
       }
     } else {
       const int64_t I = c.intermediate_size;

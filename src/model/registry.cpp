@@ -16,13 +16,15 @@ struct ArchEntry {
 constexpr ArchEntry kArchs[] = {
     {"LlamaForCausalLM", make_llama},
     {"MistralForCausalLM", make_llama},
-    {"Phi3ForCausalLM", make_llama},   // fused qkv / gate_up (ModelConfig::fused_projections)  //
-                                       // Llama's layers (its sliding window: engine_loader)
+    // Llama's layers with fused qkv / gate_up (ModelConfig::fused_projections)
+    {"Phi3ForCausalLM", make_llama},
     {"Qwen2ForCausalLM", make_llama},  // Llama's layers, q/k/v biases (ModelConfig::qkv_bias)
     {"Qwen2MoeForCausalLM", make_qwen2_moe},
     {"Qwen3ForCausalLM", make_qwen3},
     {"Qwen3MoeForCausalLM", make_qwen3_moe},
     {"MixtralForCausalLM", make_mixtral},
+    {"DeepseekV2ForCausalLM", make_deepseek},  // multi-head latent attention, shared experts
+    {"DeepseekV3ForCausalLM", make_deepseek},  // and sigmoid grouped routing
 };
 
 }  // namespace

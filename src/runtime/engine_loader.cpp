@@ -150,7 +150,8 @@ DType resolve_kv_cache_dtype(const std::string& flag, const backend::Backend& ba
     throw InvalidArgument("--kv-cache-dtype: unknown value '" + flag +
                           "' (choices: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2)");
   }
-  if (backend.device() == Device::kCuda && t != DType::kBF16 && head_dim != 64 && head_dim != 128) {
+  if (backend.device() == Device::kCuda && t != DType::kBF16 && head_dim != 0 && head_dim != 64 &&
+      head_dim != 128) {
     throw InvalidArgument("--kv-cache-dtype " + flag +
                           ": the CUDA fp8 KV cache supports head_dim "
                           "64 and 128, the model has " +
@@ -303,7 +304,9 @@ LoadedModel load_model(const EngineConfig& cfg) {
         out.max_model_len, mc.sliding_window);
     out.max_model_len = mc.sliding_window;
   }
-  const DType kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend, mc.head_dim);
+  // MLA's cache rows go through kernels of their own, whatever the head size.
+  const DType kv_dtype =
+      resolve_kv_cache_dtype(cfg.kv_cache_dtype, *backend, mc.is_mla() ? 0 : mc.head_dim);
   out.kv_cache_dtype = std::string(dtype_name(kv_dtype));
   RunnerOptions runner;
   runner.kv_cache_dtype = kv_dtype;

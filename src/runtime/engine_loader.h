@@ -28,7 +28,7 @@ struct LoadedModel {
 
 // --kv-cache-dtype → storage type: auto = the backend's own; fp8 = fp8_e4m3.
 // InvalidArgument lists the choices, or says the backend cannot store that type for this
-// head_dim (the CUDA fp8 kernels cover 64 and 128).
+// head_dim (the CUDA fp8 kernels cover 64 and 128; 0: no such limit, MLA's kernels).
 DType resolve_kv_cache_dtype(const std::string& flag, const backend::Backend& backend,
                              int head_dim);
 

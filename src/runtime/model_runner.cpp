@@ -94,7 +94,8 @@ std::vector<int32_t> StepRunner::collect_greedy() {
 }
 
 int64_t ModelRunner::kv_bytes_per_token(const model::KvGeometry& g, DType kv_dtype) {
-  return int64_t(g.num_layers) * 2 * g.num_kv_heads * g.head_dim * dtype_bits(kv_dtype) / 8;
+  return int64_t(g.num_layers) * (g.values ? 2 : 1) * g.num_kv_heads * g.head_dim *
+         dtype_bits(kv_dtype) / 8;
 }
 
 ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
@@ -109,7 +110,8 @@ ModelRunner::ModelRunner(std::unique_ptr<backend::Backend> backend,
   for (int i = 0; i < g.num_layers; ++i) {
     backend::KvCacheLayer layer;
     layer.k = backend_->empty(kv_dtype, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
-    layer.v = backend_->empty(kv_dtype, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
+    if (g.values)
+      layer.v = backend_->empty(kv_dtype, {num_blocks, block_size, g.num_kv_heads, g.head_dim});
     layer.block_size = block_size;
     if (!options_.k_scales.empty()) layer.k_scale = options_.k_scales.at(i);
     if (!options_.v_scales.empty()) layer.v_scale = options_.v_scales.at(i);

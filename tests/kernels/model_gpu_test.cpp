@@ -178,7 +178,7 @@ TEST_P(GpuModel, GreedyTokensMatchCpuInMixedBatches) {
 INSTANTIATE_TEST_SUITE_P(Archs, GpuModel,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral", "demo",
                                            "qwen2", "qwen2_moe", "qwen3_yarn", "llama_bias",
-                                           "phi3"));
+                                           "phi3", "deepseek_v3", "deepseek_v2"));
 // The quantized checkpoints the CUDA backend runs (W4A16 NVFP4 and W8A16 FP8 linears, NVFP4
 // experts; FP8 experts are CPU-only): their golden logits come from transformers with the same
 // dequantized weights, so the bf16 tolerances above hold. Prompts of ≤ 8 tokens and the decode

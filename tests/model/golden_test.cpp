@@ -225,7 +225,8 @@ TEST_P(Golden, PrefixReuseGivesSameLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, Golden,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral", "qwen2",
-                                           "qwen2_moe", "qwen3_yarn", "llama_bias", "phi3"));
+                                           "qwen2_moe", "qwen3_yarn", "llama_bias", "phi3",
+                                           "deepseek_v3", "deepseek_v2"));
 INSTANTIATE_TEST_SUITE_P(Quantized, Golden,
                          ::testing::Values("llama_nvfp4_modelopt", "qwen3_moe_nvfp4_ct",
                                            "llama_fp8_modelopt", "qwen3_moe_fp8_block"));

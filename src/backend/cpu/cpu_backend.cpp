@@ -133,6 +133,79 @@ class CpuBackend final : public Backend {
     kernels::cpu::paged_attention(p);
   }
 
+  void mla_attention(const Tensor& q, const Tensor& q_lat, const Tensor& kv, const MlaParams& a,
+                     KvCacheLayer& cache, const StepMetadata& meta, Tensor& out) override {
+    expect_f32(q, "mla_attention q");
+    const int T = int(q.dim(0));
+    if (T == 0) return;
+    Tensor q_pe = host_empty(DType::kF32, {T, a.num_heads, a.rope_dim});
+    kernels::MlaPrepareParams prep{};
+    prep.kv = kv.as<float>();
+    prep.kv_norm = a.kv_norm->data;
+    prep.kv_norm_dtype = a.kv_norm->dtype;
+    prep.q = q.as<float>();
+    prep.q_pe = q_pe.as<float>();
+    prep.positions = meta.positions.as<int32_t>();
+    prep.slot_mapping = meta.slot_mapping.as<int32_t>();
+    prep.inv_freq = a.inv_freq->as<float>();
+    prep.cache = cache.k.data;
+    prep.cache_dtype = cache.k.dtype;
+    prep.k_scale = cache.k_scale;
+    prep.num_tokens = T;
+    prep.num_heads = a.num_heads;
+    prep.latent_dim = a.latent_dim;
+    prep.rope_dim = a.rope_dim;
+    prep.q_stride = a.q_stride;
+    prep.q_rope_offset = a.q_rope_offset;
+    prep.eps = a.rms_norm_eps;
+    prep.rope_scale = a.rope_scale;
+    prep.rope_interleaved = a.rope_interleaved;
+    kernels::cpu::mla_prepare(prep);
+    kernels::MlaAttentionParams p{};
+    p.q_lat = q_lat.as<float>();
+    p.q_pe = q_pe.as<float>();
+    p.cache = cache.k.data;
+    p.cache_dtype = cache.k.dtype;
+    p.out = out.as<float>();
+    p.query_start = meta.query_start.as<int32_t>();
+    p.context_lens = meta.context_lens.as<int32_t>();
+    p.block_tables = meta.block_tables.as<int32_t>();
+    p.num_seqs = meta.num_seqs;
+    p.max_blocks_per_seq = meta.max_blocks_per_seq;
+    p.block_size = cache.block_size;
+    p.num_heads = a.num_heads;
+    p.latent_dim = a.latent_dim;
+    p.rope_dim = a.rope_dim;
+    p.scale = a.scale * cache.k_scale;
+    p.v_scale = cache.k_scale;
+    kernels::cpu::mla_attention(p);
+  }
+
+  void head_linear(const Tensor& x, int x_stride, const Tensor& w, Tensor& y) override {
+    expect_f32(x, "head_linear input");
+    const int T = int(x.dim(0)), H = int(w.dim(0)), n = int(w.dim(1)), k = int(w.dim(2));
+    check(
+        x_stride >= k && x.numel() == int64_t(T) * H * x_stride && y.numel() == int64_t(T) * H * n,
+        "head_linear: x [T, H·x_stride] with x_stride >= k, y [T, H·n]");
+    const size_t head_bytes = size_t(n) * k * dtype_bits(w.dtype) / 8;
+    std::vector<float> xs(size_t(T) * k), ys(size_t(T) * n);
+    for (int h = 0; h < H; ++h) {
+      for (int t = 0; t < T; ++t)
+        std::memcpy(&xs[size_t(t) * k], x.as<float>() + (size_t(t) * H + h) * x_stride,
+                    sizeof(float) * k);
+      kernels::cpu::linear({xs.data(), static_cast<const char*>(w.data) + h * head_bytes, w.dtype,
+                            nullptr, ys.data(), T, n, k});
+      for (int t = 0; t < T; ++t)
+        std::memcpy(y.as<float>() + (size_t(t) * H + h) * n, &ys[size_t(t) * n], sizeof(float) * n);
+    }
+  }
+
+  void add(const Tensor& x, Tensor& out) override {
+    expect_f32(x, "add input");
+    check(x.numel() == out.numel(), "add: equal shapes");
+    for (int64_t i = 0; i < x.numel(); ++i) out.as<float>()[i] += x.as<float>()[i];
+  }
+
   void silu_mul(const Tensor& x, Tensor& out) override {
     int inter = int(out.dim(-1));
     kernels::cpu::silu_mul({x.as<float>(), out.as<float>(), int(out.numel() / inter), inter});

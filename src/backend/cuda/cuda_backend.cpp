@@ -608,6 +608,10 @@ class CudaBackend final : public Backend {
     p.routing.top_k = w.top_k;
     p.routing.method = w.routing;
     p.routing.renormalize = w.renormalize;
+    p.routing.correction_bias = w.correction_bias.data ? w.correction_bias.as<float>() : nullptr;
+    p.routing.num_groups = w.num_groups;
+    p.routing.topk_groups = w.topk_groups;
+    p.routing.routed_scaling_factor = w.routed_scaling_factor;
     p.routing.local_offset = w.local_offset;
     p.routing.num_local = w.num_local;
     auto is_bf16 = [](const Tensor& t) { return t.dtype == DType::kBF16; };

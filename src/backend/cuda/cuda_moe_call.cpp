@@ -37,6 +37,10 @@ MoeCall make_moe_call(Backend& b, const Tensor& x, const MoeWeights& w, Tensor& 
   a.inter = w.padded_inter;
   a.routing = w.routing;
   a.renormalize = w.renormalize;
+  a.correction_bias = w.correction_bias.data ? w.correction_bias.as<float>() : nullptr;
+  a.num_groups = w.num_groups;
+  a.topk_groups = w.topk_groups;
+  a.routed_scaling_factor = w.routed_scaling_factor;
   a.local_offset = w.local_offset;
   a.num_local = w.num_local;
   a.backend = w.expert_backend == "throughput" ? moe::MoeCudaBackend::kThroughput

@@ -22,6 +22,10 @@ Dispatch dispatch(const float* router_logits, int num_tokens, const MoeWeights& 
   rp.top_k = w.top_k;
   rp.method = w.routing;
   rp.renormalize = w.renormalize;
+  rp.correction_bias = w.correction_bias.data ? w.correction_bias.as<float>() : nullptr;
+  rp.num_groups = w.num_groups;
+  rp.topk_groups = w.topk_groups;
+  rp.routed_scaling_factor = w.routed_scaling_factor;
   kernels::cpu::route(rp);
 
   Dispatch d;

@@ -375,6 +375,10 @@ void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWei
                           " differs from the expert weights' hidden " + std::to_string(w_hidden));
   a.routing = w.routing;
   a.renormalize = w.renormalize;
+  a.correction_bias = w.correction_bias.data ? w.correction_bias.as<float>() : nullptr;
+  a.num_groups = w.num_groups;
+  a.topk_groups = w.topk_groups;
+  a.routed_scaling_factor = w.routed_scaling_factor;
   a.local_offset = w.local_offset;
   a.num_local = w.num_local;
   a.backend = parse_moe_backend(w.expert_backend);

@@ -12,6 +12,8 @@ void linear(const LinearParams& p);
 void rope(const RopeParams& p);
 void kv_append(const KvAppendParams& p);
 void paged_attention(const PagedAttentionParams& p);
+void mla_prepare(const MlaPrepareParams& p);
+void mla_attention(const MlaAttentionParams& p);
 void silu_mul(const SiluMulParams& p);
 void sigmoid_gate_add(const SigmoidGateAddParams& p);
 void route(const RouterParams& p);

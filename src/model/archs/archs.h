@@ -24,6 +24,8 @@ std::unique_ptr<Model> make_qwen3(const io::ModelConfig&, const WeightSource&, b
                                   const LoadOptions&);
 std::unique_ptr<Model> make_qwen3_moe(const io::ModelConfig&, const WeightSource&,
                                       backend::Backend&, const LoadOptions&);
+std::unique_ptr<Model> make_deepseek(const io::ModelConfig&, const WeightSource&,
+                                     backend::Backend&, const LoadOptions&);
 std::unique_ptr<Model> make_mixtral(const io::ModelConfig&, const WeightSource&, backend::Backend&,
                                     const LoadOptions&);
 

@@ -10,7 +10,8 @@ std::unique_ptr<Model> make_qwen2_moe(const io::ModelConfig& c, const WeightSour
                                       backend::Backend& b, const LoadOptions& o) {
   DecoderSpec spec;
   spec.moe_inter = c.moe_intermediate_size;
-  spec.shared_expert = true;
+  spec.shared_expert = "shared_expert";
+  spec.shared_expert_gated = true;
   spec.moe_names = qwen_moe_names(c);
   return std::make_unique<Decoder>(c, spec, w, b, o);
 }

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "base/error.h"
+#include "kernels/cpu/ops.h"
 #include "model/layers/dummy_load.h"
 #include "model/layers/shard.h"
 #include "model/quantized_weight.h"
@@ -208,8 +209,18 @@ MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, b
   w_.top_k = c.num_experts_per_tok;
   w_.hidden = H;
   w_.inter = I;
-  w_.routing = kernels::RoutingMethod::kSoftmaxTopK;
+  w_.routing = c.moe_sigmoid_grouped ? kernels::RoutingMethod::kSigmoidGroupedTopK
+                                     : kernels::RoutingMethod::kSoftmaxTopK;
   w_.renormalize = c.norm_topk_prob;
+  w_.num_groups = c.n_group;
+  w_.topk_groups = c.topk_group;
+  w_.routed_scaling_factor = c.routed_scaling_factor;
+  if (!names.correction_bias.empty()) {  // fp32 whatever its stored dtype (the router math's)
+    const Tensor stored = w.get(names.correction_bias, {E});
+    Tensor bias = host_empty(DType::kF32, {E});
+    kernels::cpu::to_float(stored.data, stored.dtype, bias.as<float>(), E);
+    w_.correction_bias = b.upload(bias);
+  }
   w_.local_offset = int(experts.begin);
   w_.num_local = L;
   const std::string router = module_of(names.router);

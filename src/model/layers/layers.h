@@ -20,7 +20,16 @@ std::string module_of(const std::string& weight_name);
 // inv_freq [head_dim / 2] with the config's rope scaling (default, linear, llama3).
 Tensor rope_inv_freq(const io::ModelConfig& c);
 
-class Attention {
+// One layer's self-attention: x [T, hidden] → out [T, hidden] (this rank's partial sum under
+// tensor parallel), appending the step's keys and values to `cache`.
+class AttentionLayer {
+ public:
+  virtual ~AttentionLayer() = default;
+  virtual void forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
+                       backend::KvCacheLayer& cache, Tensor& out) = 0;
+};
+
+class Attention final : public AttentionLayer {
  public:
   // prefix: "model.layers.N.self_attn". tp: this rank's shard (dist::shard_attention): it loads
   // its q/k/v rows and o_proj columns, and forward() returns its partial o_proj output (the
@@ -28,9 +37,8 @@ class Attention {
   // o's when c.attention_bias (added by rank 0 only, so that the all-reduce adds it once).
   Attention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
             const std::string& prefix, bool qk_norm, const dist::TpLayout& tp = {});
-  // x [T, hidden] → out [T, hidden]
   void forward(const Tensor& x, const backend::StepMetadata& meta, const Tensor& inv_freq,
-               backend::KvCacheLayer& cache, Tensor& out);
+               backend::KvCacheLayer& cache, Tensor& out) override;
 
  private:
   backend::Backend& b_;
@@ -64,6 +72,8 @@ struct MoeNames {
   std::string router;          // e.g. "model.layers.N.mlp.gate.weight"
   std::string expert_fmt;      // "{prefix}.experts.{e}.{proj}.weight" with {e} and {proj}
   std::string gate, up, down;  // projection names: gate_proj/up_proj/down_proj or w1/w3/w2
+  // DeepSeek-V3 (ModelConfig::moe_sigmoid_grouped): the router's selection bias [num_experts].
+  std::string correction_bias = {};
 };
 
 class MoeBlock {

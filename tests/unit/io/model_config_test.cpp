@@ -248,6 +248,120 @@ TEST(ModelConfig, Qwen2MoeSharedExpert) {
   EXPECT_EQ(parse(j).shared_expert_intermediate_size, 5632);  // Qwen2MoeConfig's default
 }
 
+// DeepSeek-V3's config.json as published: multi-head latent attention (head_dim becomes the
+// rotary width), 3 dense layers then MoE layers of 256 routed experts in 8 groups with sigmoid
+// scores (noaux_tc) and one shared expert, DeepSeek's YaRN. 671B parameters (the checkpoint's
+// 685B include the 14B of the multi-token-prediction layer, which serval does not load).
+json deepseek_v3_json() {
+  return json{{"architectures", {"DeepseekV3ForCausalLM"}},
+              {"model_type", "deepseek_v3"},
+              {"vocab_size", 129280},
+              {"hidden_size", 7168},
+              {"intermediate_size", 18432},
+              {"moe_intermediate_size", 2048},
+              {"num_hidden_layers", 61},
+              {"num_attention_heads", 128},
+              {"num_key_value_heads", 128},
+              {"n_shared_experts", 1},
+              {"n_routed_experts", 256},
+              {"routed_scaling_factor", 2.5},
+              {"kv_lora_rank", 512},
+              {"q_lora_rank", 1536},
+              {"qk_rope_head_dim", 64},
+              {"v_head_dim", 128},
+              {"qk_nope_head_dim", 128},
+              {"topk_method", "noaux_tc"},
+              {"n_group", 8},
+              {"topk_group", 4},
+              {"num_experts_per_tok", 8},
+              {"moe_layer_freq", 1},
+              {"first_k_dense_replace", 3},
+              {"norm_topk_prob", true},
+              {"scoring_func", "sigmoid"},
+              {"max_position_embeddings", 163840},
+              {"rope_scaling",
+               {{"beta_fast", 32},
+                {"beta_slow", 1},
+                {"factor", 40},
+                {"mscale", 1.0},
+                {"mscale_all_dim", 1.0},
+                {"original_max_position_embeddings", 4096},
+                {"type", "yarn"}}},
+              {"rope_theta", 10000},
+              {"rms_norm_eps", 1e-6},
+              {"tie_word_embeddings", false}};
+}
+
+TEST(ModelConfig, DeepseekV3) {
+  const ModelConfig c = parse(deepseek_v3_json());
+  ASSERT_TRUE(c.is_mla());
+  EXPECT_EQ(c.mla.q_lora_rank, 1536);
+  EXPECT_EQ(c.mla.kv_lora_rank, 512);
+  EXPECT_EQ(c.mla.qk_nope_head_dim, 128);
+  EXPECT_EQ(c.mla.v_head_dim, 128);
+  EXPECT_TRUE(c.mla.rope_interleave);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.num_experts, 256);
+  EXPECT_FALSE(c.is_moe_layer(2));
+  EXPECT_TRUE(c.is_moe_layer(3));
+  EXPECT_TRUE(c.is_moe_layer(60));
+  EXPECT_EQ(c.shared_expert_intermediate_size, 2048);
+  EXPECT_TRUE(c.moe_sigmoid_grouped);
+  EXPECT_EQ(c.n_group, 8);
+  EXPECT_EQ(c.topk_group, 4);
+  EXPECT_FLOAT_EQ(c.routed_scaling_factor, 2.5f);
+  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  EXPECT_FLOAT_EQ(c.rope_scaling.mscale_all_dim, 1.0f);
+  EXPECT_FLOAT_EQ(c.rope_scaling.attention_factor, 1.0f);  // mscale / mscale_all_dim
+  EXPECT_NEAR(double(c.num_parameters()), 671e9, 1e9);
+}
+
+// DeepSeek-V2-Lite: q without the bottleneck (q_lora_rank null), softmax greedy routing of 64
+// experts, two shared experts; 15.7B parameters. group_limited_greedy is refused unless it keeps
+// every group (then it is greedy).
+TEST(ModelConfig, DeepseekV2LiteAndRoutingChoices) {
+  json j = deepseek_v3_json();
+  j["architectures"] = {"DeepseekV2ForCausalLM"};
+  j["model_type"] = "deepseek_v2";
+  j["vocab_size"] = 102400;
+  j["hidden_size"] = 2048;
+  j["intermediate_size"] = 10944;
+  j["moe_intermediate_size"] = 1408;
+  j["num_hidden_layers"] = 27;
+  j["num_attention_heads"] = 16;
+  j["num_key_value_heads"] = 16;
+  j["n_shared_experts"] = 2;
+  j["n_routed_experts"] = 64;
+  j["num_experts_per_tok"] = 6;
+  j["routed_scaling_factor"] = 1.0;
+  j["q_lora_rank"] = nullptr;
+  j["topk_method"] = "greedy";
+  j["n_group"] = 1;
+  j["topk_group"] = 1;
+  j["first_k_dense_replace"] = 1;
+  j["norm_topk_prob"] = false;
+  j.erase("scoring_func");
+  j["rope_scaling"]["factor"] = 40;
+  j["rope_scaling"]["mscale"] = 0.707;
+  j["rope_scaling"]["mscale_all_dim"] = 0.707;
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.mla.q_lora_rank, 0);
+  EXPECT_TRUE(c.mla.rope_interleave);
+  EXPECT_FALSE(c.moe_sigmoid_grouped);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 2 * 1408);
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_TRUE(c.is_moe_layer(1));
+  EXPECT_NEAR(double(c.num_parameters()), 15.7e9, 0.2e9);
+  j["topk_method"] = "group_limited_greedy";
+  j["n_group"] = 8;
+  j["topk_group"] = 8;
+  EXPECT_FALSE(parse(j).moe_sigmoid_grouped);  // every group kept: greedy
+  j["topk_group"] = 3;
+  expect_load_error([&] { parse(j); }, {"topk_method", "group_limited_greedy", "not supported"});
+  j["topk_group"] = 9;
+  expect_load_error([&] { parse(j); }, {"topk_group", "must not exceed n_group"});
+}
+
 // Phi-3: fused qkv_proj and gate_up_proj; RoPE on part of the heads (Phi-3.5, Phi-4-mini) and
 // LongRoPE are refused by name.
 TEST(ModelConfig, Phi3FusedProjections) {

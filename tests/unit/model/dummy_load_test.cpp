@@ -86,6 +86,15 @@ class RecordingBackend final : public backend::Backend {
                  const backend::StepMetadata& meta, Tensor& out) override {
     inner_->attention(qkv, p, cache, meta, out);
   }
+  void mla_attention(const Tensor& q, const Tensor& q_lat, const Tensor& kv,
+                     const backend::MlaParams& p, backend::KvCacheLayer& cache,
+                     const backend::StepMetadata& meta, Tensor& out) override {
+    inner_->mla_attention(q, q_lat, kv, p, cache, meta, out);
+  }
+  void head_linear(const Tensor& x, int x_stride, const Tensor& w, Tensor& y) override {
+    inner_->head_linear(x, x_stride, w, y);
+  }
+  void add(const Tensor& x, Tensor& out) override { inner_->add(x, out); }
   void silu_mul(const Tensor& x, Tensor& out) override { inner_->silu_mul(x, out); }
   void to_float(const Tensor& x, Tensor& out) override { inner_->to_float(x, out); }
   void sigmoid_gate_add(const Tensor& gate, const Tensor& x, Tensor& out) override {

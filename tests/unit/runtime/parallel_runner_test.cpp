@@ -140,6 +140,19 @@ TEST(ParallelSharedExpert, TensorParallelMatchesAndDataParallelExpertsAreRefused
                    });
 }
 
+// DeepSeek: multi-head latent attention splits its heads (q rows, kv_b's rows, o_proj columns;
+// the latent projection replicated), the ungated shared experts split like Qwen2-MoE's.
+TEST(ParallelMla, TensorParallelMatchesSingleRank) {
+  for (const char* name : {"deepseek_v3", "deepseek_v2"})
+    expect_cases_match(
+        name, {
+                  {"tp2", {2, 1, false}},
+                  {"tp4 (one head per rank)", {4, 1, false}},
+                  {"tp2+ep", {2, 1, true}},
+                  {"ep over 2 replicas (tp1)", {1, 2, true}, "across data-parallel replicas"},
+              });
+}
+
 // Quantized checkpoints: tensor parallel slices the packed codes and their scales (the CPU
 // backend dequantizes them exactly, so TP=1 is the oracle). A slice that would cut an NVFP4
 // 16-column group or share an FP8 block between two fused parts is refused by name.
