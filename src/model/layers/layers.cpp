@@ -223,11 +223,15 @@ MoeBlock::MoeBlock(const io::ModelConfig& c, int inter, const WeightSource& w, b
   }
   w_.local_offset = int(experts.begin);
   w_.num_local = L;
-  const std::string router = module_of(names.router);
-  if (quant::is_quantized(w.quant_config(), router))
-    throw LoadError(w.quant_config().source + ": the MoE router '" + router +
-                    "' is quantized; serval needs routers unquantized (add it to the exclude "
-                    "list)");
+  // Routers stay unquantized whatever the quantization config says, as in vLLM (DeepSeek's FP8
+  // checkpoints exclude nothing yet store the gate in bf16); one stored quantized is refused.
+  if (!w.is_dummy()) {
+    const DType stored = w.get_stored(names.router).dtype;
+    if (stored != DType::kBF16 && stored != DType::kF16 && stored != DType::kF32)
+      throw LoadError(w.quant_config().source + ": the MoE router '" + names.router +
+                      "' is stored as " + std::string(dtype_name(stored)) +
+                      "; serval needs routers in a float dtype");
+  }
   w_.router = load_dense(w, b, names.router, {E, H});
   w_.expert_backend = expert_backend;
   if (device_dummy(w, b)) {

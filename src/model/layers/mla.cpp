@@ -5,8 +5,9 @@
 
 #include "base/error.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_linear.h"
 #include "model/layers/dummy_load.h"
-#include "quant/weight_names.h"
+#include "model/quantized_weight.h"
 
 namespace serval::model {
 
@@ -14,6 +15,31 @@ namespace {
 
 // transformers builds the latent norms with RMSNorm's default epsilon, not the config's.
 constexpr float kLatentNormEps = 1e-6f;
+
+// The linear `module` [rows, k] as host fp32, row-major: dense weights converted, quantized ones
+// dequantized by the CPU reference (kernels::cpu::dequant_weight_row).
+std::vector<float> dequantized_rows(const WeightSource& w, const std::string& module, int64_t rows,
+                                    int64_t k) {
+  const backend::Weight host = read_linear(w, {{module, rows}}, k);
+  std::vector<float> out(size_t(rows * k));
+  if (!host.q) {
+    kernels::cpu::to_float(host.dense.data, host.dense.dtype, out.data(), rows * k);
+    return out;
+  }
+  const backend::QuantizedWeight& q = *host.q;
+  kernels::QuantLinearParams p{};
+  p.format = q.format;
+  p.w = q.data.as<const uint8_t>();
+  p.scales = q.scales.data;
+  p.global_scale = q.global_scale.at(0);
+  p.block_n = q.block_n;
+  p.block_k = q.block_k;
+  p.n = q.n;
+  p.k = q.k;
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::cpu::dequant_weight_row(p, int(r), &out[size_t(r * k)]);
+  return out;
+}
 
 double yarn_mscale(double scale, double mscale) {
   return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
@@ -53,15 +79,11 @@ MlaAttention::MlaAttention(const io::ModelConfig& c, const WeightSource& w, back
   o_ = load_linear_sharded(w, b, {{prefix + ".o_proj", hidden, {0, hidden}}},
                            all_heads * m.v_head_dim, scaled(m.v_head_dim));
   // kv_b_proj [heads · (nope + v), latent]: per head its key rows (nope), then its value rows.
-  // The key rows are folded into the queries, so they are needed transposed, in the host's fp32.
-  const std::string kv_b = prefix + ".kv_b_proj";
-  if (quant::is_quantized(w.quant_config(), kv_b))
-    throw LoadError(w.quant_config().source + ": '" + kv_b +
-                    "' is quantized; serval's multi-head latent attention needs it unquantized "
-                    "(add it to the exclude list)");
-  const Tensor stored = w.get(kv_b + ".weight", {all_heads * kv_b_row, L});
-  std::vector<float> kv_b_f(size_t(stored.numel()));
-  kernels::cpu::to_float(stored.data, stored.dtype, kv_b_f.data(), stored.numel());
+  // The key rows are folded into the queries, so they are needed transposed: the whole weight is
+  // read into host fp32 (dequantized when the checkpoint quantizes it) and kept in the
+  // activation dtype.
+  const std::vector<float> kv_b_f =
+      dequantized_rows(w, prefix + ".kv_b_proj", all_heads * kv_b_row, L);
   Tensor key_t = host_empty(DType::kF32, {H, L, nope});
   Tensor value = host_empty(DType::kF32, {H, m.v_head_dim, L});
   for (int h = 0; h < H; ++h) {
