@@ -74,6 +74,28 @@ __global__ void sigmoid_gate_add_kernel(const __nv_bfloat16* __restrict__ gate,
   }
 }
 
+// vec = 8: 16-byte path (n % 8 == 0, aligned pointers); vec = 1: scalar path.
+template <int kVec>
+__global__ void add_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out,
+                           int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t units = n / kVec;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < units;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    if constexpr (kVec == 8) {
+      float a[8], b[8];
+      load8(out + 8 * i, a);
+      load8(x + 8 * i, b);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) a[j] += b[j];
+      store8(out + 8 * i, a);
+    } else {
+      out[i] = __float2bfloat16(__bfloat162float(out[i]) + __bfloat162float(x[i]));
+    }
+  }
+}
+
 __global__ void bf16_to_float_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ out,
                                      int64_t n) {
   pdl_wait();
@@ -124,6 +146,17 @@ void sigmoid_gate_add(const SigmoidGateAddParams& p, cudaStream_t stream) {
   } else {
     launch_pdl("sigmoid_gate_add", sigmoid_gate_add_kernel<1>, grid_for(int64_t(p.rows) * p.cols),
                kThreads, 0, stream, gate, x, out, p.rows, p.cols);
+  }
+}
+
+void add(const AddParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  const auto* x = reinterpret_cast<const __nv_bfloat16*>(p.x);
+  auto* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  if (p.n % 8 == 0 && is_aligned16(p.x) && is_aligned16(p.out)) {
+    launch_pdl("add", add_kernel<8>, grid_for(p.n / 8), kThreads, 0, stream, x, out, p.n);
+  } else {
+    launch_pdl("add", add_kernel<1>, grid_for(p.n), kThreads, 0, stream, x, out, p.n);
   }
 }
 

@@ -1,5 +1,5 @@
-// Small bf16 kernels: SiLU-and-mul, the sigmoid-gated add and row gathers (embedding, logits
-// rows).
+// Small bf16 kernels: SiLU-and-mul, the sigmoid-gated add, the plain add and row gathers
+// (embedding, logits rows).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -29,6 +29,14 @@ struct SigmoidGateAddParams {
   int rows, cols;
 };
 void sigmoid_gate_add(const SigmoidGateAddParams& p, cudaStream_t stream);
+
+// out[i] += x[i] for i < n, fp32 math, rounded once to bf16.
+struct AddParams {
+  const bf16* x;  // [n]
+  bf16* out;      // [n]
+  int64_t n;
+};
+void add(const AddParams& p, cudaStream_t stream);
 
 // out[i] = float(x[i]) for i < n.
 struct Bf16ToFloatParams {
