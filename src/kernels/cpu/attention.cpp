@@ -37,6 +37,16 @@ void store_kv(void* base, DType t, size_t i, float v) {
   }
 }
 
+// The token's position in its sequence (the query rows of sequence s end at context_lens[s]).
+struct QueryPlace {
+  int seq, pos;
+};
+QueryPlace place_of(const int32_t* query_start, const int32_t* context_lens, int num_seqs, int t) {
+  const int s = int(std::upper_bound(query_start, query_start + num_seqs + 1, t) - query_start) - 1;
+  const int query_len = query_start[s + 1] - query_start[s];
+  return {s, context_lens[s] - query_len + (t - query_start[s])};
+}
+
 }  // namespace
 
 void kv_append(const KvAppendParams& p) {
@@ -62,13 +72,9 @@ void paged_attention(const PagedAttentionParams& p) {
         std::vector<float> scores, kv(p.head_dim), row(p.head_dim);
         for (int64_t item = begin; item < end; ++item) {
           int t = int(item / p.num_q_heads), h = int(item % p.num_q_heads);
-          int s = int(std::upper_bound(p.query_start, p.query_start + p.num_seqs + 1, t) -
-                      p.query_start) -
-                  1;
-          int query_len = p.query_start[s + 1] - p.query_start[s];
-          int pos = p.context_lens[s] - query_len + (t - p.query_start[s]);
-          int num_keys = pos + 1;  // causal
-          const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
+          const QueryPlace at = place_of(p.query_start, p.context_lens, p.num_seqs, t);
+          int num_keys = at.pos + 1;  // causal
+          const int32_t* table = p.block_tables + size_t(at.seq) * p.max_blocks_per_seq;
           const float* q = p.q + (size_t(t) * p.num_q_heads + h) * p.head_dim;
           const int kv_head = h / group;
           // Element offset of key j's row for this kv head.
@@ -116,16 +122,6 @@ void mla_rotate(const float* x, const float* cos, const float* sin, int rope_dim
     out[i] = (a * cos[i] - b * sin[i]) * scale;
     out[i + half] = (b * cos[i] + a * sin[i]) * scale;
   }
-}
-
-// The token's position in its sequence (the query rows of sequence s end at context_lens[s]).
-struct QueryPlace {
-  int seq, pos;
-};
-QueryPlace place_of(const int32_t* query_start, const int32_t* context_lens, int num_seqs, int t) {
-  const int s = int(std::upper_bound(query_start, query_start + num_seqs + 1, t) - query_start) - 1;
-  const int query_len = query_start[s + 1] - query_start[s];
-  return {s, context_lens[s] - query_len + (t - query_start[s])};
 }
 
 }  // namespace
