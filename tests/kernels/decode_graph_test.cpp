@@ -15,8 +15,10 @@ namespace {
 
 constexpr int kBlockSize = 16, kMaxModelLen = 256, kMaxBatch = 8;
 
-std::unique_ptr<runtime::ModelRunner> make_runner(bool graphs, int feedback_rows = 0) {
-  const std::string dir = std::string(SERVAL_SOURCE_DIR) + "/models/demo";
+const std::string kDemo = std::string(SERVAL_SOURCE_DIR) + "/models/demo";
+
+std::unique_ptr<runtime::ModelRunner> make_runner(bool graphs, int feedback_rows = 0,
+                                                  const std::string& dir = kDemo) {
   io::ModelConfig config = io::load_model_config(dir);
   auto b = backend::make_cuda_backend();
   auto weights = model::open_checkpoint_weights(dir);
@@ -62,10 +64,14 @@ TEST(DecodeGraphs, BucketSizes) {
   EXPECT_EQ(runtime::decode_graph_buckets(300).back(), 300);
 }
 
-TEST(DecodeGraphs, ReplayEqualsEagerBitForBit) {
+class DecodeGraphReplay : public ::testing::TestWithParam<std::string> {};
+
+// The demo model (Qwen3 layers) and DeepSeek-V3's multi-head latent attention (its split-KV
+// attention and head-wise projections) with an MoE.
+TEST_P(DecodeGraphReplay, EqualsEagerBitForBit) {
   if (!testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  auto graph = make_runner(true);
-  auto eager = make_runner(false);
+  auto graph = make_runner(true, 0, GetParam());
+  auto eager = make_runner(false, 0, GetParam());
   ASSERT_EQ(graph->num_decode_graphs(), 4);
   // Batch sizes equal to a captured bucket run the same kernels with the same shapes.
   for (int batch : {1, 4, 8}) {
@@ -77,6 +83,10 @@ TEST(DecodeGraphs, ReplayEqualsEagerBitForBit) {
           << "batch " << batch << " decode step " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, DecodeGraphReplay,
+                         ::testing::Values(kDemo, std::string(SERVAL_SOURCE_DIR) +
+                                                      "/tests/fixtures/deepseek_v3"));
 
 // Decode steps queued behind each other, their inputs pending ids resolved on the device (in the
 // graph's first kernel, or before an eager or mixed step's model), rows reordered between steps:
