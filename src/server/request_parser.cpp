@@ -461,8 +461,12 @@ void parse_tool_choice(const Json& body, const ModelContext& ctx, GenerationRequ
   req.parse_tool_calls = true;
   if (ctx.tool_call_parser == ToolCallParser::kQwen3Coder)  // the one parser that types values
     req.tool_types = tool_parameter_types(*tools);
-  // Mistral's [TOOL_CALLS] is a special token: the parser must see it (as vLLM does).
-  if (ctx.tool_call_parser == ToolCallParser::kMistral) req.skip_special_tokens = false;
+  // Mistral's [TOOL_CALLS] is a special token, DeepSeek's <｜tool▁…｜> markers are added tokens
+  // that some tokenizers mark special: the parser must see them (as vLLM does).
+  if (ctx.tool_call_parser == ToolCallParser::kMistral ||
+      ctx.tool_call_parser == ToolCallParser::kDeepSeekV3 ||
+      ctx.tool_call_parser == ToolCallParser::kDeepSeekV31)
+    req.skip_special_tokens = false;
 }
 
 }  // namespace

@@ -83,6 +83,8 @@ std::optional<ToolCallParser> tool_call_parser_from_name(std::string_view name) 
   if (name == "pythonic") return ToolCallParser::kPythonic;
   if (name == "mistral") return ToolCallParser::kMistral;
   if (name == "qwen3_coder") return ToolCallParser::kQwen3Coder;
+  if (name == "deepseek_v3") return ToolCallParser::kDeepSeekV3;
+  if (name == "deepseek_v31") return ToolCallParser::kDeepSeekV31;
   return std::nullopt;
 }
 
@@ -99,6 +101,9 @@ ParsedToolCalls parse_tool_calls(ToolCallParser parser, std::string_view text,
       return parse_mistral_tool_calls(text);
     case ToolCallParser::kQwen3Coder:
       return parse_qwen3_coder_tool_calls(text, types);
+    case ToolCallParser::kDeepSeekV3:
+    case ToolCallParser::kDeepSeekV31:
+      return parse_deepseek_tool_calls(text, parser == ToolCallParser::kDeepSeekV31);
     case ToolCallParser::kNone:
       break;
   }
@@ -117,6 +122,9 @@ size_t tool_call_content_prefix(ToolCallParser parser, std::string_view text) {
       return mistral_content_prefix(text);
     case ToolCallParser::kQwen3Coder:
       return qwen3_coder_content_prefix(text);
+    case ToolCallParser::kDeepSeekV3:
+    case ToolCallParser::kDeepSeekV31:
+      return deepseek_content_prefix(text);
     case ToolCallParser::kNone:
       break;
   }
@@ -159,6 +167,8 @@ std::vector<ToolCall> streamed_tool_calls(ToolCallParser parser, std::string_vie
     calls = streamed_qwen3_coder_tool_calls(text, types);
   } else if (parser == ToolCallParser::kMistral) {
     calls = streamed_mistral_tool_calls(text);
+  } else if (parser == ToolCallParser::kDeepSeekV3 || parser == ToolCallParser::kDeepSeekV31) {
+    calls = streamed_deepseek_tool_calls(text, parser == ToolCallParser::kDeepSeekV31);
   } else if (parser == ToolCallParser::kPythonic) {
     calls = streamed_pythonic_tool_calls(text);
   } else if (parser == ToolCallParser::kLlama3Json) {

@@ -15,6 +15,10 @@
 //   qwen3_coder  Qwen3-Coder: after any content, <tool_call><function=f><parameter=p>value
 //                </parameter>…</function></tool_call> per call, values typed by the tools'
 //                JSON Schemas (xml_tool_calls.cpp).
+//   deepseek_v3  DeepSeek-V3 / R1: after any content, <｜tool▁calls▁begin｜> then per call
+//                <｜tool▁call▁begin｜>function<｜tool▁sep｜>name, a ```json fenced object and
+//                <｜tool▁call▁end｜>; deepseek_v31 (V3.1): name<｜tool▁sep｜>{...} unfenced
+//                (deepseek_tool_calls.cpp).
 // Text that does not parse as the format's calls is content, as it came. A call's arguments are
 // the model's JSON text of them (hermes, llama3_json; see json_tool_calls.h), or, for pythonic,
 // the JSON of its keyword arguments.
@@ -28,18 +32,28 @@
 
 namespace serval::server {
 
-enum class ToolCallParser { kNone, kHermes, kLlama3Json, kPythonic, kMistral, kQwen3Coder };
+enum class ToolCallParser {
+  kNone,
+  kHermes,
+  kLlama3Json,
+  kPythonic,
+  kMistral,
+  kQwen3Coder,
+  kDeepSeekV3,
+  kDeepSeekV31
+};
 
 // `--tool-call-parser` value → parser; nullopt for an unknown name.
 std::optional<ToolCallParser> tool_call_parser_from_name(std::string_view name);
 inline constexpr std::string_view kToolCallParserChoices =
-    "hermes, llama3_json, pythonic, mistral, qwen3_coder";
+    "hermes, llama3_json, pythonic, mistral, qwen3_coder, deepseek_v3, deepseek_v31";
 
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 inline constexpr std::string_view kPythonTag = "<|python_tag|>";  // llama3_json's optional start
 inline constexpr std::string_view kPythonStart = "<|python_start|>";  // pythonic's optional start
 inline constexpr std::string_view kPythonEnd = "<|python_end|>";
 inline constexpr std::string_view kMistralToolCalls = "[TOOL_CALLS]";  // a special token
+inline constexpr std::string_view kDeepSeekToolCallsBegin = "<｜tool▁calls▁begin｜>";
 inline constexpr std::string_view kReplySpaces = " \t\n\r";  // blanks around and between calls
 
 // The first position at or after `at` that is not one of kReplySpaces (text.size() if none).
@@ -104,6 +118,10 @@ ParsedToolCalls parse_qwen3_coder_tool_calls(
 std::vector<ToolCall> streamed_qwen3_coder_tool_calls(std::string_view text,
                                                       const ToolParameterTypes& types);
 size_t qwen3_coder_content_prefix(std::string_view text);
+// v31: deepseek_v31's form, else deepseek_v3's (deepseek_tool_calls.cpp).
+ParsedToolCalls parse_deepseek_tool_calls(std::string_view text, bool v31);
+std::vector<ToolCall> streamed_deepseek_tool_calls(std::string_view text, bool v31);
+size_t deepseek_content_prefix(std::string_view text);
 
 // A new call's id as the parser's models expect it: "chatcmpl-tool-…", mistral's 9 characters.
 std::string new_tool_call_id(ToolCallParser parser);

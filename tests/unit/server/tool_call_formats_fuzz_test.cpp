@@ -1,4 +1,4 @@
-// The llama3_json, pythonic and hermes tool-call parsers against an oracle and on untrusted text.
+// The tool-call parsers against an oracle and on untrusted text.
 //   - Round trip: random argument values (nested lists and objects, strings with quotes,
 //     escapes and non-ASCII, ints, floats, booleans, null) written as the model would write them
 //     (Python literals in random styles: either quote, escapes, tuples, trailing commas, adjacent
@@ -269,6 +269,23 @@ std::string mistral_text(const std::vector<Call>& calls, std::mt19937& rng) {
   return text;
 }
 
+// The calls as a DeepSeek reply: some content, <｜tool▁calls▁begin｜>, each call (v31: name, the
+// separator and the object; v3: "function", the separator, the name and a fenced object), and
+// (or not) the closing marker.
+std::string deepseek_text(const std::vector<Call>& calls, bool v31, std::mt19937& rng) {
+  std::string text = rng() % 2 ? "Let me check." : "";
+  text += "<｜tool▁calls▁begin｜>";
+  for (const Call& c : calls) {
+    text += "<｜tool▁call▁begin｜>";
+    const std::string args = c.args.dump(rng() % 2 ? -1 : 2);
+    text += v31 ? c.name + "<｜tool▁sep｜>" + args
+                : "function<｜tool▁sep｜>" + c.name + "\n```json\n" + args + "\n```";
+    text += "<｜tool▁call▁end｜>";
+    text += space(rng);
+  }
+  return text + (rng() % 2 ? "<｜tool▁calls▁end｜>" : "");
+}
+
 // The calls as a qwen3_coder reply, with the tools' parameter types that read the values back: a
 // string as text, every other value as its JSON (typed integer, number, boolean, or object).
 // Each call gets a name of its own, so that its types are its own.
@@ -304,6 +321,8 @@ std::string reply_text(ToolCallParser parser, std::vector<Call>& calls, std::mt1
   if (parser == ToolCallParser::kPythonic) return pythonic_text(calls, rng);
   if (parser == ToolCallParser::kHermes) return hermes_text(calls, rng);
   if (parser == ToolCallParser::kMistral) return mistral_text(calls, rng);
+  if (parser == ToolCallParser::kDeepSeekV3 || parser == ToolCallParser::kDeepSeekV31)
+    return deepseek_text(calls, parser == ToolCallParser::kDeepSeekV31, rng);
   return llama3_json_text(calls, rng);
 }
 
@@ -340,6 +359,11 @@ TEST(HermesToolCallsFuzz, RandomCallsRoundTripAndStream) {
 
 TEST(MistralToolCallsFuzz, RandomCallsRoundTripAndStream) {
   expect_round_trips(ToolCallParser::kMistral, 20261211, 2000);
+}
+
+TEST(DeepSeekToolCallsFuzz, RandomCallsRoundTripAndStream) {
+  expect_round_trips(ToolCallParser::kDeepSeekV3, 20261212, 1000);
+  expect_round_trips(ToolCallParser::kDeepSeekV31, 20261213, 1000);
 }
 
 TEST(Qwen3CoderToolCallsFuzz, RandomCallsRoundTripAndStream) {
@@ -390,6 +414,15 @@ const std::vector<std::string> kPieces = {"[",
                                           "</function>",
                                           "[ARGS]",
                                           "[TOOL_",
+                                          "<｜tool▁calls▁begin｜>",
+                                          "<｜tool▁call▁begin｜>",
+                                          "<｜tool▁sep｜>",
+                                          "<｜tool▁call▁end｜>",
+                                          "<｜tool▁calls▁end｜>",
+                                          "function",
+                                          "\n```json\n",
+                                          "\n```",
+                                          "<｜tool",
                                           "{\"name\": \"g\", \"arguments\": {\"b\": [",
                                           "<|python",
                                           "é",
@@ -436,7 +469,8 @@ TEST(ToolCallFormatsFuzz, ParseAndStreamPrefixKeepTheirContracts) {
   int with_calls = 0;
   for (const ToolCallParser parser :
        {ToolCallParser::kLlama3Json, ToolCallParser::kPythonic, ToolCallParser::kHermes,
-        ToolCallParser::kMistral, ToolCallParser::kQwen3Coder}) {
+        ToolCallParser::kMistral, ToolCallParser::kQwen3Coder, ToolCallParser::kDeepSeekV3,
+        ToolCallParser::kDeepSeekV31}) {
     for (int it = 0; it < iterations; ++it) {
       const std::string text = random_text(parser, rng);
       SCOPED_TRACE(::testing::Message() << "iteration " << it << ", text '" << text << "'");

@@ -195,6 +195,51 @@ TEST(MistralToolCalls, BothFormsAndTheirStreams) {
   EXPECT_TRUE(new_tool_call_id(ToolCallParser::kHermes).starts_with("chatcmpl-tool-"));
 }
 
+// deepseek_v3 (fenced JSON after "function<｜tool▁sep｜>name") and deepseek_v31 (the object right
+// after the separator), with and without the closing <｜tool▁calls▁end｜>, and their streams.
+TEST(DeepSeekToolCalls, BothFormsAndTheirStreams) {
+  const std::string v3 =
+      "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+      "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function"
+      "<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  const std::string v31 =
+      "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+      "{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}"
+      "<｜tool▁call▁end｜>";
+  for (const auto& [parser, text] :
+       {std::pair{ToolCallParser::kDeepSeekV3, v3}, std::pair{ToolCallParser::kDeepSeekV31, v31}}) {
+    const ParsedToolCalls p = parse_tool_calls(parser, text);
+    EXPECT_EQ(p.content, "Let me check.");
+    ASSERT_EQ(p.calls.size(), 2u) << text;
+    EXPECT_EQ(p.calls[0].name, "get_weather");
+    EXPECT_EQ(p.calls[0].arguments, R"({"city": "Paris"})");
+    EXPECT_EQ(p.calls[1].name, "now");
+    EXPECT_EQ(p.calls[1].arguments, "{}");
+    // Every prefix streams calls the finished text extends; the content stops at the marker.
+    for (size_t n = 0; n <= text.size(); ++n) {
+      const std::vector<ToolCall> s = streamed_tool_calls(parser, text.substr(0, n));
+      ASSERT_LE(s.size(), 2u);
+      for (size_t i = 0; i < s.size(); ++i) {
+        EXPECT_EQ(s[i].name, p.calls[i].name) << n;
+        EXPECT_TRUE(p.calls[i].arguments.starts_with(s[i].arguments)) << n;
+      }
+      EXPECT_LE(tool_call_content_prefix(parser, text.substr(0, n)), 13u);
+    }
+  }
+  EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kDeepSeekV3, "Hi <｜tool"), 3u);
+  for (const char* bad :
+       {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": ",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f g\n```json\n{}\n```"
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```"
+        "<｜tool▁call▁end｜> and more",
+        "no calls"}) {
+    const ParsedToolCalls p = parse_tool_calls(ToolCallParser::kDeepSeekV3, bad);
+    EXPECT_TRUE(p.calls.empty()) << bad;
+    EXPECT_EQ(p.content, bad);
+  }
+}
+
 // qwen3_coder: XML calls after the content, values typed by the tools' schemas; a stream sends
 // "{", each parameter once complete, then "}".
 TEST(Qwen3CoderToolCalls, TypedValuesAndTheirStream) {
