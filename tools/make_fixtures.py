@@ -161,9 +161,11 @@ def main():
             elif pname.endswith(".bias"):
                 p.data.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(p.numel() + 1))
         # DeepSeek's expert-selection bias is a buffer, zero at init (it would go unnoticed).
+        # Small, as in the real checkpoints: sigmoid scores plus it stay positive, so the
+        # reference's zeros for experts of unselected groups never outrank a selectable one.
         for bname, buf in model.named_buffers():
             if bname.endswith("e_score_correction_bias"):
-                buf.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(buf.numel() + 2))
+                buf.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(buf.numel() + 2))
         folder = os.path.join(args.out, name)
         os.makedirs(folder, exist_ok=True)
         model.save_pretrained(folder, safe_serialization=True)
