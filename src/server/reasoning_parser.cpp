@@ -7,7 +7,8 @@
 namespace serval::server {
 namespace {
 
-// deepseek_r1 and qwen3: "<think>" optional at the start, the block closed by "</think>".
+// deepseek_r1, deepseek_v3 and qwen3: "<think>" optional at the start, the block closed by
+// "</think>".
 ReasoningParts split_think_tags(std::string_view text, bool in_reasoning, bool finished) {
   if (!in_reasoning) return {{}, std::string(text)};
   if (!finished && text.size() < kThinkOpen.size() && kThinkOpen.starts_with(text))
@@ -52,6 +53,7 @@ ReasoningParts split_think_brackets(std::string_view text, bool finished) {
 
 std::optional<ReasoningParser> reasoning_parser_from_name(std::string_view name) {
   if (name == "deepseek_r1") return ReasoningParser::kDeepSeekR1;
+  if (name == "deepseek_v3") return ReasoningParser::kDeepSeekV3;
   if (name == "mistral") return ReasoningParser::kMistral;
   if (name == "qwen3") return ReasoningParser::kQwen3;
   return std::nullopt;
@@ -61,7 +63,8 @@ bool reasoning_markers_are_special(ReasoningParser parser) {
   return parser == ReasoningParser::kMistral;
 }
 
-bool starts_in_reasoning(ReasoningParser parser, std::optional<bool> enable_thinking) {
+bool starts_in_reasoning(ReasoningParser parser, std::optional<bool> enable_thinking,
+                         std::optional<bool> thinking) {
   switch (parser) {
     case ReasoningParser::kNone:
     case ReasoningParser::kMistral:
@@ -70,6 +73,8 @@ bool starts_in_reasoning(ReasoningParser parser, std::optional<bool> enable_thin
       return enable_thinking != false;
     case ReasoningParser::kDeepSeekR1:
       return true;
+    case ReasoningParser::kDeepSeekV3:
+      return enable_thinking == true || thinking == true;
   }
   return false;
 }

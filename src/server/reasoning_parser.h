@@ -1,4 +1,5 @@
-// Reasoning text in chat outputs, for `serve --reasoning-parser {deepseek_r1,mistral,qwen3}`: what
+// Reasoning text in chat outputs, for `serve --reasoning-parser {deepseek_r1,deepseek_v3,mistral,
+// qwen3}`: what
 // a thinking model writes in its reasoning block goes to the message's `reasoning` (and
 // `reasoning_content`, vLLM's earlier name for it), the rest to `content`.
 //
@@ -9,6 +10,9 @@
 // - Without "</think>" the whole output is reasoning (a reply cut short while thinking), except
 //   for qwen3 with chat_template_kwargs {"enable_thinking": false}: the template then closes the
 //   block in the prompt and the whole output is content.
+// deepseek_v3 (DeepSeek-V3.1, whose template thinks only when asked): deepseek_r1's reading when
+//   chat_template_kwargs has "thinking" (or "enable_thinking") true, else the whole output is
+//   content, as vLLM reads it.
 // mistral (Magistral: the special tokens "[THINK]" and "[/THINK]", kept in the output for it):
 // - A reply starts outside the block; text between the first "[THINK]" and the "[/THINK]" after
 //   it is reasoning, the text before and after the block content. A reply cut short after
@@ -23,11 +27,12 @@
 
 namespace serval::server {
 
-enum class ReasoningParser { kNone, kDeepSeekR1, kMistral, kQwen3 };
+enum class ReasoningParser { kNone, kDeepSeekR1, kDeepSeekV3, kMistral, kQwen3 };
 
 // `--reasoning-parser` value → parser; nullopt for an unknown name.
 std::optional<ReasoningParser> reasoning_parser_from_name(std::string_view name);
-inline constexpr std::string_view kReasoningParserChoices = "deepseek_r1, mistral, qwen3";
+inline constexpr std::string_view kReasoningParserChoices =
+    "deepseek_r1, deepseek_v3, mistral, qwen3";
 
 inline constexpr std::string_view kThinkOpen = "<think>";
 inline constexpr std::string_view kThinkClose = "</think>";
@@ -38,9 +43,11 @@ inline constexpr std::string_view kMistralThinkClose = "[/THINK]";
 // (skip_special_tokens false).
 bool reasoning_markers_are_special(ReasoningParser parser);
 
-// Whether a reply starts inside the reasoning block: deepseek_r1, and qwen3 unless the request
-// turned thinking off (`enable_thinking`: chat_template_kwargs' value, if given).
-bool starts_in_reasoning(ReasoningParser parser, std::optional<bool> enable_thinking);
+// Whether a reply starts inside the reasoning block: deepseek_r1; qwen3 unless the request turned
+// thinking off; deepseek_v3 when it turned thinking on (`enable_thinking`, `thinking`:
+// chat_template_kwargs' values, if given).
+bool starts_in_reasoning(ReasoningParser parser, std::optional<bool> enable_thinking,
+                         std::optional<bool> thinking = std::nullopt);
 
 struct ReasoningParts {
   std::string reasoning;

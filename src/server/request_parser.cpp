@@ -626,12 +626,15 @@ GenerationRequest parse_chat_request(const Json& body, const ModelContext& ctx) 
   }
   parse_tool_choice(body, ctx, req);
   if (ctx.reasoning_parser != ReasoningParser::kNone) {
-    std::optional<bool> enable_thinking;
-    if (const Json* kw = field(body, "chat_template_kwargs"); kw && kw->is_object())
+    std::optional<bool> enable_thinking, thinking;
+    if (const Json* kw = field(body, "chat_template_kwargs"); kw && kw->is_object()) {
       if (auto v = kw->find("enable_thinking"); v != kw->end() && v->is_boolean())
         enable_thinking = v->get<bool>();
+      if (auto v = kw->find("thinking"); v != kw->end() && v->is_boolean())
+        thinking = v->get<bool>();
+    }
     req.split_reasoning = true;
-    req.starts_in_reasoning = starts_in_reasoning(ctx.reasoning_parser, enable_thinking);
+    req.starts_in_reasoning = starts_in_reasoning(ctx.reasoning_parser, enable_thinking, thinking);
     // Markers that are special tokens must reach the parser (as vLLM keeps them).
     if (reasoning_markers_are_special(ctx.reasoning_parser)) req.skip_special_tokens = false;
   }

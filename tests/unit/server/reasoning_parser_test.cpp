@@ -26,6 +26,7 @@ TEST(ReasoningParser, Names) {
   EXPECT_EQ(reasoning_parser_from_name("qwen3"), ReasoningParser::kQwen3);
   EXPECT_EQ(reasoning_parser_from_name("deepseek_r1"), ReasoningParser::kDeepSeekR1);
   EXPECT_EQ(reasoning_parser_from_name("mistral"), ReasoningParser::kMistral);
+  EXPECT_EQ(reasoning_parser_from_name("deepseek_v3"), ReasoningParser::kDeepSeekV3);
   EXPECT_FALSE(reasoning_parser_from_name("granite").has_value());
   EXPECT_FALSE(reasoning_parser_from_name("").has_value());
 }
@@ -37,6 +38,11 @@ TEST(ReasoningParser, StartState) {
   EXPECT_TRUE(starts_in_reasoning(ReasoningParser::kQwen3, true));
   EXPECT_FALSE(starts_in_reasoning(ReasoningParser::kQwen3, false));
   EXPECT_TRUE(starts_in_reasoning(ReasoningParser::kDeepSeekR1, false));
+  // deepseek_v3 (V3.1) thinks only when asked, by either key.
+  EXPECT_FALSE(starts_in_reasoning(ReasoningParser::kDeepSeekV3, std::nullopt));
+  EXPECT_TRUE(starts_in_reasoning(ReasoningParser::kDeepSeekV3, std::nullopt, true));
+  EXPECT_TRUE(starts_in_reasoning(ReasoningParser::kDeepSeekV3, true));
+  EXPECT_FALSE(starts_in_reasoning(ReasoningParser::kDeepSeekV3, false, false));
   EXPECT_FALSE(starts_in_reasoning(ReasoningParser::kNone, std::nullopt));
   EXPECT_FALSE(starts_in_reasoning(kMistral, std::nullopt));
   EXPECT_FALSE(starts_in_reasoning(kMistral, true));

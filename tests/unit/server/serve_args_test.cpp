@@ -186,7 +186,8 @@ TEST(ServeArgs, ReasoningParser) {
     parse_serve_args({"/m", "--reasoning-parser", "granite"}, nullptr);
     ADD_FAILURE() << "accepted an unknown reasoning parser";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("choices: deepseek_r1, mistral, qwen3"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("choices: deepseek_r1, deepseek_v3, mistral, qwen3"),
+              std::string::npos)
         << e.what();
   }
 }
