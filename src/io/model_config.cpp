@@ -152,7 +152,10 @@ void parse_yarn(const JsonReader& r, int max_position_embeddings, RopeScaling& s
   s.truncate = r.opt_bool("truncate").value_or(true);
   const double mscale = r.opt_number("mscale").value_or(0);
   const double mscale_all_dim = r.opt_number("mscale_all_dim").value_or(0);
-  s.mscale_all_dim = float(mscale_all_dim);
+  if (mscale_all_dim != 0) {
+    const double m = yarn_mscale(s.factor, mscale_all_dim);
+    s.mla_softmax_factor = float(m * m);
+  }
   if (const auto a = r.opt_number("attention_factor")) {
     s.attention_factor = float(*a);
   } else if (mscale != 0 && mscale_all_dim != 0) {

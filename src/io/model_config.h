@@ -21,9 +21,9 @@ struct RopeScaling {
   // yarn: cos and sin are scaled by it (attention_factor, else from mscale / mscale_all_dim as
   // transformers derives it); attention folds its square into the softmax scale. 1 otherwise.
   float attention_factor = 1.0f;
-  // yarn, DeepSeek: the softmax scale of MLA is multiplied by mscale(factor, mscale_all_dim)²
-  // (0: key absent, no change).
-  float mscale_all_dim = 0.0f;
+  // yarn with mscale_all_dim (DeepSeek): mscale(factor, mscale_all_dim)², which multi-head latent
+  // attention multiplies into its softmax scale; 1 otherwise.
+  float mla_softmax_factor = 1.0f;
 };
 
 // Multi-head latent attention (DeepSeek-V2/V3): q through an optional q_lora_rank bottleneck

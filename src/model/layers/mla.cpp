@@ -41,10 +41,6 @@ std::vector<float> dequantized_rows(const WeightSource& w, const std::string& mo
   return out;
 }
 
-double yarn_mscale(double scale, double mscale) {
-  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
-
 }  // namespace
 
 MlaAttention::MlaAttention(const io::ModelConfig& c, const WeightSource& w, backend::Backend& b,
@@ -102,14 +98,9 @@ MlaAttention::MlaAttention(const io::ModelConfig& c, const WeightSource& w, back
   params_.rope_dim = R;
   params_.q_stride = qk;
   params_.q_rope_offset = nope;
-  params_.scale = 1.0f / std::sqrt(float(qk));
-  const io::RopeScaling& rs = c.rope_scaling;
-  if (rs.type != "default" && rs.mscale_all_dim != 0) {
-    const double mscale = yarn_mscale(rs.factor, rs.mscale_all_dim);
-    params_.scale *= float(mscale * mscale);
-  }
+  params_.scale = c.rope_scaling.mla_softmax_factor / std::sqrt(float(qk));
   params_.rms_norm_eps = kLatentNormEps;
-  params_.rope_scale = rs.attention_factor;
+  params_.rope_scale = c.rope_scaling.attention_factor;
   params_.rope_interleaved = m.rope_interleave;
   params_.kv_norm = &kv_norm_;
 }

@@ -311,7 +311,8 @@ TEST(ModelConfig, DeepseekV3) {
   EXPECT_EQ(c.topk_group, 4);
   EXPECT_FLOAT_EQ(c.routed_scaling_factor, 2.5f);
   EXPECT_EQ(c.rope_scaling.type, "yarn");
-  EXPECT_FLOAT_EQ(c.rope_scaling.mscale_all_dim, 1.0f);
+  const float mscale = 0.1f * std::log(40.0f) + 1.0f;  // yarn_get_mscale(40, 1.0)
+  EXPECT_FLOAT_EQ(c.rope_scaling.mla_softmax_factor, mscale * mscale);
   EXPECT_FLOAT_EQ(c.rope_scaling.attention_factor, 1.0f);  // mscale / mscale_all_dim
   EXPECT_NEAR(double(c.num_parameters()), 671e9, 1e9);
 }
