@@ -23,7 +23,7 @@ constexpr std::string_view kJsonFence = "```json";  // deepseek_v3: around the a
 constexpr std::string_view kFence = "```";
 
 // The calls after <｜tool▁calls▁begin｜> as far as they go; `finished`: all complete and valid,
-// nothing but blanks and <｜tool▁calls▁end｜> after them.
+// nothing after them but <｜tool▁calls▁end｜> and blanks.
 struct DeepSeekCalls {
   std::vector<ToolCall> calls;
   bool finished = false;
@@ -71,7 +71,9 @@ DeepSeekCalls read_calls(std::string_view text, bool whole, bool v31) {
   while (true) {
     if (!text.substr(at).starts_with(kCallBegin)) {
       const std::string_view rest = text.substr(at);
-      out.finished = !out.calls.empty() && (rest.empty() || rest == kCallsEnd);
+      out.finished = !out.calls.empty() &&
+                     (rest.empty() || (rest.starts_with(kCallsEnd) &&
+                                       skip_reply_spaces(rest, kCallsEnd.size()) == rest.size()));
       if (whole && !out.finished) return {};
       return out;
     }

@@ -227,6 +227,9 @@ TEST(DeepSeekToolCalls, BothFormsAndTheirStreams) {
     }
   }
   EXPECT_EQ(tool_call_content_prefix(ToolCallParser::kDeepSeekV3, "Hi <｜tool"), 3u);
+  EXPECT_EQ(
+      parse_tool_calls(ToolCallParser::kDeepSeekV31, v31 + "<｜tool▁calls▁end｜>\n").calls.size(),
+      2u);
   for (const char* bad :
        {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": ",
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f g\n```json\n{}\n```"
