@@ -98,14 +98,8 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
         if (c.shared_expert_intermediate_size <= 0)
           throw LoadError("config.json: " + c.architecture +
                           " needs shared_expert_intermediate_size > 0");
-        // The shared expert is split like a dense MLP over the tensor-parallel group: its
-        // partial sum joins the experts' in the block's all-reduce over that group (with expert
-        // parallel inside one replica too). Across data-parallel replicas the experts' combine
-        // spans ranks that each hold the whole shared expert: not supported.
-        if (shard_.parallel.enable_expert_parallel && shard_.parallel.dp_size > 1)
-          throw LoadError(c.architecture +
-                          ": shared experts are not supported with --enable-expert-parallel "
-                          "across data-parallel replicas");
+        // The shared expert is split like a dense MLP over the tensor-parallel group (whole on
+        // each rank without one); forward() says how its output joins the experts'.
         const std::string mlp = prefix + ".mlp." + spec.shared_expert;
         layer.shared_expert = std::make_unique<Mlp>(
             c, c.shared_expert_intermediate_size, w, b, mlp + ".gate_proj.weight",
@@ -125,10 +119,11 @@ Decoder::Decoder(const io::ModelConfig& c, const DecoderSpec& spec, const Weight
   }
 }
 
-void Decoder::add_shared_expert(Layer& layer, const Tensor& x, Tensor& out) {
+void Decoder::add_shared_expert(Layer& layer, const Tensor& x, Tensor& out, bool reduce) {
   const DType act = b_.activation_dtype();
   Tensor shared = b_.empty(act, {x.dim(0), c_.hidden_size});
   layer.shared_expert->forward(x, shared);
+  if (reduce) shard_.comm->all_reduce_sum(shared);
   if (!layer.shared_expert_gate.data) {
     b_.add(shared, out);
     return;
@@ -204,6 +199,10 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
       layer.moe->forward(all, out);
       shard_.dp_comm->all_reduce_sum(out);
       b_.gather_rows(out, dp_rows, delta);
+      // The shared expert on this replica's rows (in `mine` on every rank after the gather),
+      // summed over the replica's tensor-parallel group when it is split.
+      if (layer.shared_expert)
+        add_shared_expert(layer, mine, delta, /*reduce=*/shard_.parallel.tp_size > 1);
     } else if (layer.moe) {
       // Post-attention norm and MoE block in one backend op (the CUDA backend fuses the norm,
       // the router and the routing for a few tokens), so the o_proj sum is all-reduced alone.
@@ -216,7 +215,10 @@ Tensor Decoder::forward(const backend::StepMetadata& meta,
         next_norm = i + 1 < layers_.size() ? &layers_[i + 1].input_norm : &final_norm_;
       x_ready = layer.moe->forward_add_norm(delta, residual, layer.post_attention_norm,
                                             c_.rms_norm_eps, x, delta, next_norm);
-      if (layer.shared_expert) add_shared_expert(layer, x, delta);  // x: the experts' input
+      // x: the experts' input. The shared expert's output joins the experts' partial sums
+      // (split over the tensor-parallel group, or, when expert parallel widens over dp_size
+      // ranks that all run the same rows, whole on each: then only the first adds it).
+      if (layer.shared_expert && shard_.coord.dp_rank == 0) add_shared_expert(layer, x, delta);
     } else {
       add_norm(layer.post_attention_norm);
       layer.mlp->forward(x, delta);

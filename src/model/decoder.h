@@ -44,8 +44,9 @@ class Decoder final : public Model {
     std::unique_ptr<Mlp> shared_expert;  // sparse layers with DecoderSpec::shared_expert
     Tensor shared_expert_gate;           // [1, hidden]; undefined: not gated
   };
-  // out += shared_expert(x), scaled by sigmoid(x · gateᵀ) when gated: the shared expert's part.
-  void add_shared_expert(Layer& layer, const Tensor& x, Tensor& out);
+  // out += shared_expert(x), scaled by sigmoid(x · gateᵀ) when gated: the shared expert's part;
+  // reduce: its (tensor-parallel partial) output all-reduced over shard_.comm first.
+  void add_shared_expert(Layer& layer, const Tensor& x, Tensor& out, bool reduce = false);
   io::ModelConfig c_;
   backend::Backend& b_;
   bool pooling_ = false;  // LoadOptions::pooling

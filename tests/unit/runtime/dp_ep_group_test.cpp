@@ -97,7 +97,9 @@ TEST_P(DpEpGroupTest, ReplicasMatchOneRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DpEpGroupTest, ::testing::Values("qwen3_moe", "mixtral"));
+// qwen2_moe: its gated shared expert runs on each replica's own rows after the experts' combine.
+INSTANTIATE_TEST_SUITE_P(Fixtures, DpEpGroupTest,
+                         ::testing::Values("qwen3_moe", "mixtral", "qwen2_moe"));
 
 // Why idle replicas take a dummy step instead of an empty one: a step needs a token.
 TEST(DpEpGroup, AnEmptyStepIsRefused) {
