@@ -224,7 +224,7 @@ TEST_P(ParallelGpu, TokenFeedbackGeneratesTheSynchronousTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelGpu,
-                         ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral",
+                         ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe",
                                            "llama_nvfp4_modelopt", "llama_fp8_modelopt"));
 
 // Data parallel with expert parallel on two GPUs (dp_ep_group.h): two replicas, one GPU each,
@@ -261,7 +261,8 @@ TEST_P(ParallelGpuDpEp, ReplicasMatchOneGpu) {
   expect_matches(run(*r1, config.vocab_size), ref, true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelGpuDpEp, ::testing::Values("qwen3_moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelGpuDpEp,
+                         ::testing::Values("qwen3_moe", "mixtral", "qwen2_moe"));
 
 }  // namespace
 }  // namespace serval::runtime
