@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_mla_call.h"
 #include "backend/cuda/cuda_moe_call.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/op_profiler.h"
@@ -26,7 +27,6 @@
 #include "base/log.h"
 #include "base/math.h"
 #include "base/thread_pool.h"
-#include "kernels/cuda/attention/mla_attention.h"
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/gemm/bf16_gemv.h"
 #include "kernels/cuda/gemm/head_linear.h"
@@ -50,14 +50,9 @@ namespace {
 
 using cuda::cuda_check;
 
-void expect(const Tensor& t, DType dtype, const char* what) {
-  if (t.dtype != dtype)
-    throw Error(std::string("cuda backend: ") + what + " must be " +
-                std::string(dtype_name(dtype)) + ", got " + std::string(dtype_name(t.dtype)));
-}
-
 using cuda::bf;
 using cuda::bf_mut;
+using cuda::expect;
 
 // The stream every backend enqueues on. It lives as long as the process: tensors free their
 // memory with cudaFreeAsync on it from their deleters, which may run after the backend that
@@ -549,89 +544,10 @@ class CudaBackend final : public Backend {
                                     stream_);
   }
 
-  // mla_prepare (cache rows, rotated q rope parts into a bf16 step temporary [T, H, R]) then
-  // mla_attention (split-KV workspace from the step arena when the grid is small).
   void mla_attention(const Tensor& q, const Tensor& q_lat, const Tensor& kv, const MlaParams& a,
                      KvCacheLayer& cache, const StepMetadata& meta, Tensor& out) override {
     cuda::OpScope scope(profiler_, "mla_attention", stream_, capturing_);
-    expect(q, DType::kBF16, "mla_attention q");
-    expect(q_lat, DType::kBF16, "mla_attention q_lat");
-    expect(kv, DType::kBF16, "mla_attention kv");
-    expect(out, DType::kBF16, "mla_attention output");
-    if (!a.kv_norm || !a.inv_freq)
-      throw InvalidArgument("cuda backend: mla_attention needs kv_norm and inv_freq");
-    expect(*a.kv_norm, DType::kBF16, "mla_attention kv_norm");
-    expect(*a.inv_freq, DType::kF32, "mla_attention inv_freq");
-    const int64_t T = q.dim(0), H = a.num_heads, L = a.latent_dim, R = a.rope_dim;
-    auto shape_error = [&](const char* what, const Tensor& t, int64_t want) {
-      return InvalidArgument("cuda backend: mla_attention " + std::string(what) + " " +
-                             shape_str(t.shape) + " has " + std::to_string(t.numel()) +
-                             " elements, expected " + std::to_string(want));
-    };
-    if (q.numel() != T * H * a.q_stride) throw shape_error("q", q, T * H * a.q_stride);
-    if (q_lat.numel() != T * H * L) throw shape_error("q_lat", q_lat, T * H * L);
-    if (kv.numel() != T * (L + R)) throw shape_error("kv", kv, T * (L + R));
-    if (out.numel() != T * H * L) throw shape_error("output", out, T * H * L);
-    if (a.kv_norm->numel() != L) throw shape_error("kv_norm", *a.kv_norm, L);
-    if (a.inv_freq->numel() != R / 2) throw shape_error("inv_freq", *a.inv_freq, R / 2);
-    if (cache.k.shape.size() != 4 || cache.k.dim(2) != 1 || cache.k.dim(3) != L + R ||
-        cache.k.dim(1) != cache.block_size)
-      throw InvalidArgument("cuda backend: mla_attention cache " + shape_str(cache.k.shape) +
-                            " is not [num_blocks, " + std::to_string(cache.block_size) + ", 1, " +
-                            std::to_string(L + R) + "]");
-    if (T == 0) return;
-    Tensor q_pe = empty(DType::kBF16, {T, H, R});
-
-    kernels::cuda::MlaPrepareParams prep{};
-    prep.q = bf(q);
-    prep.kv = bf(kv);
-    prep.kv_norm = bf(*a.kv_norm);
-    prep.positions = meta.positions.as<int32_t>();
-    prep.slot_mapping = meta.slot_mapping.as<int32_t>();
-    prep.inv_freq = a.inv_freq->as<float>();
-    prep.q_pe = bf_mut(q_pe);
-    prep.cache = cache.k.data;
-    prep.cache_dtype = cache.k.dtype;
-    prep.k_scale = cache.k_scale;
-    prep.num_tokens = int(T);
-    prep.num_heads = a.num_heads;
-    prep.latent_dim = a.latent_dim;
-    prep.rope_dim = a.rope_dim;
-    prep.q_stride = a.q_stride;
-    prep.q_rope_offset = a.q_rope_offset;
-    prep.eps = a.rms_norm_eps;
-    prep.rope_scale = a.rope_scale;
-    prep.rope_interleaved = a.rope_interleaved;
-    kernels::cuda::mla_prepare(prep, stream_);
-
-    kernels::cuda::MlaAttentionParams p{};
-    p.q_lat = bf(q_lat);
-    p.q_pe = bf(q_pe);
-    p.cache = cache.k.data;
-    p.cache_dtype = cache.k.dtype;
-    p.out = bf_mut(out);
-    p.query_start = meta.query_start.as<int32_t>();
-    p.context_lens = meta.context_lens.as<int32_t>();
-    p.block_tables = meta.block_tables.as<int32_t>();
-    p.num_tokens = int(T);
-    p.num_seqs = meta.num_seqs;
-    p.max_blocks_per_seq = meta.max_blocks_per_seq;
-    p.block_size = cache.block_size;
-    p.num_heads = a.num_heads;
-    p.latent_dim = a.latent_dim;
-    p.rope_dim = a.rope_dim;
-    p.max_context_len = meta.max_context_len;
-    p.scale = a.scale * cache.k_scale;
-    p.v_scale = cache.k_scale;
-    const size_t ws = kernels::cuda::mla_attention_workspace_bytes(
-        int(T), a.num_heads, a.latent_dim, meta.max_context_len);
-    Tensor workspace;
-    if (ws > 0) {
-      workspace = empty(DType::kU8, {int64_t(ws)});
-      p.workspace = workspace.data;
-      p.workspace_bytes = ws;
-    }
-    kernels::cuda::mla_attention(p, stream_);
+    cuda::run_mla_attention(*this, q, q_lat, kv, a, cache, meta, out, stream_);
   }
 
   void head_linear(const Tensor& x, int x_stride, const Tensor& w, Tensor& y) override {
