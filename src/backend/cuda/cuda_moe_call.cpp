@@ -35,14 +35,7 @@ MoeCall make_moe_call(Backend& b, const Tensor& x, const MoeWeights& w, Tensor& 
   a.top_k = w.top_k;
   a.hidden = Hp;
   a.inter = w.padded_inter;
-  a.routing = w.routing;
-  a.renormalize = w.renormalize;
-  a.correction_bias = w.correction_bias.data ? w.correction_bias.as<float>() : nullptr;
-  a.num_groups = w.num_groups;
-  a.topk_groups = w.topk_groups;
-  a.routed_scaling_factor = w.routed_scaling_factor;
-  a.local_offset = w.local_offset;
-  a.num_local = w.num_local;
+  moe::set_moe_routing(w, a);
   a.backend = w.expert_backend == "throughput" ? moe::MoeCudaBackend::kThroughput
                                                : moe::MoeCudaBackend::kLatency;
   const size_t ws = moe::moe_workspace_bytes(T, w.top_k, w.num_local, Hp, w.padded_inter);

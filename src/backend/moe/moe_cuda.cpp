@@ -340,6 +340,17 @@ MoeNvfp4Stack nvfp4_stack_view(const QuantizedWeight& q) {
   return s;
 }
 
+void set_moe_routing(const MoeWeights& w, MoeCudaArgs& a) {
+  a.routing = w.routing;
+  a.renormalize = w.renormalize;
+  a.correction_bias = w.correction_bias.data ? w.correction_bias.as<float>() : nullptr;
+  a.num_groups = w.num_groups;
+  a.topk_groups = w.topk_groups;
+  a.routed_scaling_factor = w.routed_scaling_factor;
+  a.local_offset = w.local_offset;
+  a.num_local = w.num_local;
+}
+
 void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWeights& w,
                       Tensor& out, Backend& backend, cudaStream_t stream) {
   const bool fp4 = w.gate_up_q.has_value();
@@ -373,14 +384,7 @@ void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWei
   if (w_hidden != a.hidden || out.dim(1) != a.hidden)
     throw InvalidArgument("moe_forward_cuda: x/out width " + std::to_string(a.hidden) +
                           " differs from the expert weights' hidden " + std::to_string(w_hidden));
-  a.routing = w.routing;
-  a.renormalize = w.renormalize;
-  a.correction_bias = w.correction_bias.data ? w.correction_bias.as<float>() : nullptr;
-  a.num_groups = w.num_groups;
-  a.topk_groups = w.topk_groups;
-  a.routed_scaling_factor = w.routed_scaling_factor;
-  a.local_offset = w.local_offset;
-  a.num_local = w.num_local;
+  set_moe_routing(w, a);
   a.backend = parse_moe_backend(w.expert_backend);
   const size_t bytes = moe_workspace_bytes(a.num_tokens, a.top_k, a.num_local, a.hidden, a.inter);
   Tensor workspace = backend.empty(DType::kU8, {int64_t(bytes)});

@@ -144,6 +144,10 @@ void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Back
 // Device pointers of a stack prepared by prepare_nvfp4_experts.
 MoeNvfp4Stack nvfp4_stack_view(const QuantizedWeight& q);
 
+// The routing of w (method, renormalization, groups, selection bias, scaling) and its local
+// expert slice into a.
+void set_moe_routing(const MoeWeights& w, MoeCudaArgs& a);
+
 // Tensor form for the CUDA Backend: x [T, hidden] bf16, router_logits [T, num_experts] f32,
 // out [T, hidden] bf16, weights of `w` on the device in bf16, or NVFP4 (w.gate_up_q / w.down_q
 // prepared by prepare_nvfp4_experts); w.expert_backend picks the backend. Padded weights
