@@ -5,7 +5,7 @@
 #   tools/gpu-check.sh [--no-tests] [--no-e2e] [--no-bench] [--bench-filter REGEX]
 #                      [--test-filter REGEX] [--configs DIR] [--serving-bench] [--tp N]
 #                      [--startup] [--profile CONFIG] [--trace CONFIG] [--no-kernel-bench]
-#                      [--quant-fixtures]
+#                      [--quant-fixtures] [--make-fixtures NAME,...]
 #                      [--kernel-filter GTEST_FILTER] [--serve-flags "FLAGS"] [--then "CMD"]
 #                      [--test-timeout SECONDS]
 #
@@ -31,6 +31,9 @@
 # engine's shutdown line (steps, the model's share, host work per step) goes to gpu.txt.
 # --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
 # fixture folders in $OUT/quant-fixtures.tgz, so the tests below already use them.
+# --make-fixtures NAME,... makes just those fixtures first (make_fixtures.py architectures, then
+# make_quant_fixtures.py variants, e.g. deepseek_v3,deepseek_v2,deepseek_v3_fp8_block) and
+# returns them in $OUT/fixtures.tgz.
 #
 # With unfinished edits in the working tree, tools/clean-snapshot.sh makes .clean/ (HEAD only) to
 # carry and run this script from.
@@ -46,7 +49,7 @@ out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
 startup=0 profile='' trace='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*' serve_flags=''
-then_cmd='' test_timeout=300
+then_cmd='' test_timeout=300 make_fixtures=''
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -64,6 +67,7 @@ while [[ $# -gt 0 ]]; do
     --then) then_cmd=$2; shift ;;
     --test-timeout) test_timeout=$2; shift ;;
     --quant-fixtures) quant_fixtures=1 ;;
+    --make-fixtures) make_fixtures=$2; shift ;;
     --profile) profile=$2; shift ;;
     --trace) trace=$2; shift ;;
     --configs) configs=$2; shift ;;
@@ -87,6 +91,27 @@ echo "commit $commit" | tee -a "$out/gpu.txt"
 # The commit above comes from git metadata that may predate the copied tree: the source digest
 # identifies the tree itself (run tools/source-hash.sh locally to match it).
 echo "source $(bash tools/source-hash.sh 2>/dev/null || echo unknown)" | tee -a "$out/gpu.txt"
+
+if [[ -n $make_fixtures ]]; then
+  # Base fixtures (tools/make_fixtures.py) and quantized variants (tools/make_quant_fixtures.py)
+  # by name, in that order, returned in $OUT/fixtures.tgz.
+  bases=() variants=()
+  for name in ${make_fixtures//,/ }; do
+    if grep -q "\"$name\": (\"" tools/make_quant_fixtures.py; then variants+=("$name"); else bases+=("$name"); fi
+  done
+  status=0
+  if [[ ${#bases[@]} -gt 0 ]]; then
+    python3 tools/make_fixtures.py --only "$(IFS=,; echo "${bases[*]}")" --out tests/fixtures \
+      --tokenizer tests/fixtures/llama/tokenizer.json >"$out/fixtures.log" 2>&1 || status=$?
+  fi
+  if [[ $status -eq 0 && ${#variants[@]} -gt 0 ]]; then
+    python3 tools/make_quant_fixtures.py --fixtures tests/fixtures \
+      --only "$(IFS=,; echo "${variants[*]}")" >>"$out/fixtures.log" 2>&1 || status=$?
+  fi
+  echo "make fixtures ${make_fixtures}: exit $status" | tee -a "$out/gpu.txt"
+  tail -n 8 "$out/fixtures.log"
+  (cd tests/fixtures && tar czf "$out/fixtures.tgz" ${make_fixtures//,/ })
+fi
 
 if [[ $quant_fixtures -eq 1 ]]; then
   python3 tools/make_quant_fixtures.py --fixtures tests/fixtures >"$out/quant-fixtures.log" 2>&1
@@ -150,6 +175,8 @@ if [[ $run_bench -eq 1 ]]; then
   if [[ -d $configs ]]; then
     specs=("qwen3-30b-a3b 1 128 64" "qwen3-30b-a3b 8 1024 64" "qwen3-0.6b 1 128 64"
       "qwen3-30b-a3b-nvfp4 1 128 64" "qwen3-30b-a3b-nvfp4 8 1024 64"
+      "qwen3-30b-a3b-fp8 1 128 64" "qwen3-30b-a3b-fp8 8 1024 64"
+      "deepseek-v2-lite 1 128 64" "deepseek-v2-lite 8 1024 64"
       "llama-3.3-70b-nvfp4 1 128 32 --kv-cache-dtype fp8"
       "llama-3.3-70b-nvfp4 8 1024 32 --kv-cache-dtype fp8"
       "llama-3.3-70b 1 128 16 --max-model-len 1024 --gpu-memory-utilization 0.99")
@@ -164,10 +191,12 @@ if [[ $run_bench -eq 1 ]]; then
         "qwen3-30b-a3b-nvfp4 64 1024 32 --tensor-parallel-size $tp --enable-expert-parallel")
     fi
     for spec in "${specs[@]}"; do
+      [[ -d $configs/${spec%% *} ]] || continue  # the FP8 and DeepSeek ones: tools/device-prep.sh
       # shellcheck disable=SC2086
       echo "$spec" | grep -Eq "$bench_filter" && latency $spec
     done
-    for cfg in qwen3-30b-a3b qwen3-30b-a3b-nvfp4; do
+    for cfg in qwen3-30b-a3b qwen3-30b-a3b-nvfp4 qwen3-30b-a3b-fp8 deepseek-v3-fp8; do
+      [[ -d $configs/$cfg ]] || continue
       echo "bench moe $cfg" | grep -Eq "$bench_filter" || continue
       echo "== bench moe $cfg" | tee -a "$bench"
       "$serval" bench moe --config "$configs/$cfg" 2>&1 | tee -a "$bench"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds quantized versions of the golden fixtures (run where torch + transformers are).
 
-From tests/fixtures/{llama,qwen3_moe} (made by make_fixtures.py) it writes four checkpoints, each
+From tests/fixtures/{llama,qwen3_moe,deepseek_v3} (made by make_fixtures.py) it writes five
+checkpoints, each
 with its quantization description, the base tokenizer and a golden.json from a PyTorch reference
 that runs transformers in fp32 on the dequantized weights (weight-only quantization: activations
 are not quantized, as serval runs these checkpoints by default):
@@ -20,6 +21,11 @@ are not quantized, as serval runs these checkpoints by default):
                           as serval does); KV scales as self_attn.k_scale / self_attn.v_scale.
   qwen3_moe_fp8_block     FP8 32×32 blocks (quant_method "fp8", weight_scale_inv), routers and
                           lm_head in ignored_layers; KV scales as self_attn.attn.{k,v}_scale.
+  deepseek_v3_fp8_block   FP8 32×32 blocks as DeepSeek-V3 ships them: no ignored_layers (the
+                          routers and lm_head are stored unquantized all the same), partial
+                          blocks at the edges of q_a_proj's K and kv_a_proj_with_mqa's rows, the
+                          MLA, shared-expert and routed-expert linears all quantized; no KV
+                          scales.
 
 The KV scales are random values in [0.5, 2]; the goldens use an unquantized KV cache (the
 scales only matter for --kv-cache-dtype fp8, which the C++ tests check by loading them). Input
@@ -29,7 +35,7 @@ quantized linear's input rounded through NVFP4 by SPEC 2.2 (bf16 input, g = 1/in
 fused module), which serval must match with --nvfp4-activations; each prompt also records
 fragile_from, the first position whose reference depends on fp32 noise (see FRAGILE_MARGIN).
 
-usage: make_quant_fixtures.py --fixtures tests/fixtures
+usage: make_quant_fixtures.py --fixtures tests/fixtures [--only NAME,...]
 """
 import argparse
 import json
@@ -44,7 +50,8 @@ from safetensors.torch import load_file, save_file
 from make_fixtures import greedy  # tools/ is on sys.path when this script runs
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+           "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 # Shards serval fuses into one weight: q/k/v, and gate/up (dense MLP or per expert).
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
@@ -238,18 +245,23 @@ def quantize_fp8_tensor(state, groups, input_scales):
 
 
 def quantize_fp8_block(state, groups, block):
+    """Block FP8 of every linear in `groups`; a shape that is not a multiple of `block` ends in
+    partial blocks, whose scales cover their real elements only (scales [ceil(n/b), ceil(k/b)])."""
     deq = {}
     for group in groups:
         for m in group:
             w = state.pop(f"{m}.weight").float()
             n, k = w.shape
-            assert n % block == 0 and k % block == 0, (m, w.shape)
-            tiles = w.reshape(n // block, block, k // block, block)
+            nb, kb = -(-n // block), -(-k // block)
+            padded = torch.zeros(nb * block, kb * block)
+            padded[:n, :k] = w
+            tiles = padded.reshape(nb, block, kb, block)
             scale = (tiles.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12)
-            q = e4m3(tiles / scale[:, None, :, None])
-            state[f"{m}.weight"] = q.reshape(n, k).to(torch.float8_e4m3fn)
+            q = e4m3(tiles / scale[:, None, :, None]).reshape(nb * block, kb * block)[:n, :k]
+            state[f"{m}.weight"] = q.contiguous().to(torch.float8_e4m3fn)
             state[f"{m}.weight_scale_inv"] = scale.contiguous()
-            deq[m] = (q * scale[:, None, :, None]).reshape(n, k)
+            per_element = scale.repeat_interleave(block, 0).repeat_interleave(block, 1)[:n, :k]
+            deq[m] = q * per_element
     return deq
 
 
@@ -316,14 +328,22 @@ VARIANTS = {
     "llama_fp8_modelopt": ("llama", "fp8_modelopt", ("self_attn.k_scale", "self_attn.v_scale")),
     "qwen3_moe_fp8_block": ("qwen3_moe", "fp8_block",
                             ("self_attn.attn.k_scale", "self_attn.attn.v_scale")),
+    "deepseek_v3_fp8_block": ("deepseek_v3", "fp8_block_deepseek", None),
 }
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--only", help="comma-separated variant names (default: all)")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else set(VARIANTS)
+    unknown = only - set(VARIANTS)
+    if unknown:
+        ap.error(f"unknown variants {sorted(unknown)}; choices: {sorted(VARIANTS)}")
     for name, (base, scheme, kv_names) in VARIANTS.items():
+        if name not in only:
+            continue
         torch.manual_seed(sum(map(ord, name)))
         base_dir = os.path.join(args.fixtures, base)
         folder = os.path.join(args.fixtures, name)
@@ -372,8 +392,11 @@ def main():
             quant_file = None
             config["quantization_config"] = {
                 "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                "weight_block_size": [32, 32], "ignored_layers": routers + ["lm_head"]}
-        add_kv_scales(state, num_layers, *kv_names)
+                "weight_block_size": [32, 32]}
+            if scheme == "fp8_block":
+                config["quantization_config"]["ignored_layers"] = routers + ["lm_head"]
+        if kv_names:
+            add_kv_scales(state, num_layers, *kv_names)
         save_file({k: v.contiguous() for k, v in state.items()},
                   os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
         with open(os.path.join(folder, "config.json"), "w") as f:

@@ -182,14 +182,15 @@ INSTANTIATE_TEST_SUITE_P(Archs, GpuModel,
                          ::testing::Values("llama", "qwen3", "qwen3_moe", "mixtral", "demo",
                                            "qwen2", "qwen2_moe", "qwen3_yarn", "llama_bias", "phi3",
                                            "deepseek_v3", "deepseek_v2"));
-// The quantized checkpoints the CUDA backend runs (W4A16 NVFP4 and W8A16 FP8 linears, NVFP4
-// experts; FP8 experts are CPU-only): their golden logits come from transformers with the same
-// dequantized weights, so the bf16 tolerances above hold. Prompts of ≤ 8 tokens and the decode
-// steps take the decode GEMV (the SwiGLU epilogue on tiled gate/up rows), longer prompts and
-// the mixed batches the mma kernel and the dequantize + cuBLASLt path.
+// The quantized checkpoints (W4A16 NVFP4 and W8A16 FP8 linears, NVFP4 experts, 32 × 32 block
+// FP8 experts, DeepSeek's MLA on block FP8 with partial blocks): their golden logits come from
+// transformers with the same dequantized weights, so the bf16 tolerances above hold. Prompts of ≤ 8
+// tokens and the decode steps take the decode GEMV (the SwiGLU epilogue on tiled gate/up rows),
+// longer prompts and the mixed batches the mma kernel and the dequantize + cuBLASLt path.
 INSTANTIATE_TEST_SUITE_P(Quantized, GpuModel,
                          ::testing::Values("llama_nvfp4_modelopt", "llama_fp8_modelopt",
-                                           "qwen3_moe_nvfp4_ct"));
+                                           "qwen3_moe_nvfp4_ct", "qwen3_moe_fp8_block",
+                                           "deepseek_v3_fp8_block"));
 
 }  // namespace
 }  // namespace serval

@@ -229,7 +229,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, Golden,
                                            "deepseek_v3", "deepseek_v2"));
 INSTANTIATE_TEST_SUITE_P(Quantized, Golden,
                          ::testing::Values("llama_nvfp4_modelopt", "qwen3_moe_nvfp4_ct",
-                                           "llama_fp8_modelopt", "qwen3_moe_fp8_block"));
+                                           "llama_fp8_modelopt", "qwen3_moe_fp8_block",
+                                           "deepseek_v3_fp8_block"));
 
 // W4A4: the NVFP4 ModelOpt fixture run with --nvfp4-activations against transformers with every
 // quantized linear's input rounded through NVFP4 (tools/make_quant_fixtures.py, SPEC 2.2). Each

@@ -422,8 +422,8 @@ class CudaBackend final : public Backend {
 
   // The layouts upload_quantized makes, generated in place: expert stacks (NVFP4) in checkpoint
   // layout, single linears in the quant_gemm fragment layout with its padding zero (a mask
-  // packed from an all-ones checkpoint weight when the shape is padded). FP8 expert stacks,
-  // which prepare_moe refuses anyway, take the host path.
+  // packed from an all-ones checkpoint weight when the shape is padded). FP8 expert stacks take
+  // the host path (then prepare_moe repacks them).
   QuantizedWeight dummy_quantized(const DummyQuantized& d) override {
     const QuantizedWeight& m = d.meta;
     const bool nvfp4 = m.format == kernels::WeightFormat::kNvfp4;
@@ -579,36 +579,30 @@ class CudaBackend final : public Backend {
   }
 
   // The expert kernels need hidden % 128 == 0 and inter % 64 == 0: other shapes (the tiny test
-  // models) get zero-padded weights, which leave every real output unchanged. NVFP4 experts are
-  // repacked into the GEMMs' fragment order (moe_cuda.h, prepare_nvfp4_experts), padded with
-  // code 0 / scale 0x00; FP8 experts are refused.
+  // models) get zero-padded weights, which leave every real output unchanged. NVFP4 and FP8
+  // experts are repacked into the GEMMs' fragment order (moe_cuda.h, prepare_nvfp4_experts /
+  // prepare_fp8_experts), padded with code 0 (and zero scales).
   void prepare_moe(MoeWeights& w) override {
     const int E = w.num_experts, H = w.hidden, I = w.inter;
     w.padded_hidden = int(round_up<int64_t>(H, 128));
     w.padded_inter = int(round_up<int64_t>(I, 64));
     if (w.gate_up_q || w.down_q) {
-      // Quantized experts: NVFP4 is repacked (and zero-padded) for the expert GEMMs; other
-      // formats are refused here, at load time, with the format named.
+      // Quantized experts: NVFP4 and FP8 are repacked (and zero-padded) for the expert GEMMs.
       const std::string what = "MoE experts (" + std::to_string(E) + " experts, hidden " +
                                std::to_string(H) + ", inter " + std::to_string(I) + ")";
-      if (!w.gate_up_q || !w.down_q)
-        throw InvalidArgument("cuda backend: " + what + " have only one of gate_up / down " +
-                              "quantized");
-      for (const QuantizedWeight* q : {&*w.gate_up_q, &*w.down_q}) {
+      if (!w.gate_up_q || !w.down_q || w.gate_up_q->format != w.down_q->format)
+        throw InvalidArgument("cuda backend: " + what +
+                              " need gate_up and down quantized in one format");
+      for (const QuantizedWeight* q : {&*w.gate_up_q, &*w.down_q})
         if (q->experts != w.num_local)
           throw InvalidArgument("cuda backend: " + what + " hold " + std::to_string(q->experts) +
                                 " quantized experts, expected the " + std::to_string(w.num_local) +
                                 " local ones");
-        if (q->format != kernels::WeightFormat::kNvfp4)
-          throw InvalidArgument("cuda backend: " + what + " are " +
-                                std::string(weight_format_name(q->format)) +
-                                "; neither CUDA MoE backend (latency, throughput) runs them, "
-                                "only bf16 and NVFP4 experts (the CPU backend does: --device cpu)");
-      }
-      moe::prepare_nvfp4_experts(*w.gate_up_q, true, 2 * w.padded_inter, w.padded_hidden, *this,
-                                 stream_, "gate_up of " + what);
-      moe::prepare_nvfp4_experts(*w.down_q, false, w.padded_hidden, w.padded_inter, *this, stream_,
-                                 "down of " + what);
+      const bool fp8 = moe::is_fp8_experts(*w.gate_up_q);
+      const auto prepare = fp8 ? moe::prepare_fp8_experts : moe::prepare_nvfp4_experts;
+      prepare(*w.gate_up_q, true, 2 * w.padded_inter, w.padded_hidden, *this, stream_,
+              "gate_up of " + what);
+      prepare(*w.down_q, false, w.padded_hidden, w.padded_inter, *this, stream_, "down of " + what);
       return;
     }
     cuda::pad_bf16_experts(*this, w, stream_);

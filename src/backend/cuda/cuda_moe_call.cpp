@@ -18,10 +18,8 @@ MoeCall make_moe_call(Backend& b, const Tensor& x, const MoeWeights& w, Tensor& 
   a.x = Hp != H ? bf(c.xp) : bf(x);
   a.router_logits = router_logits.as<float>();
   a.out = Hp != H ? bf_mut(c.outp) : bf_mut(out);
-  if (w.gate_up_q) {  // NVFP4, prepared by prepare_moe
-    a.format = moe::MoeExpertFormat::kNvfp4;
-    a.gate_up_q = moe::nvfp4_stack_view(*w.gate_up_q);
-    a.down_q = moe::nvfp4_stack_view(*w.down_q);
+  if (w.gate_up_q) {  // NVFP4 or FP8, prepared by prepare_moe
+    moe::set_quantized_experts(w, a);
     // W4A4: the activations quantized per expert (set_activation_scale's device scales).
     if (w.gate_up_q->quantize_activations)
       a.gate_up_act_scales = w.gate_up_q->activation_scale.as<float>();

@@ -6,13 +6,16 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/moe/moe_fp8_scales.h"
 #include "base/error.h"
 #include "kernels/cuda/misc/timeline_probe.h"
+#include "kernels/cuda/moe/moe_fp8_repack.h"
 #include "kernels/cuda/moe/moe_gemm.h"
 #include "kernels/cuda/moe/moe_gemv_nvfp4.h"
 #include "kernels/cuda/moe/moe_nvfp4_repack.h"
 #include "kernels/cuda/moe/moe_routing.h"
 #include "kernels/cuda/quant/nvfp4_expert_rows.h"
+#include "kernels/moe_fp8_layout.h"
 
 namespace serval::backend::moe {
 
@@ -90,6 +93,7 @@ bool moe_large_steps_on_throughput_default() {
 
 MoeCudaBackend moe_step_kernels(const MoeCudaArgs& a) {
   if (a.backend == MoeCudaBackend::kThroughput || !a.large_steps_on_throughput) return a.backend;
+  // FP8 experts take bf16's limit (their throughput kernels are the mma.sync ones; not tuned).
   return moe_latency_hands_over(a.num_tokens, a.top_k, a.num_experts,
                                 a.format == MoeExpertFormat::kNvfp4)
              ? MoeCudaBackend::kThroughput
@@ -148,7 +152,7 @@ MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspace
   g1.gemm1 = true;
   g1.config = config;
   g1.input = a.x;
-  const bool fp4 = a.format == MoeExpertFormat::kNvfp4;
+  const bool fp4 = a.format == MoeExpertFormat::kNvfp4, fp8 = a.format == MoeExpertFormat::kFp8;
   if (fp4) {
     for (const MoeNvfp4Stack* q : {&a.gate_up_q, &a.down_q})
       if (!q->codes || !q->scales || !q->global_scales)
@@ -158,6 +162,15 @@ MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspace
     g1.weights = a.gate_up_q.codes;
     g1.weight_scales = a.gate_up_q.scales;
     g1.global_scales = a.gate_up_q.global_scales;
+  } else if (fp8) {
+    for (const MoeFp8Stack* q : {&a.gate_up_f8, &a.down_f8})
+      if (!q->codes || (q->multipliers == nullptr) == (q->row_scales == nullptr))
+        throw InvalidArgument(
+            "moe_forward_cuda: FP8 experts need codes and either block multipliers or row scales");
+    g1.format = kc::MoeWeightFormat::kFp8;
+    g1.weights = a.gate_up_f8.codes;
+    g1.fp8_multipliers = a.gate_up_f8.multipliers;
+    g1.row_scales = a.gate_up_f8.row_scales;
   } else {
     g1.weights = a.gate_up;
   }
@@ -172,9 +185,13 @@ MoeGroupedGemms moe_grouped_gemm_params(const MoeCudaArgs& a, const MoeWorkspace
   kc::MoeGemmParams g2 = g1;
   g2.gemm1 = false;
   g2.input = ws.act;
-  g2.weights = fp4 ? static_cast<const void*>(a.down_q.codes) : a.down;
+  g2.weights = fp4   ? static_cast<const void*>(a.down_q.codes)
+               : fp8 ? static_cast<const void*>(a.down_f8.codes)
+                     : a.down;
   g2.weight_scales = fp4 ? a.down_q.scales : nullptr;
   g2.global_scales = fp4 ? a.down_q.global_scales : nullptr;
+  g2.fp8_multipliers = fp8 ? a.down_f8.multipliers : nullptr;
+  g2.row_scales = fp8 ? a.down_f8.row_scales : nullptr;
   g2.output = ws.y;
   // GEMM2 reads the map only for which rows of a tile hold tokens (moe_gemm.h).
   g2.permuted_to_token = ws.permuted_to_token;
@@ -286,8 +303,7 @@ void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Back
   if (q.format != kernels::WeightFormat::kNvfp4)
     throw InvalidArgument("cuda backend: " + what + " are " +
                           std::string(weight_format_name(q.format)) +
-                          "; the CUDA MoE backends (latency, throughput) run bf16 and NVFP4 "
-                          "experts only (the CPU backend runs them: --device cpu)");
+                          ", not NVFP4 (prepare_fp8_experts takes FP8 stacks)");
   const int E = q.experts;
   const size_t src_data = size_t(E) * q.n * (q.k / 2), src_scales = size_t(E) * q.n * (q.k / 16);
   if (E <= 0 || q.n <= 0 || q.k % 16 != 0 || q.data.nbytes() != src_data ||
@@ -340,6 +356,95 @@ MoeNvfp4Stack nvfp4_stack_view(const QuantizedWeight& q) {
   return s;
 }
 
+bool is_fp8_experts(const QuantizedWeight& q) {
+  return q.format == kernels::WeightFormat::kFp8PerTensor ||
+         q.format == kernels::WeightFormat::kFp8PerChannel ||
+         q.format == kernels::WeightFormat::kFp8Block;
+}
+
+void prepare_fp8_experts(QuantizedWeight& q, bool gated, int rows, int k, Backend& backend,
+                         cudaStream_t stream, const std::string& what) {
+  const int E = q.experts;
+  const bool block = q.format == kernels::WeightFormat::kFp8Block;
+  const bool channel = q.format == kernels::WeightFormat::kFp8PerChannel;
+  size_t scale_count = 0;
+  if (block && q.block_n > 0 && q.block_k > 0)
+    scale_count =
+        size_t(E) * ((q.n + q.block_n - 1) / q.block_n) * ((q.k + q.block_k - 1) / q.block_k);
+  if (channel) scale_count = size_t(E) * q.n;
+  const bool scales_ok = (!block && !channel) || (q.scales.dtype == DType::kF32 &&
+                                                  q.scales.numel() == int64_t(scale_count) &&
+                                                  q.scales.device == Device::kCuda);
+  if (!is_fp8_experts(q) || E <= 0 || q.n <= 0 || q.k <= 0 ||
+      q.data.nbytes() != size_t(E) * q.n * q.k || q.data.device != Device::kCuda || !scales_ok ||
+      (block && scale_count == 0))
+    throw InvalidArgument(
+        "cuda backend: " + what + ": " + std::string(weight_format_name(q.format)) + " stack of " +
+        std::to_string(E) + " experts × " + std::to_string(q.n) + " × " + std::to_string(q.k) +
+        " has inconsistent sizes (data " + std::to_string(q.data.nbytes()) + " B, scales " +
+        std::to_string(q.scales.numel()) + " values) or is not on the device");
+  const MoeFp8Geometry geo{E, q.n, q.k, rows, k, gated};
+  // Scales first: they validate the geometry before any device work.
+  std::vector<float> host_scales(scale_count);
+  if (scale_count > 0) backend.download(q.scales, host_scales.data());
+  Tensor scales;
+  if (block) {
+    const std::vector<bf16> m =
+        moe_fp8_block_multipliers(host_scales.data(), q.block_n, q.block_k, geo);
+    scales = backend.upload(host_view(m.data(), DType::kBF16, {int64_t(m.size())}, nullptr));
+  } else {
+    const std::vector<float> r =
+        moe_fp8_row_scales(channel ? host_scales.data() : nullptr, q.global_scale, geo);
+    scales = backend.upload(host_view(r.data(), DType::kF32, {E, rows}, nullptr));
+  }
+  Tensor data = backend.empty(DType::kU8, {int64_t(kc::moe_fp8_data_bytes(E, rows, k))});
+  kc::moe_fp8_repack({q.data.as<const uint8_t>(), data.as<uint8_t>(), E, q.n, q.k, rows, k, gated},
+                     stream);
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess)
+    throw Error("cuda backend: repacking " + what + " failed: " + cudaGetErrorString(e));
+  q.data = data;
+  q.scales = scales;
+  q.n = rows;
+  q.k = k;
+}
+
+MoeFp8Stack fp8_stack_view(const QuantizedWeight& q) {
+  const bool block = q.format == kernels::WeightFormat::kFp8Block;
+  const bool prepared =
+      is_fp8_experts(q) && q.data.dtype == DType::kU8 && q.data.shape.size() == 1 &&
+      q.data.nbytes() == kc::moe_fp8_data_bytes(q.experts, q.n, q.k) &&
+      (block
+           ? q.scales.dtype == DType::kBF16 &&
+                 size_t(q.scales.numel()) == kernels::moe_fp8_multiplier_count(q.experts, q.n, q.k)
+           : q.scales.dtype == DType::kF32 && q.scales.numel() == int64_t(q.experts) * q.n);
+  if (!prepared)
+    throw InvalidArgument(
+        "moe_forward_cuda: FP8 experts were not prepared for CUDA (prepare_fp8_experts)");
+  MoeFp8Stack s;
+  s.codes = q.data.as<const uint8_t>();
+  if (block) {
+    s.multipliers = static_cast<const uint16_t*>(q.scales.data);
+  } else {
+    s.row_scales = q.scales.as<const float>();
+  }
+  return s;
+}
+
+void set_quantized_experts(const MoeWeights& w, MoeCudaArgs& a) {
+  if (!w.gate_up_q || !w.down_q)
+    throw InvalidArgument("moe_forward_cuda: quantized experts need both gate_up and down");
+  if (is_fp8_experts(*w.gate_up_q)) {
+    a.format = MoeExpertFormat::kFp8;
+    a.gate_up_f8 = fp8_stack_view(*w.gate_up_q);
+    a.down_f8 = fp8_stack_view(*w.down_q);
+  } else {
+    a.format = MoeExpertFormat::kNvfp4;
+    a.gate_up_q = nvfp4_stack_view(*w.gate_up_q);
+    a.down_q = nvfp4_stack_view(*w.down_q);
+  }
+}
+
 void set_moe_routing(const MoeWeights& w, MoeCudaArgs& a) {
   a.routing = w.routing;
   a.renormalize = w.renormalize;
@@ -353,24 +458,22 @@ void set_moe_routing(const MoeWeights& w, MoeCudaArgs& a) {
 
 void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWeights& w,
                       Tensor& out, Backend& backend, cudaStream_t stream) {
-  const bool fp4 = w.gate_up_q.has_value();
+  const bool quantized = w.gate_up_q.has_value();
   if (x.dtype != DType::kBF16 || out.dtype != DType::kBF16 || router_logits.dtype != DType::kF32 ||
-      (!fp4 && (w.gate_up.dtype != DType::kBF16 || w.down.dtype != DType::kBF16)) ||
-      (fp4 && !w.down_q))
+      (!quantized && (w.gate_up.dtype != DType::kBF16 || w.down.dtype != DType::kBF16)) ||
+      (quantized && !w.down_q))
     throw InvalidArgument(
-        "moe_forward_cuda: needs bf16 x/out, f32 logits and bf16 or NVFP4 experts (got x " +
+        "moe_forward_cuda: needs bf16 x/out, f32 logits and bf16, NVFP4 or FP8 experts (got x " +
         std::string(dtype_name(x.dtype)) + ", experts " +
-        (fp4 ? std::string(weight_format_name(w.gate_up_q->format))
-             : std::string(dtype_name(w.gate_up.dtype))) +
+        (quantized ? std::string(weight_format_name(w.gate_up_q->format))
+                   : std::string(dtype_name(w.gate_up.dtype))) +
         ")");
   MoeCudaArgs a;
   a.x = x.as<const bf16>();
   a.router_logits = router_logits.as<const float>();
   a.out = out.as<bf16>();
-  if (fp4) {
-    a.format = MoeExpertFormat::kNvfp4;
-    a.gate_up_q = nvfp4_stack_view(*w.gate_up_q);
-    a.down_q = nvfp4_stack_view(*w.down_q);
+  if (quantized) {
+    set_quantized_experts(w, a);
   } else {
     a.gate_up = w.gate_up.as<const bf16>();
     a.down = w.down.as<const bf16>();

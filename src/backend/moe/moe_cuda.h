@@ -1,4 +1,4 @@
-// The MoE expert stages on CUDA, bf16 or NVFP4 expert weights: route → GEMM1 (+SwiGLU) → GEMM2
+// The MoE expert stages on CUDA, bf16, NVFP4 or FP8 expert weights: route → GEMM1 (+SwiGLU) → GEMM2
 // → finalize, all on the device without host synchronisation (capturable in a CUDA graph).
 #pragma once
 #include <cuda_runtime_api.h>
@@ -23,7 +23,7 @@ namespace serval::backend::moe {
 enum class MoeCudaBackend : uint8_t { kLatency, kThroughput };
 
 // Expert weight storage of a layer on CUDA.
-enum class MoeExpertFormat : uint8_t { kBf16, kNvfp4 };
+enum class MoeExpertFormat : uint8_t { kBf16, kNvfp4, kFp8 };
 
 // One NVFP4 expert stack on the device in the repacked layout of
 // kernels/cuda/moe/moe_nvfp4_repack.h (local experts only; rows and K padded like the bf16 path).
@@ -31,6 +31,15 @@ struct MoeNvfp4Stack {
   const uint8_t* codes = nullptr;        // repacked E2M1 codes, num_local · rows · k/2 bytes
   const uint8_t* scales = nullptr;       // repacked e4m3 block scales, num_local · rows · k/16
   const float* global_scales = nullptr;  // [num_local] f32: w = e2m1 · scale · global
+};
+
+// One FP8 (e4m3) expert stack on the device in the layout of kernels/moe_fp8_layout.h (local
+// experts only, padded like the bf16 path) with its scales in the grouped GEMMs' form: block
+// multipliers (block FP8) or one f32 scale per padded row (per-channel, per-tensor).
+struct MoeFp8Stack {
+  const uint8_t* codes = nullptr;         // num_local · rows · k bytes
+  const uint16_t* multipliers = nullptr;  // bf16 bits, moe_fp8_multiplier_count(...) or null
+  const float* row_scales = nullptr;      // [num_local, rows] or null
 };
 
 // True unless SERVAL_MOE_LATENCY_KERNELS_ONLY=1 (side-by-side comparisons): see
@@ -45,8 +54,10 @@ struct MoeCudaArgs {
   const bf16* down;     // [num_local, hidden, inter]
   // kNvfp4: gate_up / down are ignored; gate_up_q has rows 2·inter (gate [0, inter), up
   // [inter, 2·inter)) × k hidden, down_q rows hidden × k inter.
+  // kFp8: likewise gate_up_f8 / down_f8 (the grouped GEMMs only: no GEMV path).
   MoeExpertFormat format = MoeExpertFormat::kBf16;
   MoeNvfp4Stack gate_up_q, down_q;
+  MoeFp8Stack gate_up_f8, down_f8;
   // W4A4 (kNvfp4 only; null: off): [num_local] f32 device global scales g = 1 / input_scale of
   // the expert inputs. GEMM1's input rows (gathered x) and GEMM2's (SwiGLU's output) are then
   // NVFP4-quantized and dequantized per expert (kernels/cuda/quant/nvfp4_expert_rows.h), as
@@ -144,16 +155,36 @@ void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Back
 // Device pointers of a stack prepared by prepare_nvfp4_experts.
 MoeNvfp4Stack nvfp4_stack_view(const QuantizedWeight& q);
 
+// Repacks one uploaded FP8 expert stack (device tensors in checkpoint layout: data e4m3
+// [E, n, k]; scales f32 [E, ceil(n/bn), ceil(k/bk)] (block) or [E, n] (per-channel); per-tensor
+// scales in global_scale on the host) into the layout the CUDA expert GEMMs read, zero-padding
+// to `rows` × `k` as prepare_nvfp4_experts does. Afterwards q.data is u8 [E · rows · k] and
+// q.scales is bf16 block multipliers [moe_fp8_multiplier_count(E, rows, k)] (block) or f32 row
+// scales [E, rows] (per-channel, per-tensor); q.n = rows, q.k = k. Synchronises `stream` (load
+// time only). Throws InvalidArgument naming `what` for inconsistent shapes or scales the GEMMs
+// cannot apply (backend/moe/moe_fp8_scales.h).
+void prepare_fp8_experts(QuantizedWeight& q, bool gated, int rows, int k, Backend& backend,
+                         cudaStream_t stream, const std::string& what);
+// Device pointers of a stack prepared by prepare_fp8_experts.
+MoeFp8Stack fp8_stack_view(const QuantizedWeight& q);
+
+// Whether the expert stack is FP8 (any scale granularity).
+bool is_fp8_experts(const QuantizedWeight& q);
+
+// The quantized expert stacks of w (prepared by prepare_nvfp4_experts or prepare_fp8_experts)
+// and their format into a. Throws InvalidArgument for unprepared stacks.
+void set_quantized_experts(const MoeWeights& w, MoeCudaArgs& a);
+
 // The routing of w (method, renormalization, groups, selection bias, scaling) and its local
 // expert slice into a.
 void set_moe_routing(const MoeWeights& w, MoeCudaArgs& a);
 
 // Tensor form for the CUDA Backend: x [T, hidden] bf16, router_logits [T, num_experts] f32,
-// out [T, hidden] bf16, weights of `w` on the device in bf16, or NVFP4 (w.gate_up_q / w.down_q
-// prepared by prepare_nvfp4_experts); w.expert_backend picks the backend. Padded weights
-// (w.padded_inter) are used as is (zero rows/columns add nothing); w.padded_hidden must equal x's
-// width. The workspace comes from `backend.empty(...)` per call (a graph-captured caller should use
-// the MoeCudaArgs form with a persistent workspace).
+// out [T, hidden] bf16, weights of `w` on the device in bf16, or NVFP4 / FP8 (w.gate_up_q /
+// w.down_q prepared by prepare_nvfp4_experts / prepare_fp8_experts); w.expert_backend picks the
+// backend. Padded weights (w.padded_inter) are used as is (zero rows/columns add nothing);
+// w.padded_hidden must equal x's width. The workspace comes from `backend.empty(...)` per call (a
+// graph-captured caller should use the MoeCudaArgs form with a persistent workspace).
 void moe_forward_cuda(const Tensor& x, const Tensor& router_logits, const MoeWeights& w,
                       Tensor& out, Backend& backend, cudaStream_t stream);
 

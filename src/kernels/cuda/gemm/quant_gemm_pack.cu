@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cuda/gemm/quant_gemm.h"
+#include "kernels/fp8_multiplier.h"
 #include "kernels/nvfp4_word.h"
 
 namespace serval::kernels::cuda {
@@ -91,13 +92,7 @@ std::vector<uint8_t> quant_gemm_pack_nvfp4_scales(const uint8_t* src, int n, int
 
 std::vector<bf16> quant_gemm_pack_block_scales(const float* src, size_t count) {
   std::vector<bf16> out(count);
-  for (size_t i = 0; i < count; ++i) {
-    const float s = src[i];
-    if (!(s >= 0.0f && s < 256.0f))
-      throw InvalidArgument("FP8 block scale " + std::to_string(i) + " = " + std::to_string(s) +
-                            " is outside [0, 256) (the CUDA GEMM folds 2^120 into bf16 scales)");
-    out[i] = float_to_bf16(std::ldexp(s, 120));
-  }
+  for (size_t i = 0; i < count; ++i) out[i] = fp8_block_multiplier(src[i], i);
   return out;
 }
 

@@ -1,4 +1,5 @@
-// cp.async (sm_80+): 16-byte global → shared copies that bypass L1, in commit groups.
+// cp.async (sm_80+): 16-byte global → shared copies that bypass L1 (and 8-byte ones through it),
+// in commit groups.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -16,6 +17,15 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, boo
 }
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   cp_async_16(uint32_t(__cvta_generic_to_shared(smem)), gmem, valid);
+}
+
+// 8 bytes global → shared (the .ca form: .cg copies only 16 bytes); both addresses 8-byte
+// aligned. Same commit groups as cp_async_16.
+__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem) {
+  asm volatile(
+      "cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))),
+      "l"(gmem)
+      : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() {

@@ -9,6 +9,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "kernels/cuda/gemm/quant_fragment.cuh"
 #include "kernels/cuda/misc/cp_async.cuh"
 #include "kernels/cuda/misc/device_utils.cuh"
 #include "kernels/cuda/misc/pdl.cuh"
@@ -16,6 +17,7 @@
 #include "kernels/cuda/moe/moe_gemm_tile.cuh"
 #include "kernels/cuda/moe/moe_gemm_wgmma.h"
 #include "kernels/cuda/moe/nvfp4_fragment.cuh"
+#include "kernels/moe_fp8_layout.h"
 
 namespace serval::kernels::cuda {
 
@@ -74,14 +76,24 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * kBK + ((chunk ^ (row & 7)) << 3);
 }
 
+// Shared-memory bytes of one pipeline stage's A tile of BM weight rows: bf16 BM × kBK swizzled;
+// NVFP4 BM/16 fragments × (512 code + 64 scale bytes); FP8 BM/16 fragments × 1024 code bytes,
+// then BM/16 × 8 bytes of block-scale multipliers (4 bf16 per fragment, one per k16 step).
+template <MoeWeightFormat kFmt>
+constexpr int a_stage_bytes(int bm) {
+  if constexpr (kFmt == MoeWeightFormat::kNvfp4) return bm * (kBK / 2 + kBK / 16);
+  if constexpr (kFmt == MoeWeightFormat::kFp8) return bm * kBK + bm / 16 * 8;
+  return bm * kBK * 2;
+}
+
 // Block tile: BM = 32·WARPS_M weight rows × BN = 8·NI·WARPS_N tokens. Warp (wm, wn) owns
 // tile rows [32·wm, 32·wm + 32) as two m16 fragments and NI n8 fragments of tokens.
 // GEMM1 row mapping: fragment 0 of warp wm = gate rows of channels ch0 + 16·wm + [0, 16),
 // fragment 1 = the up rows of the same channels (ch0 = blockIdx.x · BM/2), so a thread's
 // accumulators of fragment 0 and 1 hold gate and up of the same (channel, token).
-// Shared memory per stage: the A tile (bf16: BM × kBK swizzled; NVFP4: BM/16 fragments × 512
-// code bytes, then BM/16 × 64 scale bytes, both in the repacked order) and the B tile (BN × kBK
-// swizzled bf16); NVFP4 adds a 256-entry table e4m3 byte → bf16x2 of 2⁶⁴·scale at the end.
+// Shared memory per stage: the A tile (a_stage_bytes, in the repacked order for NVFP4 and FP8)
+// and the B tile (BN × kBK swizzled bf16); NVFP4 adds a 256-entry table e4m3 byte → bf16x2 of
+// 2⁶⁴·scale at the end.
 // WARPS_K > 1 splits K over that many groups of WARPS_M·WARPS_N warps, each with its own
 // STAGES-deep pipeline over a contiguous run of K tiles and its own barrier; the groups'
 // accumulators are summed in group order through shared memory before group 0's epilogue. At one
@@ -90,17 +102,21 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 // NVFP4 128-row tile-8 GEMMs at ~8 tokens are bound the same way (ncu, Qwen3 GEMM1: 209 warp
 // instructions per K tile, issue 41 % busy, and the same 39-40 µs for 432 or 624 working CTAs):
 // two K groups there (moe_gemm_k_groups).
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, bool kFp4, int WARPS_K>
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kGemm1, MoeWeightFormat kFmt,
+          int WARPS_K>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kernel(MoeGemmParams p) {
+  constexpr bool kFp4 = kFmt == MoeWeightFormat::kNvfp4, kFp8 = kFmt == MoeWeightFormat::kFp8;
   constexpr int kThreads = WARPS_M * WARPS_N * 32;  // per K group
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
-  constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
-  // 16-byte A chunks per thread per stage (NVFP4: codes only; scales use kScaleChunks).
-  constexpr int kAChunks = kFp4 ? BM * 2 / kThreads : BM * 8 / kThreads;
+  constexpr int kAStageBytes = a_stage_bytes<kFmt>(BM);
+  // 16-byte A chunks per thread per stage (NVFP4 and FP8: codes only; NVFP4 scales use
+  // kScaleChunks, FP8 multipliers one 8-byte copy per fragment).
+  constexpr int kAChunks = kFp4 ? BM * 2 / kThreads : kFp8 ? BM * 4 / kThreads : BM * 8 / kThreads;
   constexpr int kBChunks = (BN * 8 + kThreads - 1) / kThreads;
   constexpr int kScaleChunks = BM / 16 * 4;  // NVFP4 scale chunks per stage (one per thread)
   static_assert(!kFp4 || (BM * 2) % kThreads == 0, "NVFP4 code chunks divide over threads");
-  static_assert(kFp4 || (BM * 8) % kThreads == 0, "A tile chunks divide over threads");
+  static_assert(!kFp8 || (BM * 4) % kThreads == 0, "FP8 code chunks divide over threads");
+  static_assert(kFp4 || kFp8 || (BM * 8) % kThreads == 0, "A tile chunks divide over threads");
   static_assert(kScaleChunks <= kThreads, "one scale chunk per thread at most");
 
   constexpr int kGroupSmemBytes = STAGES * (kAStageBytes + BN * kBK * 2);
@@ -129,7 +145,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
   const int K = p.k;
   const int m_rows = kGemm1 ? 2 * p.n_out : p.n_out;
   const __nv_bfloat16* X = reinterpret_cast<const __nv_bfloat16*>(p.input);
-  const int row0 = tile * BN;  // first permuted row of this tile
+  const int row0 = tile * BN;                                   // first permuted row of this tile
+  const bool fp8_block = kFp8 && p.fp8_multipliers != nullptr;  // else 2^120 (decode_step)
 
   // Weight row of tile row r (GEMM1: gate/up interleaving by 16-row fragment).
   auto weight_row = [&](int r) {
@@ -144,11 +161,28 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
 
   // A sources. bf16: chunk column (tid % 8) is the same for all of a thread's chunks.
   // NVFP4: chunk c = tid + j·kThreads is lane c % 32 of fragment c / 32, stored at byte 16·c.
+  // FP8: chunk c is 16-byte piece c % 64 of fragment c / 64's 1024-byte tile, stored at 16·c.
   const uint8_t* a_src[kAChunks];
   int a_dst[kAChunks];
   const uint8_t* s_src = nullptr;
+  const uint16_t* m_src = nullptr;  // FP8 block multipliers of fragment tid (tid < BM/16)
   const int kc = tid & 7;
-  if constexpr (kFp4) {
+  if constexpr (kFp8) {
+    const int kb_count = K / kBK;
+    const uint8_t* Wq = static_cast<const uint8_t*>(p.weights) + size_t(expert) * m_rows * K;
+#pragma unroll
+    for (int j = 0; j < kAChunks; ++j) {
+      const int c = tid + j * kThreads;
+      const int mt = weight_row(16 * (c / 64)) / 16;
+      a_src[j] = Wq + size_t(mt) * kb_count * kMoeFp8TileBytes + (c % 64) * 16;
+      a_dst[j] = c * 16;
+    }
+    if (fp8_block && tid < BM / 16) {
+      const int mt = weight_row(16 * tid) / 16;
+      m_src = p.fp8_multipliers +
+              (size_t(expert) * (m_rows / 16) + mt) * kb_count * kMoeFp8MultipliersPerTile;
+    }
+  } else if constexpr (kFp4) {
     const int kb_count = K / kBK;
     const uint8_t* Wq = static_cast<const uint8_t*>(p.weights) + size_t(expert) * m_rows * (K / 2);
 #pragma unroll
@@ -196,12 +230,19 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
   // Weights (A) and activations (B) of K tile kt into pipeline slot `stage`.
   auto load_a = [&](int stage, int kt) {
     uint8_t* a = smem + stage * kAStageBytes;
-    // Byte offset of K tile kt in the A source: bf16 kBK·2; NVFP4 one 512-byte code tile.
-    const size_t a_off = kFp4 ? size_t(kt) * 512 : size_t(kt) * kBK * 2;
+    // Byte offset of K tile kt in the A source: bf16 kBK·2; NVFP4 one 512-byte code tile; FP8
+    // one 1024-byte tile.
+    const size_t a_off = kFp4   ? size_t(kt) * 512
+                         : kFp8 ? size_t(kt) * kMoeFp8TileBytes
+                                : size_t(kt) * kBK * 2;
 #pragma unroll
     for (int j = 0; j < kAChunks; ++j) cp_async_16(a + a_dst[j], a_src[j] + a_off, true);
     if constexpr (kFp4) {
       if (tid < kScaleChunks) cp_async_16(a + BM * (kBK / 2) + tid * 16, s_src + kt * 64, true);
+    }
+    if constexpr (kFp8) {
+      if (m_src != nullptr)
+        cp_async_8(a + BM * kBK + tid * 8, m_src + size_t(kt) * kMoeFp8MultipliersPerTile);
     }
   };
   auto load_b = [&](int stage, int kt) {
@@ -266,6 +307,21 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
     uint4 wq[2];
     uint2 sq[2];
     QuadScales qs[2];
+    // FP8: this thread's 8 code words of each m16 fragment and the fragment's 4 multipliers.
+    uint32_t w8[2][8];
+    uint2 mq[2] = {};
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const int f = wm * 2 + mi;
+        const uint8_t* tile_lane = a_stage + f * kMoeFp8TileBytes + lane * 16;
+        const uint4 lo = *reinterpret_cast<const uint4*>(tile_lane);
+        const uint4 hi = *reinterpret_cast<const uint4*>(tile_lane + 512);
+        w8[mi][0] = lo.x, w8[mi][1] = lo.y, w8[mi][2] = lo.z, w8[mi][3] = lo.w;
+        w8[mi][4] = hi.x, w8[mi][5] = hi.y, w8[mi][6] = hi.z, w8[mi][7] = hi.w;
+        if (fp8_block) mq[mi] = *reinterpret_cast<const uint2*>(a_stage + BM * kBK + f * 8);
+      }
+    }
     if constexpr (kFp4) {
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
@@ -280,7 +336,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
       uint32_t af[2][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        if constexpr (kFp4) {
+        if constexpr (kFp8) {
+          uint32_t m = kFp8Mult;
+          if (fp8_block) {
+            const uint32_t h = ((kk < 2 ? mq[mi].x : mq[mi].y) >> (16 * (kk & 1))) & 0xffffu;
+            m = h | (h << 16);
+          }
+          decode_step<false>(w8[mi], kk, m, m, af[mi]);
+        } else if constexpr (kFp4) {
           const uint32_t word = kk == 0   ? wq[mi].x
                                 : kk == 1 ? wq[mi].y
                                 : kk == 2 ? wq[mi].z
@@ -340,6 +403,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
   // Lanes g and g^1 (lane ^ 4) swap one value so that each writes two adjacent output columns
   // (channels) of one token as a bf16x2.
   const float unscale = kFp4 ? p.global_scales[expert] * kNvfp4Unscale : 1.0f;
+  // FP8 per-channel / per-tensor: the scale of each weight row (this lane's row g + 8h).
+  const float* rs = kFp8 && p.row_scales ? p.row_scales + size_t(expert) * m_rows : nullptr;
   const bool odd = g & 1;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.output);
   constexpr int kFrags = kGemm1 ? 1 : 2;
@@ -351,13 +416,16 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
       for (int h = 0; h < 2; ++h) {
         float v0, v1;  // (row g + 8h, token 2·t4) and (row g + 8h, token 2·t4 + 1)
         if constexpr (kGemm1) {
-          const float g0 = acc[0][ni][2 * h] * unscale, g1 = acc[0][ni][2 * h + 1] * unscale;
-          const float u0 = acc[1][ni][2 * h] * unscale, u1 = acc[1][ni][2 * h + 1] * unscale;
+          const int ch = blockIdx.x * (BM / 2) + wm * 16 + g + 8 * h;
+          const float sg = rs ? rs[ch] : unscale, su = rs ? rs[p.n_out + ch] : unscale;
+          const float g0 = acc[0][ni][2 * h] * sg, g1 = acc[0][ni][2 * h + 1] * sg;
+          const float u0 = acc[1][ni][2 * h] * su, u1 = acc[1][ni][2 * h + 1] * su;
           v0 = fast_silu(g0) * u0;
           v1 = fast_silu(g1) * u1;
         } else {
-          v0 = acc[mi][ni][2 * h] * unscale;
-          v1 = acc[mi][ni][2 * h + 1] * unscale;
+          const float s = rs ? rs[blockIdx.x * BM + wm * 32 + mi * 16 + g + 8 * h] : unscale;
+          v0 = acc[mi][ni][2 * h] * s;
+          v1 = acc[mi][ni][2 * h + 1] * s;
         }
         const float recv = __shfl_xor_sync(kFull, odd ? v0 : v1, 4);
         const int row_in = (g & ~1) + 8 * h;  // even row of the pair
@@ -374,37 +442,38 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* WARPS_K * 32) moe_gemm_kerne
       }
 }
 
-template <int WARPS_M, int WARPS_N, int NI, int STAGES, bool kFp4, int WARPS_K = 1>
+template <int WARPS_M, int WARPS_N, int NI, int STAGES, MoeWeightFormat kFmt, int WARPS_K = 1>
 void launch(const MoeGemmParams& p, cudaStream_t stream) {
   constexpr int BM = 32 * WARPS_M, BN = 8 * NI * WARPS_N;
-  constexpr int kAStageBytes = kFp4 ? BM * (kBK / 2 + kBK / 16) : BM * kBK * 2;
-  constexpr size_t kSmem =
-      size_t(WARPS_K) * STAGES * (kAStageBytes + BN * kBK * 2) + (kFp4 ? 1024 : 0);
-  auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFp4, WARPS_K>
-                        : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFp4, WARPS_K>;
+  constexpr size_t kSmem = size_t(WARPS_K) * STAGES * (a_stage_bytes<kFmt>(BM) + BN * kBK * 2) +
+                           (kFmt == MoeWeightFormat::kNvfp4 ? 1024 : 0);
+  auto kernel = p.gemm1 ? moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, true, kFmt, WARPS_K>
+                        : moe_gemm_kernel<WARPS_M, WARPS_N, NI, STAGES, false, kFmt, WARPS_K>;
   allow_dynamic_smem(kernel, kSmem, "moe_gemm");
   const int m_blocks = p.gemm1 ? p.n_out / (BM / 2) : p.n_out / BM;
   launch_pdl(p.gemm1 ? "moe_gemm1" : "moe_gemm2", kernel, dim3(m_blocks, p.max_tiles),
              dim3(WARPS_M * WARPS_N * WARPS_K * 32), kSmem, stream, p);
 }
 
-// Pipeline depth per format: NVFP4 stages are ~4× smaller, so more of them keep as many weight
-// bytes in flight. The 64- and 32-row tiles of the decode regime are deeper still (8 bf16 / 12
-// NVFP4 stages: 72 / 40 KB of shared memory at 64 rows, 40 / 27 KB at 32), since they run when
-// there are few CTAs and each must keep many bytes in flight; a whole 768-long K of NVFP4 is
-// then 12 stages, i.e. issued at once. The bf16 32-row tile (one token) splits K over two
-// one-warp groups of 4 stages each: Qwen3-30B bf16 b1 GEMM1 15 µs instead of 17.8 per layer,
+// Pipeline depth per format: NVFP4 and FP8 stages are ~4× and 2× smaller than bf16's, so more of
+// them keep as many weight bytes in flight (FP8 takes NVFP4's depths: about the shared memory
+// bf16 uses; not tuned yet). The 64- and 32-row tiles of the decode regime are deeper still (8
+// bf16 / 12 NVFP4 stages: 72 / 40 KB of shared memory at 64 rows, 40 / 27 KB at 32), since they
+// run when there are few CTAs and each must keep many bytes in flight; a whole 768-long K of
+// NVFP4 is then 12 stages, i.e. issued at once. The bf16 32-row tile (one token) splits K over
+// two one-warp groups of 4 stages each: Qwen3-30B bf16 b1 GEMM1 15 µs instead of 17.8 per layer,
 // TPOT 2.801 vs 2.848 ms (bench/RESULTS.md; four groups make GEMM1 as fast but delay GEMM2 more).
-template <bool kFp4>
+template <MoeWeightFormat kFmt>
 void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
-  constexpr int kLatStages = kFp4 ? 6 : 4, kThrStages = kFp4 ? 4 : 3;
-  constexpr int kSmallStages = kFp4 ? 12 : 8;
+  constexpr bool kBf16 = kFmt == MoeWeightFormat::kBf16, kFp4 = kFmt == MoeWeightFormat::kNvfp4;
+  constexpr int kLatStages = kBf16 ? 4 : 6, kThrStages = kBf16 ? 3 : 4;
+  constexpr int kSmallStages = kBf16 ? 8 : 12;
   // Per K group: 34 KB of shared memory for two groups. Three stages measured faster than four
   // (Qwen3-30B NVFP4 b8 TPOT 4.16-4.18 vs 4.23-4.24 ms) and two slower (4.36).
   constexpr int kSplitStages = 3;
   if (p.config == MoeGemmConfig::kThroughput) {
     if (p.tile != 128) throw InvalidArgument("moe_grouped_gemm: throughput tile must be 128");
-    launch<4, 2, 8, kThrStages, kFp4>(p, stream);
+    launch<4, 2, 8, kThrStages, kFmt>(p, stream);
     return;
   }
   switch (p.tile) {
@@ -412,32 +481,34 @@ void dispatch(const MoeGemmParams& p, cudaStream_t stream) {
       switch (moe_gemm_block_rows(p)) {
         case 32:
           // bf16: two K groups of 4 stages (the same 40 KB as one warp's 8 stages).
-          if constexpr (kFp4) {
-            launch<1, 1, 1, kSmallStages, kFp4>(p, stream);
+          if constexpr (kBf16) {
+            launch<1, 1, 1, 4, kFmt, 2>(p, stream);
           } else {
-            launch<1, 1, 1, 4, kFp4, 2>(p, stream);
+            launch<1, 1, 1, kSmallStages, kFmt>(p, stream);
           }
           break;
         case 64:
-          launch<2, 1, 1, kSmallStages, kFp4>(p, stream);
+          launch<2, 1, 1, kSmallStages, kFmt>(p, stream);
           break;
         default:
-          if (kFp4 && moe_gemm_k_groups(p) == 2) {
-            launch<4, 1, 1, kSplitStages, kFp4, 2>(p, stream);
-          } else {
-            launch<4, 1, 1, kLatStages, kFp4>(p, stream);
+          if constexpr (kFp4) {
+            if (moe_gemm_k_groups(p) == 2) {
+              launch<4, 1, 1, kSplitStages, kFmt, 2>(p, stream);
+              break;
+            }
           }
+          launch<4, 1, 1, kLatStages, kFmt>(p, stream);
           break;
       }
       break;
     case 16:
-      launch<4, 1, 2, kLatStages, kFp4>(p, stream);
+      launch<4, 1, 2, kLatStages, kFmt>(p, stream);
       break;
     case 32:
-      launch<4, 1, 4, kLatStages, kFp4>(p, stream);
+      launch<4, 1, 4, kLatStages, kFmt>(p, stream);
       break;
     case 64:
-      launch<4, 1, 8, kLatStages, kFp4>(p, stream);
+      launch<4, 1, 8, kLatStages, kFmt>(p, stream);
       break;
     default:
       throw InvalidArgument("moe_grouped_gemm: latency tile must be 8, 16, 32 or 64, got " +
@@ -476,12 +547,20 @@ void moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   const bool fp4 = p.format == MoeWeightFormat::kNvfp4;
   if (fp4 && (p.weight_scales == nullptr || p.global_scales == nullptr))
     throw InvalidArgument("moe_grouped_gemm: NVFP4 weights need block and global scales");
+  if (p.format == MoeWeightFormat::kFp8 && p.fp8_multipliers != nullptr && p.row_scales != nullptr)
+    throw InvalidArgument("moe_grouped_gemm: FP8 weights take block multipliers or row scales");
   if (p.max_tiles <= 0) return;
   if (moe_grouped_gemm_wgmma(p, stream)) return;
-  if (fp4) {
-    dispatch<true>(p, stream);
-  } else {
-    dispatch<false>(p, stream);
+  switch (p.format) {
+    case MoeWeightFormat::kBf16:
+      dispatch<MoeWeightFormat::kBf16>(p, stream);
+      break;
+    case MoeWeightFormat::kNvfp4:
+      dispatch<MoeWeightFormat::kNvfp4>(p, stream);
+      break;
+    case MoeWeightFormat::kFp8:
+      dispatch<MoeWeightFormat::kFp8>(p, stream);
+      break;
   }
 }
 

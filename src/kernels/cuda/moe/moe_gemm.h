@@ -1,4 +1,4 @@
-// Grouped expert GEMMs of both MoE backends (bf16 activations, bf16 or NVFP4 weights, fp32
+// Grouped expert GEMMs of both MoE backends (bf16 activations, bf16, NVFP4 or FP8 weights, fp32
 // accumulate, bf16 out), swap-AB: weight rows are the MMA M side (tiles of 128 rows), the
 // permuted token rows the N side.
 #pragma once
@@ -24,8 +24,12 @@ enum class MoeGemmConfig : uint8_t { kLatency, kThroughput };
 // Expert weight storage. kNvfp4: E2M1 codes and e4m3 block scales (16 along K) in the
 // fragment-ordered layout of moe_nvfp4_repack.h, one fp32 global scale per local expert;
 // dequantized in registers to bf16 (exact: w·2⁻⁶² = e2m1·e4m3·2⁻⁶²), the global scale (·2⁶²) is
-// applied to the fp32 accumulators in the epilogue.
-enum class MoeWeightFormat : uint8_t { kBf16, kNvfp4 };
+// applied to the fp32 accumulators in the epilogue. kFp8: e4m3 codes in the tiled layout of
+// kernels/moe_fp8_layout.h (moe_fp8_repack.h), dequantized in registers to bf16 by bit operations
+// times a multiplier: a block-scale multiplier per 16 rows × 16 columns (fp8_multipliers, block
+// FP8; the scale rounded to bf16, ~2^-9 relative) or 2^120 exactly with one f32 scale per weight
+// row on the accumulators (row_scales: per-channel and per-tensor FP8).
+enum class MoeWeightFormat : uint8_t { kBf16, kNvfp4, kFp8 };
 
 // Works on the maps of moe_routing: CTA (x, y) computes weight rows block x for token tile y of
 // expert tile_expert[y]; CTAs with y ≥ *num_tiles exit at once (worst-case grid, no host sync).
@@ -33,10 +37,10 @@ enum class MoeWeightFormat : uint8_t { kBf16, kNvfp4 };
 //     c ∈ [0, inter), gathering x rows through permuted_to_token (−1 → zero row).
 //   GEMM2 (gemm1 = false): y[r, h] = act[r]·down[e, h], h ∈ [0, hidden).
 // bf16 weights are in checkpoint layout, no repacking: gate_up [num_local, 2·inter, hidden] (rows
-// [0, inter) gate, [inter, 2·inter) up), down [num_local, hidden, inter]; NVFP4 weights have the
-// same rows, repacked per expert (moe_nvfp4_repack.h). A CTA of GEMM1 loads
-// 64 gate rows and the 64 matching up rows so SwiGLU is fused in registers.
-// Requirements: k % 64 == 0; GEMM1 inter % 64 == 0; GEMM2 hidden % 128 == 0.
+// [0, inter) gate, [inter, 2·inter) up), down [num_local, hidden, inter]; NVFP4 and FP8 weights
+// have the same rows, repacked per expert (moe_nvfp4_repack.h, moe_fp8_repack.h). A CTA of GEMM1
+// loads 64 gate rows and the 64 matching up rows so SwiGLU is fused in registers. Requirements: k %
+// 64 == 0; GEMM1 inter % 64 == 0; GEMM2 hidden % 128 == 0.
 struct MoeGemmParams {
   bool gemm1;
   MoeGemmConfig config;
@@ -45,7 +49,12 @@ struct MoeGemmParams {
   MoeWeightFormat format = MoeWeightFormat::kBf16;
   const uint8_t* weight_scales = nullptr;  // NVFP4: repacked e4m3 block scales
   const float* global_scales = nullptr;    // NVFP4: [num_local] per-expert multipliers
-  bf16* output;                            // GEMM1: act [rows, inter]; GEMM2: y [rows, hidden]
+  // FP8, one of: bf16 bits [moe_fp8_multiplier_count(num_local, rows, k)] of block-scale
+  // multipliers (kernels/moe_fp8_layout.h), or f32 [num_local, rows] scales of the weight rows
+  // (rows: GEMM1 2·inter, GEMM2 hidden). Both null: the codes are the weights.
+  const uint16_t* fp8_multipliers = nullptr;
+  const float* row_scales = nullptr;
+  bf16* output;  // GEMM1: act [rows, inter]; GEMM2: y [rows, hidden]
   // [rows]: the token of each permuted row (−1: padding). GEMM1 gathers x rows through it; GEMM2
   // may (null: not) take from it only which rows of a tile hold tokens.
   const int32_t* permuted_to_token;
