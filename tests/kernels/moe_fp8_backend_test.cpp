@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,13 @@ struct Fp8Case {
   int experts, top_k, hidden, inter;
   int block_n = 0, block_k = 0;         // block FP8
   int local_offset = 0, num_local = 0;  // 0 local: all experts
+  uint64_t seed;
   const char* name;
 };
+
+void PrintTo(const Fp8Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 // One FP8 stack [experts, rows, k] with random e4m3 codes (every finite value, NaN excluded)
 // and scales giving the weights about `weight_rms`.
@@ -110,10 +116,10 @@ QuantizedWeight upload_stack(Backend& b, const QuantizedWeight& host) {
   return q;
 }
 
-void expect_matches_cpu(const Fp8Case& c, uint64_t seed) {
+void expect_matches_cpu(const Fp8Case& c) {
   auto b = make_cuda_backend();
   ASSERT_TRUE(b);
-  mu::Rng rng(seed);
+  mu::Rng rng(c.seed);
   const int local = c.num_local > 0 ? c.num_local : c.experts;
   std::vector<float> router(size_t(c.experts) * c.hidden);
   for (auto& v : router) v = bf16_to_float(float_to_bf16(rng.uniform()));
@@ -126,9 +132,9 @@ void expect_matches_cpu(const Fp8Case& c, uint64_t seed) {
                                  upload_stack(*b, dn.q));
     w.expert_backend = expert_backend;
     b->prepare_moe(w);
-    // 1-8: tile-8 latency GEMMs; 33: tile 16; 130: past the latency backend's hand-over at
-    // top-2 of 8 experts (128 tokens), i.e. the throughput kernels either way.
-    for (int T : {1, 2, 3, 8, 33, 130}) {
+    // 1-8: tile-8 latency GEMMs; 33: tile 16; 130 and 1024: past the latency backend's
+    // hand-over at top-2 of 8 experts (128 tokens), i.e. the throughput kernels either way.
+    for (int T : {1, 2, 3, 8, 33, 130, 1024}) {
       std::vector<bf16> x = mu::random_bf16(size_t(T) * c.hidden, 1.0f, rng);
       Tensor xd = b->upload(host_view(x.data(), DType::kBF16, {T, c.hidden}, nullptr));
       Tensor out = b->empty(DType::kBF16, {T, c.hidden});
@@ -147,44 +153,35 @@ void expect_matches_cpu(const Fp8Case& c, uint64_t seed) {
   }
 }
 
+class MoeFp8Backend : public ::testing::TestWithParam<Fp8Case> {};
+
+TEST_P(MoeFp8Backend, MatchesCpu) {
+  if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
+  expect_matches_cpu(GetParam());
+}
+
 // hidden 208 → 256 and inter 80 → 128: codes padded with zeros, the gate and up halves apart.
-TEST(MoeFp8Backend, PerTensorMatchesCpu) {
-  if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  expect_matches_cpu({WeightFormat::kFp8PerTensor, 8, 2, 208, 80, 0, 0, 0, 0, "per-tensor"}, 61);
-}
-
-TEST(MoeFp8Backend, PerChannelMatchesCpu) {
-  if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  expect_matches_cpu({WeightFormat::kFp8PerChannel, 8, 2, 208, 80, 0, 0, 0, 0, "per-channel"}, 62);
-}
-
-// 32 × 64 blocks: K of GEMM1 (208) and GEMM2 (80) end in partial blocks, and the up half's rows
-// start inside a block.
-TEST(MoeFp8Backend, BlockMatchesCpu) {
-  if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  expect_matches_cpu({WeightFormat::kFp8Block, 8, 2, 208, 80, 32, 64, 0, 0, "block 32x64"}, 63);
-}
-
-// DeepSeek's and Qwen3's 128 × 128 blocks on an unpadded shape.
-TEST(MoeFp8Backend, Block128MatchesCpu) {
-  if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  expect_matches_cpu({WeightFormat::kFp8Block, 8, 2, 256, 256, 128, 128, 0, 0, "block 128"}, 64);
-}
-
-// Expert parallel: this rank holds experts [3, 7); tokens routed elsewhere contribute zero.
-TEST(MoeFp8Backend, LocalSliceMatchesCpu) {
-  if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
-  expect_matches_cpu({WeightFormat::kFp8Block, 8, 2, 208, 80, 16, 16, 3, 4, "slice block 16"}, 65);
-}
+// Blocks of 32 × 64: K of GEMM1 (208) and GEMM2 (80) end in partial blocks, and the up half's
+// rows start inside a block; 128 × 128 as DeepSeek-V3 and Qwen3 FP8 ship them; an expert-parallel
+// slice (experts [3, 7): tokens routed elsewhere contribute zero).
+INSTANTIATE_TEST_SUITE_P(
+    Formats, MoeFp8Backend,
+    ::testing::Values(
+        Fp8Case{WeightFormat::kFp8PerTensor, 8, 2, 208, 80, 0, 0, 0, 0, 61, "PerTensor"},
+        Fp8Case{WeightFormat::kFp8PerChannel, 8, 2, 208, 80, 0, 0, 0, 0, 62, "PerChannel"},
+        Fp8Case{WeightFormat::kFp8Block, 8, 2, 208, 80, 32, 64, 0, 0, 63, "Block32x64"},
+        Fp8Case{WeightFormat::kFp8Block, 8, 2, 256, 256, 128, 128, 0, 0, 64, "Block128"},
+        Fp8Case{WeightFormat::kFp8Block, 8, 2, 208, 80, 16, 16, 3, 4, 65, "SliceBlock16"}),
+    [](const ::testing::TestParamInfo<Fp8Case>& info) { return std::string(info.param.name); });
 
 // A block height that is not a multiple of 16 cannot be applied per 16-row fragment: refused at
 // load, naming the block.
-TEST(MoeFp8Backend, BlockOf24RowsRefusedAtLoad) {
+TEST(MoeFp8BackendLoad, BlockOf24RowsRefused) {
   if (!serval::testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU: skipped";
   auto b = make_cuda_backend();
   ASSERT_TRUE(b);
-  const Fp8Case c{WeightFormat::kFp8Block, 8, 2, 208, 80, 24, 64, 0, 0, "block 24"};
-  mu::Rng rng(66);
+  const Fp8Case c{WeightFormat::kFp8Block, 8, 2, 208, 80, 24, 64, 0, 0, 66, "Block24"};
+  mu::Rng rng(c.seed);
   std::vector<float> router(size_t(c.experts) * c.hidden, 0.5f);
   const Fp8Stack gu(c, c.experts, 2 * c.inter, c.hidden, rng),
       dn(c, c.experts, c.hidden, c.inter, rng);

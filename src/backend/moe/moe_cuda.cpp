@@ -61,6 +61,19 @@ Layout layout(int tokens, int top_k, int num_local, int hidden, int inter, int t
   return l;
 }
 
+// The end of a load-time repack: waits for `stream` (after `status`, the enqueueing's result),
+// then q holds the repacked stack of rows × k.
+void adopt_repacked(QuantizedWeight& q, const Tensor& data, const Tensor& scales, int rows, int k,
+                    cudaError_t status, cudaStream_t stream, const std::string& what) {
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+  if (status != cudaSuccess)
+    throw Error("cuda backend: repacking " + what + " failed: " + cudaGetErrorString(status));
+  q.data = data;
+  q.scales = scales;
+  q.n = rows;
+  q.k = k;
+}
+
 int tile_for(const MoeCudaArgs& a) {
   return moe_step_kernels(a) == MoeCudaBackend::kThroughput
              ? kThroughputTile
@@ -329,16 +342,10 @@ void prepare_nvfp4_experts(QuantizedWeight& q, bool gated, int rows, int k, Back
   p.k = k;
   p.gated = gated;
   kc::moe_nvfp4_repack(p, stream);
-  cudaError_t e =
+  const cudaError_t e =
       cudaMemcpyAsync(static_cast<char*>(scales.data) + align256(scale_bytes),
                       q.global_scale.data(), 4 * size_t(E), cudaMemcpyHostToDevice, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess)
-    throw Error("cuda backend: repacking " + what + " failed: " + cudaGetErrorString(e));
-  q.data = data;
-  q.scales = scales;
-  q.n = rows;
-  q.k = k;
+  adopt_repacked(q, data, scales, rows, k, e, stream, what);
 }
 
 MoeNvfp4Stack nvfp4_stack_view(const QuantizedWeight& q) {
@@ -400,13 +407,7 @@ void prepare_fp8_experts(QuantizedWeight& q, bool gated, int rows, int k, Backen
   Tensor data = backend.empty(DType::kU8, {int64_t(kc::moe_fp8_data_bytes(E, rows, k))});
   kc::moe_fp8_repack({q.data.as<const uint8_t>(), data.as<uint8_t>(), E, q.n, q.k, rows, k, gated},
                      stream);
-  const cudaError_t e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess)
-    throw Error("cuda backend: repacking " + what + " failed: " + cudaGetErrorString(e));
-  q.data = data;
-  q.scales = scales;
-  q.n = rows;
-  q.k = k;
+  adopt_repacked(q, data, scales, rows, k, cudaSuccess, stream, what);
 }
 
 MoeFp8Stack fp8_stack_view(const QuantizedWeight& q) {
