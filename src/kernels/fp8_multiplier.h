@@ -13,12 +13,14 @@ namespace serval::kernels {
 
 // bf16(s · 2^120), rounded to nearest: the product then matches the fp32 reference to ~2^-9
 // relative, not exactly. `index` names the scale in the message. InvalidArgument for a scale
-// that is negative, not finite, or ≥ 2^8 (s · 2^120 would overflow bf16).
+// that is negative or not finite, or whose multiplier rounds past bf16's largest value (s ≥ 255.5:
+// the multiplier would be infinite and turn zero codes into NaN).
 inline bf16 fp8_block_multiplier(float s, size_t index) {
-  if (!(s >= 0.0f && s < 256.0f))
+  const bf16 m = float_to_bf16(std::ldexp(s, 120));
+  if (!(s >= 0.0f) || !std::isfinite(bf16_to_float(m)))
     throw InvalidArgument("FP8 block scale " + std::to_string(index) + " = " + std::to_string(s) +
-                          " is outside [0, 256) (the CUDA GEMMs fold 2^120 into bf16 scales)");
-  return float_to_bf16(std::ldexp(s, 120));
+                          " is outside [0, 255.5) (the CUDA GEMMs fold 2^120 into bf16 scales)");
+  return m;
 }
 
 }  // namespace serval::kernels

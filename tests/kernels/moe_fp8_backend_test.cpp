@@ -3,9 +3,9 @@
 // its hand-over to the throughput kernels), an expert-parallel slice, against moe_forward_cpu on
 // the checkpoint-layout stacks (fp32 dequantization).
 //
-// Tolerance rel L2 < 2e-2, as for NVFP4 experts: the GPU rounds the dequantized weights, the
-// SwiGLU activations and (block FP8) the block-scale multipliers to bf16 (~2^-9 relative each);
-// per-tensor and per-channel weights are exact in bf16 and their scales applied in fp32. The
+// Tolerance rel L2 < 2e-2 for block FP8, as for NVFP4 experts: the GPU rounds the dequantized
+// weights, the SwiGLU activations and the block-scale multipliers to bf16 (~2^-9 relative each);
+// per-tensor and per-channel weights are exact in bf16 and their scales applied in fp32: 1e-2. The
 // router GEMM runs on the GPU (bf16 weights that hold the bf16-rounded router exactly), so a
 // near tie could in principle route differently; with random routers the gaps are far larger.
 #include <gtest/gtest.h>
@@ -29,7 +29,9 @@ namespace {
 namespace mu = serval::testing::moe_util;
 using kernels::WeightFormat;
 
-constexpr double kTol = 2e-2;
+// Block FP8 rounds its multipliers and the scaled weights to bf16; per-tensor and per-channel
+// weights are exact in bf16, leaving the activations' bf16 roundings (~3e-3 expected).
+constexpr double kBlockTol = 2e-2, kExactTol = 1e-2;
 
 struct Fp8Case {
   WeightFormat format;
@@ -148,7 +150,8 @@ void expect_matches_cpu(const Fp8Case& c) {
       const std::vector<float> gotf = mu::to_float(got);
       for (size_t i = 0; i < gotf.size(); ++i)
         ASSERT_TRUE(std::isfinite(gotf[i])) << c.name << " " << expert_backend << " T " << T;
-      EXPECT_LT(mu::rel_l2(gotf, ref), kTol) << c.name << " " << expert_backend << " T " << T;
+      const double tol = c.format == WeightFormat::kFp8Block ? kBlockTol : kExactTol;
+      EXPECT_LT(mu::rel_l2(gotf, ref), tol) << c.name << " " << expert_backend << " T " << T;
     }
   }
 }
@@ -163,7 +166,8 @@ TEST_P(MoeFp8Backend, MatchesCpu) {
 // hidden 208 → 256 and inter 80 → 128: codes padded with zeros, the gate and up halves apart.
 // Blocks of 32 × 64: K of GEMM1 (208) and GEMM2 (80) end in partial blocks, and the up half's
 // rows start inside a block; 128 × 128 as DeepSeek-V3 and Qwen3 FP8 ship them; an expert-parallel
-// slice (experts [3, 7): tokens routed elsewhere contribute zero).
+// slice (experts [3, 7): tokens routed elsewhere contribute zero); top-8 of 64 experts, whose
+// few-token grids take the 64-row tile-8 kernel on an H100/H200.
 INSTANTIATE_TEST_SUITE_P(
     Formats, MoeFp8Backend,
     ::testing::Values(
@@ -171,7 +175,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fp8Case{WeightFormat::kFp8PerChannel, 8, 2, 208, 80, 0, 0, 0, 0, 62, "PerChannel"},
         Fp8Case{WeightFormat::kFp8Block, 8, 2, 208, 80, 32, 64, 0, 0, 63, "Block32x64"},
         Fp8Case{WeightFormat::kFp8Block, 8, 2, 256, 256, 128, 128, 0, 0, 64, "Block128"},
-        Fp8Case{WeightFormat::kFp8Block, 8, 2, 208, 80, 16, 16, 3, 4, 65, "SliceBlock16"}),
+        Fp8Case{WeightFormat::kFp8Block, 8, 2, 208, 80, 16, 16, 3, 4, 65, "SliceBlock16"},
+        Fp8Case{WeightFormat::kFp8Block, 64, 8, 256, 256, 128, 128, 0, 0, 67, "Block128Top8Of64"}),
     [](const ::testing::TestParamInfo<Fp8Case>& info) { return std::string(info.param.name); });
 
 // A block height that is not a multiple of 16 cannot be applied per 16-row fragment: refused at

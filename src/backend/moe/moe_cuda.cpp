@@ -382,14 +382,17 @@ void prepare_fp8_experts(QuantizedWeight& q, bool gated, int rows, int k, Backen
   const bool scales_ok = (!block && !channel) || (q.scales.dtype == DType::kF32 &&
                                                   q.scales.numel() == int64_t(scale_count) &&
                                                   q.scales.device == Device::kCuda);
-  if (!is_fp8_experts(q) || E <= 0 || q.n <= 0 || q.k <= 0 ||
+  // A stack prepared already holds u8 [E · rows · k]: repacking it again would scramble it.
+  const bool prepared = q.data.dtype == DType::kU8 && q.data.shape.size() == 1;
+  if (!is_fp8_experts(q) || prepared || E <= 0 || q.n <= 0 || q.k <= 0 ||
       q.data.nbytes() != size_t(E) * q.n * q.k || q.data.device != Device::kCuda || !scales_ok ||
       (block && scale_count == 0))
     throw InvalidArgument(
         "cuda backend: " + what + ": " + std::string(weight_format_name(q.format)) + " stack of " +
         std::to_string(E) + " experts × " + std::to_string(q.n) + " × " + std::to_string(q.k) +
         " has inconsistent sizes (data " + std::to_string(q.data.nbytes()) + " B, scales " +
-        std::to_string(q.scales.numel()) + " values) or is not on the device");
+        std::to_string(q.scales.numel()) +
+        " values), is not on the device or was prepared already");
   const MoeFp8Geometry geo{E, q.n, q.k, rows, k, gated};
   // Scales first: they validate the geometry before any device work.
   std::vector<float> host_scales(scale_count);

@@ -1,5 +1,6 @@
 #include "backend/moe/moe_fp8_scales.h"
 
+#include <cmath>
 #include <string>
 
 #include "base/error.h"
@@ -34,6 +35,10 @@ std::vector<bf16> moe_fp8_block_multipliers(const float* block_scales, int block
   const int block_rows = (g.src_rows + block_n - 1) / block_n;
   const int block_cols = (g.src_k + block_k - 1) / block_k;
   const int groups = g.rows / 16, tiles_k = g.k / 64;
+  // Each block's multiplier once (validated), then placed per 16-row group and 16-column step.
+  std::vector<bf16> block_mult(size_t(g.experts) * block_rows * block_cols);
+  for (size_t i = 0; i < block_mult.size(); ++i)
+    block_mult[i] = kernels::fp8_block_multiplier(block_scales[i], i);
   std::vector<bf16> out(kernels::moe_fp8_multiplier_count(g.experts, g.rows, g.k), bf16{0});
   for (int e = 0; e < g.experts; ++e) {
     for (int mt = 0; mt < groups; ++mt) {
@@ -57,7 +62,7 @@ std::vector<bf16> moe_fp8_block_multipliers(const float* block_scales, int block
           if (col >= g.src_k) continue;
           const size_t src = (size_t(e) * block_rows + brow) * block_cols + col / block_k;
           out[((size_t(e) * groups + mt) * tiles_k + kb) * kernels::kMoeFp8MultipliersPerTile +
-              step] = kernels::fp8_block_multiplier(block_scales[src], src);
+              step] = block_mult[src];
         }
     }
   }
@@ -76,8 +81,13 @@ std::vector<float> moe_fp8_row_scales(const float* channel_scales,
     for (int r = 0; r < g.rows; ++r) {
       const int src = kernels::moe_padded_source_row(r, g.src_rows, g.rows, g.gated);
       if (src < 0) continue;
-      out[size_t(e) * g.rows + r] =
+      const float s =
           channel_scales ? channel_scales[size_t(e) * g.src_rows + src] : expert_scales[size_t(e)];
+      if (!std::isfinite(s))
+        throw InvalidArgument("FP8 experts: the weight scale of expert " + std::to_string(e) +
+                              (channel_scales ? ", row " + std::to_string(src) : std::string()) +
+                              " is " + std::to_string(s));
+      out[size_t(e) * g.rows + r] = s;
     }
   return out;
 }

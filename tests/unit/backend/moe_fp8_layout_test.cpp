@@ -115,10 +115,17 @@ TEST(MoeFp8Scales, BlocksThatCannotBeAppliedPerFragmentAreRefused) {
   // 40-row blocks: whole gate halves, but not a multiple of 16.
   EXPECT_THROW(moe_fp8_block_multipliers(scales.data(), 40, 64, {1, 80, 64, 96, 64, true}),
                InvalidArgument);
-  // A scale the bf16 multiplier cannot hold.
-  std::vector<float> huge(4, 300.0f);
-  EXPECT_THROW(moe_fp8_block_multipliers(huge.data(), 128, 128, {1, 32, 64, 32, 64, false}),
-               InvalidArgument);
+  // Scales the bf16 multiplier cannot hold: 255.9 · 2^120 rounds to infinity (255 does not).
+  for (float s : {300.0f, 255.9f, -1.0f}) {
+    std::vector<float> bad(4, s);
+    EXPECT_THROW(moe_fp8_block_multipliers(bad.data(), 128, 128, {1, 32, 64, 32, 64, false}),
+                 InvalidArgument)
+        << s;
+  }
+  std::vector<float> edge(4, 255.0f);
+  const std::vector<bf16> m =
+      moe_fp8_block_multipliers(edge.data(), 128, 128, {1, 32, 64, 32, 64, false});
+  EXPECT_EQ(bf16_to_float(m[0]), std::ldexp(255.0f, 120));
 }
 
 TEST(MoeFp8Scales, RowScalesPerChannelAndPerTensor) {
@@ -138,6 +145,7 @@ TEST(MoeFp8Scales, RowScalesPerChannelAndPerTensor) {
   EXPECT_EQ(t[12], 0.0f);
   EXPECT_EQ(t[32 + 17], 0.25f);
   EXPECT_THROW(moe_fp8_row_scales(nullptr, std::vector<float>{1.0f}, g), InvalidArgument);
+  EXPECT_THROW(moe_fp8_row_scales(nullptr, std::vector<float>{1.0f, NAN}, g), InvalidArgument);
 }
 
 }  // namespace

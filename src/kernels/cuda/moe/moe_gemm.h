@@ -11,8 +11,8 @@
 namespace serval::kernels::cuda {
 
 // Tile shape family. kLatency: 4 warps, 128 weight rows × `tile` tokens (tile ∈ {8,16,32,64}),
-// 4-stage cp.async pipeline (NVFP4: 6); at tile 8 the weight-row tile shrinks to 64 (2 warps) or
-// 32 rows (NVFP4: 1 warp; bf16: 2 warps, each over half of K) with deeper pipelines when the
+// 4-stage cp.async pipeline (NVFP4, FP8: 6); at tile 8 the weight-row tile shrinks to 64 (2 warps)
+// or 32 rows (NVFP4: 1 warp; bf16: 2 warps, each over half of K) with deeper pipelines when the
 // worst-case grid would put fewer than 2 CTAs on each SM (moe_gemm_block_rows); the NVFP4
 // 128-row tile-8 GEMMs of small grids use two K groups of 4 warps, 3 stages each
 // (moe_gemm_k_groups). kThroughput: 8 warps, 128 × 128 (tile must be 128), 3 stages. All kernels
@@ -28,7 +28,8 @@ enum class MoeGemmConfig : uint8_t { kLatency, kThroughput };
 // kernels/moe_fp8_layout.h (moe_fp8_repack.h), dequantized in registers to bf16 by bit operations
 // times a multiplier: a block-scale multiplier per 16 rows × 16 columns (fp8_multipliers, block
 // FP8; the scale rounded to bf16, ~2^-9 relative) or 2^120 exactly with one f32 scale per weight
-// row on the accumulators (row_scales: per-channel and per-tensor FP8).
+// row on the accumulators (row_scales: per-channel and per-tensor FP8). The e4m3fn NaN codes
+// (0x7F, 0xFF) decode to ±480 (the bit operations know no NaN); saturating quantizers write none.
 enum class MoeWeightFormat : uint8_t { kBf16, kNvfp4, kFp8 };
 
 // Works on the maps of moe_routing: CTA (x, y) computes weight rows block x for token tile y of
@@ -45,7 +46,7 @@ struct MoeGemmParams {
   bool gemm1;
   MoeGemmConfig config;
   const bf16* input;    // GEMM1: x [num_tokens, hidden]; GEMM2: act [rows, inter]
-  const void* weights;  // GEMM1: gate_up; GEMM2: down (local experts only): bf16 or NVFP4 codes
+  const void* weights;  // GEMM1: gate_up; GEMM2: down (local experts only): bf16, NVFP4 or FP8
   MoeWeightFormat format = MoeWeightFormat::kBf16;
   const uint8_t* weight_scales = nullptr;  // NVFP4: repacked e4m3 block scales
   const float* global_scales = nullptr;    // NVFP4: [num_local] per-expert multipliers
