@@ -124,6 +124,9 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--max-model-len", o->engine.max_model_len);
   cmd->add_option("--kv-cache-dtype", o->engine.kv_cache_dtype,
                   "auto, bfloat16, fp8 (= fp8_e4m3) or fp8_e5m2");
+  cmd->add_option("--speculative-config", o->engine.speculative_config,
+                  "Speculative decoding (greedy): '{\"method\": \"ngram\", "
+                  "\"num_speculative_tokens\": 4}'");
   cmd->callback([o, cmd] {
     if (o->prompt.empty() == o->prompt_ids.empty())
       throw CLI::ValidationError("give exactly one of --prompt and --prompt-ids");

@@ -123,6 +123,9 @@ EngineStats DataParallelEngine::stats() const {
     sum.steps_total += s.steps_total;
     sum.step_seconds_total += s.step_seconds_total;
     sum.model_seconds_total += s.model_seconds_total;
+    sum.spec_decode_num_drafts += s.spec_decode_num_drafts;
+    sum.spec_decode_num_draft_tokens += s.spec_decode_num_draft_tokens;
+    sum.spec_decode_num_accepted_tokens += s.spec_decode_num_accepted_tokens;
   }
   return sum;
 }

@@ -22,6 +22,7 @@
 #include "runtime/guided_vocab.h"
 #include "runtime/output_queue.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "sched/scheduler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +40,10 @@ struct EngineRequest {
   // prompt_logprobs >= 0: entry i for prompt token i + 1, delivered with the first token.
   std::vector<LogprobEntry> prompt_logprobs;
   bool prompt_logprobs_sent = false;
+  // Speculative decoding, within one step: the drafts appended to req.token_ids after its first
+  // draft_base tokens (empty: none, or checked already).
+  std::vector<int32_t> drafts;
+  int draft_base = 0;
 
   // Whether this request's prompt positions still need their logits (every row, not the last).
   bool wants_prompt_logits() const { return params.prompt_logprobs >= 0 && !prompt_logprobs_sent; }
@@ -65,9 +70,16 @@ class EngineImpl final : public Engine {
     sc.policy = cfg.priority_scheduling ? sched::SchedulingPolicy::kPriority
                                         : sched::SchedulingPolicy::kFcfs;
     scheduler_ = std::make_unique<sched::Scheduler>(sc);
+    spec_ = parse_speculative_config(cfg.speculative_config);
+    if (spec_.enabled())
+      log::info(
+          "speculative decoding: prompt lookup (n-grams of {} to {} tokens), up to {} "
+          "draft tokens per greedy request and step{}",
+          spec_.prompt_lookup_min, spec_.prompt_lookup_max, spec_.num_speculative_tokens,
+          cfg.async_scheduling ? "; steps run in turn (drafts need each step's tokens)" : "");
     if (cfg.async_scheduling) {
       outputs_ = std::make_unique<OutputQueue>();
-      token_feedback_ = runner_->supports_token_feedback();
+      token_feedback_ = runner_->supports_token_feedback() && !spec_.enabled();
       log::info("async scheduling: outputs are delivered on their own thread{}",
                 token_feedback_
                     ? "; greedy steps are scheduled and launched while the one before runs, their "
@@ -314,8 +326,11 @@ class EngineImpl final : public Engine {
     std::vector<SeqChunk> chunks;
     chunks.reserve(out.chunks.size());
     for (const sched::ScheduledChunk& c : out.chunks) {
-      const bool all = c.start_position < c.request->num_prompt_tokens &&
-                       requests_.at(c.request->id)->wants_prompt_logits();
+      const EngineRequest& r = *requests_.at(c.request->id);
+      // Prompt logprobs, or drafts to check: a logits row for every position.
+      const bool all =
+          (c.start_position < c.request->num_prompt_tokens && r.wants_prompt_logits()) ||
+          !r.drafts.empty();
       chunks.push_back({c.request->token_ids, c.start_position, c.num_new_tokens,
                         scheduler_->block_table(c.request->id),
                         all               ? SeqChunk::Logits::kAll
@@ -417,8 +432,10 @@ class EngineImpl final : public Engine {
 
   void step_synchronous() {
     const double start = now_seconds();
+    if (spec_.enabled()) add_drafts();
     sched::SchedulerOutput out = scheduler_->schedule();
     if (out.empty()) {
+      drop_drafts();
       reject_unschedulable();
       return;
     }
@@ -427,11 +444,13 @@ class EngineImpl final : public Engine {
     // When every sampled token is a plain argmax, it is taken on the device and only token ids
     // come back (a decode step's logits are batch × vocab floats).
     // (Prompt logprobs need the rows of every position: a step with them is never all greedy.)
+    // (Drafts are checked against greedy tokens: their rows are argmaxes too.)
     bool all_greedy = true;
     for (size_t i = 0; i < out.chunks.size(); ++i) {
       const sched::ScheduledChunk& c = out.chunks[i];
-      if (chunks[i].logits == SeqChunk::Logits::kAll ||
-          (c.samples_token && !plain_greedy(*requests_.at(c.request->id))))
+      const EngineRequest& r = *requests_.at(c.request->id);
+      if ((chunks[i].logits == SeqChunk::Logits::kAll && r.drafts.empty()) ||
+          (c.samples_token && !plain_greedy(r)))
         all_greedy = false;
     }
     std::vector<int32_t> greedy_ids;
@@ -444,8 +463,10 @@ class EngineImpl final : public Engine {
     }
     const double model_seconds = now_seconds() - model_start;
     if (!cfg_.pooling)
-      count_generated(size_t(std::count_if(out.chunks.begin(), out.chunks.end(),
-                                           [](const auto& c) { return c.samples_token; })));
+      count_generated(
+          size_t(std::count_if(out.chunks.begin(), out.chunks.end(), [&](const auto& c) {
+            return c.samples_token && requests_.at(c.request->id)->drafts.empty();
+          })));  // drafted requests count what verify_drafts emits
     // A row's width: the vocabulary's (logits) or, pooling, the hidden size.
     const size_t vocab = size_t(cfg_.pooling ? config_.hidden_size : config_.vocab_size);
     size_t row = 0;
@@ -458,6 +479,14 @@ class EngineImpl final : public Engine {
                           : mode == SeqChunk::Logits::kLast ? 1
                                                             : 0;
       EngineRequest& r = *requests_.at(c.request->id);
+      if (!r.drafts.empty()) {  // its last real token and drafts: a greedy token for each
+        std::vector<int32_t> targets(rows);
+        for (size_t k = 0; k < rows; ++k)
+          targets[k] = all_greedy ? greedy_ids[row + k] : row_argmax(&logits[(row + k) * vocab]);
+        verify_drafts(r, targets);
+        row += rows;
+        continue;
+      }
       if (mode == SeqChunk::Logits::kAll)
         add_prompt_logprobs(r, c.start_position, c.num_new_tokens, &logits[row * vocab]);
       if (c.samples_token) {
@@ -471,7 +500,82 @@ class EngineImpl final : public Engine {
       }
       row += rows;
     }
+    drop_drafts();
     add_step_stats(prompt_tokens, model_seconds, start);
+  }
+
+  int32_t row_argmax(const float* row) const {
+    return int32_t(std::max_element(row, row + config_.vocab_size) - row);
+  }
+
+  // Speculative decoding: each greedy request about to decode one token gets its prompt-lookup
+  // drafts appended before the step is scheduled, as pending tokens (the prefix cache hashes no
+  // block holding one until they are real), so that the step computes them too.
+  void add_drafts() {
+    const int max_len = scheduler_->config().max_model_len;
+    for (sched::Request* r : scheduler_->running()) {
+      EngineRequest& er = *requests_.at(r->id);
+      if (!plain_greedy(er) || r->num_pending_tokens > 0 ||
+          r->num_tokens() - r->num_computed_tokens != 1)
+        continue;
+      // The drafts and the model's own next token must fit max_tokens and the context.
+      const int room =
+          std::min({spec_.num_speculative_tokens, er.params.max_tokens - r->num_output_tokens() - 1,
+                    max_len - r->num_tokens() - 1});
+      std::vector<int32_t> drafts = propose_ngram(r->token_ids, spec_, room);
+      if (drafts.empty()) continue;
+      er.draft_base = r->num_tokens();
+      r->token_ids.insert(r->token_ids.end(), drafts.begin(), drafts.end());
+      r->num_pending_tokens = int(drafts.size());
+      er.drafts = std::move(drafts);
+      drafted_.push_back(r->id);
+    }
+  }
+
+  // The step computed the drafted request's last real token and its first targets.size() − 1
+  // drafts; targets are the greedy tokens after each. The drafts the model agrees with, then its
+  // own next token, are emitted: exactly what plain greedy decoding would give. The KV of the
+  // rejected drafts stays where it is, to be overwritten.
+  void verify_drafts(EngineRequest& er, std::span<const int32_t> targets) {
+    sched::Request& r = er.req;
+    const int base = er.draft_base, checked = int(targets.size()) - 1;
+    const int accepted =
+        accepted_drafts(std::span<const int32_t>(er.drafts).first(size_t(checked)), targets);
+    std::vector<int32_t> tokens(er.drafts.begin(), er.drafts.begin() + accepted);
+    tokens.push_back(targets[size_t(accepted)]);
+    er.drafts.clear();
+    r.token_ids.resize(size_t(base));
+    r.num_pending_tokens = 0;
+    // The last real token's KV now; the accepted drafts' once they are tokens again.
+    r.num_computed_tokens = base;
+    {
+      std::lock_guard lock(stats_mu_);
+      ++stats_.spec_decode_num_drafts;
+      stats_.spec_decode_num_draft_tokens += checked;
+      stats_.spec_decode_num_accepted_tokens += accepted;
+    }
+    count_generated(tokens.size());
+    const uint64_t id = r.id;
+    for (int32_t token : tokens) {
+      emit_token(er, token, std::nullopt);
+      if (!requests_.contains(id)) return;  // finished: EOS, a stop id or max_tokens
+    }
+    r.num_computed_tokens = base + accepted;
+  }
+
+  // Restores the drafted requests this step did not check (not scheduled, or preempted) to their
+  // real tokens.
+  void drop_drafts() {
+    for (uint64_t id : drafted_) {
+      const auto it = requests_.find(id);
+      if (it == requests_.end() || it->second->drafts.empty()) continue;
+      EngineRequest& er = *it->second;
+      er.req.token_ids.resize(size_t(er.draft_base));
+      er.req.num_pending_tokens = 0;
+      er.req.num_computed_tokens = std::min(er.req.num_computed_tokens, er.draft_base - 1);
+      er.drafts.clear();
+    }
+    drafted_.clear();
   }
 
   // The prompt logprobs of positions [start, start + n) from their logits rows ([n, vocab]): the
@@ -695,6 +799,8 @@ class EngineImpl final : public Engine {
     std::vector<uint64_t> rows;
   };
   std::optional<QueuedStep> queued_;
+  SpeculativeConfig spec_;
+  std::vector<uint64_t> drafted_;  // requests given drafts this step
   std::unordered_map<uint64_t, std::unique_ptr<EngineRequest>> requests_;  // engine thread only
 
   mutable std::mutex mu_;  // guards the fields below

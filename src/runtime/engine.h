@@ -162,6 +162,10 @@ struct EngineConfig {
   // runner allows it (engine.cpp), outputs delivered on their own thread (output_queue.h).
   bool async_scheduling = true;
   std::string cudagraph_mode = "FULL_DECODE_ONLY";
+  // --speculative-config: a JSON object (runtime/speculative.h: method "ngram", prompt lookup);
+  // empty: off. Greedy requests then take their drafts' tokens where the model agrees; steps
+  // run synchronously (no token feedback).
+  std::string speculative_config;
   // --runner pooling: an embedding model. Each request is its prompt alone; its one update
   // carries RequestOutput::embedding and finishes it. No tokens are generated.
   bool pooling = false;
@@ -210,6 +214,11 @@ struct EngineStats {
   // queued step's wait for the step before counts as the model's).
   double step_seconds_total = 0;
   double model_seconds_total = 0;
+  // Speculative decoding: requests' drafts checked (one per request and step), the draft tokens
+  // in them, and those the model agreed with (vLLM's spec_decode counters).
+  int64_t spec_decode_num_drafts = 0;
+  int64_t spec_decode_num_draft_tokens = 0;
+  int64_t spec_decode_num_accepted_tokens = 0;
 };
 
 // Thrown by submit() when the waiting queue is full (HTTP 503).

@@ -19,6 +19,7 @@
 #include "quant/quant_config.h"
 #include "runtime/multi_node.h"
 #include "runtime/parallel_runner.h"
+#include "runtime/speculative.h"
 
 namespace serval::runtime {
 
@@ -211,6 +212,10 @@ void check_engine_config(const EngineConfig& e) {
   if (!(e.gpu_memory_utilization > 0.0f && e.gpu_memory_utilization <= 1.0f))
     throw InvalidArgument(fmt::format("--gpu-memory-utilization must be in (0, 1], got {}",
                                       e.gpu_memory_utilization));
+  if (parse_speculative_config(e.speculative_config).enabled() && e.pooling)
+    throw InvalidArgument(
+        "--speculative-config: an embedding model (--runner pooling) generates "
+        "no tokens to speculate on");
   if (!e.hf_overrides.empty() &&
       !nlohmann::json::parse(e.hf_overrides, nullptr, /*allow_exceptions=*/false).is_object())
     throw InvalidArgument("--hf-overrides must be a JSON object, got " + e.hf_overrides);

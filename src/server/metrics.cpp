@@ -121,6 +121,15 @@ std::string Metrics::render(const runtime::ModelInfo& info, const runtime::Engin
   engine_metric("serval:prefix_cache_hits_total", "counter",
                 "Prefix cache hits, in terms of number of cached tokens.",
                 [](const S& s) { return s.prefix_cache_hits; });
+  engine_metric("serval:spec_decode_num_drafts_total", "counter",
+                "Speculative decoding: drafts checked (one per request and step).",
+                [](const S& s) { return s.spec_decode_num_drafts; });
+  engine_metric("serval:spec_decode_num_draft_tokens_total", "counter",
+                "Speculative decoding: draft tokens checked.",
+                [](const S& s) { return s.spec_decode_num_draft_tokens; });
+  engine_metric("serval:spec_decode_num_accepted_tokens_total", "counter",
+                "Speculative decoding: draft tokens accepted.",
+                [](const S& s) { return s.spec_decode_num_accepted_tokens; });
   if (!info.moe_backend.empty()) {
     header("serval:moe_backend_info", "gauge", "The MoE expert backend in effect.");
     out += fmt::format("serval:moe_backend_info{{{},backend=\"{}\"}} 1\n", model,

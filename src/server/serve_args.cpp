@@ -66,6 +66,7 @@ constexpr KnownFlag kKnown[] = {
     {"--async-scheduling", false},
     {"--no-async-scheduling", false},
     {"--compilation-config", true},
+    {"--speculative-config", true},
     {"--cudagraph-mode", true},
     {"--max-waiting-requests", true},
     {"--scheduling-policy", true},
@@ -435,6 +436,10 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_flag("--async-scheduling,!--no-async-scheduling", e.async_scheduling,
                "Schedule and launch each greedy step while the one before runs, its tokens fed "
                "back on the device (on by default, as in vLLM)");
+  app.add_option("--speculative-config", e.speculative_config,
+                 "Speculative decoding, a JSON object: '{\"method\": \"ngram\", "
+                 "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, "
+                 "\"prompt_lookup_min\": 2}' (prompt lookup for greedy requests)");
   app.add_option("--cudagraph-mode", e.cudagraph_mode,
                  "CUDA graph mode (also --compilation-config.cudagraph_mode)");
   app.add_option("--max-waiting-requests", e.max_waiting_requests, "Queue size before 503")

@@ -1,0 +1,86 @@
+#include "runtime/speculative.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "base/error.h"
+
+namespace serval::runtime {
+
+namespace {
+
+// A positive integer key of --speculative-config, or nullopt when absent.
+std::optional<int> positive_int(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 1024)
+    throw InvalidArgument(std::string("--speculative-config ") + key +
+                          " must be an integer in [1, 1024], got " + it->dump());
+  return it->get<int>();
+}
+
+}  // namespace
+
+SpeculativeConfig parse_speculative_config(std::string_view json) {
+  SpeculativeConfig c;
+  if (json.empty()) return c;
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object())
+    throw InvalidArgument("--speculative-config must be a JSON object, got " + std::string(json));
+  for (const auto& [key, value] : j.items())
+    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_max" &&
+        key != "prompt_lookup_min")
+      throw InvalidArgument("--speculative-config: '" + key +
+                            "' is not supported (serval has method ngram, "
+                            "num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)");
+  const auto method = j.find("method");
+  if (method == j.end() || !method->is_string() || *method != "ngram")
+    throw InvalidArgument(
+        "--speculative-config method must be \"ngram\" (prompt lookup, the "
+        "one method serval has), got " +
+        (method == j.end() ? std::string("none") : method->dump()));
+  const std::optional<int> k = positive_int(j, "num_speculative_tokens");
+  if (!k) throw InvalidArgument("--speculative-config needs num_speculative_tokens");
+  std::optional<int> hi = positive_int(j, "prompt_lookup_max"),
+                     lo = positive_int(j, "prompt_lookup_min");
+  if (!hi && !lo) hi = lo = 5;
+  if (!hi) hi = lo;
+  if (!lo) lo = hi;
+  if (*lo > *hi)
+    throw InvalidArgument("--speculative-config prompt_lookup_min (" + std::to_string(*lo) +
+                          ") exceeds prompt_lookup_max (" + std::to_string(*hi) + ")");
+  c.num_speculative_tokens = *k;
+  c.prompt_lookup_min = *lo;
+  c.prompt_lookup_max = *hi;
+  return c;
+}
+
+std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const SpeculativeConfig& c,
+                                   int max_drafts) {
+  const int len = int(tokens.size());
+  if (max_drafts <= 0) return {};
+  for (int n = std::min(c.prompt_lookup_max, len - 1); n >= c.prompt_lookup_min; --n) {
+    const std::span<const int32_t> suffix = tokens.last(size_t(n));
+    // Earlier occurrences start at i <= len - n - 1 (one token at least follows them); the most
+    // recent one first.
+    for (int i = len - n - 1; i >= 0; --i) {
+      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + i)) continue;
+      const int from = i + n, count = std::min(max_drafts, len - from);
+      return {tokens.begin() + from, tokens.begin() + from + count};
+    }
+  }
+  return {};
+}
+
+int accepted_drafts(std::span<const int32_t> drafts, std::span<const int32_t> targets) {
+  int a = 0;
+  while (a < int(drafts.size()) && a < int(targets.size()) &&
+         drafts[size_t(a)] == targets[size_t(a)])
+    ++a;
+  return a;
+}
+
+}  // namespace serval::runtime

@@ -1,0 +1,37 @@
+// Speculative decoding by prompt lookup (vLLM's --speculative-config method "ngram"): a greedy
+// request's next tokens are guessed from an earlier occurrence of its last n tokens, checked in
+// one step against the model's own greedy tokens, and kept as far as they agree, so each step
+// yields one to num_speculative_tokens + 1 tokens with outputs identical to plain decoding.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace serval::runtime {
+
+struct SpeculativeConfig {
+  int num_speculative_tokens = 0;  // 0: off
+  // n-gram sizes tried, longest first (vLLM's prompt_lookup_max / _min).
+  int prompt_lookup_min = 5, prompt_lookup_max = 5;
+  bool enabled() const { return num_speculative_tokens > 0; }
+};
+
+// --speculative-config, a JSON object: {"method": "ngram", "num_speculative_tokens": K,
+// "prompt_lookup_max": MAX, "prompt_lookup_min": MIN} (the lookups default to each other, or 5
+// when neither is given, as in vLLM). An empty text: off. InvalidArgument naming the key for
+// malformed JSON, another method, missing or non-positive counts, MIN > MAX, or unknown keys.
+SpeculativeConfig parse_speculative_config(std::string_view json);
+
+// Up to `max_drafts` tokens proposed to follow `tokens`: for n from prompt_lookup_max down to
+// prompt_lookup_min, the last n tokens are looked up in the sequence before them; at the most
+// recent earlier occurrence, the tokens that followed it (at most to the end of the sequence)
+// are the proposal. Empty when no n-gram recurs or max_drafts <= 0.
+std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const SpeculativeConfig& c,
+                                   int max_drafts);
+
+// How many leading drafts the target accepts: drafts[i] == targets[i] for i below it (targets:
+// the model's greedy token after the last real token, then after each draft).
+int accepted_drafts(std::span<const int32_t> drafts, std::span<const int32_t> targets);
+
+}  // namespace serval::runtime

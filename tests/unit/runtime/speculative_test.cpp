@@ -1,0 +1,191 @@
+// Speculative decoding by prompt lookup (runtime/speculative.h): the --speculative-config
+// parser, the n-gram proposer, and an engine with it giving exactly the greedy tokens (and
+// finish reasons) of one without it, with drafts proposed and accepted, the prefix cache left
+// sound for the requests after it.
+#include "runtime/speculative.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "base/error.h"
+#include "runtime/engine.h"
+#include "support/engine_batch.h"
+
+namespace serval::runtime {
+namespace {
+
+TEST(SpeculativeConfig, ParsesNgramWithVllmDefaults) {
+  EXPECT_FALSE(parse_speculative_config("").enabled());
+  SpeculativeConfig c =
+      parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 4})");
+  EXPECT_EQ(c.num_speculative_tokens, 4);
+  EXPECT_EQ(c.prompt_lookup_min, 5);
+  EXPECT_EQ(c.prompt_lookup_max, 5);
+  c = parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})");
+  EXPECT_EQ(c.prompt_lookup_min, 4);
+  EXPECT_EQ(c.prompt_lookup_max, 4);
+  c = parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 2,
+          "prompt_lookup_max": 6})");
+  EXPECT_EQ(c.prompt_lookup_min, 2);
+  EXPECT_EQ(c.prompt_lookup_max, 6);
+}
+
+TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
+  for (const char* bad : {
+           "ngram",                                                              // not an object
+           R"({"num_speculative_tokens": 4})",                                   // no method
+           R"({"method": "eagle", "num_speculative_tokens": 4})",                // another method
+           R"({"method": "ngram"})",                                             // no count
+           R"({"method": "ngram", "num_speculative_tokens": 0})",                // not positive
+           R"({"method": "ngram", "num_speculative_tokens": "4"})",              // not a number
+           R"({"method": "ngram", "num_speculative_tokens": 4, "model": "x"})",  // unknown key
+           R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 5,
+               "prompt_lookup_max": 3})",                                        // min > max
+       })
+    EXPECT_THROW(parse_speculative_config(bad), InvalidArgument) << bad;
+}
+
+TEST(NgramProposer, TakesWhatFollowedTheMostRecentEarlierOccurrence) {
+  const SpeculativeConfig c{3, 1, 3};
+  // "7 8 9" ends the sequence and occurred at 0 (then 1 2) and at 5 (then 4 4): the later wins.
+  const std::vector<int32_t> t = {7, 8, 9, 1, 2, 7, 8, 9, 4, 4, 7, 8, 9};
+  EXPECT_EQ(propose_ngram(t, c, 3), (std::vector<int32_t>{4, 4, 7}));
+  EXPECT_EQ(propose_ngram(t, c, 1), (std::vector<int32_t>{4}));
+  EXPECT_TRUE(propose_ngram(t, c, 0).empty());
+  // The longest n-gram first: "5 6" recurs (then 1), "6" alone more recently (then 2).
+  const std::vector<int32_t> u = {5, 6, 1, 6, 2, 5, 6};
+  EXPECT_EQ(propose_ngram(u, SpeculativeConfig{4, 1, 2}, 4), (std::vector<int32_t>{1, 6, 2, 5}));
+  EXPECT_EQ(propose_ngram(u, SpeculativeConfig{4, 1, 1}, 2), (std::vector<int32_t>{2, 5}));
+  // Proposals stop at the end of the sequence; nothing recurs: nothing proposed.
+  EXPECT_EQ(propose_ngram(std::vector<int32_t>{3, 3}, c, 3), (std::vector<int32_t>{3}));
+  EXPECT_TRUE(propose_ngram(std::vector<int32_t>{1, 2, 3, 4}, c, 3).empty());
+  EXPECT_TRUE(propose_ngram(std::vector<int32_t>{1}, c, 3).empty());
+  // n-grams shorter than prompt_lookup_min are not tried.
+  EXPECT_TRUE(propose_ngram(u, SpeculativeConfig{4, 3, 3}, 4).empty());
+}
+
+TEST(NgramProposer, AcceptedDraftsAreTheAgreeingPrefix) {
+  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1, 2, 9, 4}), 2);
+  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1, 2, 3, 4}), 3);
+  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{5}, std::vector<int32_t>{1, 5}), 0);
+  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{}, std::vector<int32_t>{1}), 0);
+}
+
+struct Generated {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::kAbort;
+};
+
+// Repetitive prompts (prompt lookup finds n-grams in them, and in the random model's looping
+// continuations).
+std::vector<std::vector<int32_t>> repetitive_prompts(int requests) {
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(requests));
+  for (int i = 0; i < requests; ++i)
+    for (int rep = 0; rep < 3; ++rep)
+      for (int t = 0; t < 3 + i % 3; ++t) prompts[size_t(i)].push_back(int32_t(20 + 7 * i + t));
+  return prompts;
+}
+
+// One greedy request per prompt, all at once; request i stops at EOS or after 20 + i % 7 tokens.
+std::vector<Generated> run_requests(Engine& engine,
+                                    const std::vector<std::vector<int32_t>>& prompts) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Generated> out(prompts.size());
+  size_t done = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 20 + int(i % 7);
+    engine.submit(prompts[i], sp, [&, i](const RequestOutput& o) {
+      std::lock_guard lock(mu);
+      Generated& g = out[i];
+      g.tokens.insert(g.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finish) {
+        g.finish = *o.finish;
+        ++done;
+        cv.notify_all();
+      }
+    });
+  }
+  std::unique_lock lock(mu);
+  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == prompts.size(); }));
+  return out;
+}
+
+// Each prompt followed by the first 16 tokens generated for it: its blocks were computed while
+// decoding the first round (speculatively, by the engine under test).
+std::vector<std::vector<int32_t>> extended(const std::vector<std::vector<int32_t>>& prompts,
+                                           const std::vector<Generated>& first) {
+  std::vector<std::vector<int32_t>> out = prompts;
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i].insert(out[i].end(), first[i].tokens.begin(),
+                  first[i].tokens.begin() + std::min<size_t>(16, first[i].tokens.size()));
+  return out;
+}
+
+void expect_same(const std::vector<Generated>& want, const std::vector<Generated>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].finish, want[i].finish) << "request " << i;
+  }
+}
+
+TEST(SpeculativeDecoding, SameGreedyTokensAsWithout) {
+  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(12);
+  EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
+  auto ref_engine = Engine::create(plain);
+  const std::vector<Generated> want = run_requests(*ref_engine, prompts);
+  const std::vector<std::vector<int32_t>> again = extended(prompts, want);
+  const std::vector<Generated> want_again = run_requests(*ref_engine, again);
+  ref_engine->shutdown();
+
+  EngineConfig spec = plain;
+  spec.speculative_config =
+      R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
+          "prompt_lookup_min": 1})";
+  auto engine = Engine::create(spec);
+  expect_same(want, run_requests(*engine, prompts));
+  const EngineStats s = engine->stats();
+  EXPECT_GT(s.spec_decode_num_drafts, 0);
+  EXPECT_GE(s.spec_decode_num_draft_tokens, s.spec_decode_num_drafts);
+  EXPECT_GT(s.spec_decode_num_accepted_tokens, 0);
+  EXPECT_LE(s.spec_decode_num_accepted_tokens, s.spec_decode_num_draft_tokens);
+  // Fewer steps than tokens: accepted drafts came for free.
+  EXPECT_LT(s.steps_total, s.generation_tokens_total);
+  // Prompts that continue into the first round's outputs, served partly from the blocks cached
+  // while decoding them: none may hold a rejected draft's KV.
+  expect_same(want_again, run_requests(*engine, again));
+  EXPECT_GT(engine->stats().prefix_cache_hits, 0);
+  engine->shutdown();
+}
+
+// A step budget smaller than a request's drafts (a chunk cut before its last draft) and room
+// for a few sequences (preemptions undo drafts): still the same tokens.
+TEST(SpeculativeDecoding, SameTokensUnderATightBudget) {
+  EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
+  plain.max_num_batched_tokens = 128;
+  plain.max_num_seqs = 4;
+  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(10);
+  auto ref_engine = Engine::create(plain);
+  const std::vector<Generated> want = run_requests(*ref_engine, prompts);
+  ref_engine->shutdown();
+  EngineConfig spec = plain;
+  spec.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 5,
+                               "prompt_lookup_min": 1, "prompt_lookup_max": 2})";
+  auto engine = Engine::create(spec);
+  expect_same(want, run_requests(*engine, prompts));
+  EXPECT_GT(engine->stats().spec_decode_num_accepted_tokens, 0);
+  engine->shutdown();
+}
+
+}  // namespace
+}  // namespace serval::runtime
