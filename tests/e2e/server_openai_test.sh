@@ -2,7 +2,7 @@
 # End-to-end: `serval serve` on the fixture model through the openai npm client (server_openai.mjs),
 # MoE backend selection at run time, greedy output == `serval generate`, promtool on /metrics,
 # an embedding model (--runner pooling) through the client, the vLLM reference command line,
-# and SIGTERM with a request in flight.
+# SIGTERM with a request in flight, and speculative decoding's greedy ids.
 # Usage: server_openai_test.sh SERVAL_BINARY REPO_ROOT
 set -euo pipefail
 serval=$1
@@ -171,4 +171,26 @@ resp=$(curl -sf "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"hi","max_
 grep -q "ignoring flags" "$server_log" || fail "no line about the ignored vLLM flags"
 stop_server "$server_pid"
 echo "ok   vLLM reference command line starts and serves"
+
+# --- Speculative decoding (prompt lookup): `serval generate`'s greedy text, drafts on /metrics. ---
+prompt_ids="5,6,7,5,6,7,5,6"
+gen_ids=$(env -u SERVAL_MOE_BACKEND "$serval" generate "$model" --prompt-ids "$prompt_ids" \
+  --max-tokens 24 --ignore-eos 2>"$work/generate.err" | sed -n 's/^ids: //p')
+[[ -n $gen_ids ]] || { cat "$work/generate.err"; fail "serval generate failed"; }
+start_server spec "$model" --speculative-config \
+  '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}'
+# (No logprobs: requests that want them are not speculated on.)
+body=$(jq -nc --arg ids "$prompt_ids" \
+  '{prompt: ($ids | split(",") | map(tonumber)), max_tokens: 24, temperature: 0, ignore_eos: true}')
+resp=$(curl -sf "http://127.0.0.1:$port/v1/completions" -d "$body") || fail "speculative: completion failed"
+want_text=$(curl -sf "http://127.0.0.1:$port/detokenize" -d "{\"tokens\":[$gen_ids]}" | jq -r .prompt)
+[[ $(jq -r '.choices[0].text' <<<"$resp") == "$want_text" ]] ||
+  fail "speculative: server text differs from serval generate's ($gen_ids): $resp"
+[[ $(jq -r '.usage.completion_tokens' <<<"$resp") == 24 ]] || fail "speculative: usage $resp"
+metrics=$(curl -sf "http://127.0.0.1:$port/metrics")
+drafts=$(awk '/^serval:spec_decode_num_draft_tokens_total/ {print $NF}' <<<"$metrics")
+[[ ${drafts:-0} -gt 0 ]] || fail "speculative: no draft tokens counted on /metrics"
+grep -q "speculative decoding: prompt lookup" "$server_log" || fail "speculative: no start-up line"
+stop_server "$server_pid"
+echo "ok   speculative decoding gives the greedy text of plain decoding ($drafts draft tokens)"
 echo "PASS"
