@@ -44,6 +44,7 @@ struct EngineRequest {
   // draft_base tokens (empty: none, or checked already).
   std::vector<int32_t> drafts;
   int draft_base = 0;
+  bool draft_greedy = false;  // plain_greedy before the drafts were appended
 
   // Whether this request's prompt positions still need their logits (every row, not the last).
   bool wants_prompt_logits() const { return params.prompt_logprobs >= 0 && !prompt_logprobs_sent; }
@@ -444,13 +445,14 @@ class EngineImpl final : public Engine {
     // When every sampled token is a plain argmax, it is taken on the device and only token ids
     // come back (a decode step's logits are batch × vocab floats).
     // (Prompt logprobs need the rows of every position: a step with them is never all greedy.)
-    // (Drafts are checked against greedy tokens: their rows are argmaxes too.)
+    // (A drafted greedy request's rows are argmaxes too: draft_greedy, taken before its drafts
+    // counted as outputs.)
     bool all_greedy = true;
     for (size_t i = 0; i < out.chunks.size(); ++i) {
       const sched::ScheduledChunk& c = out.chunks[i];
       const EngineRequest& r = *requests_.at(c.request->id);
-      if ((chunks[i].logits == SeqChunk::Logits::kAll && r.drafts.empty()) ||
-          (c.samples_token && !plain_greedy(r)))
+      const bool greedy = r.drafts.empty() ? !c.samples_token || plain_greedy(r) : r.draft_greedy;
+      if ((chunks[i].logits == SeqChunk::Logits::kAll && r.drafts.empty()) || !greedy)
         all_greedy = false;
     }
     std::vector<int32_t> greedy_ids;
@@ -479,11 +481,9 @@ class EngineImpl final : public Engine {
                           : mode == SeqChunk::Logits::kLast ? 1
                                                             : 0;
       EngineRequest& r = *requests_.at(c.request->id);
-      if (!r.drafts.empty()) {  // its last real token and drafts: a greedy token for each
-        std::vector<int32_t> targets(rows);
-        for (size_t k = 0; k < rows; ++k)
-          targets[k] = all_greedy ? greedy_ids[row + k] : row_argmax(&logits[(row + k) * vocab]);
-        verify_drafts(r, targets);
+      if (!r.drafts.empty()) {  // its last real token and drafts: a token after each
+        verify_drafts(r, rows, all_greedy ? &greedy_ids[row] : nullptr,
+                      all_greedy ? nullptr : &logits[row * vocab]);
         row += rows;
         continue;
       }
@@ -504,18 +504,14 @@ class EngineImpl final : public Engine {
     add_step_stats(prompt_tokens, model_seconds, start);
   }
 
-  int32_t row_argmax(const float* row) const {
-    return int32_t(std::max_element(row, row + config_.vocab_size) - row);
-  }
-
-  // Speculative decoding: each greedy request about to decode one token gets its prompt-lookup
-  // drafts appended before the step is scheduled, as pending tokens (the prefix cache hashes no
-  // block holding one until they are real), so that the step computes them too.
+  // Speculative decoding: each request about to decode one token gets its prompt-lookup drafts
+  // appended before the step is scheduled, as pending tokens (the prefix cache hashes no block
+  // holding one until they are real), so that the step computes them too.
   void add_drafts() {
     const int max_len = scheduler_->config().max_model_len;
     for (sched::Request* r : scheduler_->running()) {
       EngineRequest& er = *requests_.at(r->id);
-      if (!plain_greedy(er) || r->num_pending_tokens > 0 ||
+      if (cfg_.pooling || er.wants_prompt_logits() || r->num_pending_tokens > 0 ||
           r->num_tokens() - r->num_computed_tokens != 1)
         continue;
       // The drafts and the model's own next token must fit max_tokens and the context.
@@ -524,6 +520,7 @@ class EngineImpl final : public Engine {
                     max_len - r->num_tokens() - 1});
       std::vector<int32_t> drafts = propose_ngram(r->token_ids, spec_, room);
       if (drafts.empty()) continue;
+      er.draft_greedy = plain_greedy(er);
       er.draft_base = r->num_tokens();
       r->token_ids.insert(r->token_ids.end(), drafts.begin(), drafts.end());
       r->num_pending_tokens = int(drafts.size());
@@ -532,35 +529,46 @@ class EngineImpl final : public Engine {
     }
   }
 
-  // The step computed the drafted request's last real token and its first targets.size() − 1
-  // drafts; targets are the greedy tokens after each. The drafts the model agrees with, then its
-  // own next token, are emitted: exactly what plain greedy decoding would give. The KV of the
-  // rejected drafts stays where it is, to be overwritten.
-  void verify_drafts(EngineRequest& er, std::span<const int32_t> targets) {
+  // The step computed the drafted request's last real token and its first rows − 1 drafts: row k
+  // gives the token after draft k − 1 (after the real token for k = 0), as greedy_ids[k] (the
+  // device's argmax) or from logits row k (sampled on the host as any step's, so with the same
+  // penalties, guidance, logprobs and random draws). Tokens are emitted in order while they equal
+  // the drafts, and the first that differs (or follows the last checked draft) ends the step's
+  // output: exactly what decoding one token per step gives, in fewer steps. The KV of the rejected
+  // drafts stays where it is, to be overwritten.
+  void verify_drafts(EngineRequest& er, size_t rows, const int32_t* greedy_ids, float* logits) {
     sched::Request& r = er.req;
-    const int base = er.draft_base, checked = int(targets.size()) - 1;
-    const int accepted =
-        accepted_drafts(std::span<const int32_t>(er.drafts).first(size_t(checked)), targets);
-    std::vector<int32_t> tokens(er.drafts.begin(), er.drafts.begin() + accepted);
-    tokens.push_back(targets[size_t(accepted)]);
+    const int base = er.draft_base, checked = int(rows) - 1;
+    const std::vector<int32_t> drafts = std::move(er.drafts);
     er.drafts.clear();
     r.token_ids.resize(size_t(base));
     r.num_pending_tokens = 0;
     // The last real token's KV now; the accepted drafts' once they are tokens again.
     r.num_computed_tokens = base;
+    const uint64_t id = r.id;
+    const size_t vocab = size_t(config_.vocab_size);
+    int accepted = 0;
+    for (int k = 0; k <= checked; ++k) {
+      count_generated(1);
+      int32_t token;
+      if (greedy_ids) {
+        token = greedy_ids[k];
+        emit_token(er, token, std::nullopt);
+      } else {
+        token = sample_token(er, std::span<float>(logits + size_t(k) * vocab, vocab));
+      }
+      const bool agrees = k < checked && token == drafts[size_t(k)];
+      accepted += agrees;
+      // Finished (EOS, a stop id or max_tokens: `er` is gone), or the drafts end here.
+      if (!requests_.contains(id) || !agrees) break;
+    }
     {
       std::lock_guard lock(stats_mu_);
       ++stats_.spec_decode_num_drafts;
       stats_.spec_decode_num_draft_tokens += checked;
       stats_.spec_decode_num_accepted_tokens += accepted;
     }
-    count_generated(tokens.size());
-    const uint64_t id = r.id;
-    for (int32_t token : tokens) {
-      emit_token(er, token, std::nullopt);
-      if (!requests_.contains(id)) return;  // finished: EOS, a stop id or max_tokens
-    }
-    r.num_computed_tokens = base + accepted;
+    if (requests_.contains(id)) r.num_computed_tokens = base + accepted;
   }
 
   // Restores the drafted requests this step did not check (not scheduled, or preempted) to their
@@ -604,7 +612,8 @@ class EngineImpl final : public Engine {
            p.bad_words.empty() && !r.json && r.req.num_output_tokens() >= p.min_tokens;
   }
 
-  void sample_token(EngineRequest& r, std::span<float> logits) {
+  // Samples, then emits, the request's next token; returns it.
+  int32_t sample_token(EngineRequest& r, std::span<float> logits) {
     const SamplingParams& p = r.params;
     std::vector<int32_t> banned;
     const int num_out = r.req.num_output_tokens();
@@ -624,7 +633,9 @@ class EngineImpl final : public Engine {
     std::span<const int32_t> prompt(r.req.token_ids.data(), size_t(r.req.num_prompt_tokens));
     SampleResult s = sample(logits, p, r.sampler, prompt, banned, guided);
     if (r.json) advance_guided(r, s.token);
-    emit_token(r, s.token, std::move(s.logprobs));
+    const int32_t token = s.token;
+    emit_token(r, token, std::move(s.logprobs));
+    return token;
   }
 
   // Feeds a sampled token's bytes to the request's guided output (not the end token's).

@@ -75,12 +75,4 @@ std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const Specul
   return {};
 }
 
-int accepted_drafts(std::span<const int32_t> drafts, std::span<const int32_t> targets) {
-  int a = 0;
-  while (a < int(drafts.size()) && a < int(targets.size()) &&
-         drafts[size_t(a)] == targets[size_t(a)])
-    ++a;
-  return a;
-}
-
 }  // namespace serval::runtime

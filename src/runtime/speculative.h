@@ -1,7 +1,8 @@
-// Speculative decoding by prompt lookup (vLLM's --speculative-config method "ngram"): a greedy
-// request's next tokens are guessed from an earlier occurrence of its last n tokens, checked in
-// one step against the model's own greedy tokens, and kept as far as they agree, so each step
-// yields one to num_speculative_tokens + 1 tokens with outputs identical to plain decoding.
+// Speculative decoding by prompt lookup (vLLM's --speculative-config method "ngram"): a request's
+// next tokens are guessed from an earlier occurrence of its last n tokens and computed in one
+// step; the engine then samples each position as plain decoding would and keeps the guesses as
+// far as the samples agree, so each step yields one to num_speculative_tokens + 1 tokens with
+// outputs identical to plain decoding (greedy or seeded).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -29,9 +30,5 @@ SpeculativeConfig parse_speculative_config(std::string_view json);
 // are the proposal. Empty when no n-gram recurs or max_drafts <= 0.
 std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const SpeculativeConfig& c,
                                    int max_drafts);
-
-// How many leading drafts the target accepts: drafts[i] == targets[i] for i below it (targets:
-// the model's greedy token after the last real token, then after each draft).
-int accepted_drafts(std::span<const int32_t> drafts, std::span<const int32_t> targets);
 
 }  // namespace serval::runtime

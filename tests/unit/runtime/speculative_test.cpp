@@ -1,7 +1,7 @@
 // Speculative decoding by prompt lookup (runtime/speculative.h): the --speculative-config
-// parser, the n-gram proposer, and an engine with it giving exactly the greedy tokens (and
-// finish reasons) of one without it, with drafts proposed and accepted, the prefix cache left
-// sound for the requests after it.
+// parser, the n-gram proposer, and an engine with it giving exactly the tokens, logprobs and
+// finish reasons of one without it (greedy, and seeded sampling with penalties), with drafts
+// proposed and accepted, and the prefix cache left sound for the requests after it.
 #include "runtime/speculative.h"
 
 #include <gtest/gtest.h>
@@ -71,17 +71,19 @@ TEST(NgramProposer, TakesWhatFollowedTheMostRecentEarlierOccurrence) {
   EXPECT_TRUE(propose_ngram(u, SpeculativeConfig{4, 3, 3}, 4).empty());
 }
 
-TEST(NgramProposer, AcceptedDraftsAreTheAgreeingPrefix) {
-  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1, 2, 9, 4}), 2);
-  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1, 2, 3, 4}), 3);
-  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{5}, std::vector<int32_t>{1, 5}), 0);
-  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{}, std::vector<int32_t>{1}), 0);
-}
-
 struct Generated {
   std::vector<int32_t> tokens;
+  std::vector<LogprobEntry> logprobs;
   FinishReason finish = FinishReason::kAbort;
 };
+
+// Request i's sampling: greedy, stopping at EOS or after 20 + i % 7 tokens.
+SamplingParams greedy_params(size_t i) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 20 + int(i % 7);
+  return sp;
+}
 
 // Repetitive prompts (prompt lookup finds n-grams in them, and in the random model's looping
 // continuations).
@@ -93,21 +95,20 @@ std::vector<std::vector<int32_t>> repetitive_prompts(int requests) {
   return prompts;
 }
 
-// One greedy request per prompt, all at once; request i stops at EOS or after 20 + i % 7 tokens.
+// One request per prompt, all at once, request i with params(i).
 std::vector<Generated> run_requests(Engine& engine,
-                                    const std::vector<std::vector<int32_t>>& prompts) {
+                                    const std::vector<std::vector<int32_t>>& prompts,
+                                    SamplingParams (*params)(size_t) = greedy_params) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Generated> out(prompts.size());
   size_t done = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = 20 + int(i % 7);
-    engine.submit(prompts[i], sp, [&, i](const RequestOutput& o) {
+    engine.submit(prompts[i], params(i), [&, i](const RequestOutput& o) {
       std::lock_guard lock(mu);
       Generated& g = out[i];
       g.tokens.insert(g.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      g.logprobs.insert(g.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
       if (o.finish) {
         g.finish = *o.finish;
         ++done;
@@ -136,6 +137,14 @@ void expect_same(const std::vector<Generated>& want, const std::vector<Generated
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
     EXPECT_EQ(got[i].finish, want[i].finish) << "request " << i;
+    ASSERT_EQ(got[i].logprobs.size(), want[i].logprobs.size()) << "request " << i;
+    for (size_t t = 0; t < want[i].logprobs.size(); ++t) {
+      const LogprobEntry &a = got[i].logprobs[t], &b = want[i].logprobs[t];
+      EXPECT_EQ(a.sampled.token_id, b.sampled.token_id);
+      EXPECT_EQ(a.sampled.logprob, b.sampled.logprob) << "request " << i << " token " << t;
+      ASSERT_EQ(a.top.size(), b.top.size());
+      for (size_t k = 0; k < a.top.size(); ++k) EXPECT_EQ(a.top[k].token_id, b.top[k].token_id);
+    }
   }
 }
 
@@ -165,6 +174,38 @@ TEST(SpeculativeDecoding, SameGreedyTokensAsWithout) {
   // while decoding them: none may hold a rejected draft's KV.
   expect_same(want_again, run_requests(*engine, again));
   EXPECT_GT(engine->stats().prefix_cache_hits, 0);
+  engine->shutdown();
+}
+
+// Requests that sample on the host: seeded temperature sampling with top-p and penalties, and
+// greedy ones with logprobs. Each checked position is sampled as plain decoding samples it (the
+// same random draws), so the outputs and logprobs are the same.
+SamplingParams sampled_params(size_t i) {
+  SamplingParams sp = greedy_params(i);
+  if (i % 3 == 2) {
+    sp.logprobs = 2;  // greedy, but sampled on the host
+    return sp;
+  }
+  sp.temperature = 0.7f;
+  sp.top_p = 0.95f;
+  sp.seed = 1000 + i;
+  if (i % 3 == 1) sp.presence_penalty = 0.3f;
+  if (i % 4 == 0) sp.logprobs = 1;
+  return sp;
+}
+
+TEST(SpeculativeDecoding, SameSampledTokensAndLogprobsAsWithout) {
+  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(12);
+  EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
+  auto ref_engine = Engine::create(plain);
+  const std::vector<Generated> want = run_requests(*ref_engine, prompts, sampled_params);
+  ref_engine->shutdown();
+  EngineConfig spec = plain;
+  spec.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 4,
+                               "prompt_lookup_min": 1, "prompt_lookup_max": 3})";
+  auto engine = Engine::create(spec);
+  expect_same(want, run_requests(*engine, prompts, sampled_params));
+  EXPECT_GT(engine->stats().spec_decode_num_accepted_tokens, 0);
   engine->shutdown();
 }
 
