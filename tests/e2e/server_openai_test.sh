@@ -179,7 +179,6 @@ gen_ids=$(env -u SERVAL_MOE_BACKEND "$serval" generate "$model" --prompt-ids "$p
 [[ -n $gen_ids ]] || { cat "$work/generate.err"; fail "serval generate failed"; }
 start_server spec "$model" --speculative-config \
   '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}'
-# (No logprobs: requests that want them are not speculated on.)
 body=$(jq -nc --arg ids "$prompt_ids" \
   '{prompt: ($ids | split(",") | map(tonumber)), max_tokens: 24, temperature: 0, ignore_eos: true}')
 resp=$(curl -sf "http://127.0.0.1:$port/v1/completions" -d "$body") || fail "speculative: completion failed"
