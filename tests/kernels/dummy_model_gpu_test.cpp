@@ -25,6 +25,7 @@
 #include "quant/quant_config.h"
 #include "runtime/model_runner.h"
 #include "support/compare.h"
+#include "support/dummy_configs.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval {
@@ -32,37 +33,6 @@ namespace {
 
 constexpr double kLogitsRelTol = 3e-2;
 constexpr int kBlockSize = 16;
-
-nlohmann::json deepseek_v3_fp8() {
-  return {{"architectures", {"DeepseekV3ForCausalLM"}},
-          {"model_type", "deepseek_v3"},
-          {"vocab_size", 512},
-          {"hidden_size", 256},
-          {"intermediate_size", 384},
-          {"moe_intermediate_size", 128},
-          {"num_hidden_layers", 2},
-          {"num_attention_heads", 4},
-          {"num_key_value_heads", 4},
-          {"n_shared_experts", 1},
-          {"n_routed_experts", 8},
-          {"num_experts_per_tok", 2},
-          {"n_group", 4},
-          {"topk_group", 2},
-          {"topk_method", "noaux_tc"},
-          {"scoring_func", "sigmoid"},
-          {"routed_scaling_factor", 2.5},
-          {"first_k_dense_replace", 1},
-          {"q_lora_rank", 128},
-          {"kv_lora_rank", 128},
-          {"qk_nope_head_dim", 64},
-          {"qk_rope_head_dim", 64},
-          {"v_head_dim", 64},
-          {"quantization_config",
-           {{"activation_scheme", "dynamic"},
-            {"fmt", "e4m3"},
-            {"quant_method", "fp8"},
-            {"weight_block_size", {128, 128}}}}};
-}
 
 nlohmann::json qwen3_moe() {
   return {{"architectures", {"Qwen3MoeForCausalLM"}},
@@ -148,15 +118,13 @@ Case qwen3_fp8_block() {
   return {"Qwen3MoeFp8Block", c, nullptr};
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DummyModelGpu,
-                         ::testing::Values(Case{"DeepseekV3Fp8Block", deepseek_v3_fp8(), nullptr},
-                                           qwen3_fp8_block(),
-                                           Case{"Qwen3MoeModelOptFp8",
-                                                qwen3_moe(),
-                                                {{"quantization", {{"quant_algo", "FP8"}}}}}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DummyModelGpu,
+    ::testing::Values(
+        Case{"DeepseekV3Fp8Block", testing::deepseek_v3_fp8_dummy_config(), nullptr},
+        qwen3_fp8_block(),
+        Case{"Qwen3MoeModelOptFp8", qwen3_moe(), {{"quantization", {{"quant_algo", "FP8"}}}}}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace serval

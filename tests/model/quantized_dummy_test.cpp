@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "model/quantized_weight.h"
 #include "runtime/model_runner.h"
+#include "support/dummy_configs.h"
 #include "unit/io/safetensors_writer.h"
 
 namespace serval {
@@ -104,37 +105,13 @@ TEST(QuantizedDummy, TwoLayerBenchModelRunsOnCpuWithFiniteLogits) {
   EXPECT_GT(sq, 0.0);  // not all zeros
 }
 
-// DeepSeek-V3's layout and FP8 block quantization_config (128 × 128 blocks, weight_scale_inv),
-// shrunk: every linear quantized, kv_b_proj too (MlaAttention dequantizes it on the host to fold
+// DeepSeek-V3's layout and FP8 block quantization_config (support/dummy_configs.h): every linear
+// quantized, kv_b_proj too (MlaAttention dequantizes it on the host to fold
 // it into the queries and the output), a dense layer then an MoE layer. A CPU forward gives finite
 // logits, also after a decode step over the latent cache rows.
 TEST(QuantizedDummy, DeepseekFp8BlockRunsOnCpu) {
   io::testing::TempDir tmp;
-  nlohmann::json c = {{"architectures", {"DeepseekV3ForCausalLM"}},
-                      {"model_type", "deepseek_v3"},
-                      {"vocab_size", 512},
-                      {"hidden_size", 256},
-                      {"intermediate_size", 384},
-                      {"moe_intermediate_size", 128},
-                      {"num_hidden_layers", 2},
-                      {"num_attention_heads", 4},
-                      {"num_key_value_heads", 4},
-                      {"n_shared_experts", 1},
-                      {"n_routed_experts", 8},
-                      {"num_experts_per_tok", 2},
-                      {"n_group", 4},
-                      {"topk_group", 2},
-                      {"first_k_dense_replace", 1},
-                      {"q_lora_rank", 128},
-                      {"kv_lora_rank", 128},
-                      {"qk_nope_head_dim", 64},
-                      {"qk_rope_head_dim", 64},
-                      {"v_head_dim", 64},
-                      {"quantization_config",
-                       {{"activation_scheme", "dynamic"},
-                        {"fmt", "e4m3"},
-                        {"quant_method", "fp8"},
-                        {"weight_block_size", {128, 128}}}}};
+  const nlohmann::json c = testing::deepseek_v3_fp8_dummy_config();
   io::testing::write_file(tmp.path() / "config.json", c.dump(2));
   const io::ModelConfig config = io::load_model_config(tmp.str());
   const quant::QuantConfig q = quant::load_quant_config(tmp.str());
