@@ -45,6 +45,7 @@ struct EngineRequest {
   std::vector<int32_t> drafts;
   int draft_base = 0;
   bool draft_greedy = false;  // plain_greedy before the drafts were appended
+  NgramIndex ngram;           // where each of its tokens occurs, for the drafts
 
   // Whether this request's prompt positions still need their logits (every row, not the last).
   bool wants_prompt_logits() const { return params.prompt_logprobs >= 0 && !prompt_logprobs_sent; }
@@ -518,7 +519,7 @@ class EngineImpl final : public Engine {
       const int room =
           std::min({spec_.num_speculative_tokens, er.params.max_tokens - r->num_output_tokens() - 1,
                     max_len - r->num_tokens() - 1});
-      std::vector<int32_t> drafts = propose_ngram(r->token_ids, spec_, room);
+      std::vector<int32_t> drafts = er.ngram.propose(r->token_ids, spec_, room);
       if (drafts.empty()) continue;
       er.draft_greedy = plain_greedy(er);
       er.draft_base = r->num_tokens();

@@ -75,4 +75,28 @@ std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const Specul
   return {};
 }
 
+std::vector<int32_t> NgramIndex::propose(std::span<const int32_t> tokens,
+                                         const SpeculativeConfig& c, int max_drafts) {
+  const int len = int(tokens.size());
+  // Every token but the last is a possible match end; the last is what is looked up.
+  for (; int(indexed_) < len - 1; ++indexed_)
+    positions_[tokens[indexed_]].push_back(int32_t(indexed_));
+  if (max_drafts <= 0 || len < 2) return {};
+  const auto it = positions_.find(tokens[size_t(len - 1)]);
+  if (it == positions_.end()) return {};
+  // A match ending at j has length m: tokens[j − i] == tokens[len − 1 − i] for i < m (at most
+  // prompt_lookup_max, and j + 1: it cannot start before the sequence).
+  int best_len = 0, best_end = -1;
+  const std::vector<int32_t>& ends = it->second;
+  for (auto e = ends.rbegin(); e != ends.rend() && best_len < c.prompt_lookup_max; ++e) {
+    const int j = *e, limit = std::min(c.prompt_lookup_max, j + 1);
+    int m = 1;
+    while (m < limit && tokens[size_t(j - m)] == tokens[size_t(len - 1 - m)]) ++m;
+    if (m > best_len) best_len = m, best_end = j;
+  }
+  if (best_len < c.prompt_lookup_min) return {};
+  const int from = best_end + 1, count = std::min(max_drafts, len - from);
+  return {tokens.begin() + from, tokens.begin() + from + count};
+}
+
 }  // namespace serval::runtime

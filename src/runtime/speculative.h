@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace serval::runtime {
@@ -30,5 +31,20 @@ SpeculativeConfig parse_speculative_config(std::string_view json);
 // are the proposal. Empty when no n-gram recurs or max_drafts <= 0.
 std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const SpeculativeConfig& c,
                                    int max_drafts);
+
+// propose_ngram's proposals for one growing sequence, without rescanning it: the positions of
+// each token are indexed as the sequence grows, and only the earlier occurrences of its last
+// token are candidates (the longest match wins, the most recent among equals). A step costs the
+// number of those occurrences times prompt_lookup_max instead of the sequence's length.
+class NgramIndex {
+ public:
+  // `tokens` must extend the sequence of earlier calls (its first tokens unchanged).
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, const SpeculativeConfig& c,
+                               int max_drafts);
+
+ private:
+  std::unordered_map<int32_t, std::vector<int32_t>> positions_;  // token → ascending positions
+  size_t indexed_ = 0;  // tokens[0, indexed_) are in positions_
+};
 
 }  // namespace serval::runtime

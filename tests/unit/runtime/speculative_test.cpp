@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "base/error.h"
@@ -69,6 +70,27 @@ TEST(NgramProposer, TakesWhatFollowedTheMostRecentEarlierOccurrence) {
   EXPECT_TRUE(propose_ngram(std::vector<int32_t>{1}, c, 3).empty());
   // n-grams shorter than prompt_lookup_min are not tried.
   EXPECT_TRUE(propose_ngram(u, SpeculativeConfig{4, 3, 3}, 4).empty());
+}
+
+// The index gives the whole-sequence scan's proposals, step after step of a growing sequence
+// (random tokens from a small vocabulary: many repeats and partial matches).
+TEST(NgramProposer, IndexAgreesWithTheScan) {
+  std::mt19937 rng(7);
+  for (const SpeculativeConfig c : {SpeculativeConfig{4, 1, 3}, SpeculativeConfig{3, 2, 5},
+                                    SpeculativeConfig{2, 4, 4}, SpeculativeConfig{5, 1, 1}}) {
+    for (int seq = 0; seq < 50; ++seq) {
+      NgramIndex index;
+      std::vector<int32_t> tokens;
+      const int vocab = 2 + seq % 5;
+      for (int step = 0; step < 80; ++step) {
+        tokens.push_back(int32_t(rng() % uint32_t(vocab)));
+        const int max_drafts = int(rng() % 6);
+        ASSERT_EQ(index.propose(tokens, c, max_drafts), propose_ngram(tokens, c, max_drafts))
+            << "lookup " << c.prompt_lookup_min << ".." << c.prompt_lookup_max << ", sequence "
+            << seq << ", length " << tokens.size();
+      }
+    }
+  }
 }
 
 struct Generated {
