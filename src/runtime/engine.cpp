@@ -76,7 +76,7 @@ class EngineImpl final : public Engine {
     if (spec_.enabled())
       log::info(
           "speculative decoding: prompt lookup (n-grams of {} to {} tokens), up to {} "
-          "draft tokens per greedy request and step{}",
+          "draft tokens per request and step{}",
           spec_.prompt_lookup_min, spec_.prompt_lookup_max, spec_.num_speculative_tokens,
           cfg.async_scheduling ? "; steps run in turn (drafts need each step's tokens)" : "");
     if (cfg.async_scheduling) {
