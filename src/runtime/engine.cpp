@@ -79,6 +79,10 @@ class EngineImpl final : public Engine {
           "draft tokens per request and step{}",
           spec_.prompt_lookup_min, spec_.prompt_lookup_max, spec_.num_speculative_tokens,
           cfg.async_scheduling ? "; steps run in turn (drafts need each step's tokens)" : "");
+    if (spec_.enabled() && info_.device == "cpu")
+      log::warn(
+          "speculative decoding on the CPU backend: drafted tokens cost as much as real "
+          "ones there, so it saves steps but usually not time");
     if (cfg.async_scheduling) {
       outputs_ = std::make_unique<OutputQueue>();
       token_feedback_ = runner_->supports_token_feedback() && !spec_.enabled();
