@@ -200,12 +200,13 @@ TEST(SpeculativeDecoding, SameGreedyTokensAsWithout) {
 }
 
 // Requests that sample on the host: seeded temperature sampling with top-p and penalties, and
-// greedy ones with logprobs (two of them guided to a JSON object). Each checked position is sampled as plain decoding samples it (the
-// same random draws), so the outputs and logprobs are the same.
+// greedy ones with logprobs (two of them guided to a JSON object). Each checked position is
+// sampled as plain decoding samples it (the same random draws), so the outputs and logprobs are
+// the same.
 SamplingParams sampled_params(size_t i) {
   SamplingParams sp = greedy_params(i);
   if (i % 3 == 2) {
-    sp.logprobs = 2;  // greedy, but sampled on the host
+    sp.logprobs = 2;                                          // greedy, but sampled on the host
     if (i % 2 == 1) sp.json_grammar = json_object_grammar();  // and guided: a JSON object
     return sp;
   }
