@@ -202,6 +202,32 @@ if [[ $run_bench -eq 1 ]]; then
       "$serval" bench moe --config "$configs/$cfg" 2>&1 | tee -a "$bench"
     done
   fi
+  # Speculative decoding (prompt lookup) on the demo model, the one trained model at hand: GSM8K
+  # at concurrency 1 and 8, plain then speculative (the same answers; wall time and steps).
+  if echo "spec gsm8k" | grep -Eq "$bench_filter" && [[ -f .device-data/test.jsonl ]]; then
+    spec_cfg='{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+    for conc in 1 8; do
+      for mode in plain spec; do
+        flags=()
+        [[ $mode == spec ]] && flags=(--speculative-config "$spec_cfg")
+        port=8125
+        "$serval" serve models/demo --port $port "${flags[@]}" >"$out/spec-$mode-$conc.log" 2>&1 &
+        server=$!
+        for _ in $(seq 1 600); do
+          curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+          sleep 0.1
+        done
+        echo "== spec gsm8k $mode concurrency $conc" | tee -a "$bench"
+        "$serval" eval gsm8k --port $port --num-questions 50 --max-concurrency $conc \
+          --data-dir .device-data --disable-tqdm 2>&1 | grep -E "Accuracy|Total latency" | tee -a "$bench"
+        curl -sf "http://127.0.0.1:$port/metrics" |
+          grep -E "^serval:(engine_steps_total|spec_decode_num_(draft|accepted)_tokens_total)" |
+          tee -a "$bench"
+        kill $server 2>/dev/null
+        wait $server 2>/dev/null
+      done
+    done
+  fi
 fi
 
 if [[ $startup -eq 1 && -d $configs/qwen3-30b-a3b-nvfp4 ]]; then
