@@ -36,6 +36,14 @@ SERVAL_HOST_DEVICE constexpr int moe_padded_source_row(int r, int src_rows, int 
   return i < src_half ? half * src_half + i : -1;
 }
 
+// Whether a stack of src_rows × src_k padded to rows × k (gated: halves padded apart) has the
+// layout's shape: rows % 16 == 0, k % 64 == 0, nothing shrinks, gated halves of whole rows.
+SERVAL_HOST_DEVICE constexpr bool moe_fp8_padding_ok(int src_rows, int src_k, int rows, int k,
+                                                     bool gated) {
+  return src_rows > 0 && src_k > 0 && rows >= src_rows && k >= src_k && rows % 16 == 0 &&
+         k % 64 == 0 && (!gated || (src_rows % 2 == 0 && rows % 32 == 0));
+}
+
 // Byte offset of element (row, col) inside one expert of the layout above (k: padded columns).
 SERVAL_HOST_DEVICE constexpr size_t moe_fp8_byte_offset(int row, int col, int k) {
   const int mt = row / 16, rr = row % 16, g = rr % 8, hi = rr / 8;

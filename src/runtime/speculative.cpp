@@ -58,23 +58,6 @@ SpeculativeConfig parse_speculative_config(std::string_view json) {
   return c;
 }
 
-std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const SpeculativeConfig& c,
-                                   int max_drafts) {
-  const int len = int(tokens.size());
-  if (max_drafts <= 0) return {};
-  for (int n = std::min(c.prompt_lookup_max, len - 1); n >= c.prompt_lookup_min; --n) {
-    const std::span<const int32_t> suffix = tokens.last(size_t(n));
-    // Earlier occurrences start at i <= len - n - 1 (one token at least follows them); the most
-    // recent one first.
-    for (int i = len - n - 1; i >= 0; --i) {
-      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + i)) continue;
-      const int from = i + n, count = std::min(max_drafts, len - from);
-      return {tokens.begin() + from, tokens.begin() + from + count};
-    }
-  }
-  return {};
-}
-
 std::vector<int32_t> NgramIndex::propose(std::span<const int32_t> tokens,
                                          const SpeculativeConfig& c, int max_drafts) {
   const int len = int(tokens.size());

@@ -25,17 +25,14 @@ struct SpeculativeConfig {
 // malformed JSON, another method, missing or non-positive counts, MIN > MAX, or unknown keys.
 SpeculativeConfig parse_speculative_config(std::string_view json);
 
-// Up to `max_drafts` tokens proposed to follow `tokens`: for n from prompt_lookup_max down to
-// prompt_lookup_min, the last n tokens are looked up in the sequence before them; at the most
-// recent earlier occurrence, the tokens that followed it (at most to the end of the sequence)
-// are the proposal. Empty when no n-gram recurs or max_drafts <= 0.
-std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const SpeculativeConfig& c,
-                                   int max_drafts);
-
-// propose_ngram's proposals for one growing sequence, without rescanning it: the positions of
-// each token are indexed as the sequence grows, and only the earlier occurrences of its last
-// token are candidates (the longest match wins, the most recent among equals). A step costs the
-// number of those occurrences times prompt_lookup_max instead of the sequence's length.
+// The draft proposer of one growing sequence. propose() returns up to `max_drafts` tokens to
+// follow `tokens`: for n from prompt_lookup_max down to prompt_lookup_min, the last n tokens are
+// looked up in the sequence before them; at the most recent earlier occurrence, the tokens that
+// followed it (at most to the end of the sequence) are the proposal; empty when no n-gram recurs
+// or max_drafts <= 0. Without rescanning the sequence: the positions of each token are indexed
+// as it grows, and only the earlier occurrences of its last token are candidates (the longest
+// match wins, the most recent among equals), so a step costs the number of those occurrences
+// times prompt_lookup_max instead of the sequence's length.
 class NgramIndex {
  public:
   // `tokens` must extend the sequence of earlier calls (its first tokens unchanged).

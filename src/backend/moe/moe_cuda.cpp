@@ -363,6 +363,16 @@ MoeNvfp4Stack nvfp4_stack_view(const QuantizedWeight& q) {
   return s;
 }
 
+namespace {
+
+// Whether q's data is an FP8 stack repacked by prepare_fp8_experts (u8, one dimension).
+bool fp8_data_repacked(const QuantizedWeight& q) {
+  return q.data.dtype == DType::kU8 && q.data.shape.size() == 1 &&
+         q.data.nbytes() == kc::moe_fp8_data_bytes(q.experts, q.n, q.k);
+}
+
+}  // namespace
+
 bool is_fp8_experts(const QuantizedWeight& q) {
   return q.format == kernels::WeightFormat::kFp8PerTensor ||
          q.format == kernels::WeightFormat::kFp8PerChannel ||
@@ -382,9 +392,8 @@ void prepare_fp8_experts(QuantizedWeight& q, bool gated, int rows, int k, Backen
   const bool scales_ok = (!block && !channel) || (q.scales.dtype == DType::kF32 &&
                                                   q.scales.numel() == int64_t(scale_count) &&
                                                   q.scales.device == Device::kCuda);
-  // A stack prepared already holds u8 [E · rows · k]: repacking it again would scramble it.
-  const bool prepared = q.data.dtype == DType::kU8 && q.data.shape.size() == 1;
-  if (!is_fp8_experts(q) || prepared || E <= 0 || q.n <= 0 || q.k <= 0 ||
+  // Repacking a prepared stack again would scramble it.
+  if (!is_fp8_experts(q) || fp8_data_repacked(q) || E <= 0 || q.n <= 0 || q.k <= 0 ||
       q.data.nbytes() != size_t(E) * q.n * q.k || q.data.device != Device::kCuda || !scales_ok ||
       (block && scale_count == 0))
     throw InvalidArgument(
@@ -416,8 +425,7 @@ void prepare_fp8_experts(QuantizedWeight& q, bool gated, int rows, int k, Backen
 MoeFp8Stack fp8_stack_view(const QuantizedWeight& q) {
   const bool block = q.format == kernels::WeightFormat::kFp8Block;
   const bool prepared =
-      is_fp8_experts(q) && q.data.dtype == DType::kU8 && q.data.shape.size() == 1 &&
-      q.data.nbytes() == kc::moe_fp8_data_bytes(q.experts, q.n, q.k) &&
+      is_fp8_experts(q) && fp8_data_repacked(q) &&
       (block
            ? q.scales.dtype == DType::kBF16 &&
                  size_t(q.scales.numel()) == kernels::moe_fp8_multiplier_count(q.experts, q.n, q.k)

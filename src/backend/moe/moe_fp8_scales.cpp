@@ -12,10 +12,7 @@ namespace serval::backend::moe {
 namespace {
 
 void check_geometry(const MoeFp8Geometry& g, const char* what) {
-  const bool ok = g.experts > 0 && g.src_rows > 0 && g.src_k > 0 && g.rows >= g.src_rows &&
-                  g.k >= g.src_k && g.rows % 16 == 0 && g.k % 64 == 0 &&
-                  (!g.gated || (g.src_rows % 2 == 0 && g.rows % 32 == 0));
-  if (!ok)
+  if (g.experts <= 0 || !kernels::moe_fp8_padding_ok(g.src_rows, g.src_k, g.rows, g.k, g.gated))
     throw InvalidArgument(std::string(what) + ": unsupported geometry (" +
                           std::to_string(g.experts) + " experts, source " +
                           std::to_string(g.src_rows) + "×" + std::to_string(g.src_k) + ", padded " +

@@ -53,6 +53,30 @@ TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
     EXPECT_THROW(parse_speculative_config(bad), InvalidArgument) << bad;
 }
 
+// The proposer's contract as a plain scan of the whole sequence: for n from prompt_lookup_max
+// down to prompt_lookup_min, the most recent earlier occurrence of the last n tokens, and what
+// followed it.
+std::vector<int32_t> scan_ngram(std::span<const int32_t> tokens, const SpeculativeConfig& c,
+                                int max_drafts) {
+  const int len = int(tokens.size());
+  if (max_drafts <= 0) return {};
+  for (int n = std::min(c.prompt_lookup_max, len - 1); n >= c.prompt_lookup_min; --n) {
+    const std::span<const int32_t> suffix = tokens.last(size_t(n));
+    for (int i = len - n - 1; i >= 0; --i) {
+      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + i)) continue;
+      const int from = i + n, count = std::min(max_drafts, len - from);
+      return {tokens.begin() + from, tokens.begin() + from + count};
+    }
+  }
+  return {};
+}
+
+// A fresh index's proposal for a whole sequence.
+std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, const SpeculativeConfig& c,
+                                   int max_drafts) {
+  return NgramIndex().propose(tokens, c, max_drafts);
+}
+
 TEST(NgramProposer, TakesWhatFollowedTheMostRecentEarlierOccurrence) {
   const SpeculativeConfig c{3, 1, 3};
   // "7 8 9" ends the sequence and occurred at 0 (then 1 2) and at 5 (then 4 4): the later wins.
@@ -72,7 +96,7 @@ TEST(NgramProposer, TakesWhatFollowedTheMostRecentEarlierOccurrence) {
   EXPECT_TRUE(propose_ngram(u, SpeculativeConfig{4, 3, 3}, 4).empty());
 }
 
-// The index gives the whole-sequence scan's proposals, step after step of a growing sequence
+// The index gives the scan's proposals, step after step of a growing sequence
 // (random tokens from a small vocabulary: many repeats and partial matches).
 TEST(NgramProposer, IndexAgreesWithTheScan) {
   std::mt19937 rng(7);
@@ -85,7 +109,7 @@ TEST(NgramProposer, IndexAgreesWithTheScan) {
       for (int step = 0; step < 80; ++step) {
         tokens.push_back(int32_t(rng() % uint32_t(vocab)));
         const int max_drafts = int(rng() % 6);
-        ASSERT_EQ(index.propose(tokens, c, max_drafts), propose_ngram(tokens, c, max_drafts))
+        ASSERT_EQ(index.propose(tokens, c, max_drafts), scan_ngram(tokens, c, max_drafts))
             << "lookup " << c.prompt_lookup_min << ".." << c.prompt_lookup_max << ", sequence "
             << seq << ", length " << tokens.size();
       }

@@ -95,8 +95,8 @@ SERVAL_HOST_DEVICE constexpr int64_t quant_gemm_nvfp4_scale_offset(int64_t row, 
 std::vector<uint8_t> quant_gemm_pack_data(WeightFormat format, const uint8_t* src, int n, int k);
 // NVFP4 block scales e4m3 [n, k/16] → the tiled scale layout (n_pad · k_pad/16 bytes), zero padded.
 std::vector<uint8_t> quant_gemm_pack_nvfp4_scales(const uint8_t* src, int n, int k);
-// FP8 block scales f32 [rows, cols] → bf16 s·2^120. Throws InvalidArgument if a scale is
-// negative, not finite, or ≥ 2^8 (s·2^120 would overflow bf16).
+// FP8 block scales f32 [rows, cols] → bf16 s·2^120 (kernels/fp8_multiplier.h, which throws
+// InvalidArgument for a scale outside [0, 255.5)).
 std::vector<bf16> quant_gemm_pack_block_scales(const float* src, size_t count);
 
 // Fp32 partial-sum workspace for split-K (0 when one split suffices); an upper bound for every m

@@ -35,10 +35,7 @@ __global__ void repack_kernel(MoeFp8RepackParams p, size_t total_words) {
 }  // namespace
 
 void moe_fp8_repack(const MoeFp8RepackParams& p, cudaStream_t stream) {
-  const bool ok = p.experts > 0 && p.src_rows > 0 && p.src_k > 0 && p.rows % 16 == 0 &&
-                  p.k % 64 == 0 && p.rows >= p.src_rows && p.k >= p.src_k &&
-                  (!p.gated || (p.src_rows % 2 == 0 && p.rows % 32 == 0));
-  if (!ok)
+  if (p.experts <= 0 || !moe_fp8_padding_ok(p.src_rows, p.src_k, p.rows, p.k, p.gated))
     throw InvalidArgument(
         "moe_fp8_repack: unsupported shape (experts=" + std::to_string(p.experts) + ", source " +
         std::to_string(p.src_rows) + "×" + std::to_string(p.src_k) + ", padded " +
