@@ -40,10 +40,9 @@ struct EngineRequest {
   // prompt_logprobs >= 0: entry i for prompt token i + 1, delivered with the first token.
   std::vector<LogprobEntry> prompt_logprobs;
   bool prompt_logprobs_sent = false;
-  // Speculative decoding, within one step: the drafts appended to req.token_ids after its first
-  // draft_base tokens (empty: none, or checked already).
+  // Speculative decoding, within one step: the drafts appended at the end of req.token_ids
+  // (empty: none, or checked already).
   std::vector<int32_t> drafts;
-  int draft_base = 0;
   bool draft_greedy = false;  // plain_greedy before the drafts were appended
   NgramIndex ngram;           // where each of its tokens occurs, for the drafts
 
@@ -526,7 +525,6 @@ class EngineImpl final : public Engine {
       std::vector<int32_t> drafts = er.ngram.propose(r->token_ids, spec_, room);
       if (drafts.empty()) continue;
       er.draft_greedy = plain_greedy(er);
-      er.draft_base = r->num_tokens();
       r->token_ids.insert(r->token_ids.end(), drafts.begin(), drafts.end());
       r->num_pending_tokens = int(drafts.size());
       er.drafts = std::move(drafts);
@@ -543,7 +541,7 @@ class EngineImpl final : public Engine {
   // drafts stays where it is, to be overwritten.
   void verify_drafts(EngineRequest& er, size_t rows, const int32_t* greedy_ids, float* logits) {
     sched::Request& r = er.req;
-    const int base = er.draft_base, checked = int(rows) - 1;
+    const int base = r.num_tokens() - int(er.drafts.size()), checked = int(rows) - 1;
     const std::vector<int32_t> drafts = std::move(er.drafts);
     er.drafts.clear();
     r.token_ids.resize(size_t(base));
@@ -583,9 +581,10 @@ class EngineImpl final : public Engine {
       const auto it = requests_.find(id);
       if (it == requests_.end() || it->second->drafts.empty()) continue;
       EngineRequest& er = *it->second;
-      er.req.token_ids.resize(size_t(er.draft_base));
+      const int base = er.req.num_tokens() - int(er.drafts.size());
+      er.req.token_ids.resize(size_t(base));
       er.req.num_pending_tokens = 0;
-      er.req.num_computed_tokens = std::min(er.req.num_computed_tokens, er.draft_base - 1);
+      er.req.num_computed_tokens = std::min(er.req.num_computed_tokens, base - 1);
       er.drafts.clear();
     }
     drafted_.clear();
