@@ -1,19 +1,15 @@
-// Quantized layouts that have no golden fixture yet, end to end on the CUDA backend with dummy
-// weights (--load-format dummy): both backends make the same dummy weights bit for bit
-// (dummy_init_test.cpp), so the CPU backend's logits are the oracle. A prompt of 6 tokens, then
-// 3 decode steps fed the CPU's greedy tokens.
-//   DeepSeek-V3's FP8 checkpoint layout (128 × 128 blocks, no ignored layers): MLA on FP8
-//   linears with kv_b_proj dequantized on the host, a dense layer, then FP8 block routed experts
-//   with a shared expert and sigmoid grouped routing.
-//   Qwen3-MoE with ModelOpt FP8 (per-tensor scales) and with block FP8 experts.
-// Tolerance as model_gpu_test.cpp (bf16 activations against fp32: 3e-2 relative L2 per logits
-// row); MoE routing is discontinuous, so one row in ten may exceed it (a near-tie router logit
-// picking another expert) but the median row must sit well inside it.
+// Quantized layouts that have no golden fixture yet, end to end on the CUDA backend: the CPU
+// backend loads dummy weights (--load-format dummy) and computes the reference logits; every
+// tensor it read is written to a checkpoint, which the CUDA backend loads, so both hold the same
+// values (a backend that generates dummy weights on its device keys quantized stacks by their
+// fused names, so its values would differ) and the GPU takes the checkpoint path of real models.
+// A prompt of 6 tokens, then 3 decode steps fed the CPU's greedy tokens.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -62,11 +58,45 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
 }
 
-std::unique_ptr<runtime::ModelRunner> make_runner(const std::string& dir, bool gpu) {
-  const io::ModelConfig config = io::load_model_config(dir);
-  auto weights = model::make_dummy_weights(DType::kBF16, 7, quant::load_quant_config(dir));
-  auto b = gpu ? backend::make_cuda_backend() : backend::make_cpu_backend();
-  auto m = model::create_model(config, *weights, *b, {});
+// Dummy weights that remember every tensor a load reads from them.
+class RecordingDummyWeights : public model::WeightSource {
+ public:
+  explicit RecordingDummyWeights(const quant::QuantConfig& quant)
+      : dummy_(model::make_dummy_weights(DType::kBF16, 7, quant)) {
+    quant_ = quant;
+  }
+  bool has(const std::string& name) const override { return dummy_->has(name); }
+  bool is_dummy() const override { return true; }
+  Tensor get(const std::string& name, const Shape& shape) const override {
+    return record(name, dummy_->get(name, shape));
+  }
+  Tensor get_expected(const quant::ExpectedTensor& e) const override {
+    return record(e.name, dummy_->get_expected(e));
+  }
+  // Every tensor read so far, as a safetensors file.
+  std::vector<uint8_t> checkpoint() const {
+    std::vector<io::testing::TensorSpec> specs;
+    for (const auto& [name, t] : read_) {
+      const auto* bytes = static_cast<const uint8_t*>(t.data);
+      specs.push_back({name, io::testing::safetensors_dtype(t.dtype), t.shape,
+                       std::vector<uint8_t>(bytes, bytes + t.nbytes())});
+    }
+    return io::testing::safetensors_bytes(specs);
+  }
+
+ private:
+  Tensor record(const std::string& name, Tensor t) const {
+    read_.insert_or_assign(name, t);
+    return t;
+  }
+  std::unique_ptr<model::WeightSource> dummy_;
+  mutable std::map<std::string, Tensor> read_;
+};
+
+std::unique_ptr<runtime::ModelRunner> make_runner(const io::ModelConfig& config,
+                                                  const model::WeightSource& weights,
+                                                  std::unique_ptr<backend::Backend> b) {
+  auto m = model::create_model(config, weights, *b, {});
   return std::make_unique<runtime::ModelRunner>(std::move(b), std::move(m), 64, kBlockSize);
 }
 
@@ -79,8 +109,12 @@ TEST_P(DummyModelGpu, LogitsMatchCpu) {
   io::testing::write_file(tmp.path() / "config.json", c.config.dump(2));
   if (!c.hf_quant_config.is_null())
     io::testing::write_file(tmp.path() / "hf_quant_config.json", c.hf_quant_config.dump(2));
-  auto cpu = make_runner(tmp.str(), false);
-  auto gpu = make_runner(tmp.str(), true);
+  const io::ModelConfig config = io::load_model_config(tmp.str());
+  RecordingDummyWeights dummy(quant::load_quant_config(tmp.str()));
+  auto cpu = make_runner(config, dummy, backend::make_cpu_backend());
+  io::testing::write_file(tmp.path() / "model.safetensors", dummy.checkpoint());
+  auto gpu =
+      make_runner(config, *model::open_checkpoint_weights(tmp.str()), backend::make_cuda_backend());
   const int vocab = cpu->model().config().vocab_size;
   std::vector<int32_t> tokens = {9, 11, 187, 0, 15, 300};
   const std::vector<int32_t> blocks = {0};

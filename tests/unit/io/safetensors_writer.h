@@ -24,7 +24,7 @@ struct TensorSpec {
   std::vector<uint8_t> bytes;
 };
 
-// The safetensors dtype string of the float types the tests write (bf16, f16, f32).
+// The safetensors dtype string of the types the tests write (bf16, f16, f32, e4m3, u8).
 inline std::string safetensors_dtype(DType t) {
   switch (t) {
     case DType::kBF16:
@@ -33,8 +33,13 @@ inline std::string safetensors_dtype(DType t) {
       return "F16";
     case DType::kF32:
       return "F32";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kU8:
+      return "U8";
     default:
-      throw std::invalid_argument("safetensors_dtype: the test writer takes bf16, f16 or f32");
+      throw std::invalid_argument(
+          "safetensors_dtype: the test writer takes bf16, f16, f32, e4m3 or u8");
   }
 }
 
