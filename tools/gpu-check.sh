@@ -7,6 +7,7 @@
 #                      [--startup] [--profile CONFIG] [--trace CONFIG] [--no-kernel-bench]
 #                      [--quant-fixtures] [--make-fixtures NAME,...]
 #                      [--kernel-filter GTEST_FILTER] [--serve-flags "FLAGS"] [--then "CMD"]
+#                      [--serving-batched-tokens N]
 #                      [--test-timeout SECONDS]
 #
 # Steps: build (the serval binary and the kernels_gpu tests only: CI runs the CPU suites);
@@ -29,6 +30,7 @@
 # on the library path; e.g. tools/gpu-ab.sh comparisons) into $OUT/then.txt.
 # --serve-flags adds flags to the serving benchmark's `serve` (e.g. --async-scheduling); the
 # engine's shutdown line (steps, the model's share, host work per step) goes to gpu.txt.
+# --serving-batched-tokens sets that `serve`'s --max-num-batched-tokens (default 8192).
 # --quant-fixtures first runs tools/make_quant_fixtures.py (PyTorch is there) and returns the new
 # fixture folders in $OUT/quant-fixtures.tgz, so the tests below already use them.
 # --make-fixtures NAME,... makes just those fixtures first (make_fixtures.py architectures, then
@@ -49,7 +51,7 @@ out=${OUT:-$root/gpu-results}
 mkdir -p "$out"
 run_tests=1 run_e2e=1 run_bench=1 serving_bench=0 bench_filter='.*' test_filter='' tp=1
 startup=0 profile='' trace='' kernel_bench=1 quant_fixtures=0 kernel_filter='*DISABLED_*' serve_flags=''
-then_cmd='' test_timeout=300 make_fixtures=''
+then_cmd='' test_timeout=300 make_fixtures='' serving_budget=8192
 configs=.device-data/bench-configs
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -64,6 +66,7 @@ while [[ $# -gt 0 ]]; do
     --no-kernel-bench) kernel_bench=0 ;;
     --kernel-filter) kernel_filter=$2; shift ;;
     --serve-flags) serve_flags=$2; shift ;;
+    --serving-batched-tokens) serving_budget=$2; shift ;;
     --then) then_cmd=$2; shift ;;
     --test-timeout) test_timeout=$2; shift ;;
     --quant-fixtures) quant_fixtures=1 ;;
@@ -284,7 +287,7 @@ if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
   # 300 s, so that a hang shows in the logs instead of using up the device call.
   SERVAL_PARALLEL_STALL_S=${SERVAL_PARALLEL_STALL_S:-60} build-gpu/apps/serval serve \
     "$configs/llama-3.3-70b-nvfp4" --load-format dummy --port $port \
-    --kv-cache-dtype fp8 --max-num-seqs 512 --max-model-len 2058 --max-num-batched-tokens 8192 \
+    --kv-cache-dtype fp8 --max-num-seqs 512 --max-model-len 2058 --max-num-batched-tokens "$serving_budget" \
     --tensor-parallel-size "$tp" $serve_flags >"$out/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 600); do
@@ -296,7 +299,7 @@ if [[ $serving_bench -eq 1 && -d $configs/llama-3.3-70b-nvfp4 ]]; then
     --random-input-len 1024 --random-output-len 600 --ignore-eos --num-prompts 40 \
     --max-concurrency 8 2>&1 | tee "$out/serving-bench.txt"
   echo "serving benchmark client: exit ${PIPESTATUS[0]} (124: gave up after 300 s)" >>"$out/gpu.txt"
-  echo "serving benchmark: serve flags '$serve_flags'" >>"$out/gpu.txt"
+  echo "serving benchmark: serve flags '$serve_flags', --max-num-batched-tokens $serving_budget" >>"$out/gpu.txt"
   kill $server 2>/dev/null
   for _ in $(seq 1 30); do kill -0 $server 2>/dev/null || break; sleep 1; done
   kill -9 $server 2>/dev/null  # a server stuck in a step does not stop on SIGTERM
