@@ -276,5 +276,26 @@ TEST(SpeculativeDecoding, SameTokensUnderATightBudget) {
   engine->shutdown();
 }
 
+// A KV cache of 16 blocks for requests that need ~30: running requests, drafts appended, are
+// preempted and recomputed (their drafts' blocks freed with them), and later ones are served
+// partly from the prefix cache: still the same tokens.
+TEST(SpeculativeDecoding, SameTokensUnderPreemption) {
+  EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
+  plain.cpu_kv_cache_bytes = 16 * 16 * 768;  // 16 blocks: 768 bytes of f32 KV per token
+  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(10);
+  auto ref_engine = Engine::create(plain);
+  const std::vector<Generated> want = run_requests(*ref_engine, prompts);
+  ref_engine->shutdown();
+  EngineConfig spec = plain;
+  spec.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 4,
+                               "prompt_lookup_min": 1, "prompt_lookup_max": 3})";
+  auto engine = Engine::create(spec);
+  expect_same(want, run_requests(*engine, prompts));
+  const EngineStats s = engine->stats();
+  EXPECT_GT(s.num_preemptions, 0);
+  EXPECT_GT(s.spec_decode_num_accepted_tokens, 0);
+  engine->shutdown();
+}
+
 }  // namespace
 }  // namespace serval::runtime
