@@ -10,6 +10,11 @@
 // 2 of 21 prompt positions of the DeepSeek-V3 fixture (sigmoid grouped routing); so for MoE models
 // (every test here) at least 90 % of rows must be within tolerance and the median row well
 // inside it, which a broken kernel (errors on most rows) cannot pass.
+// Block FP8 checkpoints: the CUDA FP8 kernels apply each block scale as a bf16 multiplier (a
+// relative error up to 2^-9 per block, the same sign for the whole block). On the CPU alone,
+// rounding the block scales so moves the logits of qwen3_moe_fp8_block by a median 0.42 % (max
+// 0.65 %) and of deepseek_v3_fp8_block by 0.70 % (90th percentile 1.08 %, one routing flip at
+// 15.7 %) against transformers; on top of bf16 activations the median bound is 2e-2 there.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -22,6 +27,7 @@
 
 #include "kernels/gpu_test_support.h"
 #include "model/model.h"
+#include "quant/quant_config.h"
 #include "runtime/model_runner.h"
 #include "support/compare.h"
 
@@ -49,16 +55,27 @@ std::unique_ptr<runtime::ModelRunner> make_runner(const std::string& dir, bool g
   return std::make_unique<runtime::ModelRunner>(std::move(b), std::move(m), 1024, kBlockSize);
 }
 
-bool is_moe(runtime::ModelRunner& runner) {
-  return runner.model().config().num_experts > 0;
+// How a fixture's rows are judged (see above).
+struct RowRule {
+  bool moe = false;
+  double median_bound = kLogitsRelTol / 3;
+};
+
+RowRule row_rule(runtime::ModelRunner& runner, const std::string& dir) {
+  RowRule rule;
+  rule.moe = runner.model().config().num_experts > 0;
+  if (quant::load_quant_config(dir).method == quant::QuantConfig::Method::kFp8Block)
+    rule.median_bound = 2e-2;
+  return rule;
 }
 
 // The rule above over rows' relative L2 errors (`what` names the rows in failure messages).
-void expect_rows_within_tolerance(std::vector<double> errors, bool moe, const std::string& what) {
+void expect_rows_within_tolerance(std::vector<double> errors, const RowRule& rule,
+                                  const std::string& what) {
   ASSERT_FALSE(errors.empty()) << what;
   for (size_t i = 0; i < errors.size(); ++i) {
     EXPECT_TRUE(std::isfinite(errors[i])) << what << " row " << i;
-    if (!moe) {
+    if (!rule.moe) {
       EXPECT_LT(errors[i], kLogitsRelTol) << what << " row " << i;
     }
   }
@@ -68,7 +85,7 @@ void expect_rows_within_tolerance(std::vector<double> errors, bool moe, const st
                              std::to_string(p90) + ", max " + std::to_string(errors.back()) +
                              " of " + std::to_string(errors.size()) + " rows";
   EXPECT_LT(p90, kLogitsRelTol) << what << spread;
-  EXPECT_LT(median, kLogitsRelTol / 3) << what << spread;
+  EXPECT_LT(median, rule.median_bound) << what << spread;
 }
 
 class GpuModel : public ::testing::TestWithParam<std::string> {};
@@ -94,7 +111,7 @@ TEST_P(GpuModel, PromptLogitsMatchTransformers) {
     for (size_t t = 0; t < ids.size(); ++t)
       errors.push_back(testing::rel_l2({&logits[t * vocab], want[t].size()}, want[t]));
   }
-  expect_rows_within_tolerance(errors, is_moe(*runner), GetParam() + " prompt logits");
+  expect_rows_within_tolerance(errors, row_rule(*runner, dir), GetParam() + " prompt logits");
 }
 
 // --runner pooling: the final hidden states of every prompt position (fp32 out of bf16) within
@@ -117,7 +134,7 @@ TEST_P(GpuModel, PoolingHiddenStatesMatchCpu) {
   for (size_t t = 0; t < ids.size(); ++t)
     errors.push_back(
         testing::rel_l2({&got[t * hidden], size_t(hidden)}, {&want[t * hidden], size_t(hidden)}));
-  expect_rows_within_tolerance(errors, is_moe(*cpu), GetParam() + " hidden states");
+  expect_rows_within_tolerance(errors, row_rule(*cpu, dir), GetParam() + " hidden states");
 }
 
 // Sequence i has a prompt of 3 + 5·(i mod 12) tokens and joins the batch at step i, so every
@@ -190,7 +207,7 @@ TEST_P(GpuModel, GreedyTokensMatchCpuInMixedBatches) {
         break;  // later tokens of this sequence continue from different text
       }
     }
-    expect_rows_within_tolerance(errors, is_moe(*cpu),
+    expect_rows_within_tolerance(errors, row_rule(*cpu, dir),
                                  GetParam() + " batch " + std::to_string(batch));
     // Ties must stay rare, or the comparison would cover little.
     EXPECT_GE(compared, batch * 12) << ties << " near-ties";
