@@ -194,6 +194,24 @@ void expect_same(const std::vector<Generated>& want, const std::vector<Generated
   }
 }
 
+// Runs `prompts` (request i with params(i)) on an engine of `plain`, then on one with
+// `speculative_config` added, expects the same outputs, and returns the latter's stats.
+EngineStats expect_same_with_drafts(const EngineConfig& plain,
+                                    const std::vector<std::vector<int32_t>>& prompts,
+                                    const std::string& speculative_config,
+                                    SamplingParams (*params)(size_t) = greedy_params) {
+  auto ref_engine = Engine::create(plain);
+  const std::vector<Generated> want = run_requests(*ref_engine, prompts, params);
+  ref_engine->shutdown();
+  EngineConfig spec = plain;
+  spec.speculative_config = speculative_config;
+  auto engine = Engine::create(spec);
+  expect_same(want, run_requests(*engine, prompts, params));
+  const EngineStats stats = engine->stats();
+  engine->shutdown();
+  return stats;
+}
+
 TEST(SpeculativeDecoding, SameGreedyTokensAsWithout) {
   const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(12);
   EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
@@ -243,18 +261,12 @@ SamplingParams sampled_params(size_t i) {
 }
 
 TEST(SpeculativeDecoding, SameSampledTokensAndLogprobsAsWithout) {
-  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(12);
-  EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
-  auto ref_engine = Engine::create(plain);
-  const std::vector<Generated> want = run_requests(*ref_engine, prompts, sampled_params);
-  ref_engine->shutdown();
-  EngineConfig spec = plain;
-  spec.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 4,
-                               "prompt_lookup_min": 1, "prompt_lookup_max": 3})";
-  auto engine = Engine::create(spec);
-  expect_same(want, run_requests(*engine, prompts, sampled_params));
-  EXPECT_GT(engine->stats().spec_decode_num_accepted_tokens, 0);
-  engine->shutdown();
+  const EngineStats s = expect_same_with_drafts(
+      serval::testing::qwen3_moe_cpu_config(), repetitive_prompts(12),
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
+          "prompt_lookup_max": 3})",
+      sampled_params);
+  EXPECT_GT(s.spec_decode_num_accepted_tokens, 0);
 }
 
 // A step budget smaller than a request's drafts (a chunk cut before its last draft) and room
@@ -263,17 +275,11 @@ TEST(SpeculativeDecoding, SameTokensUnderATightBudget) {
   EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
   plain.max_num_batched_tokens = 128;
   plain.max_num_seqs = 4;
-  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(10);
-  auto ref_engine = Engine::create(plain);
-  const std::vector<Generated> want = run_requests(*ref_engine, prompts);
-  ref_engine->shutdown();
-  EngineConfig spec = plain;
-  spec.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 5,
-                               "prompt_lookup_min": 1, "prompt_lookup_max": 2})";
-  auto engine = Engine::create(spec);
-  expect_same(want, run_requests(*engine, prompts));
-  EXPECT_GT(engine->stats().spec_decode_num_accepted_tokens, 0);
-  engine->shutdown();
+  const EngineStats s = expect_same_with_drafts(
+      plain, repetitive_prompts(10),
+      R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1,
+          "prompt_lookup_max": 2})");
+  EXPECT_GT(s.spec_decode_num_accepted_tokens, 0);
 }
 
 // A KV cache of 16 blocks for requests that need ~30: running requests, drafts appended, are
@@ -282,19 +288,12 @@ TEST(SpeculativeDecoding, SameTokensUnderATightBudget) {
 TEST(SpeculativeDecoding, SameTokensUnderPreemption) {
   EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
   plain.cpu_kv_cache_bytes = 16 * 16 * 768;  // 16 blocks: 768 bytes of f32 KV per token
-  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(10);
-  auto ref_engine = Engine::create(plain);
-  const std::vector<Generated> want = run_requests(*ref_engine, prompts);
-  ref_engine->shutdown();
-  EngineConfig spec = plain;
-  spec.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 4,
-                               "prompt_lookup_min": 1, "prompt_lookup_max": 3})";
-  auto engine = Engine::create(spec);
-  expect_same(want, run_requests(*engine, prompts));
-  const EngineStats s = engine->stats();
+  const EngineStats s = expect_same_with_drafts(
+      plain, repetitive_prompts(10),
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
+          "prompt_lookup_max": 3})");
   EXPECT_GT(s.num_preemptions, 0);
   EXPECT_GT(s.spec_decode_num_accepted_tokens, 0);
-  engine->shutdown();
 }
 
 }  // namespace
