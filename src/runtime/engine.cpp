@@ -75,8 +75,11 @@ class EngineImpl final : public Engine {
     if (spec_.enabled())
       log::info(
           "speculative decoding: prompt lookup (n-grams of {} to {} tokens), up to {} "
-          "draft tokens per request and step{}",
+          "draft tokens per request and step{}{}",
           spec_.prompt_lookup_min, spec_.prompt_lookup_max, spec_.num_speculative_tokens,
+          spec_.disable_by_batch_size > 0
+              ? fmt::format(", none while {} or more requests run", spec_.disable_by_batch_size)
+              : std::string(),
           cfg.async_scheduling ? "; steps run in turn (drafts need each step's tokens)" : "");
     if (spec_.enabled() && info_.device == "cpu")
       log::warn(
@@ -512,6 +515,7 @@ class EngineImpl final : public Engine {
   // appended before the step is scheduled, as pending tokens (the prefix cache hashes no block
   // holding one until they are real), so that the step computes them too.
   void add_drafts() {
+    if (!spec_.drafts_at(scheduler_->running().size())) return;
     const int max_len = scheduler_->config().max_model_len;
     for (sched::Request* r : scheduler_->running()) {
       EngineRequest& er = *requests_.at(r->id);

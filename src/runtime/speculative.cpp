@@ -12,14 +12,18 @@ namespace serval::runtime {
 
 namespace {
 
-// A positive integer key of --speculative-config, or nullopt when absent.
-std::optional<int> positive_int(const nlohmann::json& j, const char* key) {
+// An integer key of --speculative-config in [lo, hi], or nullopt when absent.
+std::optional<int> int_in(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 1024)
-    throw InvalidArgument(std::string("--speculative-config ") + key +
-                          " must be an integer in [1, 1024], got " + it->dump());
+  if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi)
+    throw InvalidArgument(std::string("--speculative-config ") + key + " must be an integer in [" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + "], got " + it->dump());
   return it->get<int>();
+}
+
+std::optional<int> positive_int(const nlohmann::json& j, const char* key) {
+  return int_in(j, key, 1, 1024);
 }
 
 }  // namespace
@@ -32,10 +36,11 @@ SpeculativeConfig parse_speculative_config(std::string_view json) {
     throw InvalidArgument("--speculative-config must be a JSON object, got " + std::string(json));
   for (const auto& [key, value] : j.items())
     if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_max" &&
-        key != "prompt_lookup_min")
+        key != "prompt_lookup_min" && key != "disable_by_batch_size")
       throw InvalidArgument("--speculative-config: '" + key +
                             "' is not supported (serval has method ngram, "
-                            "num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)");
+                            "num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
+                            "disable_by_batch_size)");
   const auto method = j.find("method");
   if (method == j.end() || !method->is_string() || *method != "ngram")
     throw InvalidArgument(
@@ -52,6 +57,8 @@ SpeculativeConfig parse_speculative_config(std::string_view json) {
   if (*lo > *hi)
     throw InvalidArgument("--speculative-config prompt_lookup_min (" + std::to_string(*lo) +
                           ") exceeds prompt_lookup_max (" + std::to_string(*hi) + ")");
+  // As vLLM: a threshold of 1 would never draft.
+  c.disable_by_batch_size = int_in(j, "disable_by_batch_size", 2, 1 << 20).value_or(0);
   c.num_speculative_tokens = *k;
   c.prompt_lookup_min = *lo;
   c.prompt_lookup_max = *hi;

@@ -16,13 +16,21 @@ struct SpeculativeConfig {
   int num_speculative_tokens = 0;  // 0: off
   // n-gram sizes tried, longest first (vLLM's prompt_lookup_max / _min).
   int prompt_lookup_min = 5, prompt_lookup_max = 5;
+  // No drafts in a step while this many requests or more run (vLLM's disable_by_batch_size:
+  // larger batches are compute-bound, where drafted tokens cost as much as real ones); 0: never.
+  int disable_by_batch_size = 0;
   bool enabled() const { return num_speculative_tokens > 0; }
+  // Whether a step with `running` requests drafts at all.
+  bool drafts_at(size_t running) const {
+    return disable_by_batch_size == 0 || running < size_t(disable_by_batch_size);
+  }
 };
 
 // --speculative-config, a JSON object: {"method": "ngram", "num_speculative_tokens": K,
-// "prompt_lookup_max": MAX, "prompt_lookup_min": MIN} (the lookups default to each other, or 5
-// when neither is given, as in vLLM). An empty text: off. InvalidArgument naming the key for
-// malformed JSON, another method, missing or non-positive counts, MIN > MAX, or unknown keys.
+// "prompt_lookup_max": MAX, "prompt_lookup_min": MIN, "disable_by_batch_size": B} (the lookups
+// default to each other, or 5 when neither is given, as in vLLM; B is optional and at least 2).
+// An empty text: off. InvalidArgument naming the key for malformed JSON, another method, missing
+// or out-of-range counts, MIN > MAX, or unknown keys.
 SpeculativeConfig parse_speculative_config(std::string_view json);
 
 // The draft proposer of one growing sequence. propose() returns up to `max_drafts` tokens to

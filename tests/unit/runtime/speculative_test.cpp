@@ -36,6 +36,13 @@ TEST(SpeculativeConfig, ParsesNgramWithVllmDefaults) {
           "prompt_lookup_max": 6})");
   EXPECT_EQ(c.prompt_lookup_min, 2);
   EXPECT_EQ(c.prompt_lookup_max, 6);
+  EXPECT_EQ(c.disable_by_batch_size, 0);
+  EXPECT_TRUE(c.drafts_at(100000));
+  c = parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 8})");
+  EXPECT_EQ(c.disable_by_batch_size, 8);
+  EXPECT_TRUE(c.drafts_at(7));
+  EXPECT_FALSE(c.drafts_at(8));
 }
 
 TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
@@ -49,6 +56,10 @@ TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
            R"({"method": "ngram", "num_speculative_tokens": 4, "model": "x"})",  // unknown key
            R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 5,
                "prompt_lookup_max": 3})",                                        // min > max
+           R"({"method": "ngram", "num_speculative_tokens": 4,
+               "disable_by_batch_size": 1})",                                    // never drafts
+           R"({"method": "ngram", "num_speculative_tokens": 4,
+               "disable_by_batch_size": 2.5})",                                  // not an integer
        })
     EXPECT_THROW(parse_speculative_config(bad), InvalidArgument) << bad;
 }
@@ -294,6 +305,24 @@ TEST(SpeculativeDecoding, SameTokensUnderPreemption) {
           "prompt_lookup_max": 3})");
   EXPECT_GT(s.num_preemptions, 0);
   EXPECT_GT(s.spec_decode_num_accepted_tokens, 0);
+}
+
+// disable_by_batch_size: with 12 requests at once, drafts only once fewer than 4 run (the
+// stragglers); a threshold above the batch drafts as if it were absent. The same tokens both
+// ways.
+TEST(SpeculativeDecoding, NoDraftsWhileTheBatchIsLarge) {
+  const EngineConfig plain = serval::testing::qwen3_moe_cpu_config();
+  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(12);
+  const auto config = [](int threshold) {
+    return R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+               "prompt_lookup_max": 3, "disable_by_batch_size": )" +
+           std::to_string(threshold) + "}";
+  };
+  const EngineStats high = expect_same_with_drafts(plain, prompts, config(100));
+  const EngineStats low = expect_same_with_drafts(plain, prompts, config(4));
+  EXPECT_GT(high.spec_decode_num_drafts, 0);
+  EXPECT_LT(low.spec_decode_num_drafts, high.spec_decode_num_drafts);
+  EXPECT_GT(low.steps_total, high.steps_total);
 }
 
 }  // namespace
