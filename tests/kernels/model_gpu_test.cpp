@@ -7,9 +7,9 @@
 // discontinuous: a bf16-sized change of a router logit can pick another expert for one token,
 // which moves that row (and, through its KV entries, a few later ones) far beyond bf16 noise. On
 // the H200 this hit 2-3 % of rows in batch 64 of the random-weight MoE fixtures, and on the H100
-// 2 of 21 prompt positions of the DeepSeek-V3 fixture (sigmoid grouped routing); so for MoE models
-// (every test here) at least 90 % of rows must be within tolerance and the median row well
-// inside it, which a broken kernel (errors on most rows) cannot pass.
+// 2 of the 56 golden prompt positions of the DeepSeek-V3 fixture (sigmoid grouped routing); so in
+// every test here, for MoE models at least 90 % of rows must be within tolerance and the median
+// row well inside it, which a broken kernel (errors on most rows) cannot pass.
 // Block FP8 checkpoints: the CUDA FP8 kernels apply each block scale as a bf16 multiplier (a
 // relative error up to 2^-9 per block, the same sign for the whole block). On the CPU alone,
 // rounding the block scales so moves the logits of qwen3_moe_fp8_block by a median 0.42 % (max
