@@ -545,11 +545,8 @@ class EngineImpl final : public Engine {
   // drafts stays where it is, to be overwritten.
   void verify_drafts(EngineRequest& er, size_t rows, const int32_t* greedy_ids, float* logits) {
     sched::Request& r = er.req;
-    const int base = r.num_tokens() - int(er.drafts.size()), checked = int(rows) - 1;
-    const std::vector<int32_t> drafts = std::move(er.drafts);
-    er.drafts.clear();
-    r.token_ids.resize(size_t(base));
-    r.num_pending_tokens = 0;
+    const std::vector<int32_t> drafts = take_drafts(er);
+    const int base = r.num_tokens(), checked = int(rows) - 1;
     // The last real token's KV now; the accepted drafts' once they are tokens again.
     r.num_computed_tokens = base;
     const uint64_t id = r.id;
@@ -585,13 +582,20 @@ class EngineImpl final : public Engine {
       const auto it = requests_.find(id);
       if (it == requests_.end() || it->second->drafts.empty()) continue;
       EngineRequest& er = *it->second;
-      const int base = er.req.num_tokens() - int(er.drafts.size());
-      er.req.token_ids.resize(size_t(base));
-      er.req.num_pending_tokens = 0;
-      er.req.num_computed_tokens = std::min(er.req.num_computed_tokens, base - 1);
-      er.drafts.clear();
+      take_drafts(er);
+      er.req.num_computed_tokens = std::min(er.req.num_computed_tokens, er.req.num_tokens() - 1);
     }
     drafted_.clear();
+  }
+
+  // Removes the request's drafts from its tokens (they are pending tokens no more) and returns
+  // them.
+  static std::vector<int32_t> take_drafts(EngineRequest& er) {
+    std::vector<int32_t> drafts = std::move(er.drafts);
+    er.drafts.clear();
+    er.req.token_ids.resize(er.req.token_ids.size() - drafts.size());
+    er.req.num_pending_tokens = 0;
+    return drafts;
   }
 
   // The prompt logprobs of positions [start, start + n) from their logits rows ([n, vocab]): the

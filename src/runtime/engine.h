@@ -163,8 +163,8 @@ struct EngineConfig {
   bool async_scheduling = true;
   std::string cudagraph_mode = "FULL_DECODE_ONLY";
   // --speculative-config: a JSON object (runtime/speculative.h: method "ngram", prompt lookup);
-  // empty: off. Greedy requests then take their drafts' tokens where the model agrees; steps
-  // run synchronously (no token feedback).
+  // empty: off. Each request's drafted positions are sampled as plain decoding samples them and
+  // kept where they agree; steps run synchronously (no token feedback).
   std::string speculative_config;
   // --runner pooling: an embedding model. Each request is its prompt alone; its one update
   // carries RequestOutput::embedding and finishes it. No tokens are generated.

@@ -22,10 +22,6 @@ std::optional<int> int_in(const nlohmann::json& j, const char* key, int64_t lo, 
   return it->get<int>();
 }
 
-std::optional<int> positive_int(const nlohmann::json& j, const char* key) {
-  return int_in(j, key, 1, 1024);
-}
-
 }  // namespace
 
 SpeculativeConfig parse_speculative_config(std::string_view json) {
@@ -47,10 +43,10 @@ SpeculativeConfig parse_speculative_config(std::string_view json) {
         "--speculative-config method must be \"ngram\" (prompt lookup, the "
         "one method serval has), got " +
         (method == j.end() ? std::string("none") : method->dump()));
-  const std::optional<int> k = positive_int(j, "num_speculative_tokens");
+  const std::optional<int> k = int_in(j, "num_speculative_tokens", 1, 1024);
   if (!k) throw InvalidArgument("--speculative-config needs num_speculative_tokens");
-  std::optional<int> hi = positive_int(j, "prompt_lookup_max"),
-                     lo = positive_int(j, "prompt_lookup_min");
+  std::optional<int> hi = int_in(j, "prompt_lookup_max", 1, 1024),
+                     lo = int_in(j, "prompt_lookup_min", 1, 1024);
   if (!hi && !lo) hi = lo = 5;
   if (!hi) hi = lo;
   if (!lo) lo = hi;

@@ -439,7 +439,8 @@ ServeArgs parse_serve_args(const std::vector<std::string>& args, const char* env
   app.add_option("--speculative-config", e.speculative_config,
                  "Speculative decoding, a JSON object: '{\"method\": \"ngram\", "
                  "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, "
-                 "\"prompt_lookup_min\": 2}' (prompt lookup for greedy requests)");
+                 "\"prompt_lookup_min\": 2}' (prompt lookup; optional "
+                 "\"disable_by_batch_size\": B drafts only while fewer than B requests run)");
   app.add_option("--cudagraph-mode", e.cudagraph_mode,
                  "CUDA graph mode (also --compilation-config.cudagraph_mode)");
   app.add_option("--max-waiting-requests", e.max_waiting_requests, "Queue size before 503")
